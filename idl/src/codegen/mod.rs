@@ -1,0 +1,3 @@
+//! Code generators of `ninf-gen`.
+
+pub mod rust;

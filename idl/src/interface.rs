@@ -1,0 +1,131 @@
+//! Checked interface descriptors: what a server publishes about each routine and what a
+//! client needs to call it without generated stubs. Produced by the checker from an IDL
+//! file, or rebuilt (and re-checked) from a descriptor received over the network.
+
+use serde::{Serialize, Serializer};
+
+use crate::ast::{ElementType, Expr, Mode};
+
+/// One IDL module: its routines and the link inputs they share.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModuleInterface {
+    pub module: String,
+    pub libraries: Vec<String>,
+    pub required: Vec<String>,
+    pub functions: Vec<FunctionInterface>,
+}
+
+impl ModuleInterface {
+    pub fn function(&self, name: &str) -> Option<&FunctionInterface> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+}
+
+/// Everything known about one routine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionInterface {
+    pub name: String,
+    pub module: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub parameters: Vec<Parameter>,
+    /// Floating-point operations of one call.
+    #[serde(serialize_with = "serialize_optional_expr")]
+    pub calc_order: Option<Expr>,
+    /// How the routine runs: sequentially or SPMD over a number of processors.
+    pub parallelism: Parallelism,
+    /// Extra objects this routine links.
+    pub required: Vec<String>,
+    pub callee: Callee,
+}
+
+impl FunctionInterface {
+    pub fn parameter(&self, name: &str) -> Option<(usize, &Parameter)> {
+        self.parameters.iter().enumerate().find(|(_, p)| p.name == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Parallelism {
+    /// One process on one processor.
+    Sequential,
+    /// SPMD over `processors` processors, launched through `backend` (for example "MPI").
+    Parallel {
+        #[serde(serialize_with = "serialize_expr")]
+        processors: Expr,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        backend: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Parameter {
+    pub name: String,
+    pub mode: Mode,
+    #[serde(rename = "type")]
+    pub element_type: ElementType,
+    /// Outermost first; empty for a scalar.
+    #[serde(serialize_with = "serialize_exprs")]
+    pub dimensions: Vec<Expr>,
+}
+
+impl Parameter {
+    pub fn is_array(&self) -> bool {
+        !self.dimensions.is_empty()
+    }
+
+    /// How the parameter reads in a message: `IN double a[n][n]`.
+    pub fn declaration(&self) -> String {
+        let mut out = format!(
+            "{} {} {}",
+            self.mode.keyword(),
+            self.element_type.keyword(),
+            self.name
+        );
+        for d in &self.dimensions {
+            out.push_str(&format!("[{d}]"));
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Language {
+    C,
+    Rust,
+}
+
+impl Language {
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::C => "C",
+            Language::Rust => "Rust",
+        }
+    }
+}
+
+/// The routine a `Calls` clause names and the order it takes the parameters in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Callee {
+    pub language: Language,
+    /// C symbol, or Rust path segments joined by `::`.
+    pub path: String,
+    /// Parameter names, in the order the routine takes them.
+    pub arguments: Vec<String>,
+}
+
+fn serialize_expr<S: Serializer>(expr: &Expr, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(expr)
+}
+
+fn serialize_optional_expr<S: Serializer>(expr: &Option<Expr>, s: S) -> Result<S::Ok, S::Error> {
+    match expr {
+        Some(e) => s.collect_str(e),
+        None => s.serialize_none(),
+    }
+}
+
+fn serialize_exprs<S: Serializer>(exprs: &[Expr], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(exprs.iter().map(ToString::to_string))
+}

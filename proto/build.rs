@@ -1,0 +1,15 @@
+//! Compiles the `.proto` files with `protox` (a pure-Rust protobuf compiler), so building needs
+//! no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["proto/ninf/v1/interface.proto", "proto/ninf/v1/executable.proto"];
+    for file in files {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

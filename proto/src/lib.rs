@@ -1,0 +1,2 @@
+//! tmp
+pub mod v1 { tonic::include_proto!("ninf.v1"); }
