@@ -1,2 +1,15 @@
-//! tmp
-pub mod v1 { tonic::include_proto!("ninf.v1"); }
+//! The Ninf grid's wire format: gRPC services and protobuf messages (compiled by `build.rs`
+//! with `protox`, no system `protoc`), conversions between the IDL's interface descriptors
+//! and their protobuf form, and the packed little-endian array encoding every component uses.
+
+pub mod descriptor;
+pub mod values;
+
+/// Generated protobuf messages and gRPC services, package `ninf.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("ninf.v1");
+}
+
+pub use descriptor::DescriptorError;
+pub use values::{ArrayData, Element, ValueError};

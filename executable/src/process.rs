@@ -1,0 +1,143 @@
+//! The host side: spawn a generated executable and call routines in it, one call at a time.
+//! A compute server keeps a pool of these; tests use one directly.
+
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+
+use ninf_proto::v1::{self, ExecErrorKind};
+use prost::Message;
+
+use crate::frame::{self, DEFAULT_MAX_FRAME, FrameError};
+
+/// Why a call through an executable failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallFailure {
+    /// The executable answered with an error; it is still usable.
+    #[error("{message}")]
+    Routine { kind: ExecErrorKind, message: String },
+    /// The executable died or broke the protocol; it must be replaced.
+    #[error("executable failed: {reason}")]
+    Crashed { reason: String },
+}
+
+/// One running executable.
+#[derive(Debug)]
+pub struct ExecutableProcess {
+    child: Child,
+    stdin: BufWriter<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    next_call_id: u64,
+}
+
+impl ExecutableProcess {
+    /// Starts the executable with its standard error inherited.
+    pub fn spawn(path: &Path) -> std::io::Result<ExecutableProcess> {
+        let mut child = Command::new(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            return Err(std::io::Error::other("executable has no standard input or output"));
+        };
+        Ok(ExecutableProcess {
+            child,
+            stdin: BufWriter::with_capacity(1 << 16, stdin),
+            stdout: BufReader::with_capacity(1 << 16, stdout),
+            next_call_id: 1,
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Calls `function` with positional arguments and waits for the reply.
+    pub fn call(
+        &mut self,
+        function: &str,
+        arguments: Vec<v1::ArgumentValue>,
+    ) -> Result<v1::ExecSuccess, CallFailure> {
+        let call_id = self.next_call_id;
+        self.next_call_id += 1;
+        let request = v1::ExecRequest {
+            call_id,
+            function: function.to_string(),
+            arguments,
+        };
+        self.send_raw(&request.encode_to_vec())?;
+        let reply = self.receive()?;
+        if reply.call_id != call_id {
+            return Err(self.crashed(format!(
+                "reply to call {} arrived while waiting for call {call_id}",
+                reply.call_id
+            )));
+        }
+        match reply.result {
+            Some(v1::exec_reply::Result::Success(success)) => Ok(success),
+            Some(v1::exec_reply::Result::Error(error)) => Err(CallFailure::Routine {
+                kind: ExecErrorKind::try_from(error.kind).unwrap_or(ExecErrorKind::Unspecified),
+                message: error.message,
+            }),
+            None => Err(self.crashed("reply has no result".to_string())),
+        }
+    }
+
+    /// Sends one frame as is (tests use it to send malformed requests).
+    pub fn send_raw(&mut self, body: &[u8]) -> Result<(), CallFailure> {
+        frame::write_frame(&mut self.stdin, body).map_err(|e| self.crashed(e.to_string()))
+    }
+
+    /// Reads one reply frame.
+    pub fn receive(&mut self) -> Result<v1::ExecReply, CallFailure> {
+        let body = match frame::read_frame(&mut self.stdout, DEFAULT_MAX_FRAME) {
+            Ok(Some(body)) => body,
+            Ok(None) | Err(FrameError::Truncated) => {
+                return Err(self.crashed("closed its output".to_string()));
+            }
+            Err(e) => return Err(self.crashed(e.to_string())),
+        };
+        v1::ExecReply::decode(body.as_slice())
+            .map_err(|e| self.crashed(format!("sent an undecodable reply: {e}")))
+    }
+
+    /// Describes a broken executable, with its exit status when it has exited.
+    fn crashed(&mut self, what: String) -> CallFailure {
+        let status = match self.child.try_wait() {
+            Ok(Some(status)) => Some(status),
+            // Give a dying process a moment to be reaped so the status can be reported.
+            _ => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                self.child.try_wait().ok().flatten()
+            }
+        };
+        let reason = match status {
+            Some(status) => format!("{what}; {}", describe_exit(status)),
+            None => what,
+        };
+        CallFailure::Crashed { reason }
+    }
+
+    /// Closes the executable's input and waits for it to exit.
+    pub fn shutdown(mut self) -> std::io::Result<ExitStatus> {
+        drop(self.stdin);
+        self.child.wait()
+    }
+
+    /// Kills the executable now.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(|_| ())
+    }
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        _ => "exited".to_string(),
+    }
+}

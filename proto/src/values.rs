@@ -1,0 +1,234 @@
+//! Packed arrays: typed Rust vectors to and from the `Array` message's little-endian bytes.
+//! One codec for every component, so a client, a server's storage and an executable agree
+//! byte for byte.
+
+use ninf_idl::ElementType;
+use num_complex::{Complex32, Complex64};
+
+use crate::descriptor::{element_type_from_proto, element_type_to_proto};
+use crate::v1;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    #[error("{len} bytes is not a whole number of {element} elements ({size} bytes each)")]
+    RaggedArray {
+        len: usize,
+        element: &'static str,
+        size: usize,
+    },
+    #[error("array has no valid element type")]
+    UnknownElementType,
+    #[error("{0} arrays are not supported")]
+    UnsupportedElementType(&'static str),
+}
+
+/// A type that can be an array element on the wire.
+pub trait Element: Copy + Default + Send + Sync + 'static {
+    const TYPE: ElementType;
+    const SIZE: usize;
+    fn append_le(&self, out: &mut Vec<u8>);
+    /// `bytes` holds exactly `SIZE` bytes.
+    fn from_le(bytes: &[u8]) -> Self;
+    fn into_array(values: Vec<Self>) -> ArrayData;
+    fn from_array(array: ArrayData) -> Result<Vec<Self>, ArrayData>;
+}
+
+macro_rules! plain_element {
+    ($t:ty, $variant:ident, $size:expr) => {
+        impl Element for $t {
+            const TYPE: ElementType = ElementType::$variant;
+            const SIZE: usize = $size;
+            fn append_le(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn from_le(bytes: &[u8]) -> Self {
+                let mut raw = [0u8; $size];
+                raw.copy_from_slice(bytes);
+                <$t>::from_le_bytes(raw)
+            }
+            fn into_array(values: Vec<Self>) -> ArrayData {
+                ArrayData::$variant(values)
+            }
+            fn from_array(array: ArrayData) -> Result<Vec<Self>, ArrayData> {
+                match array {
+                    ArrayData::$variant(v) => Ok(v),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+
+macro_rules! complex_element {
+    ($t:ty, $part:ty, $variant:ident, $size:expr) => {
+        impl Element for $t {
+            const TYPE: ElementType = ElementType::$variant;
+            const SIZE: usize = $size;
+            fn append_le(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.re.to_le_bytes());
+                out.extend_from_slice(&self.im.to_le_bytes());
+            }
+            fn from_le(bytes: &[u8]) -> Self {
+                let half = $size / 2;
+                <$t>::new(
+                    <$part as Element>::from_le(&bytes[..half]),
+                    <$part as Element>::from_le(&bytes[half..]),
+                )
+            }
+            fn into_array(values: Vec<Self>) -> ArrayData {
+                ArrayData::$variant(values)
+            }
+            fn from_array(array: ArrayData) -> Result<Vec<Self>, ArrayData> {
+                match array {
+                    ArrayData::$variant(v) => Ok(v),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+
+plain_element!(u8, Char, 1);
+plain_element!(i16, Short, 2);
+plain_element!(i32, Int, 4);
+plain_element!(i64, Long, 8);
+plain_element!(f32, Float, 4);
+plain_element!(f64, Double, 8);
+complex_element!(Complex32, f32, Scomplex, 8);
+complex_element!(Complex64, f64, Dcomplex, 16);
+
+/// Encodes elements as packed little-endian bytes.
+pub fn encode<T: Element>(values: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * T::SIZE);
+    for v in values {
+        v.append_le(&mut out);
+    }
+    out
+}
+
+/// Decodes packed little-endian bytes; the length must be a whole number of elements.
+pub fn decode<T: Element>(bytes: &[u8]) -> Result<Vec<T>, ValueError> {
+    check_whole::<T>(bytes)?;
+    Ok(bytes.chunks_exact(T::SIZE).map(T::from_le).collect())
+}
+
+/// Decodes into an existing slice of exactly the right length (the caller checked it).
+pub fn decode_into<T: Element>(bytes: &[u8], out: &mut [T]) -> Result<(), ValueError> {
+    check_whole::<T>(bytes)?;
+    for (slot, chunk) in out.iter_mut().zip(bytes.chunks_exact(T::SIZE)) {
+        *slot = T::from_le(chunk);
+    }
+    Ok(())
+}
+
+fn check_whole<T: Element>(bytes: &[u8]) -> Result<(), ValueError> {
+    if bytes.len() % T::SIZE == 0 {
+        Ok(())
+    } else {
+        Err(ValueError::RaggedArray {
+            len: bytes.len(),
+            element: T::TYPE.keyword(),
+            size: T::SIZE,
+        })
+    }
+}
+
+/// An owned array of any element type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArrayData {
+    Char(Vec<u8>),
+    Short(Vec<i16>),
+    Int(Vec<i32>),
+    Long(Vec<i64>),
+    Float(Vec<f32>),
+    Double(Vec<f64>),
+    Scomplex(Vec<Complex32>),
+    Dcomplex(Vec<Complex64>),
+}
+
+macro_rules! each_array {
+    ($value:expr, $v:ident => $body:expr) => {
+        match $value {
+            ArrayData::Char($v) => $body,
+            ArrayData::Short($v) => $body,
+            ArrayData::Int($v) => $body,
+            ArrayData::Long($v) => $body,
+            ArrayData::Float($v) => $body,
+            ArrayData::Double($v) => $body,
+            ArrayData::Scomplex($v) => $body,
+            ArrayData::Dcomplex($v) => $body,
+        }
+    };
+}
+
+impl ArrayData {
+    /// A zero-filled array, as the executable allocates for OUT and WORK parameters.
+    pub fn zeroed(element_type: ElementType, len: usize) -> Result<ArrayData, ValueError> {
+        Ok(match element_type {
+            ElementType::Char => ArrayData::Char(vec![0; len]),
+            ElementType::Short => ArrayData::Short(vec![0; len]),
+            ElementType::Int => ArrayData::Int(vec![0; len]),
+            ElementType::Long => ArrayData::Long(vec![0; len]),
+            ElementType::Float => ArrayData::Float(vec![0.0; len]),
+            ElementType::Double => ArrayData::Double(vec![0.0; len]),
+            ElementType::Scomplex => ArrayData::Scomplex(vec![Complex32::default(); len]),
+            ElementType::Dcomplex => ArrayData::Dcomplex(vec![Complex64::default(); len]),
+            other => return Err(ValueError::UnsupportedElementType(other.keyword())),
+        })
+    }
+
+    pub fn element_type(&self) -> ElementType {
+        match self {
+            ArrayData::Char(_) => ElementType::Char,
+            ArrayData::Short(_) => ElementType::Short,
+            ArrayData::Int(_) => ElementType::Int,
+            ArrayData::Long(_) => ElementType::Long,
+            ArrayData::Float(_) => ElementType::Float,
+            ArrayData::Double(_) => ElementType::Double,
+            ArrayData::Scomplex(_) => ElementType::Scomplex,
+            ArrayData::Dcomplex(_) => ElementType::Dcomplex,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        each_array!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Decodes bytes of the given element type.
+    pub fn decode(element_type: ElementType, bytes: &[u8]) -> Result<ArrayData, ValueError> {
+        Ok(match element_type {
+            ElementType::Char => ArrayData::Char(bytes.to_vec()),
+            ElementType::Short => ArrayData::Short(decode(bytes)?),
+            ElementType::Int => ArrayData::Int(decode(bytes)?),
+            ElementType::Long => ArrayData::Long(decode(bytes)?),
+            ElementType::Float => ArrayData::Float(decode(bytes)?),
+            ElementType::Double => ArrayData::Double(decode(bytes)?),
+            ElementType::Scomplex => ArrayData::Scomplex(decode(bytes)?),
+            ElementType::Dcomplex => ArrayData::Dcomplex(decode(bytes)?),
+            other => return Err(ValueError::UnsupportedElementType(other.keyword())),
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        each_array!(self, v => encode(v))
+    }
+
+    pub fn from_proto(array: &v1::Array) -> Result<ArrayData, ValueError> {
+        let element_type = v1::ElementType::try_from(array.element_type)
+            .ok()
+            .and_then(element_type_from_proto)
+            .ok_or(ValueError::UnknownElementType)?;
+        ArrayData::decode(element_type, &array.data)
+    }
+
+    pub fn to_proto(&self) -> v1::Array {
+        v1::Array {
+            element_type: element_type_to_proto(self.element_type()).into(),
+            data: self.encode(),
+        }
+    }
+}
