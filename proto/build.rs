@@ -2,7 +2,10 @@
 //! no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/ninf/v1/interface.proto", "proto/ninf/v1/executable.proto"];
+    let files = [
+        "proto/ninf/v1/interface.proto",
+        "proto/ninf/v1/executable.proto",
+    ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }

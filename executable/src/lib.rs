@@ -9,5 +9,6 @@ pub mod frame;
 pub mod process;
 pub mod runtime;
 
+pub use num_complex;
 pub use process::{CallFailure, ExecutableProcess};
 pub use runtime::{CallArgs, Dispatch, RoutineError, RoutineOutcome, serve, serve_stdio};

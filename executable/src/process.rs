@@ -15,7 +15,10 @@ use crate::frame::{self, DEFAULT_MAX_FRAME, FrameError};
 pub enum CallFailure {
     /// The executable answered with an error; it is still usable.
     #[error("{message}")]
-    Routine { kind: ExecErrorKind, message: String },
+    Routine {
+        kind: ExecErrorKind,
+        message: String,
+    },
     /// The executable died or broke the protocol; it must be replaced.
     #[error("executable failed: {reason}")]
     Crashed { reason: String },
@@ -40,7 +43,9 @@ impl ExecutableProcess {
             .spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
-            return Err(std::io::Error::other("executable has no standard input or output"));
+            return Err(std::io::Error::other(
+                "executable has no standard input or output",
+            ));
         };
         Ok(ExecutableProcess {
             child,

@@ -82,7 +82,10 @@ impl<T: RoutineOutcome, E: Display> RoutineOutcome for Result<T, E> {
     fn into_status(self) -> Result<i64, RoutineError> {
         match self {
             Ok(v) => v.into_status(),
-            Err(e) => Err(RoutineError::new(ExecErrorKind::RoutineFailed, e.to_string())),
+            Err(e) => Err(RoutineError::new(
+                ExecErrorKind::RoutineFailed,
+                e.to_string(),
+            )),
         }
     }
 }
@@ -177,7 +180,11 @@ impl CallArgs {
     }
 
     pub fn take_array<T: Element>(&mut self, index: usize) -> Result<Vec<T>, RoutineError> {
-        match self.slots.get_mut(index).map(|s| std::mem::replace(s, Slot::Taken)) {
+        match self
+            .slots
+            .get_mut(index)
+            .map(|s| std::mem::replace(s, Slot::Taken))
+        {
             Some(Slot::Array(array)) => T::from_array(array).map_err(|array| {
                 self.slots[index] = Slot::Array(array);
                 self.mismatch(index, T::TYPE.keyword())
@@ -197,7 +204,11 @@ impl CallArgs {
     }
 
     pub fn take_text(&mut self, index: usize) -> Result<String, RoutineError> {
-        match self.slots.get_mut(index).map(|s| std::mem::replace(s, Slot::Taken)) {
+        match self
+            .slots
+            .get_mut(index)
+            .map(|s| std::mem::replace(s, Slot::Taken))
+        {
             Some(Slot::Text(s)) => Ok(s),
             _ => Err(self.mismatch(index, "a string")),
         }
@@ -257,7 +268,10 @@ pub fn decode_arguments(
     // IN integer scalars first: array sizes depend on them.
     let mut bindings = BTreeMap::new();
     for (parameter, argument) in function.parameters.iter().zip(&arguments) {
-        if parameter.mode == Mode::In && !parameter.is_array() && parameter.element_type.is_integer() {
+        if parameter.mode == Mode::In
+            && !parameter.is_array()
+            && parameter.element_type.is_integer()
+        {
             let value = match &argument.value {
                 Some(WireValue::IntValue(v)) => *v,
                 other => {
@@ -302,9 +316,10 @@ pub fn decode_arguments(
                 (ElementType::Float | ElementType::Double, Some(WireValue::FloatValue(v))) => {
                     Slot::Real(v)
                 }
-                (ElementType::Scomplex | ElementType::Dcomplex, Some(WireValue::ComplexValue(c))) => {
-                    Slot::Complex(Complex64::new(c.re, c.im))
-                }
+                (
+                    ElementType::Scomplex | ElementType::Dcomplex,
+                    Some(WireValue::ComplexValue(c)),
+                ) => Slot::Complex(Complex64::new(c.re, c.im)),
                 (ElementType::String, Some(WireValue::StringValue(s))) => Slot::Text(s),
                 (ElementType::Filename, Some(WireValue::FileContent(bytes))) => {
                     let path = std::env::temp_dir().join(format!(
@@ -331,12 +346,18 @@ pub fn decode_arguments(
                 }
             }
         } else {
-            let dims = function
-                .dimensions_of(parameter, &bindings)
-                .map_err(|e| RoutineError::new(ExecErrorKind::Evaluation, format!("argument `{pname}` of `{name}`: {e}")))?;
-            let expected = function
-                .element_count(parameter, &bindings)
-                .map_err(|e| RoutineError::new(ExecErrorKind::Evaluation, format!("argument `{pname}` of `{name}`: {e}")))?;
+            let dims = function.dimensions_of(parameter, &bindings).map_err(|e| {
+                RoutineError::new(
+                    ExecErrorKind::Evaluation,
+                    format!("argument `{pname}` of `{name}`: {e}"),
+                )
+            })?;
+            let expected = function.element_count(parameter, &bindings).map_err(|e| {
+                RoutineError::new(
+                    ExecErrorKind::Evaluation,
+                    format!("argument `{pname}` of `{name}`: {e}"),
+                )
+            })?;
             let shape = describe_shape(parameter, &dims);
             match (parameter.mode, value) {
                 (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
@@ -360,7 +381,10 @@ pub fn decode_arguments(
                 }
                 (Mode::Out | Mode::Work, None) => {
                     let bytes = function.byte_size(parameter, &bindings).map_err(|e| {
-                        RoutineError::new(ExecErrorKind::Evaluation, format!("argument `{pname}` of `{name}`: {e}"))
+                        RoutineError::new(
+                            ExecErrorKind::Evaluation,
+                            format!("argument `{pname}` of `{name}`: {e}"),
+                        )
                     })?;
                     if bytes > max_array_bytes {
                         return Err(RoutineError::bad_argument(format!(
@@ -368,7 +392,9 @@ pub fn decode_arguments(
                         )));
                     }
                     let len = usize::try_from(expected).map_err(|_| {
-                        RoutineError::bad_argument(format!("argument `{pname}` of `{name}` is too large ({shape})"))
+                        RoutineError::bad_argument(format!(
+                            "argument `{pname}` of `{name}` is too large ({shape})"
+                        ))
                     })?;
                     Slot::Array(ArrayData::zeroed(parameter.element_type, len).map_err(|e| {
                         RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
@@ -397,18 +423,29 @@ pub fn decode_arguments(
 
 /// `n x n = 100 x 100`, for size messages.
 fn describe_shape(parameter: &ninf_idl::Parameter, dims: &[u64]) -> String {
-    let exprs: Vec<String> = parameter.dimensions.iter().map(ToString::to_string).collect();
+    let exprs: Vec<String> = parameter
+        .dimensions
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let values: Vec<String> = dims.iter().map(ToString::to_string).collect();
     let (exprs, values) = (exprs.join(" x "), values.join(" x "));
     if exprs == values {
-        format!("{} {}[{exprs}]", parameter.element_type.keyword(), parameter.name)
+        format!(
+            "{} {}[{exprs}]",
+            parameter.element_type.keyword(),
+            parameter.name
+        )
     } else {
         format!("{exprs} = {values}")
     }
 }
 
 /// Encodes the OUT and INOUT arrays after the routine ran.
-fn encode_outputs(function: &FunctionInterface, call: &mut CallArgs) -> Result<Vec<v1::ExecOutput>, RoutineError> {
+fn encode_outputs(
+    function: &FunctionInterface,
+    call: &mut CallArgs,
+) -> Result<Vec<v1::ExecOutput>, RoutineError> {
     let mut outputs = Vec::new();
     for (index, parameter) in function.parameters.iter().enumerate() {
         if !parameter.mode.is_output() {
@@ -424,7 +461,10 @@ fn encode_outputs(function: &FunctionInterface, call: &mut CallArgs) -> Result<V
             _ => {
                 return Err(RoutineError::new(
                     ExecErrorKind::RoutineFailed,
-                    format!("output `{}` of `{}` was not returned by the generated code", parameter.name, function.name),
+                    format!(
+                        "output `{}` of `{}` was not returned by the generated code",
+                        parameter.name, function.name
+                    ),
                 ));
             }
         }
@@ -515,7 +555,10 @@ pub fn serve(
             Ok(None) => return Ok(()),
             Ok(Some(body)) => match v1::ExecRequest::decode(body.as_slice()) {
                 Ok(request) => handle(module, dispatch, request, limits.max_array_bytes),
-                Err(e) => error_reply(ExecErrorKind::MalformedRequest, format!("malformed request: {e}")),
+                Err(e) => error_reply(
+                    ExecErrorKind::MalformedRequest,
+                    format!("malformed request: {e}"),
+                ),
             },
             Err(FrameError::TooLarge { len, max }) => {
                 frame::skip(&mut reader, len)?;
@@ -548,4 +591,15 @@ pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> Exit
             ExitCode::FAILURE
         }
     }
+}
+
+/// A string argument as a C string for a C routine; an interior NUL is an argument error.
+pub fn c_string(
+    value: &dyn AsRef<std::ffi::OsStr>,
+    parameter: &str,
+) -> Result<std::ffi::CString, RoutineError> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(value.as_ref().as_bytes()).map_err(|_| {
+        RoutineError::bad_argument(format!("argument `{parameter}` contains a NUL byte"))
+    })
 }

@@ -247,9 +247,7 @@ impl BinaryOp {
     pub fn precedence(self) -> u8 {
         match self {
             BinaryOp::Equal | BinaryOp::NotEqual => 2,
-            BinaryOp::Less | BinaryOp::LessEqual | BinaryOp::Greater | BinaryOp::GreaterEqual => {
-                3
-            }
+            BinaryOp::Less | BinaryOp::LessEqual | BinaryOp::Greater | BinaryOp::GreaterEqual => 3,
             BinaryOp::Add | BinaryOp::Sub => 4,
             BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem => 5,
             BinaryOp::Pow => 7,

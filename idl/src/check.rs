@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use crate::ast::{Clause, Define, ElementType, Expr, IdlFile, Item, Mode, Param};
 use crate::diagnostic::{Diagnostic, SourceFile, Span};
-use crate::interface::{Callee, FunctionInterface, Language, ModuleInterface, Parallelism, Parameter};
+use crate::interface::{
+    Callee, FunctionInterface, Language, ModuleInterface, Parallelism, Parameter,
+};
 
 /// Backends a parallel routine may name.
 pub const BACKENDS: [&str; 1] = ["MPI"];
@@ -127,7 +129,11 @@ pub fn check_define(define: &Define, module: &str) -> Result<FunctionInterface, 
         {
             errors.push(Diagnostic::new(
                 span,
-                format!("duplicate `{}` clause in `{}`", clause.keyword(), define.name.name),
+                format!(
+                    "duplicate `{}` clause in `{}`",
+                    clause.keyword(),
+                    define.name.name
+                ),
             ));
             continue;
         }
@@ -203,7 +209,10 @@ pub fn check_define(define: &Define, module: &str) -> Result<FunctionInterface, 
 
 fn check_param(param: &Param, by_name: &HashMap<&str, &Param>, errors: &mut Vec<Diagnostic>) {
     let name = &param.name.name;
-    let textual = matches!(param.element_type, ElementType::String | ElementType::Filename);
+    let textual = matches!(
+        param.element_type,
+        ElementType::String | ElementType::Filename
+    );
     if textual {
         if param.mode != Mode::In {
             errors.push(Diagnostic::new(

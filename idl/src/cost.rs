@@ -62,11 +62,13 @@ impl FunctionInterface {
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                let value = d.eval_integer(bindings).map_err(|source| CostError::Dimension {
-                    parameter: parameter.name.clone(),
-                    dimension: i + 1,
-                    source,
-                })?;
+                let value = d
+                    .eval_integer(bindings)
+                    .map_err(|source| CostError::Dimension {
+                        parameter: parameter.name.clone(),
+                        dimension: i + 1,
+                        source,
+                    })?;
                 u64::try_from(value).map_err(|_| CostError::NegativeDimension {
                     parameter: parameter.name.clone(),
                     dimension: i + 1,
@@ -109,7 +111,9 @@ impl FunctionInterface {
         match &self.parallelism {
             Parallelism::Sequential => Ok(1),
             Parallelism::Parallel { processors, .. } => {
-                let p = processors.eval_integer(bindings).map_err(CostError::Parallel)?;
+                let p = processors
+                    .eval_integer(bindings)
+                    .map_err(CostError::Parallel)?;
                 u64::try_from(p)
                     .ok()
                     .filter(|&p| p >= 1)
@@ -142,7 +146,9 @@ impl FunctionInterface {
             if parameter.mode.is_output() {
                 bytes_out = bytes_out
                     .checked_add(size)
-                    .ok_or(CostError::TotalOverflow { direction: "output" })?;
+                    .ok_or(CostError::TotalOverflow {
+                        direction: "output",
+                    })?;
             }
         }
         let flops = match &self.calc_order {

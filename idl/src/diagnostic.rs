@@ -69,7 +69,10 @@ impl SourceFile {
             Err(i) => i - 1,
         };
         let start = self.line_starts[line];
-        let column = self.text.get(start..offset).map_or(0, |s| s.chars().count());
+        let column = self
+            .text
+            .get(start..offset)
+            .map_or(0, |s| s.chars().count());
         (line + 1, column + 1)
     }
 

@@ -61,7 +61,10 @@ impl Expr {
             ExprKind::Name(name) => bindings
                 .get(name)
                 .ok_or_else(|| EvalError::Unbound(name.clone()))?,
-            ExprKind::Negate(e) => e.eval_integer(bindings)?.checked_neg().ok_or_else(overflow)?,
+            ExprKind::Negate(e) => e
+                .eval_integer(bindings)?
+                .checked_neg()
+                .ok_or_else(overflow)?,
             ExprKind::Conditional(c, a, b) => {
                 if c.eval_integer(bindings)? != 0 {
                     a.eval_integer(bindings)?
@@ -109,7 +112,8 @@ impl Expr {
             ExprKind::Float(v) => *v,
             ExprKind::Name(name) => bindings
                 .get(name)
-                .ok_or_else(|| EvalError::Unbound(name.clone()))? as f64,
+                .ok_or_else(|| EvalError::Unbound(name.clone()))?
+                as f64,
             ExprKind::Negate(e) => -e.eval_real(bindings)?,
             ExprKind::Conditional(c, a, b) => {
                 if c.eval_real(bindings)? != 0.0 {

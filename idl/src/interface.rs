@@ -41,7 +41,10 @@ pub struct FunctionInterface {
 
 impl FunctionInterface {
     pub fn parameter(&self, name: &str) -> Option<(usize, &Parameter)> {
-        self.parameters.iter().enumerate().find(|(_, p)| p.name == name)
+        self.parameters
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.name == name)
     }
 }
 
@@ -128,4 +131,80 @@ fn serialize_optional_expr<S: Serializer>(expr: &Option<Expr>, s: S) -> Result<S
 
 fn serialize_exprs<S: Serializer>(exprs: &[Expr], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(exprs.iter().map(ToString::to_string))
+}
+
+impl FunctionInterface {
+    /// The definition as a syntax tree (locations empty), e.g. to print it as IDL.
+    pub fn to_define(&self) -> crate::ast::Define {
+        use crate::ast::{Calls, Clause, Define, Ident, Param, StringLit};
+        use crate::diagnostic::Span;
+        let ident = |name: &str| Ident {
+            name: name.to_string(),
+            span: Span::default(),
+        };
+        let string = |value: &str| StringLit {
+            value: value.to_string(),
+            span: Span::default(),
+        };
+        let mut clauses: Vec<Clause> = self
+            .required
+            .iter()
+            .map(|r| Clause::Required(string(r)))
+            .collect();
+        if let Parallelism::Parallel {
+            processors,
+            backend,
+        } = &self.parallelism
+        {
+            if let Some(b) = backend {
+                clauses.push(Clause::Backend(string(b)));
+            }
+            clauses.push(Clause::Parallel(processors.clone()));
+        }
+        if let Some(c) = &self.calc_order {
+            clauses.push(Clause::CalcOrder(c.clone()));
+        }
+        Define {
+            name: ident(&self.name),
+            params: self
+                .parameters
+                .iter()
+                .map(|p| Param {
+                    mode: p.mode,
+                    element_type: p.element_type,
+                    name: ident(&p.name),
+                    dims: p.dimensions.clone(),
+                    span: Span::default(),
+                })
+                .collect(),
+            description: self.description.as_deref().map(string),
+            clauses,
+            calls: Calls {
+                language: string(self.callee.language.name()),
+                path: self.callee.path.split("::").map(ident).collect(),
+                args: self.callee.arguments.iter().map(|a| ident(a)).collect(),
+                span: Span::default(),
+            },
+            span: Span::default(),
+        }
+    }
+}
+
+impl ModuleInterface {
+    /// The module as canonical IDL text; compiling it gives this module again.
+    pub fn to_idl(&self) -> String {
+        use crate::ast::{IdlFile, Item, StringLit};
+        let string = |value: &String| StringLit {
+            value: value.clone(),
+            span: crate::diagnostic::Span::default(),
+        };
+        let mut items = vec![Item::Module(crate::ast::Ident {
+            name: self.module.clone(),
+            span: crate::diagnostic::Span::default(),
+        })];
+        items.extend(self.libraries.iter().map(|l| Item::Library(string(l))));
+        items.extend(self.required.iter().map(|r| Item::Required(string(r))));
+        items.extend(self.functions.iter().map(|f| Item::Define(f.to_define())));
+        IdlFile { items }.to_string()
+    }
 }

@@ -159,7 +159,11 @@ impl Lexer<'_> {
         loop {
             match self.peek(0) {
                 None => {
-                    self.error(start, start + 2, "unterminated comment: `/*` has no closing `*/`");
+                    self.error(
+                        start,
+                        start + 2,
+                        "unterminated comment: `/*` has no closing `*/`",
+                    );
                     return;
                 }
                 Some(b'*') if self.peek(1) == Some(b'/') => {
@@ -177,7 +181,11 @@ impl Lexer<'_> {
         let mut value = String::new();
         loop {
             let Some(c) = self.text[self.pos..].chars().next() else {
-                self.error(start, start + 1, "unterminated string: missing closing `\"`");
+                self.error(
+                    start,
+                    start + 1,
+                    "unterminated string: missing closing `\"`",
+                );
                 return;
             };
             match c {
@@ -217,7 +225,9 @@ impl Lexer<'_> {
                         other => self.error(
                             escape_start,
                             self.pos,
-                            format!("unknown escape `\\{other}` in string (use \\\" \\\\ \\n or \\t)"),
+                            format!(
+                                "unknown escape `\\{other}` in string (use \\\" \\\\ \\n or \\t)"
+                            ),
                         ),
                     }
                 }

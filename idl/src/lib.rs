@@ -15,6 +15,7 @@
 //! ```
 
 pub mod ast;
+pub mod build;
 pub mod check;
 pub mod codegen;
 pub mod cost;
@@ -60,7 +61,8 @@ pub fn parse(source: &SourceFile) -> Result<ast::IdlFile, Diagnostics> {
 /// Parses and checks a file, reporting every syntax and semantic error together.
 pub fn compile(source: &SourceFile) -> Result<ModuleInterface, Diagnostics> {
     let (file, mut items) = parser::parse(source.text());
-    let (module, mut semantic) = check::check_file(&file, source, &default_module_name(source.name()));
+    let (module, mut semantic) =
+        check::check_file(&file, source, &default_module_name(source.name()));
     items.append(&mut semantic);
     if items.is_empty() {
         Ok(module)

@@ -46,9 +46,10 @@ pub fn parse_expression(text: &str) -> Result<Expr, Vec<Diagnostic>> {
     {
         let span = parser.span();
         let found = parser.peek().describe();
-        parser
-            .diagnostics
-            .push(Diagnostic::new(span, format!("unexpected {found} after the expression")));
+        parser.diagnostics.push(Diagnostic::new(
+            span,
+            format!("unexpected {found} after the expression"),
+        ));
     }
     match expr {
         Ok(e) if parser.diagnostics.is_empty() => Ok(e),
@@ -181,7 +182,9 @@ impl Parser {
                     return;
                 }
                 TokenKind::Ident(w)
-                    if keyword_is(w, "Define") || keyword_is(w, "Module") || keyword_is(w, "Library") =>
+                    if keyword_is(w, "Define")
+                        || keyword_is(w, "Module")
+                        || keyword_is(w, "Library") =>
                 {
                     return;
                 }
@@ -380,7 +383,10 @@ impl Parser {
             .strip_prefix("mode_")
             .or_else(|| word.strip_prefix("MODE_"))
             .unwrap_or(&word);
-        if let Some(mode) = Mode::ALL.into_iter().find(|m| keyword_is(bare, m.keyword())) {
+        if let Some(mode) = Mode::ALL
+            .into_iter()
+            .find(|m| keyword_is(bare, m.keyword()))
+        {
             self.advance();
             return Ok(mode);
         }

@@ -4,7 +4,9 @@
 
 use ninf_idl::ast::{self, Clause, Define, Ident, StringLit};
 use ninf_idl::parser::{is_identifier, parse_expression};
-use ninf_idl::{ElementType, FunctionInterface, Language, Mode, ModuleInterface, Parallelism, Span};
+use ninf_idl::{
+    ElementType, FunctionInterface, Language, Mode, ModuleInterface, Parallelism, Span,
+};
 
 use crate::v1;
 
@@ -78,7 +80,11 @@ impl From<&FunctionInterface> for v1::FunctionInterface {
                     dimensions: p.dimensions.iter().map(ToString::to_string).collect(),
                 })
                 .collect(),
-            calc_order: f.calc_order.as_ref().map(ToString::to_string).unwrap_or_default(),
+            calc_order: f
+                .calc_order
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             parallelism,
             backend,
             required: f.required.clone(),
@@ -181,10 +187,18 @@ impl TryFrom<&v1::FunctionInterface> for FunctionInterface {
             clauses.push(Clause::Backend(string(&f.backend)));
         }
         if !f.calc_order.is_empty() {
-            clauses.push(Clause::CalcOrder(expression(&f.calc_order, "CalcOrder", name)?));
+            clauses.push(Clause::CalcOrder(expression(
+                &f.calc_order,
+                "CalcOrder",
+                name,
+            )?));
         }
         if !f.parallelism.is_empty() {
-            clauses.push(Clause::Parallel(expression(&f.parallelism, "Parallel", name)?));
+            clauses.push(Clause::Parallel(expression(
+                &f.parallelism,
+                "Parallel",
+                name,
+            )?));
         }
         let callee = f
             .callee
@@ -219,7 +233,10 @@ impl TryFrom<&v1::FunctionInterface> for FunctionInterface {
             span: Span::default(),
         };
         if !is_identifier(&f.module) {
-            return Err(fail(format!("module name {:?} is not an identifier", f.module)));
+            return Err(fail(format!(
+                "module name {:?} is not an identifier",
+                f.module
+            )));
         }
         ninf_idl::check::check_define(&define, &f.module).map_err(|errors| {
             fail(

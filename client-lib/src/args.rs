@@ -1,0 +1,434 @@
+//! Positional arguments and their checking against an interface descriptor. Every mismatch
+//! (count, type, scalar range, array length) is found here, before any byte is sent, and the
+//! message names the argument with the expected and actual size.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ninf_idl::{ElementType, FunctionInterface, Mode, Parameter};
+use ninf_proto::v1::{self, argument_value::Value as WireValue};
+use ninf_proto::values::{decode_into, encode};
+use num_complex::{Complex32, Complex64};
+
+use crate::error::CallError;
+
+/// A read-only array argument.
+#[derive(Debug)]
+pub enum ArrayRef<'a> {
+    Char(&'a [u8]),
+    Short(&'a [i16]),
+    Int(&'a [i32]),
+    Long(&'a [i64]),
+    Float(&'a [f32]),
+    Double(&'a [f64]),
+    Scomplex(&'a [Complex32]),
+    Dcomplex(&'a [Complex64]),
+}
+
+/// An array argument the routine may write (OUT, INOUT).
+#[derive(Debug)]
+pub enum ArrayMut<'a> {
+    Char(&'a mut [u8]),
+    Short(&'a mut [i16]),
+    Int(&'a mut [i32]),
+    Long(&'a mut [i64]),
+    Float(&'a mut [f32]),
+    Double(&'a mut [f64]),
+    Scomplex(&'a mut [Complex32]),
+    Dcomplex(&'a mut [Complex64]),
+}
+
+macro_rules! for_each_array {
+    ($enum:ident, $value:expr, $v:ident => $body:expr) => {
+        match $value {
+            $enum::Char($v) => $body,
+            $enum::Short($v) => $body,
+            $enum::Int($v) => $body,
+            $enum::Long($v) => $body,
+            $enum::Float($v) => $body,
+            $enum::Double($v) => $body,
+            $enum::Scomplex($v) => $body,
+            $enum::Dcomplex($v) => $body,
+        }
+    };
+}
+
+impl ArrayRef<'_> {
+    pub fn len(&self) -> usize {
+        for_each_array!(ArrayRef, self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn element_type(&self) -> ElementType {
+        match self {
+            ArrayRef::Char(_) => ElementType::Char,
+            ArrayRef::Short(_) => ElementType::Short,
+            ArrayRef::Int(_) => ElementType::Int,
+            ArrayRef::Long(_) => ElementType::Long,
+            ArrayRef::Float(_) => ElementType::Float,
+            ArrayRef::Double(_) => ElementType::Double,
+            ArrayRef::Scomplex(_) => ElementType::Scomplex,
+            ArrayRef::Dcomplex(_) => ElementType::Dcomplex,
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        for_each_array!(ArrayRef, self, v => encode(v))
+    }
+}
+
+impl ArrayMut<'_> {
+    pub fn as_ref(&self) -> ArrayRef<'_> {
+        match self {
+            ArrayMut::Char(v) => ArrayRef::Char(v),
+            ArrayMut::Short(v) => ArrayRef::Short(v),
+            ArrayMut::Int(v) => ArrayRef::Int(v),
+            ArrayMut::Long(v) => ArrayRef::Long(v),
+            ArrayMut::Float(v) => ArrayRef::Float(v),
+            ArrayMut::Double(v) => ArrayRef::Double(v),
+            ArrayMut::Scomplex(v) => ArrayRef::Scomplex(v),
+            ArrayMut::Dcomplex(v) => ArrayRef::Dcomplex(v),
+        }
+    }
+
+    fn decode_from(&mut self, bytes: &[u8]) -> Result<(), ninf_proto::ValueError> {
+        for_each_array!(ArrayMut, self, v => decode_into(bytes, v))
+    }
+}
+
+/// One positional argument of a call.
+#[derive(Debug)]
+pub enum Arg<'a> {
+    /// A char, short, int or long scalar.
+    Integer(i64),
+    /// A float or double scalar.
+    Real(f64),
+    Complex(Complex64),
+    Text(&'a str),
+    /// A `filename` argument: the file's contents are sent.
+    File(&'a Path),
+    In(ArrayRef<'a>),
+    Out(ArrayMut<'a>),
+    /// A WORK array: allocated by the server, never sent.
+    Work,
+}
+
+impl Arg<'_> {
+    fn describe(&self) -> String {
+        match self {
+            Arg::Integer(_) => "an integer".into(),
+            Arg::Real(_) => "a real number".into(),
+            Arg::Complex(_) => "a complex number".into(),
+            Arg::Text(_) => "a string".into(),
+            Arg::File(_) => "a file".into(),
+            Arg::In(a) => format!("a read-only array of {}", a.element_type().keyword()),
+            Arg::Out(a) => format!("a mutable array of {}", a.as_ref().element_type().keyword()),
+            Arg::Work => "a WORK placeholder".into(),
+        }
+    }
+}
+
+macro_rules! integer_arg {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Arg<'_> {
+            fn from(v: $t) -> Self {
+                Arg::Integer(i64::from(v))
+            }
+        }
+    )*};
+}
+integer_arg!(u8, i16, i32, i64);
+
+impl From<f64> for Arg<'_> {
+    fn from(v: f64) -> Self {
+        Arg::Real(v)
+    }
+}
+
+impl From<f32> for Arg<'_> {
+    fn from(v: f32) -> Self {
+        Arg::Real(f64::from(v))
+    }
+}
+
+impl From<Complex64> for Arg<'_> {
+    fn from(v: Complex64) -> Self {
+        Arg::Complex(v)
+    }
+}
+
+impl From<Complex32> for Arg<'_> {
+    fn from(v: Complex32) -> Self {
+        Arg::Complex(Complex64::new(f64::from(v.re), f64::from(v.im)))
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(v: &'a str) -> Self {
+        Arg::Text(v)
+    }
+}
+
+impl<'a> From<&'a Path> for Arg<'a> {
+    fn from(v: &'a Path) -> Self {
+        Arg::File(v)
+    }
+}
+
+macro_rules! array_arg {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl<'a> From<&'a [$t]> for Arg<'a> {
+            fn from(v: &'a [$t]) -> Self { Arg::In(ArrayRef::$variant(v)) }
+        }
+        impl<'a> From<&'a Vec<$t>> for Arg<'a> {
+            fn from(v: &'a Vec<$t>) -> Self { Arg::In(ArrayRef::$variant(v)) }
+        }
+        impl<'a> From<&'a mut [$t]> for Arg<'a> {
+            fn from(v: &'a mut [$t]) -> Self { Arg::Out(ArrayMut::$variant(v)) }
+        }
+        impl<'a> From<&'a mut Vec<$t>> for Arg<'a> {
+            fn from(v: &'a mut Vec<$t>) -> Self { Arg::Out(ArrayMut::$variant(v)) }
+        }
+    )*};
+}
+array_arg!(u8 => Char, i16 => Short, i32 => Int, i64 => Long, f32 => Float, f64 => Double,
+    Complex32 => Scomplex, Complex64 => Dcomplex);
+
+/// The routine's own status (LINPACK-style `info`; 0 when the routine reports none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallOutcome {
+    pub status: i64,
+}
+
+fn article(t: ElementType) -> &'static str {
+    if t == ElementType::Int { "an" } else { "a" }
+}
+
+fn shape(parameter: &Parameter, dims: &[u64]) -> String {
+    let exprs: Vec<String> = parameter
+        .dimensions
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let values: Vec<String> = dims.iter().map(ToString::to_string).collect();
+    format!("{} = {}", exprs.join(" x "), values.join(" x "))
+}
+
+/// Checks positional arguments against the interface and encodes what travels to the
+/// routine: one value per parameter, none for OUT and WORK.
+pub fn encode_arguments(
+    function: &FunctionInterface,
+    args: &[Arg<'_>],
+) -> Result<Vec<v1::ArgumentValue>, CallError> {
+    let name = &function.name;
+    if args.len() != function.parameters.len() {
+        let names: Vec<&str> = function
+            .parameters
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        return Err(CallError::bad_argument(format!(
+            "`{name}` takes {} arguments ({}), got {}",
+            names.len(),
+            names.join(", "),
+            args.len()
+        )));
+    }
+    let mut bindings = BTreeMap::new();
+    for (p, arg) in function.parameters.iter().zip(args) {
+        if p.mode == Mode::In && !p.is_array() && p.element_type.is_integer() {
+            let Arg::Integer(v) = arg else {
+                return Err(CallError::bad_argument(format!(
+                    "argument `{}` of `{name}` must be {} {}, got {}",
+                    p.name,
+                    article(p.element_type),
+                    p.element_type.keyword(),
+                    arg.describe()
+                )));
+            };
+            let fits = match p.element_type {
+                ElementType::Char => u8::try_from(*v).is_ok(),
+                ElementType::Short => i16::try_from(*v).is_ok(),
+                ElementType::Int => i32::try_from(*v).is_ok(),
+                _ => true,
+            };
+            if !fits {
+                return Err(CallError::bad_argument(format!(
+                    "argument `{}` of `{name}`: {v} does not fit in {} {}",
+                    p.name,
+                    article(p.element_type),
+                    p.element_type.keyword()
+                )));
+            }
+            bindings.insert(p.name.clone(), *v);
+        }
+    }
+    let mut values = Vec::with_capacity(args.len());
+    for (p, arg) in function.parameters.iter().zip(args) {
+        let mismatch = |what: String| {
+            CallError::bad_argument(format!(
+                "argument `{}` of `{name}` must be {what}, got {}",
+                p.name,
+                arg.describe()
+            ))
+        };
+        let value = if !p.is_array() {
+            let t = p.element_type;
+            Some(match (t, arg) {
+                (t, Arg::Integer(v)) if t.is_integer() => WireValue::IntValue(*v),
+                (ElementType::Float | ElementType::Double, Arg::Real(v)) => {
+                    WireValue::FloatValue(*v)
+                }
+                (ElementType::Scomplex | ElementType::Dcomplex, Arg::Complex(c)) => {
+                    WireValue::ComplexValue(v1::Complex { re: c.re, im: c.im })
+                }
+                (ElementType::String, Arg::Text(s)) => WireValue::StringValue(s.to_string()),
+                (ElementType::Filename, Arg::File(path)) => {
+                    WireValue::FileContent(std::fs::read(path).map_err(|e| {
+                        CallError::bad_argument(format!(
+                            "argument `{}` of `{name}`: cannot read {}: {e}",
+                            p.name,
+                            path.display()
+                        ))
+                    })?)
+                }
+                _ => return Err(mismatch(format!("{} {}", article(t), t.keyword()))),
+            })
+        } else {
+            let dims = function.dimensions_of(p, &bindings).map_err(|e| {
+                CallError::bad_argument(format!("argument `{}` of `{name}`: {e}", p.name))
+            })?;
+            let expected = function.element_count(p, &bindings).map_err(|e| {
+                CallError::bad_argument(format!("argument `{}` of `{name}`: {e}", p.name))
+            })?;
+            let array = match (p.mode, arg) {
+                (Mode::Work, Arg::Work) => None,
+                (Mode::Work, _) => {
+                    return Err(mismatch(
+                        "`Arg::Work` (WORK arrays stay on the server)".into(),
+                    ));
+                }
+                (Mode::In, Arg::In(a)) => Some(a),
+                (Mode::In, Arg::Out(_)) | (Mode::InOut | Mode::Out, Arg::Out(_)) => None,
+                (Mode::In, _) => {
+                    return Err(mismatch(format!(
+                        "an array of {}",
+                        p.element_type.keyword()
+                    )));
+                }
+                _ => {
+                    return Err(mismatch(format!(
+                        "a mutable array of {} ({} results are written back)",
+                        p.element_type.keyword(),
+                        p.mode.keyword()
+                    )));
+                }
+            };
+            let (actual_type, actual_len) = match arg {
+                Arg::In(a) => (Some(a.element_type()), a.len()),
+                Arg::Out(a) => (Some(a.as_ref().element_type()), a.as_ref().len()),
+                _ => (None, 0),
+            };
+            if let Some(actual_type) = actual_type {
+                if actual_type != p.element_type {
+                    return Err(CallError::bad_argument(format!(
+                        "argument `{}` of `{name}` must be an array of {}, got an array of {}",
+                        p.name,
+                        p.element_type.keyword(),
+                        actual_type.keyword()
+                    )));
+                }
+                if actual_len as u64 != expected {
+                    return Err(CallError::bad_argument(format!(
+                        "argument `{}` of `{name}` has {actual_len} elements, expected {expected} ({})",
+                        p.name,
+                        shape(p, &dims)
+                    )));
+                }
+            }
+            let data = match (p.mode, array, arg) {
+                (Mode::In, Some(a), _) => Some(a.encode()),
+                (Mode::In | Mode::InOut, None, Arg::Out(a)) => Some(a.as_ref().encode()),
+                _ => None,
+            };
+            data.map(|data| {
+                WireValue::Array(v1::Array {
+                    element_type: ninf_proto::descriptor::element_type_to_proto(p.element_type)
+                        .into(),
+                    data,
+                })
+            })
+        };
+        values.push(v1::ArgumentValue { value });
+    }
+    Ok(values)
+}
+
+/// Writes a routine's OUT and INOUT results back into the caller's mutable arrays, checking
+/// that every output arrived once with the right type and length.
+pub fn decode_outputs(
+    function: &FunctionInterface,
+    outputs: Vec<v1::ExecOutput>,
+    status: i64,
+    args: &mut [Arg<'_>],
+) -> Result<CallOutcome, CallError> {
+    let name = &function.name;
+    let bad = |message: String| CallError::new(crate::ErrorKind::CommunicationFailed, message);
+    let mut received = vec![false; function.parameters.len()];
+    for output in outputs {
+        let index = output.parameter as usize;
+        let Some(p) = function
+            .parameters
+            .get(index)
+            .filter(|p| p.mode.is_output())
+        else {
+            return Err(bad(format!(
+                "`{name}` returned a value for parameter {index}, which is not an output"
+            )));
+        };
+        if std::mem::replace(&mut received[index], true) {
+            return Err(bad(format!("`{name}` returned `{}` twice", p.name)));
+        }
+        let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
+            return Err(bad(format!("`{name}` returned no array for `{}`", p.name)));
+        };
+        let Some(Arg::Out(target)) = args.get_mut(index) else {
+            return Err(CallError::bad_argument(format!(
+                "argument `{}` of `{name}` must be a mutable array to receive the result",
+                p.name
+            )));
+        };
+        let expected_bytes =
+            target.as_ref().len() * p.element_type.size_bytes().unwrap_or(0) as usize;
+        if array.data.len() != expected_bytes
+            || ninf_proto::descriptor::element_type_from_proto(
+                v1::ElementType::try_from(array.element_type).unwrap_or_default(),
+            ) != Some(p.element_type)
+        {
+            return Err(bad(format!(
+                "`{name}` returned {} bytes for `{}`, expected {expected_bytes}",
+                array.data.len(),
+                p.name
+            )));
+        }
+        target
+            .decode_from(&array.data)
+            .map_err(|e| bad(format!("result `{}` of `{name}`: {e}", p.name)))?;
+    }
+    if let Some(p) = function
+        .parameters
+        .iter()
+        .zip(&received)
+        .find(|(p, got)| p.mode.is_output() && !**got)
+        .map(|(p, _)| p)
+    {
+        return Err(bad(format!(
+            "`{name}` returned no value for output `{}`",
+            p.name
+        )));
+    }
+    Ok(CallOutcome { status })
+}

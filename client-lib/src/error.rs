@@ -1,0 +1,57 @@
+//! Call errors, with the GridRPC error names users of Ninf and Ninf-G know.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    ServerNotFound,
+    FunctionNotFound,
+    /// An argument does not match the routine's interface (count, type or size).
+    BadArgument,
+    CommunicationFailed,
+    /// The call reached the routine, which failed (or its process died).
+    SessionFailed,
+    Canceled,
+    Timeout,
+}
+
+impl ErrorKind {
+    /// The GridRPC name of the error.
+    pub fn grpc_name(self) -> &'static str {
+        match self {
+            ErrorKind::ServerNotFound => "SERVER_NOT_FOUND",
+            ErrorKind::FunctionNotFound => "FUNCTION_NOT_FOUND",
+            ErrorKind::BadArgument => "BAD_ARGUMENT",
+            ErrorKind::CommunicationFailed => "COMMUNICATION_FAILED",
+            ErrorKind::SessionFailed => "SESSION_FAILED",
+            ErrorKind::Canceled => "CANCELED",
+            ErrorKind::Timeout => "TIMEOUT",
+        }
+    }
+}
+
+/// A failed call: what kind of failure and a message naming the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct CallError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl CallError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        CallError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_argument(message: impl Into<String>) -> Self {
+        CallError::new(ErrorKind::BadArgument, message)
+    }
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.grpc_name(), self.message)
+    }
+}

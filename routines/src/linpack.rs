@@ -1,0 +1,83 @@
+//! LU factorisation and solve with partial pivoting, LINPACK's `dgefa`/`dgesl` interface on
+//! faer's blocked LU.
+//!
+//! faer returns the final row permutation; LINPACK's `ipvt` is the sequence of row
+//! interchanges (at step k, rows k and `ipvt[k]` were swapped). [`dgefa`] converts one into
+//! the other, so `ipvt` means what LINPACK users expect. The factors follow LAPACK's storage
+//! (unit lower L below the diagonal, U on and above it), which `dgesl` here consumes.
+
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::lu::partial_pivoting::factor::{lu_in_place, lu_in_place_scratch};
+use faer::linalg::triangular_solve::{
+    solve_unit_lower_triangular_in_place, solve_upper_triangular_in_place,
+};
+use faer::{MatMut, MatRef, Par};
+
+fn order(n: i32) -> Result<usize, String> {
+    usize::try_from(n).map_err(|_| format!("n = {n} is negative"))
+}
+
+/// Factors the column-major n-by-n `a` in place; `ipvt` receives the 1-based interchanges.
+/// Returns 0, or k when U(k, k) is zero (the matrix is singular; `dgesl` would divide by zero).
+pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
+    let n = order(n)?;
+    let mut perm = vec![0usize; n];
+    let mut perm_inv = vec![0usize; n];
+    let mut buffer = MemBuffer::new(lu_in_place_scratch::<usize, f64>(
+        n,
+        n,
+        Par::Seq,
+        Default::default(),
+    ));
+    let matrix = MatMut::from_column_major_slice_mut(a, n, n);
+    lu_in_place(
+        matrix,
+        &mut perm,
+        &mut perm_inv,
+        Par::Seq,
+        MemStack::new(&mut buffer),
+        Default::default(),
+    );
+    // Replay the permutation as successive interchanges: at step k, bring the row that ends
+    // at position k (perm[k]) from wherever it currently is.
+    let mut position: Vec<usize> = (0..n).collect();
+    let mut row_at: Vec<usize> = (0..n).collect();
+    for k in 0..n {
+        let l = position[perm[k]];
+        ipvt[k] = i32::try_from(l + 1).map_err(|_| "n exceeds the int range".to_string())?;
+        let (rk, rl) = (row_at[k], row_at[l]);
+        row_at.swap(k, l);
+        position[rk] = l;
+        position[rl] = k;
+    }
+    let info = (0..n).find(|&k| a[k + k * n] == 0.0 || !a[k + k * n].is_finite());
+    Ok(info.map_or(0, |k| k as i32 + 1))
+}
+
+/// Solves A x = b with the factors from [`dgefa`]; `b` is overwritten with x.
+pub fn dgesl(a: &[f64], n: i32, ipvt: &[i32], b: &mut [f64]) -> Result<(), String> {
+    let n = order(n)?;
+    for (k, &pivot) in ipvt.iter().enumerate().take(n) {
+        let l = usize::try_from(pivot - 1)
+            .ok()
+            .filter(|&l| l < n)
+            .ok_or_else(|| format!("ipvt[{k}] = {pivot} is not a row of a {n}x{n} matrix"))?;
+        b.swap(k, l);
+    }
+    let factors = MatRef::from_column_major_slice(a, n, n);
+    let rhs = MatMut::from_column_major_slice_mut(b, n, 1);
+    solve_unit_lower_triangular_in_place(factors, rhs, Par::Seq);
+    let rhs = MatMut::from_column_major_slice_mut(b, n, 1);
+    solve_upper_triangular_in_place(factors, rhs, Par::Seq);
+    Ok(())
+}
+
+/// Factors `a` and solves A x = b in one call. Returns `dgefa`'s status; `b` is left as
+/// given when the matrix is singular.
+pub fn dgesv(a: &mut [f64], n: i32, ipvt: &mut [i32], b: &mut [f64]) -> Result<i32, String> {
+    let info = dgefa(a, n, ipvt)?;
+    if info == 0 {
+        dgesl(a, n, ipvt, b)?;
+    }
+    Ok(info)
+}
