@@ -324,8 +324,10 @@ fn check_calls(
         ));
     }
     let mut used: HashMap<&str, Span> = HashMap::new();
+    let mut unknown = false;
     for arg in &calls.args {
         if !by_name.contains_key(arg.name.as_str()) {
+            unknown = true;
             let hint = crate::parser::suggest(&arg.name, by_name.keys().copied())
                 .map_or(String::new(), |s| format!("; did you mean `{s}`?"));
             errors.push(Diagnostic::new(
@@ -348,7 +350,8 @@ fn check_calls(
         .filter(|p| !used.contains_key(p.name.name.as_str()))
         .map(|p| format!("`{}`", p.name.name))
         .collect();
-    if !missing.is_empty() && by_name.len() == define.params.len() {
+    // An unknown name is usually a misspelled parameter: reporting it also as missing is noise.
+    if !missing.is_empty() && !unknown && by_name.len() == define.params.len() {
         errors.push(Diagnostic::new(
             calls.span,
             format!(
