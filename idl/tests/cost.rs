@@ -22,11 +22,19 @@ fn table_1_of_the_metaserver_paper() {
         let n_u = n as u64;
         let dgefa = m.function("dgefa").unwrap().cost(&[("n", n)]).unwrap();
         assert_eq!(dgefa.bytes_in, 8 * n_u * n_u, "dgefa in, n = {n}");
-        assert_eq!(dgefa.bytes_out, 8 * n_u * n_u + 4 * n_u, "dgefa out, n = {n}");
+        assert_eq!(
+            dgefa.bytes_out,
+            8 * n_u * n_u + 4 * n_u,
+            "dgefa out, n = {n}"
+        );
         assert!((dgefa.flops - 2.0 / 3.0 * nf.powi(3)).abs() <= 1e-9 * nf.powi(3));
 
         let dgesl = m.function("dgesl").unwrap().cost(&[("n", n)]).unwrap();
-        assert_eq!(dgesl.bytes_in, 8 * n_u * n_u + 12 * n_u, "dgesl in, n = {n}");
+        assert_eq!(
+            dgesl.bytes_in,
+            8 * n_u * n_u + 12 * n_u,
+            "dgesl in, n = {n}"
+        );
         assert_eq!(dgesl.bytes_out, 8 * n_u, "dgesl out, n = {n}");
         assert_eq!(dgesl.flops, 2.0 * nf * nf);
 
@@ -44,7 +52,11 @@ fn table_1_of_the_metaserver_paper() {
 
 #[test]
 fn the_issue_example_dgefa_at_700() {
-    let cost = linpack().function("dgefa").unwrap().cost(&[("n", 700)]).unwrap();
+    let cost = linpack()
+        .function("dgefa")
+        .unwrap()
+        .cost(&[("n", 700)])
+        .unwrap();
     assert_eq!((cost.bytes_in, cost.bytes_out), (3_920_000, 3_922_800));
 }
 
@@ -90,13 +102,22 @@ fn dimension_error(idl: &str, bindings: &[(&str, i64)]) -> CostError {
 
 #[test]
 fn division_by_zero_is_an_error() {
-    let e = dimension_error(r#"Define f(IN int n, IN double a[10 / n]) Calls "C" f(n, a);"#, &[("n", 0)]);
-    assert_eq!(e.to_string(), "cannot evaluate dimension 1 of `a`: division by zero in `10 / n`");
+    let e = dimension_error(
+        r#"Define f(IN int n, IN double a[10 / n]) Calls "C" f(n, a);"#,
+        &[("n", 0)],
+    );
+    assert_eq!(
+        e.to_string(),
+        "cannot evaluate dimension 1 of `a`: division by zero in `10 / n`"
+    );
     let e = dimension_error(
         r#"Define f(IN int n) CalcOrder n / (n - n) Calls "C" f(n);"#,
         &[("n", 3)],
     );
-    assert_eq!(e, CostError::CalcOrder(EvalError::DivisionByZero("n / (n - n)".into())));
+    assert_eq!(
+        e,
+        CostError::CalcOrder(EvalError::DivisionByZero("n / (n - n)".into()))
+    );
 }
 
 #[test]
@@ -112,21 +133,33 @@ fn negative_dimension_is_an_error() {
 fn overflow_is_an_error_never_a_wrapped_number() {
     let idl = r#"Define f(IN long n, IN double a[n * n * n]) Calls "C" f(n, a);"#;
     let e = dimension_error(idl, &[("n", 3_000_000)]);
-    assert_eq!(e.to_string(), "cannot evaluate dimension 1 of `a`: integer overflow in `n * n * n`");
+    assert_eq!(
+        e.to_string(),
+        "cannot evaluate dimension 1 of `a`: integer overflow in `n * n * n`"
+    );
 
     // Element count fits, bytes do not.
     let idl = r#"Define f(IN long n, IN double a[n][n]) Calls "C" f(n, a);"#;
     let e = dimension_error(idl, &[("n", 1 << 31)]);
-    assert_eq!(e, CostError::SizeOverflow { parameter: "a".into() });
+    assert_eq!(
+        e,
+        CostError::SizeOverflow {
+            parameter: "a".into()
+        }
+    );
 
     // Each array fits, their sum does not.
-    let idl = r#"Define f(IN long n, IN char a[n], IN char b[n], IN char c[n]) Calls "C" f(n, a, b, c);"#;
+    let idl =
+        r#"Define f(IN long n, IN char a[n], IN char b[n], IN char c[n]) Calls "C" f(n, a, b, c);"#;
     let e = dimension_error(idl, &[("n", i64::MAX)]);
     assert_eq!(e, CostError::TotalOverflow { direction: "input" });
 
     let idl = r#"Define f(IN int n) CalcOrder n ^ 400 Calls "C" f(n);"#;
     let e = dimension_error(idl, &[("n", 10)]);
-    assert_eq!(e.to_string(), "cannot evaluate CalcOrder: `n ^ 400` is not a finite number");
+    assert_eq!(
+        e.to_string(),
+        "cannot evaluate CalcOrder: `n ^ 400` is not a finite number"
+    );
 
     let idl = r#"Define f(IN int n, IN int a[2 ^ (n - 5)]) Calls "C" f(n, a);"#;
     let e = dimension_error(idl, &[("n", 2)]);
@@ -137,13 +170,28 @@ fn overflow_is_an_error_never_a_wrapped_number() {
 
     let idl = r#"Define f(IN int n, IN int a[-n]) Calls "C" f(n, a);"#;
     let e = dimension_error(idl, &[("n", i64::MIN)]);
-    assert_eq!(e.to_string(), "cannot evaluate dimension 1 of `a`: integer overflow in `-n`");
+    assert_eq!(
+        e.to_string(),
+        "cannot evaluate dimension 1 of `a`: integer overflow in `-n`"
+    );
 }
 
 #[test]
 fn missing_scalar_and_bad_parallelism_are_errors() {
-    let e = dimension_error(r#"Define f(IN int n, IN double a[n]) Calls "C" f(n, a);"#, &[]);
-    assert_eq!(e.to_string(), "cannot evaluate dimension 1 of `a`: no value for `n`");
-    let e = dimension_error(r#"Define f(IN int p) Parallel p - 1 Calls "C" f(p);"#, &[("p", 1)]);
-    assert_eq!(e.to_string(), "Parallel gives 0 processors; a routine needs at least 1");
+    let e = dimension_error(
+        r#"Define f(IN int n, IN double a[n]) Calls "C" f(n, a);"#,
+        &[],
+    );
+    assert_eq!(
+        e.to_string(),
+        "cannot evaluate dimension 1 of `a`: no value for `n`"
+    );
+    let e = dimension_error(
+        r#"Define f(IN int p) Parallel p - 1 Calls "C" f(p);"#,
+        &[("p", 1)],
+    );
+    assert_eq!(
+        e.to_string(),
+        "Parallel gives 0 processors; a routine needs at least 1"
+    );
 }

@@ -310,12 +310,24 @@ Define j(OUT int j) Calls \"Rust\" j(j);
     assert_eq!(
         found,
         vec![
-            (2, 13, "unknown type `doubel`; did you mean `double`?".to_string()),
+            (
+                2,
+                13,
+                "unknown type `doubel`; did you mean `double`?".to_string()
+            ),
             (3, 33, "unknown name `k` in dimension of `y`".to_string()),
-            (4, 1, "unknown keyword `Defnie`; did you mean `Define`?".to_string()),
+            (
+                4,
+                1,
+                "unknown keyword `Defnie`; did you mean `Define`?".to_string()
+            ),
             // A definition with a syntax error is left out of checking, so `m[q]` on the
             // same line is reported once `flaot` is fixed.
-            (5, 23, "unknown type `flaot`; did you mean `float`?".to_string()),
+            (
+                5,
+                23,
+                "unknown type `flaot`; did you mean `float`?".to_string()
+            ),
             (
                 6,
                 10,

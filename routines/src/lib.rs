@@ -10,3 +10,8 @@ pub mod linpack;
 pub mod linpack_client {
     include!(concat!(env!("OUT_DIR"), "/linpack_client.rs"));
 }
+
+/// Typed client stubs for the `vector` module (C routines), generated at build time.
+pub mod vector_client {
+    include!(concat!(env!("OUT_DIR"), "/vector_client.rs"));
+}

@@ -1,0 +1,41 @@
+/* C routines of the `vector` example module (idl/examples/vector.idl): they exercise the
+ * `Calls "C"` path of ninf-gen (scalars by value, arrays by pointer, strings as C strings,
+ * complex scalars by pointer, WORK arrays, and libm through `Library "-lm"`). */
+#include <complex.h>
+#include <math.h>
+#include <string.h>
+
+void ninf_ddot(int n, const double *x, const double *y, double *result) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += x[i] * y[i];
+    result[0] = sum;
+}
+
+void ninf_dnrm2(int n, const double *x, double *result) {
+    double scale = 0.0, ssq = 1.0;
+    for (int i = 0; i < n; i++) {
+        if (x[i] != 0.0) {
+            double a = fabs(x[i]);
+            if (scale < a) {
+                ssq = 1.0 + ssq * (scale / a) * (scale / a);
+                scale = a;
+            } else {
+                ssq += (a / scale) * (a / scale);
+            }
+        }
+    }
+    result[0] = scale * sqrt(ssq);
+}
+
+void ninf_label(char *buffer, int n, const char *text, double *scratch) {
+    /* The WORK array has n + 1 elements; touch all of them to show it is really there. */
+    for (int i = 0; i <= n; i++) scratch[i] = (double)i;
+    memset(buffer, '.', (size_t)n);
+    size_t len = strlen(text);
+    memcpy(buffer, text, len < (size_t)n ? len : (size_t)n);
+}
+
+void ninf_pscale(int p, long n, const double complex *alpha, double complex *z) {
+    (void)p;
+    for (long i = 0; i < n; i++) z[i] *= *alpha;
+}
