@@ -33,7 +33,7 @@ pub enum Item {
     Library(StringLit),
     /// `Required "obj.o";`: object files or libraries every routine needs.
     Required(StringLit),
-    Define(Define),
+    Define(Box<Define>),
 }
 
 /// `Define name(params) ["description"] clauses* Calls "lang" callee(args);`

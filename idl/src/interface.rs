@@ -204,7 +204,11 @@ impl ModuleInterface {
         })];
         items.extend(self.libraries.iter().map(|l| Item::Library(string(l))));
         items.extend(self.required.iter().map(|r| Item::Required(string(r))));
-        items.extend(self.functions.iter().map(|f| Item::Define(f.to_define())));
+        items.extend(
+            self.functions
+                .iter()
+                .map(|f| Item::Define(Box::new(f.to_define()))),
+        );
         IdlFile { items }.to_string()
     }
 }

@@ -92,8 +92,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -253,7 +253,7 @@ impl Parser {
             Ok(Item::Required(s))
         } else if keyword_is(&word, "Define") {
             self.advance();
-            self.define(span).map(Item::Define)
+            self.define(span).map(|d| Item::Define(Box::new(d)))
         } else {
             let hint = did_you_mean(suggest(&word, TOP_LEVEL_KEYWORDS));
             let hint = if hint.is_empty() {

@@ -1,6 +1,8 @@
 //! The cost model: the seed's Table 1 at several n, the byte accounting rules, and every
 //! evaluation failure as an error value.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 use ninf_idl::{CostError, EvalError, ModuleInterface, SourceFile};

@@ -1,6 +1,8 @@
 //! One test per diagnostic: the exact message and where it points (line:col), plus the
 //! rendered form and the promise that every error of a file is reported.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use ninf_idl::SourceFile;
 use ninf_idl::diagnostic::Located;
 

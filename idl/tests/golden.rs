@@ -2,6 +2,8 @@
 //! examples must match the files in `tests/golden/`. After an intended change, regenerate
 //! them with `NINF_BLESS=1 cargo test -p ninf-idl --test golden` and review the diff.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

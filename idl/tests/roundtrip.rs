@@ -1,6 +1,8 @@
 //! Property tests: printing any syntax tree and parsing the text gives the same tree, and the
 //! compiler never panics, whatever it is fed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use ninf_idl::ast::{
     BinaryOp, Calls, Clause, Define, ElementType, Expr, ExprKind, Ident, IdlFile, Item, Mode,
     Param, StringLit,
@@ -121,7 +123,7 @@ fn file() -> impl Strategy<Value = IdlFile> {
             ident().prop_map(Item::Module),
             string_lit().prop_map(Item::Library),
             string_lit().prop_map(Item::Required),
-            define().prop_map(Item::Define),
+            define().prop_map(|d| Item::Define(Box::new(d))),
         ],
         0..5,
     )

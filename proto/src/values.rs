@@ -122,7 +122,7 @@ pub fn decode_into<T: Element>(bytes: &[u8], out: &mut [T]) -> Result<(), ValueE
 }
 
 fn check_whole<T: Element>(bytes: &[u8]) -> Result<(), ValueError> {
-    if bytes.len() % T::SIZE == 0 {
+    if bytes.len().is_multiple_of(T::SIZE) {
         Ok(())
     } else {
         Err(ValueError::RaggedArray {

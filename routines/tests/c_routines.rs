@@ -1,6 +1,8 @@
 //! The `Calls "C"` path end to end: stubs -> protocol -> generated executable -> C code
 //! linked with libm.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 use ninf::local::LocalExecutable;

@@ -1,6 +1,8 @@
 //! End to end through the generated code: typed stubs -> argument checks -> executable
 //! protocol -> the generated `ninf-exec-linpack` process -> faer, and back.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 use ninf::local::LocalExecutable;

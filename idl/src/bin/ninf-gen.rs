@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(file: &PathBuf) -> anyhow::Result<ModuleInterface> {
+fn load(file: &std::path::Path) -> anyhow::Result<ModuleInterface> {
     Ok(ninf_idl::compile_file(file)?)
 }
 
