@@ -197,3 +197,31 @@ fn missing_scalar_and_bad_parallelism_are_errors() {
         "Parallel gives 0 processors; a routine needs at least 1"
     );
 }
+
+#[test]
+fn lower_case_keywords_and_ninf1_modes_are_accepted() {
+    let m = module(
+        r#"module old;
+           define mmul(mode_in int n, mode_in double A[n][n], mode_in double B[n][n],
+                       mode_out double C[n][n])
+           calcorder 2 * n ^ 3
+           calls "c" mmul(n, A, B, C);"#,
+    );
+    assert_eq!(m.module, "old");
+    let cost = m.function("mmul").unwrap().cost(&[("n", 10)]).unwrap();
+    assert_eq!(
+        (cost.bytes_in, cost.bytes_out, cost.flops),
+        (1600, 800, 2000.0)
+    );
+    assert_eq!(m.functions[0].parameters[3].mode, ninf_idl::Mode::Out);
+}
+
+#[test]
+fn a_file_without_module_takes_its_name_from_the_file() {
+    let m = ninf_idl::compile(&SourceFile::new(
+        "dir/my-blas.idl",
+        r#"Define f(IN int n) Calls "C" f(n);"#,
+    ))
+    .unwrap();
+    assert_eq!(m.module, "my_blas");
+}
