@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ninf_idl::{ElementType, FunctionInterface, Mode, Parameter};
+use ninf_idl::{ElementType, FunctionInterface, Mode};
 use ninf_proto::v1::{self, argument_value::Value as WireValue};
 use ninf_proto::values::{decode_into, encode};
 use num_complex::{Complex32, Complex64};
@@ -203,20 +203,6 @@ pub struct CallOutcome {
     pub status: i64,
 }
 
-fn article(t: ElementType) -> &'static str {
-    if t == ElementType::Int { "an" } else { "a" }
-}
-
-fn shape(parameter: &Parameter, dims: &[u64]) -> String {
-    let exprs: Vec<String> = parameter
-        .dimensions
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let values: Vec<String> = dims.iter().map(ToString::to_string).collect();
-    format!("{} = {}", exprs.join(" x "), values.join(" x "))
-}
-
 /// Checks positional arguments against the interface and encodes what travels to the
 /// routine: one value per parameter, none for OUT and WORK.
 pub fn encode_arguments(
@@ -242,25 +228,17 @@ pub fn encode_arguments(
         if p.mode == Mode::In && !p.is_array() && p.element_type.is_integer() {
             let Arg::Integer(v) = arg else {
                 return Err(CallError::bad_argument(format!(
-                    "argument `{}` of `{name}` must be {} {}, got {}",
+                    "argument `{}` of `{name}` must be {}, got {}",
                     p.name,
-                    article(p.element_type),
-                    p.element_type.keyword(),
+                    p.element_type.with_article(),
                     arg.describe()
                 )));
             };
-            let fits = match p.element_type {
-                ElementType::Char => u8::try_from(*v).is_ok(),
-                ElementType::Short => i16::try_from(*v).is_ok(),
-                ElementType::Int => i32::try_from(*v).is_ok(),
-                _ => true,
-            };
-            if !fits {
+            if !p.element_type.fits_integer(*v) {
                 return Err(CallError::bad_argument(format!(
-                    "argument `{}` of `{name}`: {v} does not fit in {} {}",
+                    "argument `{}` of `{name}`: {v} does not fit in {}",
                     p.name,
-                    article(p.element_type),
-                    p.element_type.keyword()
+                    p.element_type.with_article()
                 )));
             }
             bindings.insert(p.name.clone(), *v);
@@ -295,7 +273,7 @@ pub fn encode_arguments(
                         ))
                     })?)
                 }
-                _ => return Err(mismatch(format!("{} {}", article(t), t.keyword()))),
+                _ => return Err(mismatch(t.with_article())),
             })
         } else {
             let dims = function.dimensions_of(p, &bindings).map_err(|e| {
@@ -345,7 +323,7 @@ pub fn encode_arguments(
                     return Err(CallError::bad_argument(format!(
                         "argument `{}` of `{name}` has {actual_len} elements, expected {expected} ({})",
                         p.name,
-                        shape(p, &dims)
+                        p.shape(&dims)
                     )));
                 }
             }

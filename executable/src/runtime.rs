@@ -242,13 +242,6 @@ fn type_of(value: &WireValue) -> &'static str {
     }
 }
 
-fn article(t: ElementType) -> &'static str {
-    match t {
-        ElementType::Int => "an",
-        _ => "a",
-    }
-}
-
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Checks a request's arguments against the routine's interface and decodes them.
@@ -276,26 +269,18 @@ pub fn decode_arguments(
                 Some(WireValue::IntValue(v)) => *v,
                 other => {
                     return Err(RoutineError::bad_argument(format!(
-                        "argument `{}` of `{name}` must be {} {}, got {}",
+                        "argument `{}` of `{name}` must be {}, got {}",
                         parameter.name,
-                        article(parameter.element_type),
-                        parameter.element_type.keyword(),
+                        parameter.element_type.with_article(),
                         other.as_ref().map_or("nothing", type_of)
                     )));
                 }
             };
-            let fits = match parameter.element_type {
-                ElementType::Char => u8::try_from(value).is_ok(),
-                ElementType::Short => i16::try_from(value).is_ok(),
-                ElementType::Int => i32::try_from(value).is_ok(),
-                _ => true,
-            };
-            if !fits {
+            if !parameter.element_type.fits_integer(value) {
                 return Err(RoutineError::bad_argument(format!(
-                    "argument `{}` of `{name}`: {value} does not fit in {} {}",
+                    "argument `{}` of `{name}`: {value} does not fit in {}",
                     parameter.name,
-                    article(parameter.element_type),
-                    parameter.element_type.keyword()
+                    parameter.element_type.with_article()
                 )));
             }
             bindings.insert(parameter.name.clone(), value);
@@ -338,9 +323,8 @@ pub fn decode_arguments(
                 }
                 (t, other) => {
                     return Err(RoutineError::bad_argument(format!(
-                        "argument `{pname}` of `{name}` must be {} {}, got {}",
-                        article(t),
-                        t.keyword(),
+                        "argument `{pname}` of `{name}` must be {}, got {}",
+                        t.with_article(),
                         other.as_ref().map_or("nothing", type_of)
                     )));
                 }
@@ -358,7 +342,7 @@ pub fn decode_arguments(
                     format!("argument `{pname}` of `{name}`: {e}"),
                 )
             })?;
-            let shape = describe_shape(parameter, &dims);
+            let shape = parameter.shape(&dims);
             match (parameter.mode, value) {
                 (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
                     let data = ArrayData::from_proto(&array).map_err(|e| {
@@ -419,26 +403,6 @@ pub fn decode_arguments(
         call.slots.push(slot);
     }
     Ok(call)
-}
-
-/// `n x n = 100 x 100`, for size messages.
-fn describe_shape(parameter: &ninf_idl::Parameter, dims: &[u64]) -> String {
-    let exprs: Vec<String> = parameter
-        .dimensions
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let values: Vec<String> = dims.iter().map(ToString::to_string).collect();
-    let (exprs, values) = (exprs.join(" x "), values.join(" x "));
-    if exprs == values {
-        format!(
-            "{} {}[{exprs}]",
-            parameter.element_type.keyword(),
-            parameter.name
-        )
-    } else {
-        format!("{exprs} = {values}")
-    }
 }
 
 /// Encodes the OUT and INOUT arrays after the routine ran.

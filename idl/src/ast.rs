@@ -183,6 +183,23 @@ impl ElementType {
         }
     }
 
+    /// Whether an integer value fits a scalar of this type (`char` is unsigned, as bytes).
+    pub fn fits_integer(self, value: i64) -> bool {
+        match self {
+            ElementType::Char => u8::try_from(value).is_ok(),
+            ElementType::Short => i16::try_from(value).is_ok(),
+            ElementType::Int => i32::try_from(value).is_ok(),
+            ElementType::Long => true,
+            _ => false,
+        }
+    }
+
+    /// The type with its article, for messages: "an int", "a double".
+    pub fn with_article(self) -> String {
+        let article = if self == ElementType::Int { "an" } else { "a" };
+        format!("{article} {}", self.keyword())
+    }
+
     /// Types whose IN scalars may appear in dimension and cost expressions.
     pub fn is_integer(self) -> bool {
         matches!(

@@ -78,6 +78,19 @@ impl Parameter {
         !self.dimensions.is_empty()
     }
 
+    /// An array's shape for a size message: `n x n = 100 x 100`, or `double a[4]` when the
+    /// dimensions are constants. `dims` are the evaluated dimensions.
+    pub fn shape(&self, dims: &[u64]) -> String {
+        let exprs: Vec<String> = self.dimensions.iter().map(ToString::to_string).collect();
+        let values: Vec<String> = dims.iter().map(ToString::to_string).collect();
+        let (exprs, values) = (exprs.join(" x "), values.join(" x "));
+        if exprs == values {
+            format!("{} {}[{exprs}]", self.element_type.keyword(), self.name)
+        } else {
+            format!("{exprs} = {values}")
+        }
+    }
+
     /// How the parameter reads in a message: `IN double a[n][n]`.
     pub fn declaration(&self) -> String {
         let mut out = format!(
