@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Large arrays move between storage, gRPC and executables without copies.
+        .bytes(".")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -271,7 +271,7 @@ pub fn encode_arguments(
                             p.name,
                             path.display()
                         ))
-                    })?)
+                    })?.into())
                 }
                 _ => return Err(mismatch(t.with_article())),
             })
@@ -336,7 +336,7 @@ pub fn encode_arguments(
                 WireValue::Array(v1::Array {
                     element_type: ninf_proto::descriptor::element_type_to_proto(p.element_type)
                         .into(),
-                    data,
+                    data: data.into(),
                 })
             })
         };

@@ -23,7 +23,7 @@ pub enum ValueError {
 }
 
 /// A type that can be an array element on the wire.
-pub trait Element: Copy + Default + Send + Sync + 'static {
+pub trait Element: bytemuck::Pod + Default + Send + Sync + 'static {
     const TYPE: ElementType;
     const SIZE: usize;
     fn append_le(&self, out: &mut Vec<u8>);
@@ -97,8 +97,11 @@ plain_element!(f64, Double, 8);
 complex_element!(Complex32, f32, Scomplex, 8);
 complex_element!(Complex64, f64, Dcomplex, 16);
 
-/// Encodes elements as packed little-endian bytes.
+/// Encodes elements as packed little-endian bytes (a plain copy on little-endian machines).
 pub fn encode<T: Element>(values: &[T]) -> Vec<u8> {
+    if cfg!(target_endian = "little") {
+        return bytemuck::cast_slice(values).to_vec();
+    }
     let mut out = Vec::with_capacity(values.len() * T::SIZE);
     for v in values {
         v.append_le(&mut out);
@@ -109,12 +112,18 @@ pub fn encode<T: Element>(values: &[T]) -> Vec<u8> {
 /// Decodes packed little-endian bytes; the length must be a whole number of elements.
 pub fn decode<T: Element>(bytes: &[u8]) -> Result<Vec<T>, ValueError> {
     check_whole::<T>(bytes)?;
-    Ok(bytes.chunks_exact(T::SIZE).map(T::from_le).collect())
+    let mut out = vec![T::default(); bytes.len() / T::SIZE];
+    decode_into(bytes, &mut out)?;
+    Ok(out)
 }
 
 /// Decodes into an existing slice of exactly the right length (the caller checked it).
 pub fn decode_into<T: Element>(bytes: &[u8], out: &mut [T]) -> Result<(), ValueError> {
     check_whole::<T>(bytes)?;
+    if cfg!(target_endian = "little") && out.len() * T::SIZE == bytes.len() {
+        bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(bytes);
+        return Ok(());
+    }
     for (slot, chunk) in out.iter_mut().zip(bytes.chunks_exact(T::SIZE)) {
         *slot = T::from_le(chunk);
     }
@@ -228,7 +237,7 @@ impl ArrayData {
     pub fn to_proto(&self) -> v1::Array {
         v1::Array {
             element_type: element_type_to_proto(self.element_type()).into(),
-            data: self.encode(),
+            data: self.encode().into(),
         }
     }
 }

@@ -181,7 +181,7 @@ fn the_executable_refuses_bad_requests_and_keeps_serving() {
     let array = |t: v1::ElementType, data: Vec<u8>| v1::ArgumentValue {
         value: Some(Value::Array(v1::Array {
             element_type: t as i32,
-            data,
+            data: data.into(),
         })),
     };
     let short = array(v1::ElementType::Double, vec![0; 8 * 3]);
