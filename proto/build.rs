@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/ninf/v1/interface.proto",
         "proto/ninf/v1/executable.proto",
+        "proto/ninf/v1/server.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

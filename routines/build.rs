@@ -16,7 +16,7 @@ fn main() {
         .compile("ninfvector");
     let out_dir = std::env::var("OUT_DIR").unwrap_or_default();
     println!("cargo:rustc-link-arg-bins={out_dir}/libninfvector.a");
-    for module in ["linpack", "vector"] {
+    for module in ["linpack", "vector", "selftest"] {
         let idl = root.join("../idl/examples").join(format!("{module}.idl"));
         if let Err(error) = ninf_idl::build::compile_module(&idl) {
             eprintln!("{error}");

@@ -264,15 +264,17 @@ pub fn encode_arguments(
                     WireValue::ComplexValue(v1::Complex { re: c.re, im: c.im })
                 }
                 (ElementType::String, Arg::Text(s)) => WireValue::StringValue(s.to_string()),
-                (ElementType::Filename, Arg::File(path)) => {
-                    WireValue::FileContent(std::fs::read(path).map_err(|e| {
-                        CallError::bad_argument(format!(
-                            "argument `{}` of `{name}`: cannot read {}: {e}",
-                            p.name,
-                            path.display()
-                        ))
-                    })?.into())
-                }
+                (ElementType::Filename, Arg::File(path)) => WireValue::FileContent(
+                    std::fs::read(path)
+                        .map_err(|e| {
+                            CallError::bad_argument(format!(
+                                "argument `{}` of `{name}`: cannot read {}: {e}",
+                                p.name,
+                                path.display()
+                            ))
+                        })?
+                        .into(),
+                ),
                 _ => return Err(mismatch(t.with_article())),
             })
         } else {
@@ -409,4 +411,36 @@ pub fn decode_outputs(
         )));
     }
     Ok(CallOutcome { status })
+}
+
+impl<'a> From<&'a ninf_proto::ArrayData> for ArrayRef<'a> {
+    fn from(data: &'a ninf_proto::ArrayData) -> Self {
+        use ninf_proto::ArrayData as D;
+        match data {
+            D::Char(v) => ArrayRef::Char(v),
+            D::Short(v) => ArrayRef::Short(v),
+            D::Int(v) => ArrayRef::Int(v),
+            D::Long(v) => ArrayRef::Long(v),
+            D::Float(v) => ArrayRef::Float(v),
+            D::Double(v) => ArrayRef::Double(v),
+            D::Scomplex(v) => ArrayRef::Scomplex(v),
+            D::Dcomplex(v) => ArrayRef::Dcomplex(v),
+        }
+    }
+}
+
+impl<'a> From<&'a mut ninf_proto::ArrayData> for ArrayMut<'a> {
+    fn from(data: &'a mut ninf_proto::ArrayData) -> Self {
+        use ninf_proto::ArrayData as D;
+        match data {
+            D::Char(v) => ArrayMut::Char(v),
+            D::Short(v) => ArrayMut::Short(v),
+            D::Int(v) => ArrayMut::Int(v),
+            D::Long(v) => ArrayMut::Long(v),
+            D::Float(v) => ArrayMut::Float(v),
+            D::Double(v) => ArrayMut::Double(v),
+            D::Scomplex(v) => ArrayMut::Scomplex(v),
+            D::Dcomplex(v) => ArrayMut::Dcomplex(v),
+        }
+    }
 }

@@ -13,6 +13,8 @@ pub enum ErrorKind {
     SessionFailed,
     Canceled,
     Timeout,
+    /// `wait`, `probe` or `cancel` named a session that does not exist (or was waited on).
+    InvalidSessionId,
 }
 
 impl ErrorKind {
@@ -26,6 +28,7 @@ impl ErrorKind {
             ErrorKind::SessionFailed => "SESSION_FAILED",
             ErrorKind::Canceled => "CANCELED",
             ErrorKind::Timeout => "TIMEOUT",
+            ErrorKind::InvalidSessionId => "INVALID_SESSION_ID",
         }
     }
 }
@@ -53,5 +56,28 @@ impl CallError {
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.kind.grpc_name(), self.message)
+    }
+}
+
+impl From<tonic::Status> for CallError {
+    fn from(status: tonic::Status) -> Self {
+        use tonic::Code;
+        let kind = match status.code() {
+            Code::NotFound => ErrorKind::FunctionNotFound,
+            Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::ResourceExhausted
+            | Code::OutOfRange => ErrorKind::BadArgument,
+            Code::DeadlineExceeded => ErrorKind::Timeout,
+            Code::Aborted | Code::Internal | Code::DataLoss => ErrorKind::SessionFailed,
+            Code::Cancelled => ErrorKind::Canceled,
+            _ => ErrorKind::CommunicationFailed,
+        };
+        let message = if status.message().is_empty() {
+            format!("{:?}", status.code())
+        } else {
+            status.message().to_string()
+        };
+        CallError::new(kind, message)
     }
 }

@@ -1,15 +1,20 @@
-//! The Ninf client library (crate `ninf`). Today it holds what every way of calling a routine
-//! shares: positional arguments ([`Arg`]), the [`Caller`] trait that generated stubs call,
-//! and the checking of arguments against an interface descriptor before anything is sent
-//! ([`encode_arguments`]) and of results after ([`decode_outputs`]).
+//! The Ninf client library (crate `ninf`): [`ninf_call`] with a `ninf://host:port/function`
+//! URL, a [`Client`] bound to a server with GridRPC-style asynchronous calls, the async core
+//! [`NinfClient`], and what every way of calling shares: positional arguments ([`Arg`]), the
+//! [`Caller`] trait generated stubs call, and the checking of arguments against the
+//! routine's interface descriptor before anything is sent ([`encode_arguments`]).
 
 pub mod args;
+pub mod blocking;
 pub mod error;
 pub mod local;
+pub mod remote;
 
 pub use args::{Arg, ArrayMut, ArrayRef, CallOutcome, decode_outputs, encode_arguments};
+pub use blocking::{CallResult, Client, OwnedArg, SessionId, ninf_call};
 pub use error::{CallError, ErrorKind};
 pub use num_complex;
+pub use remote::NinfClient;
 
 /// Something that can run a routine by name with positional arguments: a server connection,
 /// a transaction being recorded, or a local executable. OUT and INOUT arrays are written back

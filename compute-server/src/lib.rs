@@ -1,5 +1,85 @@
-//! The Ninf compute server (seed 004, step 0 onwards). Today it holds the start-up benchmark
-//! a server runs before registering; serving, executables pools, storage and monitors arrive
-//! with the compute-server issue.
+//! The Ninf compute server (seed 004, step 0 onwards): it benchmarks itself at start-up,
+//! serves its modules' routines through warm pools of generated executables, holds
+//! intermediate arrays in its storage role for calls here or elsewhere, and samples its load.
+//!
+//! [`run`] takes a bound listener, the shared state and a shutdown signal, so tests and the
+//! `ninf-server` binary start it the same way.
 
 pub mod benchmark;
+pub mod config;
+pub mod invoke;
+pub mod monitor;
+pub mod pool;
+pub mod services;
+pub mod state;
+pub mod storage;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ninf_proto::v1;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use config::ServerConfig;
+pub use state::ServerState;
+
+/// Serves every service on `listener` until `shutdown` completes, then stops the pools.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<ServerState>,
+    load_interval: Duration,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<v1::interface_server::InterfaceServer<services::InterfaceService>>()
+        .await;
+    health
+        .set_serving::<v1::invoke_server::InvokeServer<services::InvokeService>>()
+        .await;
+    health
+        .set_serving::<v1::storage_server::StorageServer<services::StorageService>>()
+        .await;
+    health
+        .set_serving::<v1::monitor_server::MonitorServer<services::MonitorService>>()
+        .await;
+
+    // Messages carry whole arrays; allow the configured request size plus framing.
+    let limit =
+        usize::try_from(state.max_request_bytes.saturating_add(1 << 20)).unwrap_or(usize::MAX);
+    let sampler = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(load_interval.max(Duration::from_millis(10)));
+            loop {
+                ticker.tick().await;
+                state.sample_load();
+            }
+        })
+    };
+    let result = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(v1::interface_server::InterfaceServer::new(
+            services::InterfaceService(state.clone()),
+        ))
+        .add_service(
+            v1::invoke_server::InvokeServer::new(services::InvokeService(state.clone()))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        )
+        .add_service(
+            v1::storage_server::StorageServer::new(services::StorageService(state.clone()))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        )
+        .add_service(v1::monitor_server::MonitorServer::new(
+            services::MonitorService(state.clone()),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    sampler.abort();
+    state.shutdown().await;
+    result
+}

@@ -1,0 +1,105 @@
+//! `ninf-server`: a Ninf compute server.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use ninf_compute_server::{ServerConfig, ServerState, benchmark};
+use ninf_proto::v1;
+
+#[derive(Parser)]
+#[command(name = "ninf-server", version, about = "A Ninf compute server")]
+struct Cli {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides the configuration), e.g. 127.0.0.1:7001.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Processors offered to jobs (overrides the configuration).
+    #[arg(long)]
+    processors: Option<usize>,
+    /// Run the start-up benchmark, print it as JSON and exit.
+    #[arg(long)]
+    benchmark_only: bool,
+    /// Skip the start-up benchmark (report 0 MFLOPS); for tests.
+    #[arg(long)]
+    no_benchmark: bool,
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+    tracing::info!("shutting down");
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if cli.benchmark_only {
+        let report = benchmark::run_adaptive(Duration::from_millis(200), 2000)?;
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    let mut config = match &cli.config {
+        Some(path) => ServerConfig::load(path)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    if cli.processors.is_some() {
+        config.processors = cli.processors;
+    }
+    let info = if cli.no_benchmark {
+        v1::ServerInfo {
+            cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
+            memory_bytes: benchmark::total_memory_bytes().unwrap_or(0),
+            processors: config.processors() as u32,
+            ..Default::default()
+        }
+    } else {
+        let report = benchmark::run_adaptive(Duration::from_millis(200), 2000)?;
+        tracing::info!(mflops = report.mflops, n = report.benchmark_n, "benchmark");
+        v1::ServerInfo {
+            mflops: report.mflops,
+            cpus: report.cpus as u32,
+            memory_bytes: report.memory_bytes,
+            benchmark_n: report.benchmark_n as u32,
+            processors: config.processors() as u32,
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let bound = listener.local_addr()?;
+        let advertise = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| bound.to_string());
+        let state = ServerState::start(&config, advertise.clone(), info).await?;
+        // The first line on stdout tells scripts and tests where the server is.
+        println!("listening on {advertise}");
+        tracing::info!(address = %advertise, modules = state.modules.len(), "serving");
+        let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
+        ninf_compute_server::run(listener, state, interval, shutdown_signal()).await?;
+        anyhow::Ok(())
+    })
+}

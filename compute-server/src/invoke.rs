@@ -1,0 +1,255 @@
+//! One call, from request to reply: find the routine, check what can be checked before any
+//! data moves (argument count, scalar values, the total input size against the server's
+//! limit), fetch arguments held on storage servers, run the routine in the module's pool,
+//! then return the outputs or keep them in this server's storage.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use ninf_idl::{ElementType, FunctionInterface, Mode};
+use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
+use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
+use tonic::{Code, Status};
+
+use crate::pool::PoolError;
+use crate::state::ServerState;
+
+fn bad(message: String) -> Status {
+    Status::invalid_argument(message)
+}
+
+/// Runs a call request to completion.
+pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::CallReply, Status> {
+    let (function, module) = state.function(&request.function).ok_or_else(|| {
+        Status::not_found(format!("no routine `{}` on this server", request.function))
+    })?;
+    let name = &function.name;
+    if request.arguments.len() != function.parameters.len() {
+        return Err(bad(format!(
+            "`{name}` takes {} arguments, got {}",
+            function.parameters.len(),
+            request.arguments.len()
+        )));
+    }
+    let bindings = integer_bindings(function, &request.arguments)?;
+    let cost = function
+        .cost(&bindings)
+        .map_err(|e| bad(format!("`{name}`: {e}")))?;
+    if cost.bytes_in > state.max_request_bytes || cost.bytes_out > state.max_request_bytes {
+        return Err(Status::resource_exhausted(format!(
+            "call of `{name}` would move {} bytes in and {} bytes out, over this server's limit of {} bytes per call",
+            cost.bytes_in, cost.bytes_out, state.max_request_bytes
+        )));
+    }
+    let keep = kept_outputs(function, &request.keep)?;
+
+    let fetch_start = Instant::now();
+    let mut arguments = Vec::with_capacity(request.arguments.len());
+    for (parameter, argument) in function.parameters.iter().zip(request.arguments) {
+        let value = match argument.source {
+            None => None,
+            Some(Source::Value(v)) => v.value,
+            Some(Source::Object(object)) => {
+                if !parameter.is_array() || !parameter.mode.is_input() {
+                    return Err(bad(format!(
+                        "argument `{}` of `{name}` is `{}`; only IN and INOUT arrays may come from storage",
+                        parameter.name,
+                        parameter.declaration()
+                    )));
+                }
+                let array = fetch(state, &object).await.map_err(|e| {
+                    Status::failed_precondition(format!(
+                        "argument `{}` of `{name}`: cannot fetch object `{}` from {}: {e}",
+                        parameter.name, object.object_id, object.server
+                    ))
+                })?;
+                Some(WireValue::Array(array))
+            }
+        };
+        arguments.push(v1::ArgumentValue { value });
+    }
+    let fetch_seconds = fetch_start.elapsed().as_secs_f64();
+
+    let timeout = if request.timeout_seconds > 0.0 && request.timeout_seconds.is_finite() {
+        Duration::from_secs_f64(request.timeout_seconds).min(state.call_timeout)
+    } else {
+        state.call_timeout
+    };
+    let compute_start = Instant::now();
+    let success = module
+        .pool
+        .call(name, arguments, timeout)
+        .await
+        .map_err(|e| pool_status(name, e))?;
+    let compute_seconds = compute_start.elapsed().as_secs_f64();
+
+    let mut outputs = Vec::with_capacity(success.outputs.len());
+    for output in success.outputs {
+        let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
+            return Err(Status::internal(format!(
+                "`{name}` returned a non-array output"
+            )));
+        };
+        let result = if keep.contains(&output.parameter) {
+            let element_type = v1::ElementType::try_from(array.element_type)
+                .ok()
+                .and_then(element_type_from_proto)
+                .unwrap_or(ElementType::Char);
+            let info = state
+                .store
+                .put(&request.owner, element_type, array.data)
+                .map_err(|e| Status::internal(e.to_string()))?;
+            v1::call_output::Result::Object(v1::ObjectRef {
+                server: state.advertise.clone(),
+                object_id: info.id,
+            })
+        } else {
+            v1::call_output::Result::Array(array)
+        };
+        outputs.push(v1::CallOutput {
+            parameter: output.parameter,
+            result: Some(result),
+        });
+    }
+    Ok(v1::CallReply {
+        outputs,
+        status: success.status,
+        timing: Some(v1::CallTiming {
+            fetch_seconds,
+            // Waiting for a free executable is inside compute time for now; the gang
+            // scheduler issue separates queueing from running.
+            queue_seconds: 0.0,
+            compute_seconds,
+        }),
+    })
+}
+
+/// Values of the IN integer scalars, which array sizes and the cost depend on.
+fn integer_bindings(
+    function: &FunctionInterface,
+    arguments: &[v1::CallArgument],
+) -> Result<BTreeMap<String, i64>, Status> {
+    let mut bindings = BTreeMap::new();
+    for (p, argument) in function.parameters.iter().zip(arguments) {
+        if p.mode == Mode::In && !p.is_array() && p.element_type.is_integer() {
+            let value = match &argument.source {
+                Some(Source::Value(v1::ArgumentValue {
+                    value: Some(WireValue::IntValue(v)),
+                })) => *v,
+                _ => {
+                    return Err(bad(format!(
+                        "argument `{}` of `{}` must be {} sent with the call",
+                        p.name,
+                        function.name,
+                        p.element_type.with_article()
+                    )));
+                }
+            };
+            if !p.element_type.fits_integer(value) {
+                return Err(bad(format!(
+                    "argument `{}` of `{}`: {value} does not fit in {}",
+                    p.name,
+                    function.name,
+                    p.element_type.with_article()
+                )));
+            }
+            bindings.insert(p.name.clone(), value);
+        }
+    }
+    Ok(bindings)
+}
+
+fn kept_outputs(function: &FunctionInterface, keep: &[u32]) -> Result<HashSet<u32>, Status> {
+    let mut set = HashSet::new();
+    for &index in keep {
+        match function.parameters.get(index as usize) {
+            Some(p) if p.mode.is_output() && p.is_array() => {
+                set.insert(index);
+            }
+            Some(p) => {
+                return Err(bad(format!(
+                    "cannot keep `{}` of `{}` in storage: it is not an OUT or INOUT array",
+                    p.name, function.name
+                )));
+            }
+            None => {
+                return Err(bad(format!(
+                    "cannot keep parameter {index} of `{}`: it has {} parameters",
+                    function.name,
+                    function.parameters.len()
+                )));
+            }
+        }
+    }
+    Ok(set)
+}
+
+/// Reads an object from this server's storage or streams it from another server's.
+async fn fetch(state: &ServerState, object: &v1::ObjectRef) -> Result<v1::Array, String> {
+    if object.server.is_empty() || object.server == state.advertise {
+        let (info, data) = state
+            .store
+            .get(&object.object_id)
+            .map_err(|e| e.to_string())?;
+        return Ok(v1::Array {
+            element_type: element_type_to_proto(info.element_type).into(),
+            data,
+        });
+    }
+    let channel = state.peer(&object.server).await?;
+    let mut client = v1::storage_client::StorageClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let mut stream = client
+        .get(v1::GetRequest {
+            object_id: object.object_id.clone(),
+        })
+        .await
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+    let mut element_type = 0;
+    let mut data = BytesMut::new();
+    let mut first = true;
+    while let Some(chunk) = stream
+        .message()
+        .await
+        .map_err(|s| s.message().to_string())?
+    {
+        if first {
+            element_type = chunk.element_type;
+            if chunk.total_bytes > state.max_request_bytes {
+                return Err(format!(
+                    "object of {} bytes exceeds this server's limit of {} bytes",
+                    chunk.total_bytes, state.max_request_bytes
+                ));
+            }
+            data.reserve(chunk.total_bytes as usize);
+            first = false;
+        }
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok(v1::Array {
+        element_type,
+        data: data.freeze(),
+    })
+}
+
+fn pool_status(function: &str, error: PoolError) -> Status {
+    use ninf_proto::v1::ExecErrorKind;
+    match error {
+        PoolError::Routine { kind, message } => {
+            let code = match kind {
+                ExecErrorKind::FunctionNotFound => Code::NotFound,
+                ExecErrorKind::BadArgument | ExecErrorKind::Evaluation => Code::InvalidArgument,
+                _ => Code::Aborted,
+            };
+            Status::new(code, message)
+        }
+        PoolError::Timeout { seconds } => Status::deadline_exceeded(format!(
+            "`{function}` ran longer than its limit of {seconds:.3} s and was killed"
+        )),
+        e @ PoolError::Crashed { .. } => Status::aborted(format!("`{function}`: {e}")),
+        e @ PoolError::Spawn { .. } => Status::unavailable(e.to_string()),
+    }
+}

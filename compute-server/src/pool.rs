@@ -1,0 +1,309 @@
+//! Warm pools of executables, one per module. A call takes an idle process (or starts one),
+//! runs one request on it and gives it back. A process that crashed, broke the protocol or ran
+//! past its time limit is killed and dropped; the next call starts a fresh one, so a failure
+//! costs only its own call.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ninf_proto::v1::{self, ExecErrorKind};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::{Mutex, Semaphore};
+
+/// Why a call through the pool failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The executable refused the request or the routine failed; the process lives on.
+    #[error("{message}")]
+    Routine {
+        kind: ExecErrorKind,
+        message: String,
+    },
+    /// The process died or broke the protocol during the call; it was replaced.
+    #[error("executable of module `{module}` failed during the call: {reason}")]
+    Crashed { module: String, reason: String },
+    #[error("call exceeded its time limit of {seconds:.3} s and was killed")]
+    Timeout { seconds: f64 },
+    #[error("cannot start the executable of module `{module}` ({path}): {reason}")]
+    Spawn {
+        module: String,
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// One running executable speaking the frame protocol.
+struct Process {
+    child: Child,
+    stdin: BufWriter<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    next_call_id: u64,
+}
+
+const MAX_REPLY_FRAME: usize = 2 << 30;
+
+impl Process {
+    fn spawn(path: &Path) -> std::io::Result<Process> {
+        let mut child = Command::new(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(std::io::Error::other(
+                "executable has no standard input or output",
+            ));
+        };
+        Ok(Process {
+            child,
+            stdin: BufWriter::with_capacity(1 << 16, stdin),
+            stdout: BufReader::with_capacity(1 << 16, stdout),
+            next_call_id: 1,
+        })
+    }
+
+    async fn exchange(&mut self, request: &v1::ExecRequest) -> std::io::Result<v1::ExecReply> {
+        let body = request.encode_to_vec();
+        let len = u32::try_from(body.len())
+            .map_err(|_| std::io::Error::other("request larger than 4 GiB"))?;
+        self.stdin.write_all(&len.to_le_bytes()).await?;
+        self.stdin.write_all(&body).await?;
+        self.stdin.flush().await?;
+        let mut header = [0u8; 4];
+        self.stdout.read_exact(&mut header).await?;
+        let len = u32::from_le_bytes(header) as usize;
+        if len > MAX_REPLY_FRAME {
+            return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
+        }
+        let mut body = vec![0u8; len];
+        self.stdout.read_exact(&mut body).await?;
+        v1::ExecReply::decode(bytes::Bytes::from(body))
+            .map_err(|e| std::io::Error::other(format!("undecodable reply: {e}")))
+    }
+
+    /// How the process ended, once it has (waits briefly for the kernel to reap it).
+    async fn exit_description(&mut self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        match tokio::time::timeout(Duration::from_millis(500), self.child.wait()).await {
+            Ok(Ok(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(signal)) => {
+                    format!("killed by signal {signal} ({})", signal_name(signal))
+                }
+                _ => "exited".to_string(),
+            },
+            _ => "still running".to_string(),
+        }
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// The pool of one module.
+pub struct ExecutablePool {
+    module: String,
+    path: PathBuf,
+    idle: Mutex<Vec<Process>>,
+    slots: Semaphore,
+    size: usize,
+    running: AtomicUsize,
+    queued: AtomicUsize,
+    spawned: AtomicUsize,
+    /// Process ids of executables running a call right now.
+    busy: std::sync::Mutex<Vec<u32>>,
+}
+
+impl ExecutablePool {
+    /// A pool of at most `size` processes, `size` of them started now.
+    pub async fn start(
+        module: &str,
+        path: &Path,
+        size: usize,
+    ) -> Result<Arc<ExecutablePool>, PoolError> {
+        let pool = Arc::new(ExecutablePool {
+            module: module.to_string(),
+            path: path.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+            slots: Semaphore::new(size.max(1)),
+            size: size.max(1),
+            running: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            spawned: AtomicUsize::new(0),
+            busy: std::sync::Mutex::new(Vec::new()),
+        });
+        let mut warm = Vec::new();
+        for _ in 0..pool.size {
+            warm.push(pool.spawn()?);
+        }
+        *pool.idle.lock().await = warm;
+        Ok(pool)
+    }
+
+    fn spawn(&self) -> Result<Process, PoolError> {
+        self.spawned.fetch_add(1, Ordering::Relaxed);
+        Process::spawn(&self.path).map_err(|e| PoolError::Spawn {
+            module: self.module.clone(),
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Processes started since the pool was created (warm ones and replacements).
+    pub fn spawned(&self) -> usize {
+        self.spawned.load(Ordering::Relaxed)
+    }
+
+    /// Process ids of the executables running a call now.
+    pub fn busy_pids(&self) -> Vec<u32> {
+        self.busy.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+
+    /// Runs one request, waiting for a free slot first.
+    pub async fn call(
+        &self,
+        function: &str,
+        arguments: Vec<v1::ArgumentValue>,
+        timeout: Duration,
+    ) -> Result<v1::ExecSuccess, PoolError> {
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let permit = self.slots.acquire().await;
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        let Ok(_permit) = permit else {
+            return Err(PoolError::Crashed {
+                module: self.module.clone(),
+                reason: "the pool is shut down".into(),
+            });
+        };
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let result = self.call_with_slot(function, arguments, timeout).await;
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    async fn call_with_slot(
+        &self,
+        function: &str,
+        arguments: Vec<v1::ArgumentValue>,
+        timeout: Duration,
+    ) -> Result<v1::ExecSuccess, PoolError> {
+        let taken = self.idle.lock().await.pop();
+        let mut process = match taken {
+            Some(p) => p,
+            None => self.spawn()?,
+        };
+        let pid = process.child.id();
+        if let (Some(pid), Ok(mut busy)) = (pid, self.busy.lock()) {
+            busy.push(pid);
+        }
+        let result = self
+            .exchange_on(&mut process, function, arguments, timeout)
+            .await;
+        if let (Some(pid), Ok(mut busy)) = (pid, self.busy.lock()) {
+            busy.retain(|&p| p != pid);
+        }
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The process is gone; start its replacement now so the pool stays warm.
+                drop(process);
+                match self.spawn() {
+                    Ok(fresh) => self.idle.lock().await.push(fresh),
+                    Err(spawn_error) => {
+                        tracing::warn!(module = %self.module, error = %spawn_error, "cannot replace a failed executable")
+                    }
+                }
+                return Err(e);
+            }
+        };
+        // The process is healthy whatever the routine said: back into the pool.
+        self.idle.lock().await.push(process);
+        match reply.result {
+            Some(v1::exec_reply::Result::Success(success)) => Ok(success),
+            Some(v1::exec_reply::Result::Error(error)) => Err(PoolError::Routine {
+                kind: ExecErrorKind::try_from(error.kind).unwrap_or(ExecErrorKind::Unspecified),
+                message: error.message,
+            }),
+            None => Err(PoolError::Crashed {
+                module: self.module.clone(),
+                reason: "reply without a result".into(),
+            }),
+        }
+    }
+
+    /// One request and its reply; on any failure the process is killed (not reused).
+    async fn exchange_on(
+        &self,
+        process: &mut Process,
+        function: &str,
+        arguments: Vec<v1::ArgumentValue>,
+        timeout: Duration,
+    ) -> Result<v1::ExecReply, PoolError> {
+        let call_id = process.next_call_id;
+        process.next_call_id += 1;
+        let request = v1::ExecRequest {
+            call_id,
+            function: function.to_string(),
+            arguments,
+        };
+        let reply = match tokio::time::timeout(timeout, process.exchange(&request)).await {
+            Err(_) => {
+                let _ = process.child.start_kill();
+                let _ = process.child.wait().await;
+                return Err(PoolError::Timeout {
+                    seconds: timeout.as_secs_f64(),
+                });
+            }
+            Ok(Err(e)) => {
+                let exit = process.exit_description().await;
+                let _ = process.child.start_kill();
+                return Err(PoolError::Crashed {
+                    module: self.module.clone(),
+                    reason: format!("{e}; the process {exit}"),
+                });
+            }
+            Ok(Ok(reply)) => reply,
+        };
+        if reply.call_id != call_id {
+            let _ = process.child.start_kill();
+            return Err(PoolError::Crashed {
+                module: self.module.clone(),
+                reason: format!(
+                    "reply to call {} while waiting for {call_id}",
+                    reply.call_id
+                ),
+            });
+        }
+        Ok(reply)
+    }
+
+    /// Kills every idle process (on shutdown).
+    pub async fn shutdown(&self) {
+        self.slots.close();
+        for mut p in self.idle.lock().await.drain(..) {
+            let _ = p.child.start_kill();
+            let _ = p.child.wait().await;
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The gRPC services: thin shells that translate between protobuf and the server's state.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
+use ninf_proto::v1;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::state::ServerState;
+use crate::storage::{ObjectInfo, StorageError};
+
+/// Objects are streamed in chunks of this size.
+const CHUNK_BYTES: usize = 1 << 20;
+
+#[derive(Clone)]
+pub struct InterfaceService(pub Arc<ServerState>);
+
+#[tonic::async_trait]
+impl v1::interface_server::Interface for InterfaceService {
+    async fn describe(
+        &self,
+        request: Request<v1::DescribeRequest>,
+    ) -> Result<Response<v1::FunctionInterface>, Status> {
+        let name = request.into_inner().function;
+        let (function, _) = self
+            .0
+            .function(&name)
+            .ok_or_else(|| Status::not_found(format!("no routine `{name}` on this server")))?;
+        Ok(Response::new(function.into()))
+    }
+
+    async fn list(
+        &self,
+        _: Request<v1::ListRequest>,
+    ) -> Result<Response<v1::ListResponse>, Status> {
+        Ok(Response::new(v1::ListResponse {
+            modules: self
+                .0
+                .modules
+                .iter()
+                .map(|m| (&m.interface).into())
+                .collect(),
+        }))
+    }
+}
+
+#[derive(Clone)]
+pub struct InvokeService(pub Arc<ServerState>);
+
+#[tonic::async_trait]
+impl v1::invoke_server::Invoke for InvokeService {
+    async fn call(
+        &self,
+        request: Request<v1::CallRequest>,
+    ) -> Result<Response<v1::CallReply>, Status> {
+        let request = request.into_inner();
+        let function = request.function.clone();
+        let state = self.0.clone();
+        // Run on its own task: if the client goes away mid-call, the routine still finishes
+        // (or times out) and its executable goes back to the pool in a known state.
+        let outcome = tokio::spawn(async move { crate::invoke::call(&state, request).await })
+            .await
+            .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
+        match &outcome {
+            Ok(reply) => tracing::debug!(%function, status = reply.status, "call done"),
+            Err(status) => {
+                tracing::info!(%function, code = ?status.code(), message = status.message(), "call failed")
+            }
+        }
+        outcome.map(Response::new)
+    }
+}
+
+#[derive(Clone)]
+pub struct StorageService(pub Arc<ServerState>);
+
+fn info_to_proto(info: ObjectInfo) -> v1::ObjectInfo {
+    v1::ObjectInfo {
+        object_id: info.id,
+        owner: info.owner,
+        element_type: element_type_to_proto(info.element_type).into(),
+        bytes: info.bytes,
+        spilled: info.spilled,
+    }
+}
+
+fn storage_status(error: StorageError) -> Status {
+    match error {
+        StorageError::UnknownObject(_) => Status::not_found(error.to_string()),
+        StorageError::Ragged { .. } => Status::invalid_argument(error.to_string()),
+        _ => Status::internal(error.to_string()),
+    }
+}
+
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::DataChunk, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl v1::storage_server::Storage for StorageService {
+    async fn put(
+        &self,
+        request: Request<Streaming<v1::PutChunk>>,
+    ) -> Result<Response<v1::ObjectInfo>, Status> {
+        let mut stream = request.into_inner();
+        let mut header: Option<(String, i32)> = None;
+        let mut data = BytesMut::new();
+        while let Some(chunk) = stream.message().await? {
+            if header.is_none() {
+                header = Some((chunk.owner.clone(), chunk.element_type));
+            }
+            if (data.len() + chunk.data.len()) as u64 > self.0.max_request_bytes {
+                return Err(Status::resource_exhausted(format!(
+                    "object exceeds this server's limit of {} bytes",
+                    self.0.max_request_bytes
+                )));
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        let (owner, element_type) = header.unwrap_or_default();
+        let element_type = v1::ElementType::try_from(element_type)
+            .ok()
+            .and_then(element_type_from_proto)
+            .filter(|t| t.size_bytes().is_some())
+            .ok_or_else(|| {
+                Status::invalid_argument("the first chunk must name an array element type")
+            })?;
+        let info = self
+            .0
+            .store
+            .put(&owner, element_type, data.freeze())
+            .map_err(storage_status)?;
+        Ok(Response::new(info_to_proto(info)))
+    }
+
+    type GetStream = ChunkStream;
+
+    async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<ChunkStream>, Status> {
+        let id = request.into_inner().object_id;
+        let (info, data) = self.0.store.get(&id).map_err(storage_status)?;
+        let element_type: i32 = element_type_to_proto(info.element_type).into();
+        let total = data.len();
+        let chunks: Vec<Result<v1::DataChunk, Status>> = (0..total.max(1))
+            .step_by(CHUNK_BYTES)
+            .enumerate()
+            .map(|(i, start)| {
+                let end = (start + CHUNK_BYTES).min(total);
+                Ok(v1::DataChunk {
+                    element_type: if i == 0 { element_type } else { 0 },
+                    total_bytes: if i == 0 { total as u64 } else { 0 },
+                    data: data.slice(start.min(total)..end),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    async fn stat(
+        &self,
+        request: Request<v1::StatRequest>,
+    ) -> Result<Response<v1::ObjectInfo>, Status> {
+        let info = self
+            .0
+            .store
+            .stat(&request.into_inner().object_id)
+            .map_err(storage_status)?;
+        Ok(Response::new(info_to_proto(info)))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<v1::DeleteRequest>,
+    ) -> Result<Response<v1::DeleteReply>, Status> {
+        let bytes = self
+            .0
+            .store
+            .delete(&request.into_inner().object_id)
+            .map_err(storage_status)?;
+        Ok(Response::new(v1::DeleteReply { objects: 1, bytes }))
+    }
+
+    async fn delete_owner(
+        &self,
+        request: Request<v1::DeleteOwnerRequest>,
+    ) -> Result<Response<v1::DeleteReply>, Status> {
+        let (objects, bytes) = self.0.store.delete_owner(&request.into_inner().owner);
+        Ok(Response::new(v1::DeleteReply { objects, bytes }))
+    }
+}
+
+#[derive(Clone)]
+pub struct MonitorService(pub Arc<ServerState>);
+
+#[tonic::async_trait]
+impl v1::monitor_server::Monitor for MonitorService {
+    async fn load(&self, _: Request<v1::LoadRequest>) -> Result<Response<v1::LoadSample>, Status> {
+        Ok(Response::new(self.0.sample_load()))
+    }
+
+    async fn info(&self, _: Request<v1::InfoRequest>) -> Result<Response<v1::ServerInfo>, Status> {
+        Ok(Response::new(self.0.info))
+    }
+}

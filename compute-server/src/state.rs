@@ -1,0 +1,153 @@
+//! Everything a running server shares between its services: the modules it serves (their
+//! interfaces and executable pools), the storage role, its benchmark figures and limits.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use ninf_idl::{FunctionInterface, ModuleInterface, SourceFile};
+use ninf_proto::v1;
+use tonic::transport::Channel;
+
+use crate::config::ServerConfig;
+use crate::pool::ExecutablePool;
+use crate::storage::ObjectStore;
+
+/// A module this server serves.
+pub struct ServedModule {
+    pub interface: ModuleInterface,
+    pub pool: Arc<ExecutablePool>,
+}
+
+pub struct ServerState {
+    /// Address under which this server's stored objects are known (`host:port`).
+    pub advertise: String,
+    pub modules: Vec<ServedModule>,
+    /// Function name to index in `modules`.
+    functions: HashMap<String, usize>,
+    pub store: ObjectStore,
+    pub info: v1::ServerInfo,
+    pub max_request_bytes: u64,
+    pub call_timeout: Duration,
+    pub last_load: RwLock<v1::LoadSample>,
+    /// Connections to other servers' storage, for arguments held elsewhere.
+    peers: tokio::sync::Mutex<HashMap<String, Channel>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Idl(String),
+    #[error("function `{function}` is served by both module `{first}` and module `{second}`")]
+    DuplicateFunction {
+        function: String,
+        first: String,
+        second: String,
+    },
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolError),
+}
+
+impl ServerState {
+    /// Compiles the modules' IDL and starts their warm pools.
+    pub async fn start(
+        config: &ServerConfig,
+        advertise: String,
+        info: v1::ServerInfo,
+    ) -> Result<Arc<ServerState>, StartError> {
+        let mut sources: Vec<(PathBuf, SourceFile)> = Vec::new();
+        if config.modules.is_empty() {
+            for (executable, name, text) in ServerConfig::standard_modules() {
+                sources.push((executable, SourceFile::new(name, text)));
+            }
+        } else {
+            for module in &config.modules {
+                let text = std::fs::read_to_string(&module.idl).map_err(|e| {
+                    StartError::Idl(format!("cannot read {}: {e}", module.idl.display()))
+                })?;
+                sources.push((
+                    module.executable.clone(),
+                    SourceFile::new(module.idl.display().to_string(), text),
+                ));
+            }
+        }
+        let processors = config.processors();
+        let mut modules = Vec::new();
+        let mut functions = HashMap::new();
+        for (executable, source) in sources {
+            let interface =
+                ninf_idl::compile(&source).map_err(|d| StartError::Idl(d.to_string()))?;
+            for f in &interface.functions {
+                if let Some(&other) = functions.get(&f.name) {
+                    let first: &ServedModule = &modules[other];
+                    return Err(StartError::DuplicateFunction {
+                        function: f.name.clone(),
+                        first: first.interface.module.clone(),
+                        second: interface.module.clone(),
+                    });
+                }
+                functions.insert(f.name.clone(), modules.len());
+            }
+            let pool = ExecutablePool::start(&interface.module, Path::new(&executable), processors)
+                .await?;
+            modules.push(ServedModule { interface, pool });
+        }
+        let spill_dir = config.storage.spill_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("ninf-spill-{}", std::process::id()))
+        });
+        let store = ObjectStore::new(config.storage.memory_limit_bytes, spill_dir);
+        let state = ServerState {
+            advertise,
+            modules,
+            functions,
+            store,
+            info,
+            max_request_bytes: config.max_request_bytes,
+            call_timeout: Duration::from_secs_f64(config.call_timeout_seconds.max(0.001)),
+            last_load: RwLock::new(crate::monitor::sample(0, 0, 0)),
+            peers: tokio::sync::Mutex::new(HashMap::new()),
+        };
+        Ok(Arc::new(state))
+    }
+
+    pub fn function(&self, name: &str) -> Option<(&FunctionInterface, &ServedModule)> {
+        let module = &self.modules[*self.functions.get(name)?];
+        Some((module.interface.function(name)?, module))
+    }
+
+    /// Takes a fresh load sample and remembers it.
+    pub fn sample_load(&self) -> v1::LoadSample {
+        let running = self.modules.iter().map(|m| m.pool.running()).sum();
+        let queued = self.modules.iter().map(|m| m.pool.queued()).sum();
+        let (memory, spilled) = self.store.usage();
+        let sample = crate::monitor::sample(running, queued, memory + spilled);
+        if let Ok(mut last) = self.last_load.write() {
+            *last = sample;
+        }
+        sample
+    }
+
+    /// A channel to another server, reused across calls.
+    pub async fn peer(&self, server: &str) -> Result<Channel, String> {
+        let mut peers = self.peers.lock().await;
+        if let Some(channel) = peers.get(server) {
+            return Ok(channel.clone());
+        }
+        let endpoint = Channel::from_shared(format!("http://{server}"))
+            .map_err(|e| format!("invalid server address `{server}`: {e}"))?
+            .connect_timeout(Duration::from_secs(5));
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {server}: {e}"))?;
+        peers.insert(server.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    pub async fn shutdown(&self) {
+        for module in &self.modules {
+            module.pool.shutdown().await;
+        }
+    }
+}

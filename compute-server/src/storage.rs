@@ -1,0 +1,320 @@
+//! The storage role: arrays kept on this server for later calls, here or on other servers.
+//! Objects live in memory up to a byte limit; past it, new objects go to the spill
+//! directory. Every object has an owner (a transaction id) so a transaction's intermediates
+//! are deleted together. Unknown ids are errors that name the id.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use ninf_idl::ElementType;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StorageError {
+    #[error("unknown object id `{0}` (never stored here, or already deleted)")]
+    UnknownObject(String),
+    #[error("cannot spill object `{id}` to {path}: {reason}")]
+    Spill {
+        id: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("cannot read spilled object `{id}` from {path}: {reason}")]
+    ReadSpill {
+        id: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("object of {bytes} bytes is not a whole number of {element} elements")]
+    Ragged { bytes: u64, element: &'static str },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectInfo {
+    pub id: String,
+    pub owner: String,
+    pub element_type: ElementType,
+    pub bytes: u64,
+    pub spilled: bool,
+}
+
+#[derive(Debug)]
+enum Location {
+    Memory(Bytes),
+    Spilled(PathBuf),
+}
+
+#[derive(Debug)]
+struct StoredObject {
+    owner: String,
+    element_type: ElementType,
+    bytes: u64,
+    location: Location,
+}
+
+#[derive(Debug, Default)]
+struct Objects {
+    by_id: HashMap<String, StoredObject>,
+    memory_bytes: u64,
+    spilled_bytes: u64,
+}
+
+/// The objects of one server.
+#[derive(Debug)]
+pub struct ObjectStore {
+    objects: Mutex<Objects>,
+    memory_limit: u64,
+    spill_dir: PathBuf,
+    /// Distinguishes this server run's ids from a previous run's.
+    id_prefix: String,
+    next_id: AtomicU64,
+}
+
+impl ObjectStore {
+    pub fn new(memory_limit: u64, spill_dir: PathBuf) -> ObjectStore {
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()) << 32;
+        ObjectStore {
+            objects: Mutex::new(Objects::default()),
+            memory_limit,
+            spill_dir,
+            id_prefix: format!("{nonce:016x}-"),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Objects> {
+        // A panic while holding the lock cannot leave the map half-updated (every update is
+        // a single insert or remove), so a poisoned lock is still usable.
+        self.objects
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stores an array; returns its id and where it went.
+    pub fn put(
+        &self,
+        owner: &str,
+        element_type: ElementType,
+        data: Bytes,
+    ) -> Result<ObjectInfo, StorageError> {
+        let bytes = data.len() as u64;
+        let size = element_type.size_bytes().unwrap_or(1);
+        if bytes % size != 0 {
+            return Err(StorageError::Ragged {
+                bytes,
+                element: element_type.keyword(),
+            });
+        }
+        let id = format!(
+            "{}{}",
+            self.id_prefix,
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        );
+        let fits = {
+            let objects = self.lock();
+            objects.memory_bytes.saturating_add(bytes) <= self.memory_limit
+        };
+        let location = if fits {
+            Location::Memory(data)
+        } else {
+            let path = self.spill_dir.join(&id);
+            std::fs::create_dir_all(&self.spill_dir)
+                .and_then(|()| std::fs::write(&path, &data))
+                .map_err(|e| StorageError::Spill {
+                    id: id.clone(),
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            Location::Spilled(path)
+        };
+        let spilled = matches!(location, Location::Spilled(_));
+        let mut objects = self.lock();
+        if spilled {
+            objects.spilled_bytes += bytes;
+        } else {
+            objects.memory_bytes += bytes;
+        }
+        objects.by_id.insert(
+            id.clone(),
+            StoredObject {
+                owner: owner.to_string(),
+                element_type,
+                bytes,
+                location,
+            },
+        );
+        Ok(ObjectInfo {
+            id,
+            owner: owner.to_string(),
+            element_type,
+            bytes,
+            spilled,
+        })
+    }
+
+    fn info(id: &str, object: &StoredObject) -> ObjectInfo {
+        ObjectInfo {
+            id: id.to_string(),
+            owner: object.owner.clone(),
+            element_type: object.element_type,
+            bytes: object.bytes,
+            spilled: matches!(object.location, Location::Spilled(_)),
+        }
+    }
+
+    pub fn stat(&self, id: &str) -> Result<ObjectInfo, StorageError> {
+        let objects = self.lock();
+        let object = objects
+            .by_id
+            .get(id)
+            .ok_or_else(|| StorageError::UnknownObject(id.to_string()))?;
+        Ok(Self::info(id, object))
+    }
+
+    /// The object's data (read back from disk if it was spilled).
+    pub fn get(&self, id: &str) -> Result<(ObjectInfo, Bytes), StorageError> {
+        let (info, spilled_path) = {
+            let objects = self.lock();
+            let object = objects
+                .by_id
+                .get(id)
+                .ok_or_else(|| StorageError::UnknownObject(id.to_string()))?;
+            match &object.location {
+                Location::Memory(data) => return Ok((Self::info(id, object), data.clone())),
+                Location::Spilled(path) => (Self::info(id, object), path.clone()),
+            }
+        };
+        let data = std::fs::read(&spilled_path).map_err(|e| StorageError::ReadSpill {
+            id: id.to_string(),
+            path: spilled_path.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok((info, Bytes::from(data)))
+    }
+
+    fn remove(objects: &mut Objects, id: &str) -> Option<u64> {
+        let object = objects.by_id.remove(id)?;
+        match object.location {
+            Location::Memory(_) => objects.memory_bytes -= object.bytes,
+            Location::Spilled(path) => {
+                objects.spilled_bytes -= object.bytes;
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        Some(object.bytes)
+    }
+
+    pub fn delete(&self, id: &str) -> Result<u64, StorageError> {
+        Self::remove(&mut self.lock(), id)
+            .ok_or_else(|| StorageError::UnknownObject(id.to_string()))
+    }
+
+    /// Deletes every object of `owner`; returns how many objects and bytes went.
+    pub fn delete_owner(&self, owner: &str) -> (u64, u64) {
+        let mut objects = self.lock();
+        let ids: Vec<String> = objects
+            .by_id
+            .iter()
+            .filter(|(_, o)| o.owner == owner)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut bytes = 0;
+        for id in &ids {
+            bytes += Self::remove(&mut objects, id).unwrap_or(0);
+        }
+        (ids.len() as u64, bytes)
+    }
+
+    /// Bytes held in memory and in the spill directory.
+    pub fn usage(&self) -> (u64, u64) {
+        let objects = self.lock();
+        (objects.memory_bytes, objects.spilled_bytes)
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for ObjectStore {
+    fn drop(&mut self) {
+        let objects = self.lock();
+        for object in objects.by_id.values() {
+            if let Location::Spilled(path) = &object.location {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("ninf-store-test-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn objects_spill_past_the_memory_limit_and_come_back() {
+        let dir = temp_dir("spill");
+        let store = ObjectStore::new(16, dir.clone());
+        let a = store
+            .put("t1", ElementType::Double, Bytes::from(vec![1u8; 16]))
+            .unwrap();
+        assert!(!a.spilled);
+        let b = store
+            .put("t1", ElementType::Double, Bytes::from(vec![2u8; 8]))
+            .unwrap();
+        assert!(b.spilled, "16 + 8 bytes exceeds the 16-byte limit");
+        assert_eq!(store.usage(), (16, 8));
+        assert_eq!(store.get(&b.id).unwrap().1, Bytes::from(vec![2u8; 8]));
+        assert!(dir.join(&b.id).exists());
+        store.delete(&b.id).unwrap();
+        assert!(
+            !dir.join(&b.id).exists(),
+            "deleting a spilled object removes its file"
+        );
+        assert_eq!(store.usage(), (16, 0));
+    }
+
+    #[test]
+    fn owners_delete_together_and_unknown_ids_are_errors() {
+        let store = ObjectStore::new(1 << 20, temp_dir("owners"));
+        let a = store
+            .put("t1", ElementType::Int, Bytes::from(vec![0u8; 8]))
+            .unwrap();
+        store
+            .put("t1", ElementType::Int, Bytes::from(vec![0u8; 4]))
+            .unwrap();
+        let c = store
+            .put("t2", ElementType::Int, Bytes::from(vec![0u8; 4]))
+            .unwrap();
+        assert_eq!(store.delete_owner("t1"), (2, 12));
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.stat(&c.id).unwrap().owner, "t2");
+        let error = store.get(&a.id).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "unknown object id `{}` (never stored here, or already deleted)",
+                a.id
+            )
+        );
+        assert!(store.delete(&a.id).is_err());
+        assert!(
+            store
+                .put("t3", ElementType::Double, Bytes::from(vec![0u8; 7]))
+                .is_err()
+        );
+    }
+}

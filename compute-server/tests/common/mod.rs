@@ -1,0 +1,152 @@
+//! Starting real servers for tests: in-process (to reach their state) or as `ninf-server`
+//! processes, serving the executables that `ninf-routines` builds.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use ninf_compute_server::config::ModuleConfig;
+use ninf_compute_server::{ServerConfig, ServerState};
+use ninf_proto::v1;
+use tokio::sync::oneshot;
+
+/// The folder holding the built binaries (`target/<profile>`).
+pub fn binaries() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Builds the module executables once per test binary (a no-op when they are up to date).
+pub fn ensure_executables() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "ninf-routines", "--bins"]);
+        if binaries().ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("cargo runs");
+        assert!(status.success(), "building the module executables failed");
+    });
+}
+
+pub fn module(name: &str) -> ModuleConfig {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    ModuleConfig {
+        executable: binaries().join(format!("ninf-exec-{name}")),
+        idl: root.join(format!("idl/examples/{name}.idl")),
+    }
+}
+
+pub struct TestServer {
+    pub address: String,
+    pub state: Arc<ServerState>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Serves linpack, vector and selftest on a free loopback port, inside this runtime.
+    pub async fn start(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        ensure_executables();
+        let mut config = ServerConfig {
+            processors: Some(2),
+            modules: vec![module("linpack"), module("vector"), module("selftest")],
+            ..ServerConfig::default()
+        };
+        configure(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let info = v1::ServerInfo {
+            processors: config.processors() as u32,
+            ..Default::default()
+        };
+        let state = ServerState::start(&config, address.clone(), info)
+            .await
+            .unwrap();
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn({
+            let state = state.clone();
+            async move {
+                let shutdown = async {
+                    let _ = rx.await;
+                };
+                ninf_compute_server::run(listener, state, Duration::from_millis(50), shutdown)
+                    .await
+                    .unwrap();
+            }
+        });
+        TestServer {
+            address,
+            state,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+/// A `ninf-server` process; killed when dropped.
+pub struct ServerProcess {
+    pub address: String,
+    child: std::process::Child,
+}
+
+impl ServerProcess {
+    pub fn start(extra: &[&str]) -> ServerProcess {
+        use std::io::BufRead;
+        ensure_executables();
+        let dir = std::env::temp_dir().join(format!("ninf-server-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join(format!("server-{}.toml", extra.len()));
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut text = String::from("processors = 2\n");
+        for m in ["linpack", "vector", "selftest"] {
+            text.push_str(&format!(
+                "[[modules]]\nexecutable = {:?}\nidl = {:?}\n",
+                binaries().join(format!("ninf-exec-{m}")),
+                root.join(format!("idl/examples/{m}.idl"))
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ninf-server"))
+            .args(["--listen", "127.0.0.1:0", "--no-benchmark", "--config"])
+            .arg(&config)
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        ServerProcess { address, child }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,450 @@
+//! A real server on loopback, called through the async client: results, every kind of bad
+//! input and fault, the storage role and server-to-server fetching, monitoring and health.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestServer;
+use ninf::{Arg, ErrorKind, NinfClient};
+use ninf_proto::v1::{self, argument_value::Value, call_argument::Source};
+
+fn int(v: i64) -> v1::CallArgument {
+    v1::CallArgument {
+        source: Some(Source::Value(v1::ArgumentValue {
+            value: Some(Value::IntValue(v)),
+        })),
+    }
+}
+
+fn doubles(values: &[f64]) -> v1::CallArgument {
+    v1::CallArgument {
+        source: Some(Source::Value(v1::ArgumentValue {
+            value: Some(Value::Array(v1::Array {
+                element_type: v1::ElementType::Double as i32,
+                data: ninf_proto::values::encode(values).into(),
+            })),
+        })),
+    }
+}
+
+fn none() -> v1::CallArgument {
+    v1::CallArgument { source: None }
+}
+
+fn object(server: &str, id: &str) -> v1::CallArgument {
+    v1::CallArgument {
+        source: Some(Source::Object(v1::ObjectRef {
+            server: server.to_string(),
+            object_id: id.to_string(),
+        })),
+    }
+}
+
+fn request(function: &str, arguments: Vec<v1::CallArgument>) -> v1::CallRequest {
+    v1::CallRequest {
+        function: function.into(),
+        arguments,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn solves_a_system_and_serves_descriptors() {
+    let server = TestServer::start(|_| {}).await;
+    let client = NinfClient::connect(&format!("ninf://{}", server.address))
+        .await
+        .unwrap();
+
+    let modules = client.list().await.unwrap();
+    let names: Vec<&str> = modules.iter().map(|m| m.module.as_str()).collect();
+    assert_eq!(names, ["linpack", "vector", "selftest"]);
+    let dgefa = client.describe("dgefa").await.unwrap();
+    assert_eq!(dgefa.cost(&[("n", 700)]).unwrap().bytes_out, 3_922_800);
+
+    let n = 3;
+    let mut a = vec![4.0, 2.0, 1.0, 1.0, 5.0, 2.0, 0.0, 1.0, 3.0]; // column-major
+    let a0 = a.clone();
+    let x = [1.0, -2.0, 0.5];
+    let mut b: Vec<f64> = (0..n)
+        .map(|i| (0..n).map(|j| a0[i + j * n] * x[j]).sum())
+        .collect();
+    let mut ipvt = vec![0i32; n];
+    let outcome = client
+        .call(
+            "dgefa",
+            &mut [Arg::from(&mut a), Arg::from(n as i32), Arg::from(&mut ipvt)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, 0);
+    client
+        .call(
+            "dgesl",
+            &mut [
+                Arg::from(&a),
+                Arg::from(n as i32),
+                Arg::from(&ipvt),
+                Arg::from(&mut b),
+            ],
+        )
+        .await
+        .unwrap();
+    for (got, want) in b.iter().zip(x) {
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_calls_get_clear_errors_and_the_server_keeps_serving() {
+    let server = TestServer::start(|config| config.max_request_bytes = 1 << 20).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+
+    let e = client.call("dgetrf", &mut []).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::FunctionNotFound);
+    assert_eq!(
+        e.message,
+        format!(
+            "no routine `dgetrf` on this server (server {})",
+            server.address
+        )
+    );
+
+    // Caught by the client before sending: count, type, size.
+    let e = client.call("noop", &mut []).await.unwrap_err();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (
+            ErrorKind::BadArgument,
+            "`noop` takes 1 arguments (n), got 0"
+        )
+    );
+    let e = client
+        .call("noop", &mut [Arg::Real(1.0)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "argument `n` of `noop` must be an int, got a real number"
+    );
+    let mut y = vec![0.0; 3];
+    let e = client
+        .call(
+            "echo",
+            &mut [
+                Arg::Integer(4),
+                Arg::from(&[1.0, 2.0, 3.0][..]),
+                Arg::from(&mut y),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "argument `x` of `echo` has 3 elements, expected 4 (n = 4)"
+    );
+
+    // Sent anyway (a client without checks): the server checks too.
+    let e = client
+        .call_request(request(
+            "dgefa",
+            vec![doubles(&[1.0, 2.0, 3.0]), int(2), none()],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (
+            ErrorKind::BadArgument,
+            "argument `a` of `dgefa` has 3 elements, expected 4 (n x n = 2 x 2)"
+        )
+    );
+    let e = client
+        .call_request(request("dgefa", vec![none(), int(200_000), none()]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "call of `dgefa` would move 320000000000 bytes in and 320000800000 bytes out, over this server's limit of 1048576 bytes per call"
+    );
+    let e = client
+        .call_request(request("echo", vec![int(i64::MAX), none(), none()]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.message, "`echo`: size of `x` overflows 64 bits");
+    let e = client
+        .call_request(request("noop", vec![int(1 << 40)]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "argument `n` of `noop`: 1099511627776 does not fit in an int"
+    );
+
+    // Routine failures: an error, a panic, a segfault. Each fails only its own call.
+    let e = client
+        .call("fail", &mut [Arg::Integer(7)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::SessionFailed, "selftest failure with code 7")
+    );
+    let e = client
+        .call("panic", &mut [Arg::Integer(3)])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::SessionFailed);
+    assert_eq!(
+        e.message,
+        "routine `panic` panicked: selftest panic with code 3"
+    );
+    let pool_spawned_before = server.state.function("segfault").unwrap().1.pool.spawned();
+    let e = client
+        .call("segfault", &mut [Arg::Integer(0)])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::SessionFailed);
+    assert!(
+        e.message
+            .starts_with("`segfault`: executable of module `selftest` failed during the call:"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.ends_with("killed by signal 11 (SIGSEGV)"),
+        "{}",
+        e.message
+    );
+    for _ in 0..3 {
+        client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    }
+    let pool = &server.state.function("segfault").unwrap().1.pool;
+    assert_eq!(
+        pool.spawned(),
+        pool_spawned_before + 1,
+        "exactly one replacement was started"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_killed_executables_fail_only_their_call() {
+    let server = TestServer::start(|_| {}).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let limited = client.clone().with_timeout(Duration::from_millis(300));
+    let e = limited
+        .call("sleep_ms", &mut [Arg::Integer(10_000)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (
+            ErrorKind::Timeout,
+            "`sleep_ms` ran longer than its limit of 0.300 s and was killed"
+        )
+    );
+
+    // Kill the executable while it runs a call.
+    let pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.call("sleep_ms", &mut [Arg::Integer(10_000)]).await }
+    });
+    let pid = loop {
+        if let Some(&pid) = pool.busy_pids().first() {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let e = call.await.unwrap().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::SessionFailed);
+    assert!(
+        e.message.ends_with("killed by signal 9 (SIGKILL)"),
+        "{}",
+        e.message
+    );
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_call_costs_nothing() {
+    let server = TestServer::start(|_| {}).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let n = 1 << 20;
+    let x = vec![1.5; n];
+    for _ in 0..3 {
+        let mut y = vec![0.0; n];
+        let mut args = [Arg::Integer(n as i64), Arg::from(&x), Arg::from(&mut y)];
+        // Give up after 2 ms: the request or the reply is cut off in flight.
+        let _ =
+            tokio::time::timeout(Duration::from_millis(2), client.call("echo", &mut args)).await;
+    }
+    let pool = server.state.function("echo").unwrap().1.pool.clone();
+    let mut y = vec![0.0; n];
+    client
+        .call(
+            "echo",
+            &mut [Arg::Integer(n as i64), Arg::from(&x), Arg::from(&mut y)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(y, x);
+    assert_eq!(
+        pool.spawned(),
+        2,
+        "no executable died: still the two warm ones"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_kept_on_one_server_feed_a_call_on_another() {
+    let a = TestServer::start(|_| {}).await;
+    let b = TestServer::start(|c| c.storage.memory_limit_bytes = 8).await;
+    let client_a = NinfClient::connect(&a.address).await.unwrap();
+    let client_b = NinfClient::connect(&b.address).await.unwrap();
+
+    // dgefa on A keeps the factors and pivots in A's storage, owned by transaction "t1".
+    let matrix = [2.0, 0.0, 0.0, 4.0];
+    let mut req = request("dgefa", vec![doubles(&matrix), int(2), none()]);
+    req.keep = vec![0, 2];
+    req.owner = "t1".into();
+    let reply = client_a.call_request(req).await.unwrap();
+    let refs: Vec<v1::ObjectRef> = reply
+        .outputs
+        .iter()
+        .map(|o| match &o.result {
+            Some(v1::call_output::Result::Object(r)) => r.clone(),
+            other => panic!("expected an object, got {other:?}"),
+        })
+        .collect();
+    assert!(refs.iter().all(|r| r.server == a.address));
+    assert_eq!(a.state.store.len(), 2);
+
+    // dgesl on B pulls both straight from A, and keeps x in B's storage (spilled: B's
+    // memory limit is 8 bytes).
+    let mut req = request(
+        "dgesl",
+        vec![
+            object(&refs[0].server, &refs[0].object_id),
+            int(2),
+            object(&refs[1].server, &refs[1].object_id),
+            doubles(&[2.0, 8.0]),
+        ],
+    );
+    req.keep = vec![3];
+    req.owner = "t1".into();
+    let reply = client_b.call_request(req).await.unwrap();
+    let Some(v1::call_output::Result::Object(x)) = &reply.outputs[0].result else {
+        panic!()
+    };
+    let mut storage_b = v1::storage_client::StorageClient::new(client_b.channel());
+    let info = storage_b
+        .stat(v1::StatRequest {
+            object_id: x.object_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (info.bytes, info.spilled, info.owner.as_str()),
+        (16, true, "t1")
+    );
+    let mut chunks = storage_b
+        .get(v1::GetRequest {
+            object_id: x.object_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let chunk = chunks.message().await.unwrap().unwrap();
+    assert_eq!(
+        ninf_proto::values::decode::<f64>(&chunk.data).unwrap(),
+        vec![1.0, 2.0]
+    );
+
+    // The transaction's intermediates go; fetching one afterwards is a clear error.
+    let mut storage_a = v1::storage_client::StorageClient::new(client_a.channel());
+    let deleted = storage_a
+        .delete_owner(v1::DeleteOwnerRequest { owner: "t1".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((deleted.objects, deleted.bytes), (2, 32 + 8));
+    assert!(a.state.store.is_empty());
+    let e = storage_a
+        .get(v1::GetRequest {
+            object_id: refs[0].object_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert_eq!(
+        e.message(),
+        format!(
+            "unknown object id `{}` (never stored here, or already deleted)",
+            refs[0].object_id
+        )
+    );
+    let req = request(
+        "dgesl",
+        vec![
+            object(&refs[0].server, &refs[0].object_id),
+            int(2),
+            object(&refs[1].server, &refs[1].object_id),
+            doubles(&[2.0, 8.0]),
+        ],
+    );
+    let e = client_b.call_request(req).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadArgument);
+    assert_eq!(
+        e.message,
+        format!(
+            "argument `a` of `dgesl`: cannot fetch object `{}` from {}: unknown object id `{}` (never stored here, or already deleted)",
+            refs[0].object_id, a.address, refs[0].object_id
+        )
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_reports_load_and_health_is_serving() {
+    let server = TestServer::start(|_| {}).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let sleeper = tokio::spawn({
+        let client = client.clone();
+        async move { client.call("sleep_ms", &mut [Arg::Integer(400)]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut monitor = v1::monitor_client::MonitorClient::new(client.channel());
+    let load = monitor.load(v1::LoadRequest {}).await.unwrap().into_inner();
+    assert_eq!((load.running_jobs, load.queued_jobs), (1, 0));
+    assert!(load.free_memory_bytes > 0 && load.sampled_unix_ms > 0);
+    sleeper.await.unwrap().unwrap();
+    let info = monitor.info(v1::InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.processors, 2);
+
+    let mut health = tonic_health::pb::health_client::HealthClient::new(client.channel());
+    let reply = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "ninf.v1.Invoke".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        reply.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    server.stop().await;
+}
