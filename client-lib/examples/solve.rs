@@ -31,11 +31,17 @@ fn start_local_server() -> anyhow::Result<(LocalServer, String)> {
         .context("cannot find the build folder")?;
     let server = dir.join("ninf-server");
     if !server.exists() {
-        bail!("{} not found: build it first (cargo build --workspace --bins)", server.display());
+        bail!(
+            "{} not found: build it first (cargo build --workspace --bins)",
+            server.display()
+        );
     }
     let mut child = Command::new(&server)
         .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {}", server.display()))?;
@@ -82,7 +88,9 @@ fn main() -> anyhow::Result<()> {
     }
     let a0 = a.clone();
     let x_true: Vec<f64> = (1..=n).map(|i| i as f64 / n as f64).collect();
-    let b0: Vec<f64> = (0..n).map(|i| (0..n).map(|j| a0[i + j * n] * x_true[j]).sum()).collect();
+    let b0: Vec<f64> = (0..n)
+        .map(|i| (0..n).map(|j| a0[i + j * n] * x_true[j]).sum())
+        .collect();
 
     let start = Instant::now();
     let mut ipvt = vec![0i32; n];
@@ -96,7 +104,15 @@ fn main() -> anyhow::Result<()> {
     }
     let client = Client::connect(&address)?;
     let mut x = b0.clone();
-    client.call("dgesl", &mut [Arg::from(&a), Arg::from(order), Arg::from(&ipvt), Arg::from(&mut x)])?;
+    client.call(
+        "dgesl",
+        &mut [
+            Arg::from(&a),
+            Arg::from(order),
+            Arg::from(&ipvt),
+            Arg::from(&mut x),
+        ],
+    )?;
     let elapsed = start.elapsed();
 
     let residual = (0..n)
@@ -105,8 +121,17 @@ fn main() -> anyhow::Result<()> {
     let norm_a = a0.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let norm_x = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let normalized = residual / (n as f64 * norm_a * norm_x * f64::EPSILON);
-    let error = x.iter().zip(&x_true).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    println!("solved a {n}x{n} system on {address} with dgefa + dgesl in {:.3} s", elapsed.as_secs_f64());
-    println!("max |Ax - b| = {residual:.3e}   normalized residual = {normalized:.3}   max |x - x_true| = {error:.3e}");
+    let error = x
+        .iter()
+        .zip(&x_true)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    println!(
+        "solved a {n}x{n} system on {address} with dgefa + dgesl in {:.3} s",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "max |Ax - b| = {residual:.3e}   normalized residual = {normalized:.3}   max |x - x_true| = {error:.3e}"
+    );
     Ok(())
 }

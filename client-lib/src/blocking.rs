@@ -91,11 +91,14 @@ pub struct CallResult {
     pub outputs: BTreeMap<String, ArrayData>,
 }
 
+/// Running asynchronous calls by session number.
+type SessionTable = HashMap<u64, JoinHandle<Result<CallResult, CallError>>>;
+
 /// A synchronous client bound to one server.
 #[derive(Clone)]
 pub struct Client {
     inner: NinfClient,
-    sessions: Arc<Mutex<HashMap<u64, JoinHandle<Result<CallResult, CallError>>>>>,
+    sessions: Arc<Mutex<SessionTable>>,
     next_session: Arc<AtomicU64>,
 }
 
@@ -145,12 +148,7 @@ impl Client {
         Ok(SessionId(id))
     }
 
-    fn lock_sessions(
-        &self,
-    ) -> Result<
-        std::sync::MutexGuard<'_, HashMap<u64, JoinHandle<Result<CallResult, CallError>>>>,
-        CallError,
-    > {
+    fn lock_sessions(&self) -> Result<std::sync::MutexGuard<'_, SessionTable>, CallError> {
         self.sessions
             .lock()
             .map_err(|_| CallError::new(ErrorKind::CommunicationFailed, "session table poisoned"))

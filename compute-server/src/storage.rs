@@ -104,7 +104,7 @@ impl ObjectStore {
     ) -> Result<ObjectInfo, StorageError> {
         let bytes = data.len() as u64;
         let size = element_type.size_bytes().unwrap_or(1);
-        if bytes % size != 0 {
+        if !bytes.is_multiple_of(size) {
             return Err(StorageError::Ragged {
                 bytes,
                 element: element_type.keyword(),

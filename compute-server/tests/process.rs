@@ -17,28 +17,51 @@ fn ninf_call_by_url_and_typed_stubs_over_a_client() {
     let server = ServerProcess::start(&[]);
     let n = 40usize;
     let mut a: Vec<f64> = (0..n * n)
-        .map(|k| if k % (n + 1) == 0 { n as f64 } else { ((k * 7919) % 13) as f64 / 13.0 - 0.5 })
+        .map(|k| {
+            if k % (n + 1) == 0 {
+                n as f64
+            } else {
+                ((k * 7919) % 13) as f64 / 13.0 - 0.5
+            }
+        })
         .collect();
     let a0 = a.clone();
     let x: Vec<f64> = (0..n).map(|i| i as f64 / 3.0 - 2.0).collect();
-    let mut b: Vec<f64> = (0..n).map(|i| (0..n).map(|j| a0[i + j * n] * x[j]).sum()).collect();
+    let mut b: Vec<f64> = (0..n)
+        .map(|i| (0..n).map(|j| a0[i + j * n] * x[j]).sum())
+        .collect();
     let mut ipvt = vec![0i32; n];
     let url = format!("ninf://{}/dgefa", server.address);
-    let outcome = ninf_call(&url, &mut [Arg::from(&mut a), Arg::from(n as i32), Arg::from(&mut ipvt)]).unwrap();
+    let outcome = ninf_call(
+        &url,
+        &mut [Arg::from(&mut a), Arg::from(n as i32), Arg::from(&mut ipvt)],
+    )
+    .unwrap();
     assert_eq!(outcome.status, 0);
 
     let mut client = Client::connect(&format!("ninf://{}", server.address)).unwrap();
     linpack::dgesl(&mut client, &a, n as i32, &ipvt, &mut b).unwrap();
-    let error = b.iter().zip(&x).map(|(got, want)| (got - want).abs()).fold(0.0, f64::max);
+    let error = b
+        .iter()
+        .zip(&x)
+        .map(|(got, want)| (got - want).abs())
+        .fold(0.0, f64::max);
     assert!(error < 1e-12, "max error {error}");
 
     let e = ninf_call(&format!("ninf://{}/nope", server.address), &mut []).unwrap_err();
     assert_eq!(e.kind, ErrorKind::FunctionNotFound);
     let e = ninf_call("ninf://127.0.0.1:1/dgefa", &mut []).unwrap_err();
     assert_eq!(e.kind, ErrorKind::ServerNotFound);
-    assert!(e.message.starts_with("cannot connect to 127.0.0.1:1"), "{}", e.message);
+    assert!(
+        e.message.starts_with("cannot connect to 127.0.0.1:1"),
+        "{}",
+        e.message
+    );
     let e = ninf_call("http://example/dgefa", &mut []).unwrap_err();
-    assert_eq!(e.message, "`http://example/dgefa` is not a ninf:// URL (ninf://host:port/function)");
+    assert_eq!(
+        e.message,
+        "`http://example/dgefa` is not a ninf:// URL (ninf://host:port/function)"
+    );
 }
 
 #[test]
@@ -48,40 +71,81 @@ fn asynchronous_sessions_wait_probe_and_cancel() {
 
     // Two sleeps run at once on the server's two processors.
     let start = Instant::now();
-    let slow = client.call_async("sleep_ms", vec![OwnedArg::Integer(300)]).unwrap();
-    let fast = client.call_async("sleep_ms", vec![OwnedArg::Integer(20)]).unwrap();
+    let slow = client
+        .call_async("sleep_ms", vec![OwnedArg::Integer(300)])
+        .unwrap();
+    let fast = client
+        .call_async("sleep_ms", vec![OwnedArg::Integer(20)])
+        .unwrap();
     let (first, result) = client.wait_any(&[slow, fast]).unwrap();
     assert_eq!(first, fast);
     result.unwrap();
-    assert!(!client.probe(slow).unwrap(), "the slow call is still running");
+    assert!(
+        !client.probe(slow).unwrap(),
+        "the slow call is still running"
+    );
     client.wait(slow).unwrap();
     assert!(start.elapsed() < Duration::from_millis(3000));
 
     // Results of OUT arrays come back by name.
     let x = ArrayData::Double(vec![1.0, 2.0, 3.0]);
     let echo = client
-        .call_async("echo", vec![OwnedArg::Integer(3), OwnedArg::Array(x.clone()), OwnedArg::Out])
+        .call_async(
+            "echo",
+            vec![
+                OwnedArg::Integer(3),
+                OwnedArg::Array(x.clone()),
+                OwnedArg::Out,
+            ],
+        )
         .unwrap();
-    let noop = client.call_async("noop", vec![OwnedArg::Integer(1)]).unwrap();
+    let noop = client
+        .call_async("noop", vec![OwnedArg::Integer(1)])
+        .unwrap();
     let results = client.wait_all(&[echo, noop]);
     let echoed = results[0].as_ref().unwrap();
     assert_eq!(echoed.outputs.get("y"), Some(&x));
     assert!(results[1].is_ok());
 
     // Cancel, and errors of the session API itself.
-    let long = client.call_async("sleep_ms", vec![OwnedArg::Integer(5_000)]).unwrap();
+    let long = client
+        .call_async("sleep_ms", vec![OwnedArg::Integer(5_000)])
+        .unwrap();
     client.cancel(long).unwrap();
     let e = client.wait(long).unwrap_err();
-    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Canceled, format!("session {} was canceled", long.0).as_str()));
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (
+            ErrorKind::Canceled,
+            format!("session {} was canceled", long.0).as_str()
+        )
+    );
     let e = client.wait(long).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidSessionId);
-    let bad = client.call_async("echo", vec![OwnedArg::Integer(3)]).unwrap();
+    let bad = client
+        .call_async("echo", vec![OwnedArg::Integer(3)])
+        .unwrap();
     let e = client.wait(bad).unwrap_err();
-    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::BadArgument, "`echo` takes 3 arguments (n, x, y), got 1"));
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (
+            ErrorKind::BadArgument,
+            "`echo` takes 3 arguments (n, x, y), got 1"
+        )
+    );
 
     // The server still serves after a canceled call.
     let mut y = [0.0; 2];
-    client.call("echo", &mut [Arg::Integer(2), Arg::from(&[5.0, 6.0][..]), Arg::from(&mut y[..])]).unwrap();
+    client
+        .call(
+            "echo",
+            &mut [
+                Arg::Integer(2),
+                Arg::from(&[5.0, 6.0][..]),
+                Arg::from(&mut y[..]),
+            ],
+        )
+        .unwrap();
     assert_eq!(y, [5.0, 6.0]);
 }
 
@@ -94,7 +158,10 @@ fn benchmark_only_prints_the_machine_as_json() {
     assert!(output.status.success());
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     for key in ["mflops", "cpus", "memory_bytes", "benchmark_n"] {
-        assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {report}");
+        assert!(
+            report[key].as_f64().is_some_and(|v| v > 0.0),
+            "{key} in {report}"
+        );
     }
     assert!(report["normalized_residual"].as_f64().unwrap() < 100.0);
 }

@@ -17,10 +17,21 @@ fn order(n: i32) -> Result<usize, String> {
     usize::try_from(n).map_err(|_| format!("n = {n} is negative"))
 }
 
+/// The executables check sizes against the IDL already; direct callers get the same promise.
+pub(crate) fn check_len(name: &str, len: usize, expected: usize) -> Result<(), String> {
+    if len == expected {
+        Ok(())
+    } else {
+        Err(format!("`{name}` has {len} elements, expected {expected}"))
+    }
+}
+
 /// Factors the column-major n-by-n `a` in place; `ipvt` receives the 1-based interchanges.
 /// Returns 0, or k when U(k, k) is zero (the matrix is singular; `dgesl` would divide by zero).
 pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
     let n = order(n)?;
+    check_len("a", a.len(), n * n)?;
+    check_len("ipvt", ipvt.len(), n)?;
     let mut perm = vec![0usize; n];
     let mut perm_inv = vec![0usize; n];
     let mut buffer = MemBuffer::new(lu_in_place_scratch::<usize, f64>(
@@ -57,6 +68,9 @@ pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
 /// Solves A x = b with the factors from [`dgefa`]; `b` is overwritten with x.
 pub fn dgesl(a: &[f64], n: i32, ipvt: &[i32], b: &mut [f64]) -> Result<(), String> {
     let n = order(n)?;
+    check_len("a", a.len(), n * n)?;
+    check_len("ipvt", ipvt.len(), n)?;
+    check_len("b", b.len(), n)?;
     for (k, &pivot) in ipvt.iter().enumerate().take(n) {
         let l = usize::try_from(pivot - 1)
             .ok()

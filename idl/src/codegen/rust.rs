@@ -223,7 +223,10 @@ fn local(name: &str) -> String {
 
 fn generate_call(out: &mut String, f: &FunctionInterface) {
     doc_comment(out, "", f);
-    let _ = writeln!(out, "#[allow(non_snake_case, unused_mut)]");
+    let _ = writeln!(
+        out,
+        "#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]"
+    );
     let _ = writeln!(
         out,
         "fn call_{}(\n    args: &mut ::ninf_executable::CallArgs,\n) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {{",

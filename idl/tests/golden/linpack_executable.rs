@@ -45,7 +45,7 @@ fn dispatch(
 ///
 /// IDL: `dgefa(INOUT double a[n][n], IN int n, OUT int ipvt[n])`
 /// CalcOrder: `2 * n ^ 3 / 3`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_dgefa(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
@@ -62,7 +62,7 @@ fn call_dgefa(
 ///
 /// IDL: `dgesl(IN double a[n][n], IN int n, IN int ipvt[n], INOUT double b[n])`
 /// CalcOrder: `2 * n ^ 2`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_dgesl(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
@@ -79,7 +79,7 @@ fn call_dgesl(
 ///
 /// IDL: `dgesv(INOUT double a[n][n], IN int n, OUT int ipvt[n], INOUT double b[n])`
 /// CalcOrder: `2 * n ^ 3 / 3 + 2 * n ^ 2`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_dgesv(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
@@ -98,7 +98,7 @@ fn call_dgesv(
 ///
 /// IDL: `mmul(IN int n, IN double A[n][n], IN double B[n][n], OUT double C[n][n])`
 /// CalcOrder: `2 * n ^ 3`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_mmul(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {

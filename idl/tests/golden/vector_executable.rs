@@ -48,7 +48,7 @@ fn dispatch(
 ///
 /// IDL: `ddot(IN int n, IN double x[n], IN double y[n], OUT double result[1])`
 /// CalcOrder: `2 * n`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_ddot(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
@@ -71,7 +71,7 @@ fn call_ddot(
 ///
 /// IDL: `dnrm2(IN int n, IN double x[n], OUT double result[1])`
 /// CalcOrder: `3 * n`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_dnrm2(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
@@ -92,7 +92,7 @@ fn call_dnrm2(
 /// copy a label into a buffer (exercises strings, chars and WORK arrays)
 ///
 /// IDL: `label(IN string text, IN int n, INOUT char buffer[n], WORK double scratch[n + 1])`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_label(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
@@ -116,7 +116,7 @@ fn call_label(
 ///
 /// IDL: `pscale(IN int p, IN long n, IN dcomplex alpha, INOUT dcomplex z[n])`
 /// CalcOrder: `6 * n`
-#[allow(non_snake_case, unused_mut)]
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
 fn call_pscale(
     args: &mut ::ninf_executable::CallArgs,
 ) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
