@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/ninf/v1/interface.proto",
         "proto/ninf/v1/executable.proto",
         "proto/ninf/v1/server.proto",
+        "proto/ninf/v1/bench.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

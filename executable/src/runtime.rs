@@ -539,6 +539,8 @@ pub fn serve(
 
 /// The `main` of a generated executable: compile the embedded IDL, then serve standard input.
 pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> ExitCode {
+    // A routine panic becomes an error reply; one line on stderr is enough for the log.
+    std::panic::set_hook(Box::new(|info| eprintln!("ninf executable: {info}")));
     let module = match ninf_idl::compile(&SourceFile::new(idl_name, idl_source)) {
         Ok(m) => m,
         Err(diagnostics) => {

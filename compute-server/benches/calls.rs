@@ -1,0 +1,216 @@
+//! Call overheads, each measured against a baseline in the same run on the same machine:
+//!
+//! 1. null call: `ninf_call` of `noop` through a server vs a raw tonic unary echo;
+//! 2. large arguments: `echo` of 32 MiB in and 32 MiB out vs a raw TCP loopback copy of the
+//!    same 64 MiB;
+//! 3. warm pool: a call on a warm executable vs spawning the executable for each call.
+//!
+//! Run with `cargo bench -p ninf-compute-server --bench calls`; figures go to
+//! docs/performance.md. Prints one JSON object per comparison.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ninf::{Arg, NinfClient};
+use ninf_compute_server::config::ModuleConfig;
+use ninf_compute_server::{ServerConfig, ServerState};
+use ninf_executable::ExecutableProcess;
+use ninf_proto::v1;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn binaries() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
+}
+
+fn ensure_executables() {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "-q", "--release", "-p", "ninf-routines", "--bins"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+struct EchoService;
+
+#[tonic::async_trait]
+impl v1::echo_server::Echo for EchoService {
+    async fn echo(
+        &self,
+        request: tonic::Request<v1::EchoMessage>,
+    ) -> Result<tonic::Response<v1::EchoMessage>, tonic::Status> {
+        Ok(tonic::Response::new(request.into_inner()))
+    }
+}
+
+async fn start_ninf_server() -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config = ServerConfig {
+        processors: Some(1),
+        max_request_bytes: 1 << 30,
+        modules: vec![ModuleConfig {
+            executable: binaries().join("ninf-exec-selftest"),
+            idl: root.join("idl/examples/selftest.idl"),
+        }],
+        ..ServerConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let state = ServerState::start(&config, address.clone(), v1::ServerInfo::default()).await.unwrap();
+    tokio::spawn(ninf_compute_server::run(listener, state, Duration::from_secs(5), std::future::pending()));
+    address
+}
+
+async fn start_echo_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                v1::echo_server::EchoServer::new(EchoService)
+                    .max_decoding_message_size(usize::MAX)
+                    .max_encoding_message_size(usize::MAX),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    address
+}
+
+/// A TCP server that reads `len` bytes and writes them back.
+async fn start_tcp_echo(len: usize) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            socket.set_nodelay(true).unwrap();
+            let mut buffer = vec![0u8; len];
+            socket.read_exact(&mut buffer).await.unwrap();
+            socket.write_all(&buffer).await.unwrap();
+        }
+    });
+    address
+}
+
+async fn null_calls(ninf: &NinfClient, echo: &mut v1::echo_client::EchoClient<tonic::transport::Channel>) {
+    let rounds = 10;
+    let per_round = 200;
+    let (mut ninf_samples, mut raw_samples) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for _ in 0..per_round {
+            ninf.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+        }
+        ninf_samples.push(start.elapsed().as_secs_f64() / per_round as f64);
+        let start = Instant::now();
+        for _ in 0..per_round {
+            echo.echo(v1::EchoMessage { data: bytes::Bytes::from_static(&[0; 4]) }).await.unwrap();
+        }
+        raw_samples.push(start.elapsed().as_secs_f64() / per_round as f64);
+    }
+    let (ninf_us, raw_us) = (median(ninf_samples) * 1e6, median(raw_samples) * 1e6);
+    println!(
+        "{{\"bench\":\"null_call\",\"ninf_us\":{ninf_us:.1},\"raw_tonic_echo_us\":{raw_us:.1},\"ratio\":{:.2},\"target\":\"<= 2.0\"}}",
+        ninf_us / raw_us
+    );
+}
+
+async fn large_calls(ninf: &NinfClient, tcp_address: &str) {
+    let n = 4 << 20; // 4 Mi doubles = 32 MiB
+    let x: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let mut y = vec![0.0; n];
+    let payload = vec![7u8; n * 8];
+    let moved = 2.0 * (n * 8) as f64;
+    let (mut ninf_samples, mut raw_samples) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let start = Instant::now();
+        ninf.call("echo", &mut [Arg::Integer(n as i64), Arg::from(&x), Arg::from(&mut y)])
+            .await
+            .unwrap();
+        ninf_samples.push(start.elapsed().as_secs_f64());
+        assert_eq!(y[n - 1], x[n - 1]);
+
+        let start = Instant::now();
+        let mut socket = tokio::net::TcpStream::connect(tcp_address).await.unwrap();
+        socket.set_nodelay(true).unwrap();
+        let (mut reader, mut writer) = socket.split();
+        let mut back = vec![0u8; n * 8];
+        let (w, r) = tokio::join!(writer.write_all(&payload), reader.read_exact(&mut back));
+        w.unwrap();
+        r.unwrap();
+        raw_samples.push(start.elapsed().as_secs_f64());
+    }
+    let (ninf_s, raw_s) = (median(ninf_samples), median(raw_samples));
+    let (ninf_mb, raw_mb) = (moved / ninf_s / 1e6, moved / raw_s / 1e6);
+    println!(
+        "{{\"bench\":\"large_call_32MiB_in_32MiB_out\",\"ninf_ms\":{:.1},\"raw_tcp_ms\":{:.1},\"ninf_MBps\":{ninf_mb:.0},\"raw_tcp_MBps\":{raw_mb:.0},\"ratio\":{:.2},\"target\":\">= 0.5\"}}",
+        ninf_s * 1e3,
+        raw_s * 1e3,
+        ninf_mb / raw_mb
+    );
+}
+
+fn warm_versus_cold() {
+    let path = binaries().join("ninf-exec-selftest");
+    let noop = || {
+        vec![v1::ArgumentValue {
+            value: Some(v1::argument_value::Value::IntValue(0)),
+        }]
+    };
+    let mut warm = ExecutableProcess::spawn(&path).unwrap();
+    warm.call("noop", noop()).unwrap();
+    let (mut warm_samples, mut cold_samples) = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        let start = Instant::now();
+        warm.call("noop", noop()).unwrap();
+        warm_samples.push(start.elapsed().as_secs_f64());
+        let start = Instant::now();
+        let mut cold = ExecutableProcess::spawn(&path).unwrap();
+        cold.call("noop", noop()).unwrap();
+        cold.shutdown().unwrap();
+        cold_samples.push(start.elapsed().as_secs_f64());
+    }
+    let (warm_us, cold_us) = (median(warm_samples) * 1e6, median(cold_samples) * 1e6);
+    println!(
+        "{{\"bench\":\"warm_pool\",\"warm_call_us\":{warm_us:.1},\"cold_spawn_call_us\":{cold_us:.1},\"saved_us\":{:.1},\"cold_over_warm\":{:.1}}}",
+        cold_us - warm_us,
+        cold_us / warm_us
+    );
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` passes nothing: run only for bench.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    ensure_executables();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let ninf_address = start_ninf_server().await;
+        let echo_address = start_echo_server().await;
+        let tcp_address = start_tcp_echo(32 << 20).await;
+        let ninf = NinfClient::connect(&ninf_address).await.unwrap();
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{echo_address}"))
+            .unwrap()
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .unwrap();
+        let mut echo = v1::echo_client::EchoClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        // Warm up both paths (descriptor fetch, connections).
+        ninf.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+        echo.echo(v1::EchoMessage::default()).await.unwrap();
+        null_calls(&ninf, &mut echo).await;
+        large_calls(&ninf, &tcp_address).await;
+    });
+    warm_versus_cold();
+}
