@@ -65,7 +65,10 @@ impl NinfClient {
                 )
             })?
             .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
+            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
+            .max_frame_size(ninf_proto::HTTP2_FRAME);
         let channel = endpoint.connect().await.map_err(|e| {
             CallError::new(
                 ErrorKind::ServerNotFound,

@@ -63,8 +63,15 @@ async fn start_ninf_server() -> String {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let state = ServerState::start(&config, address.clone(), v1::ServerInfo::default()).await.unwrap();
-    tokio::spawn(ninf_compute_server::run(listener, state, Duration::from_secs(5), std::future::pending()));
+    let state = ServerState::start(&config, address.clone(), v1::ServerInfo::default())
+        .await
+        .unwrap();
+    tokio::spawn(ninf_compute_server::run(
+        listener,
+        state,
+        Duration::from_secs(5),
+        std::future::pending(),
+    ));
     address
 }
 
@@ -73,6 +80,10 @@ async fn start_echo_server() -> String {
     let address = listener.local_addr().unwrap().to_string();
     tokio::spawn(
         tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .initial_stream_window_size(Some(ninf_proto::HTTP2_WINDOW))
+            .initial_connection_window_size(Some(ninf_proto::HTTP2_WINDOW))
+            .max_frame_size(Some(ninf_proto::HTTP2_FRAME))
             .add_service(
                 v1::echo_server::EchoServer::new(EchoService)
                     .max_decoding_message_size(usize::MAX)
@@ -99,7 +110,10 @@ async fn start_tcp_echo(len: usize) -> String {
     address
 }
 
-async fn null_calls(ninf: &NinfClient, echo: &mut v1::echo_client::EchoClient<tonic::transport::Channel>) {
+async fn null_calls(
+    ninf: &NinfClient,
+    echo: &mut v1::echo_client::EchoClient<tonic::transport::Channel>,
+) {
     let rounds = 10;
     let per_round = 200;
     let (mut ninf_samples, mut raw_samples) = (Vec::new(), Vec::new());
@@ -111,7 +125,11 @@ async fn null_calls(ninf: &NinfClient, echo: &mut v1::echo_client::EchoClient<to
         ninf_samples.push(start.elapsed().as_secs_f64() / per_round as f64);
         let start = Instant::now();
         for _ in 0..per_round {
-            echo.echo(v1::EchoMessage { data: bytes::Bytes::from_static(&[0; 4]) }).await.unwrap();
+            echo.echo(v1::EchoMessage {
+                data: bytes::Bytes::from_static(&[0; 4]),
+            })
+            .await
+            .unwrap();
         }
         raw_samples.push(start.elapsed().as_secs_f64() / per_round as f64);
     }
@@ -119,6 +137,52 @@ async fn null_calls(ninf: &NinfClient, echo: &mut v1::echo_client::EchoClient<to
     println!(
         "{{\"bench\":\"null_call\",\"ninf_us\":{ninf_us:.1},\"raw_tonic_echo_us\":{raw_us:.1},\"ratio\":{:.2},\"target\":\"<= 2.0\"}}",
         ninf_us / raw_us
+    );
+}
+
+/// Where the time of a large call goes: gRPC alone, and the executable pipe alone.
+async fn large_breakdown(echo: &mut v1::echo_client::EchoClient<tonic::transport::Channel>) {
+    let bytes = bytes::Bytes::from(vec![3u8; 32 << 20]);
+    let mut grpc = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        echo.echo(v1::EchoMessage {
+            data: bytes.clone(),
+        })
+        .await
+        .unwrap();
+        grpc.push(start.elapsed().as_secs_f64());
+    }
+    let path = binaries().join("ninf-exec-selftest");
+    let n = 4i64 << 20;
+    let x: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let direct = tokio::task::spawn_blocking(move || {
+        let mut process = ExecutableProcess::spawn(&path).unwrap();
+        let mut samples = Vec::new();
+        for _ in 0..5 {
+            let args = vec![
+                v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::IntValue(n)),
+                },
+                v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::Array(
+                        ninf_proto::ArrayData::Double(x.clone()).to_proto(),
+                    )),
+                },
+                v1::ArgumentValue { value: None },
+            ];
+            let start = Instant::now();
+            process.call("echo", args).unwrap();
+            samples.push(start.elapsed().as_secs_f64());
+        }
+        samples
+    })
+    .await
+    .unwrap();
+    println!(
+        "{{\"bench\":\"large_call_breakdown\",\"raw_tonic_echo_32MiB_ms\":{:.1},\"executable_pipe_echo_32MiB_ms\":{:.1}}}",
+        median(grpc) * 1e3,
+        median(direct) * 1e3
     );
 }
 
@@ -131,9 +195,12 @@ async fn large_calls(ninf: &NinfClient, tcp_address: &str) {
     let (mut ninf_samples, mut raw_samples) = (Vec::new(), Vec::new());
     for _ in 0..7 {
         let start = Instant::now();
-        ninf.call("echo", &mut [Arg::Integer(n as i64), Arg::from(&x), Arg::from(&mut y)])
-            .await
-            .unwrap();
+        ninf.call(
+            "echo",
+            &mut [Arg::Integer(n as i64), Arg::from(&x), Arg::from(&mut y)],
+        )
+        .await
+        .unwrap();
         ninf_samples.push(start.elapsed().as_secs_f64());
         assert_eq!(y[n - 1], x[n - 1]);
 
@@ -148,6 +215,7 @@ async fn large_calls(ninf: &NinfClient, tcp_address: &str) {
         raw_samples.push(start.elapsed().as_secs_f64());
     }
     let (ninf_s, raw_s) = (median(ninf_samples), median(raw_samples));
+    eprintln!("ninf samples {ninf_s:.3}, raw {raw_s:.3}");
     let (ninf_mb, raw_mb) = (moved / ninf_s / 1e6, moved / raw_s / 1e6);
     println!(
         "{{\"bench\":\"large_call_32MiB_in_32MiB_out\",\"ninf_ms\":{:.1},\"raw_tcp_ms\":{:.1},\"ninf_MBps\":{ninf_mb:.0},\"raw_tcp_MBps\":{raw_mb:.0},\"ratio\":{:.2},\"target\":\">= 0.5\"}}",
@@ -191,7 +259,13 @@ fn main() {
         return;
     }
     ensure_executables();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // The same allocator setting the server binary uses (both sides live in this process).
+    ninf_compute_server::keep_freed_memory();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let ninf_address = start_ninf_server().await;
         let echo_address = start_echo_server().await;
@@ -200,6 +274,9 @@ fn main() {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{echo_address}"))
             .unwrap()
             .tcp_nodelay(true)
+            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
+            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
+            .max_frame_size(ninf_proto::HTTP2_FRAME)
             .connect()
             .await
             .unwrap();
@@ -211,6 +288,7 @@ fn main() {
         echo.echo(v1::EchoMessage::default()).await.unwrap();
         null_calls(&ninf, &mut echo).await;
         large_calls(&ninf, &tcp_address).await;
+        large_breakdown(&mut echo).await;
     });
     warm_versus_cold();
 }

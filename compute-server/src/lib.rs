@@ -19,10 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ninf_proto::v1;
+use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use config::ServerConfig;
+pub use ninf_executable::keep_freed_memory;
 pub use state::ServerState;
 
 /// Serves every service on `listener` until `shutdown` completes, then stops the pools.
@@ -60,6 +62,10 @@ pub async fn run(
         })
     };
     let result = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(HTTP2_WINDOW))
+        .initial_connection_window_size(Some(HTTP2_WINDOW))
+        .max_frame_size(Some(HTTP2_FRAME))
         .add_service(health_service)
         .add_service(v1::interface_server::InterfaceServer::new(
             services::InterfaceService(state.clone()),

@@ -62,8 +62,8 @@ impl Process {
         };
         Ok(Process {
             child,
-            stdin: BufWriter::with_capacity(1 << 16, stdin),
-            stdout: BufReader::with_capacity(1 << 16, stdout),
+            stdin: BufWriter::with_capacity(1 << 20, stdin),
+            stdout: BufReader::with_capacity(1 << 20, stdout),
             next_call_id: 1,
         })
     }

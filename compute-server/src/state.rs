@@ -136,7 +136,11 @@ impl ServerState {
         }
         let endpoint = Channel::from_shared(format!("http://{server}"))
             .map_err(|e| format!("invalid server address `{server}`: {e}"))?
-            .connect_timeout(Duration::from_secs(5));
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
+            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
+            .max_frame_size(ninf_proto::HTTP2_FRAME);
         let channel = endpoint
             .connect()
             .await

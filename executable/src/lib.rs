@@ -10,5 +10,7 @@ pub mod process;
 pub mod runtime;
 
 pub use num_complex;
-pub use process::{CallFailure, ExecutableProcess};
-pub use runtime::{CallArgs, Dispatch, RoutineError, RoutineOutcome, serve, serve_stdio};
+pub use process::{CallFailure, ExecutableProcess, widen_pipe};
+pub use runtime::{
+    CallArgs, Dispatch, RoutineError, RoutineOutcome, keep_freed_memory, serve, serve_stdio,
+};

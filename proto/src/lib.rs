@@ -11,5 +11,12 @@ pub mod v1 {
     tonic::include_proto!("ninf.v1");
 }
 
+/// HTTP/2 flow-control window every Ninf server and client uses (bytes). HTTP/2's defaults
+/// (64 KiB windows, 16 KiB frames) make a large array crawl through thousands of
+/// flow-control round trips; moving arrays is what Ninf does.
+pub const HTTP2_WINDOW: u32 = 16 << 20;
+/// HTTP/2 frame size every Ninf server and client uses (the protocol allows up to 16 MiB - 1).
+pub const HTTP2_FRAME: u32 = 1 << 20;
+
 pub use descriptor::DescriptorError;
 pub use values::{ArrayData, Element, ValueError};

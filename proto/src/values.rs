@@ -142,6 +142,15 @@ fn check_whole<T: Element>(bytes: &[u8]) -> Result<(), ValueError> {
     }
 }
 
+/// A vector seen as its bytes, so `Bytes` can own it without a copy.
+struct LittleEndianArray<T>(Vec<T>);
+
+impl<T: Element> AsRef<[u8]> for LittleEndianArray<T> {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
 /// An owned array of any element type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ArrayData {
@@ -239,5 +248,17 @@ impl ArrayData {
             element_type: element_type_to_proto(self.element_type()).into(),
             data: self.encode().into(),
         }
+    }
+
+    /// Like [`ArrayData::to_proto`], but gives the vector to the message without copying it
+    /// (on little-endian machines, where the in-memory layout is the wire layout).
+    pub fn into_proto(self) -> v1::Array {
+        let element_type = element_type_to_proto(self.element_type()).into();
+        let data = if cfg!(target_endian = "little") {
+            each_array!(self, v => bytes::Bytes::from_owner(LittleEndianArray(v)))
+        } else {
+            self.encode().into()
+        };
+        v1::Array { element_type, data }
     }
 }
