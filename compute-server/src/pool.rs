@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ninf_executable::frame::SHARED_MARKER;
+use ninf_executable::shared::{HostRegions, SHARED_THRESHOLD};
 use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -42,6 +44,8 @@ struct Process {
     child: Child,
     stdin: BufWriter<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// Shared memory for large requests and replies.
+    regions: HostRegions,
     next_call_id: u64,
 }
 
@@ -49,12 +53,11 @@ const MAX_REPLY_FRAME: usize = 2 << 30;
 
 impl Process {
     fn spawn(path: &Path) -> std::io::Result<Process> {
-        let mut child = Command::new(path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
+        let regions = HostRegions::create()?;
+        let mut command = std::process::Command::new(path);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        regions.attach(&mut command);
+        let mut child = Command::from(command).kill_on_drop(true).spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(std::io::Error::other(
                 "executable has no standard input or output",
@@ -64,27 +67,51 @@ impl Process {
             child,
             stdin: BufWriter::with_capacity(1 << 20, stdin),
             stdout: BufReader::with_capacity(1 << 20, stdout),
+            regions,
             next_call_id: 1,
         })
     }
 
     async fn exchange(&mut self, request: &v1::ExecRequest) -> std::io::Result<v1::ExecReply> {
-        let body = request.encode_to_vec();
-        let len = u32::try_from(body.len())
-            .map_err(|_| std::io::Error::other("request larger than 4 GiB"))?;
-        self.stdin.write_all(&len.to_le_bytes()).await?;
-        self.stdin.write_all(&body).await?;
+        if request.encoded_len() >= SHARED_THRESHOLD {
+            let len = self.regions.requests.write(request)?;
+            self.stdin.write_all(&SHARED_MARKER.to_le_bytes()).await?;
+            self.stdin.write_all(&(len as u64).to_le_bytes()).await?;
+        } else {
+            let body = request.encode_to_vec();
+            let len = u32::try_from(body.len())
+                .ok()
+                .filter(|&l| l != SHARED_MARKER)
+                .ok_or_else(|| std::io::Error::other("request larger than 4 GiB"))?;
+            self.stdin.write_all(&len.to_le_bytes()).await?;
+            self.stdin.write_all(&body).await?;
+        }
         self.stdin.flush().await?;
         let mut header = [0u8; 4];
         self.stdout.read_exact(&mut header).await?;
-        let len = u32::from_le_bytes(header) as usize;
-        if len > MAX_REPLY_FRAME {
-            return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
-        }
-        let mut body = vec![0u8; len];
-        self.stdout.read_exact(&mut body).await?;
-        v1::ExecReply::decode(bytes::Bytes::from(body))
-            .map_err(|e| std::io::Error::other(format!("undecodable reply: {e}")))
+        let body = match u32::from_le_bytes(header) {
+            SHARED_MARKER => {
+                let mut size = [0u8; 8];
+                self.stdout.read_exact(&mut size).await?;
+                let len = u64::from_le_bytes(size) as usize;
+                if len > MAX_REPLY_FRAME {
+                    return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
+                }
+                // Copied out: the region is rewritten by the next reply, while this one may
+                // still be on its way to the client.
+                self.regions.replies.copy(len)?
+            }
+            len => {
+                let len = len as usize;
+                if len > MAX_REPLY_FRAME {
+                    return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
+                }
+                let mut body = vec![0u8; len];
+                self.stdout.read_exact(&mut body).await?;
+                bytes::Bytes::from(body)
+            }
+        };
+        v1::ExecReply::decode(body).map_err(|e| std::io::Error::other(format!("undecodable reply: {e}")))
     }
 
     /// How the process ended, once it has (waits briefly for the kernel to reap it).

@@ -8,6 +8,7 @@
 pub mod frame;
 pub mod process;
 pub mod runtime;
+pub mod shared;
 
 pub use num_complex;
 pub use process::{CallFailure, ExecutableProcess, widen_pipe};

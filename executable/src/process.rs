@@ -8,7 +8,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 
-use crate::frame::{self, DEFAULT_MAX_FRAME, FrameError};
+use crate::frame::{self, DEFAULT_MAX_FRAME, Frame, FrameError};
+use crate::shared::{HostRegions, SHARED_THRESHOLD};
 
 /// Why a call through an executable failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,22 +26,22 @@ pub enum CallFailure {
 }
 
 /// One running executable.
-#[derive(Debug)]
 pub struct ExecutableProcess {
     child: Child,
     stdin: BufWriter<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    regions: HostRegions,
     next_call_id: u64,
 }
 
 impl ExecutableProcess {
     /// Starts the executable with its standard error inherited.
     pub fn spawn(path: &Path) -> std::io::Result<ExecutableProcess> {
-        let mut child = Command::new(path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
+        let regions = HostRegions::create()?;
+        let mut command = Command::new(path);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        regions.attach(&mut command);
+        let mut child = command.spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             return Err(std::io::Error::other(
@@ -51,6 +52,7 @@ impl ExecutableProcess {
             child,
             stdin: BufWriter::with_capacity(1 << 16, stdin),
             stdout: BufReader::with_capacity(1 << 16, stdout),
+            regions,
             next_call_id: 1,
         })
     }
@@ -72,7 +74,15 @@ impl ExecutableProcess {
             function: function.to_string(),
             arguments,
         };
-        self.send_raw(&request.encode_to_vec())?;
+        if request.encoded_len() >= SHARED_THRESHOLD {
+            let written = self.regions.requests.write(&request);
+            let sent = written
+                .map_err(FrameError::Io)
+                .and_then(|len| frame::write_shared_header(&mut self.stdin, len));
+            sent.map_err(|e| self.crashed(e.to_string()))?;
+        } else {
+            self.send_raw(&request.encode_to_vec())?;
+        }
         let reply = self.receive()?;
         if reply.call_id != call_id {
             return Err(self.crashed(format!(
@@ -97,14 +107,19 @@ impl ExecutableProcess {
 
     /// Reads one reply frame.
     pub fn receive(&mut self) -> Result<v1::ExecReply, CallFailure> {
-        let body = match frame::read_frame(&mut self.stdout, DEFAULT_MAX_FRAME) {
-            Ok(Some(body)) => body,
+        let body = match frame::read_any_frame(&mut self.stdout, DEFAULT_MAX_FRAME) {
+            Ok(Some(Frame::Inline(body))) => bytes::Bytes::from(body),
+            // Copied out: the region is rewritten by the next reply.
+            Ok(Some(Frame::Shared(len))) => match self.regions.replies.copy(len) {
+                Ok(body) => body,
+                Err(e) => return Err(self.crashed(format!("unreadable shared reply: {e}"))),
+            },
             Ok(None) | Err(FrameError::Truncated) => {
                 return Err(self.crashed("closed its output".to_string()));
             }
             Err(e) => return Err(self.crashed(e.to_string())),
         };
-        v1::ExecReply::decode(bytes::Bytes::from(body))
+        v1::ExecReply::decode(body)
             .map_err(|e| self.crashed(format!("sent an undecodable reply: {e}")))
     }
 

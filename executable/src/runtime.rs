@@ -17,7 +17,8 @@ use ninf_proto::{ArrayData, Element};
 use num_complex::{Complex32, Complex64};
 use prost::Message;
 
-use crate::frame::{self, DEFAULT_MAX_FRAME, FrameError};
+use crate::frame::{self, DEFAULT_MAX_FRAME, Frame, FrameError};
+use crate::shared::{ExecutableRegions, SHARED_THRESHOLD};
 
 /// Largest array an executable allocates for one OUT or WORK parameter unless
 /// `NINF_EXEC_MAX_ARRAY_BYTES` says otherwise (1 GiB).
@@ -511,34 +512,44 @@ impl Limits {
 }
 
 /// Serves requests until the input ends. Returns an error only when the stream itself broke.
+/// With `regions`, large requests and replies travel through shared memory.
 pub fn serve(
     module: &ModuleInterface,
     dispatch: Dispatch,
     mut reader: impl Read,
     mut writer: impl Write,
     limits: Limits,
+    mut regions: Option<&mut ExecutableRegions>,
 ) -> Result<(), FrameError> {
     loop {
-        let reply = match frame::read_frame(&mut reader, limits.max_frame) {
+        let decoded = match frame::read_any_frame(&mut reader, limits.max_frame) {
             Ok(None) => return Ok(()),
             // Decoding from `Bytes` lets array arguments point into the frame, not copies.
-            Ok(Some(body)) => match v1::ExecRequest::decode(bytes::Bytes::from(body)) {
-                Ok(request) => handle(module, dispatch, request, limits.max_array_bytes),
-                Err(e) => error_reply(
-                    ExecErrorKind::MalformedRequest,
-                    format!("malformed request: {e}"),
-                ),
+            Ok(Some(Frame::Inline(body))) => Ok(bytes::Bytes::from(body)),
+            Ok(Some(Frame::Shared(len))) => match regions.as_deref_mut() {
+                Some(r) => r.requests.view(len).map_err(|e| format!("cannot read the shared request: {e}")),
+                None => Err("a shared-memory request arrived, but no shared region was set up".to_string()),
             },
             Err(FrameError::TooLarge { len, max }) => {
                 frame::skip(&mut reader, len)?;
-                error_reply(
-                    ExecErrorKind::MalformedRequest,
-                    format!("request of {len} bytes exceeds the executable's limit of {max} bytes"),
-                )
+                Err(format!("request of {len} bytes exceeds the executable's limit of {max} bytes"))
             }
             Err(e) => return Err(e),
         };
-        frame::write_frame(&mut writer, &reply.encode_to_vec())?;
+        let reply = match decoded {
+            Ok(body) => match v1::ExecRequest::decode(body) {
+                Ok(request) => handle(module, dispatch, request, limits.max_array_bytes),
+                Err(e) => error_reply(ExecErrorKind::MalformedRequest, format!("malformed request: {e}")),
+            },
+            Err(message) => error_reply(ExecErrorKind::MalformedRequest, message),
+        };
+        match regions.as_deref_mut() {
+            Some(r) if reply.encoded_len() >= SHARED_THRESHOLD => {
+                let len = r.replies.write(&reply)?;
+                frame::write_shared_header(&mut writer, len)?;
+            }
+            _ => frame::write_frame(&mut writer, &reply.encode_to_vec())?,
+        }
     }
 }
 
@@ -571,7 +582,8 @@ pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> Exit
     };
     let reader = BufReader::with_capacity(1 << 16, io::stdin().lock());
     let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
-    match serve(&module, dispatch, reader, writer, Limits::from_env()) {
+    let mut regions = ExecutableRegions::from_env();
+    match serve(&module, dispatch, reader, writer, Limits::from_env(), regions.as_mut()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ninf executable `{}`: {e}", module.module);
