@@ -110,16 +110,24 @@ async fn start_tcp_echo(len: usize) -> String {
     address
 }
 
-async fn null_calls(ninf: &NinfClient, echo: &mut v1::echo_client::EchoClient<tonic::transport::Channel>) {
+async fn null_calls(
+    ninf: &NinfClient,
+    echo: &mut v1::echo_client::EchoClient<tonic::transport::Channel>,
+) {
     // Alternate single calls so drift in the machine hits both sides alike.
     let calls = 3000;
-    let (mut ninf_samples, mut raw_samples) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    let (mut ninf_samples, mut raw_samples) =
+        (Vec::with_capacity(calls), Vec::with_capacity(calls));
     for _ in 0..calls {
         let start = Instant::now();
         ninf.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
         ninf_samples.push(start.elapsed().as_secs_f64());
         let start = Instant::now();
-        echo.echo(v1::EchoMessage { data: bytes::Bytes::from_static(&[0; 4]) }).await.unwrap();
+        echo.echo(v1::EchoMessage {
+            data: bytes::Bytes::from_static(&[0; 4]),
+        })
+        .await
+        .unwrap();
         raw_samples.push(start.elapsed().as_secs_f64());
     }
     let (ninf_us, raw_us) = (median(ninf_samples) * 1e6, median(raw_samples) * 1e6);

@@ -77,12 +77,13 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
         state.call_timeout
     };
     let compute_start = Instant::now();
-    let success = module
+    let (success, queued) = module
         .pool
         .call(name, arguments, timeout)
         .await
         .map_err(|e| pool_status(name, e))?;
-    let compute_seconds = compute_start.elapsed().as_secs_f64();
+    let queue_seconds = queued.as_secs_f64();
+    let compute_seconds = compute_start.elapsed().as_secs_f64() - queue_seconds;
 
     let mut outputs = Vec::with_capacity(success.outputs.len());
     for output in success.outputs {
@@ -117,9 +118,7 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
         status: success.status,
         timing: Some(v1::CallTiming {
             fetch_seconds,
-            // Waiting for a free executable is inside compute time for now; the gang
-            // scheduler issue separates queueing from running.
-            queue_seconds: 0.0,
+            queue_seconds,
             compute_seconds,
         }),
     })

@@ -55,7 +55,10 @@ impl Process {
     fn spawn(path: &Path) -> std::io::Result<Process> {
         let regions = HostRegions::create()?;
         let mut command = std::process::Command::new(path);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         regions.attach(&mut command);
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -111,7 +114,8 @@ impl Process {
                 bytes::Bytes::from(body)
             }
         };
-        v1::ExecReply::decode(body).map_err(|e| std::io::Error::other(format!("undecodable reply: {e}")))
+        v1::ExecReply::decode(body)
+            .map_err(|e| std::io::Error::other(format!("undecodable reply: {e}")))
     }
 
     /// How the process ended, once it has (waits briefly for the kernel to reap it).
@@ -207,15 +211,17 @@ impl ExecutablePool {
         self.busy.lock().map(|b| b.clone()).unwrap_or_default()
     }
 
-    /// Runs one request, waiting for a free slot first.
+    /// Runs one request, waiting for a free slot first; also returns how long it waited.
     pub async fn call(
         &self,
         function: &str,
         arguments: Vec<v1::ArgumentValue>,
         timeout: Duration,
-    ) -> Result<v1::ExecSuccess, PoolError> {
+    ) -> Result<(v1::ExecSuccess, Duration), PoolError> {
         self.queued.fetch_add(1, Ordering::Relaxed);
+        let waiting = std::time::Instant::now();
         let permit = self.slots.acquire().await;
+        let waited = waiting.elapsed();
         self.queued.fetch_sub(1, Ordering::Relaxed);
         let Ok(_permit) = permit else {
             return Err(PoolError::Crashed {
@@ -226,7 +232,7 @@ impl ExecutablePool {
         self.running.fetch_add(1, Ordering::Relaxed);
         let result = self.call_with_slot(function, arguments, timeout).await;
         self.running.fetch_sub(1, Ordering::Relaxed);
-        result
+        result.map(|success| (success, waited))
     }
 
     async fn call_with_slot(

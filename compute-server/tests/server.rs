@@ -423,14 +423,54 @@ async fn monitor_reports_load_and_health_is_serving() {
     let client = NinfClient::connect(&server.address).await.unwrap();
     let sleeper = tokio::spawn({
         let client = client.clone();
-        async move { client.call("sleep_ms", &mut [Arg::Integer(400)]).await }
+        async move { client.call("sleep_ms", &mut [Arg::Integer(1000)]).await }
     });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let sleeping_pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
+    while sleeping_pool.running() < 1 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let mut monitor = v1::monitor_client::MonitorClient::new(client.channel());
     let load = monitor.load(v1::LoadRequest {}).await.unwrap().into_inner();
     assert_eq!((load.running_jobs, load.queued_jobs), (1, 0));
     assert!(load.free_memory_bytes > 0 && load.sampled_unix_ms > 0);
     sleeper.await.unwrap().unwrap();
+
+    // Two sleeps fill both processors; a third call must queue until one ends, and its
+    // timing says so (observed through the pool's state, not wall-clock thresholds).
+    let pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
+    let request = |ms| v1::CallRequest {
+        function: "sleep_ms".into(),
+        arguments: vec![int(ms)],
+        ..Default::default()
+    };
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_request(request(400)).await }
+    });
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_request(request(400)).await }
+    });
+    while pool.running() < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let third = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_request(request(0)).await }
+    });
+    while pool.queued() < 1 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let queued = |reply: v1::CallReply| reply.timing.unwrap().queue_seconds;
+    let (first, second) = (
+        queued(first.await.unwrap().unwrap()),
+        queued(second.await.unwrap().unwrap()),
+    );
+    let third = queued(third.await.unwrap().unwrap());
+    assert!(
+        third > first.max(second),
+        "the third call waited for a processor: {first} {second} {third}"
+    );
     let info = monitor.info(v1::InfoRequest {}).await.unwrap().into_inner();
     assert_eq!(info.processors, 2);
 

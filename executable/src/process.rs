@@ -39,7 +39,10 @@ impl ExecutableProcess {
     pub fn spawn(path: &Path) -> std::io::Result<ExecutableProcess> {
         let regions = HostRegions::create()?;
         let mut command = Command::new(path);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         regions.attach(&mut command);
         let mut child = command.spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {

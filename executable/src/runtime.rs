@@ -527,19 +527,29 @@ pub fn serve(
             // Decoding from `Bytes` lets array arguments point into the frame, not copies.
             Ok(Some(Frame::Inline(body))) => Ok(bytes::Bytes::from(body)),
             Ok(Some(Frame::Shared(len))) => match regions.as_deref_mut() {
-                Some(r) => r.requests.view(len).map_err(|e| format!("cannot read the shared request: {e}")),
-                None => Err("a shared-memory request arrived, but no shared region was set up".to_string()),
+                Some(r) => r
+                    .requests
+                    .view(len)
+                    .map_err(|e| format!("cannot read the shared request: {e}")),
+                None => Err(
+                    "a shared-memory request arrived, but no shared region was set up".to_string(),
+                ),
             },
             Err(FrameError::TooLarge { len, max }) => {
                 frame::skip(&mut reader, len)?;
-                Err(format!("request of {len} bytes exceeds the executable's limit of {max} bytes"))
+                Err(format!(
+                    "request of {len} bytes exceeds the executable's limit of {max} bytes"
+                ))
             }
             Err(e) => return Err(e),
         };
         let reply = match decoded {
             Ok(body) => match v1::ExecRequest::decode(body) {
                 Ok(request) => handle(module, dispatch, request, limits.max_array_bytes),
-                Err(e) => error_reply(ExecErrorKind::MalformedRequest, format!("malformed request: {e}")),
+                Err(e) => error_reply(
+                    ExecErrorKind::MalformedRequest,
+                    format!("malformed request: {e}"),
+                ),
             },
             Err(message) => error_reply(ExecErrorKind::MalformedRequest, message),
         };
@@ -583,7 +593,14 @@ pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> Exit
     let reader = BufReader::with_capacity(1 << 16, io::stdin().lock());
     let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut regions = ExecutableRegions::from_env();
-    match serve(&module, dispatch, reader, writer, Limits::from_env(), regions.as_mut()) {
+    match serve(
+        &module,
+        dispatch,
+        reader,
+        writer,
+        Limits::from_env(),
+        regions.as_mut(),
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ninf executable `{}`: {e}", module.module);

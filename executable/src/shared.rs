@@ -202,7 +202,8 @@ impl ExecutableRegions {
         }
         // SAFETY: the host created these descriptors for this process alone and announced
         // them; this is the only place that takes ownership of them, once at start-up.
-        let (requests, replies) = unsafe { (File::from_raw_fd(REQUEST_FD), File::from_raw_fd(REPLY_FD)) };
+        let (requests, replies) =
+            unsafe { (File::from_raw_fd(REQUEST_FD), File::from_raw_fd(REPLY_FD)) };
         Some(ExecutableRegions {
             requests: RegionReader::new(requests),
             replies: RegionWriter::new(replies),

@@ -14,7 +14,8 @@ fn echo_is_exact_across_the_threshold_and_as_regions_grow() {
     let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("../idl/examples/selftest.idl");
     let module = ninf_idl::compile_file(&idl).unwrap();
     let mut exec =
-        LocalExecutable::spawn(Path::new(env!("CARGO_BIN_EXE_ninf-exec-selftest")), module).unwrap();
+        LocalExecutable::spawn(Path::new(env!("CARGO_BIN_EXE_ninf-exec-selftest")), module)
+            .unwrap();
     let threshold_elements = SHARED_THRESHOLD / 8;
     let sizes = [
         1,
