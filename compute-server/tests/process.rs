@@ -179,3 +179,33 @@ fn a_bad_configuration_is_a_clear_error() {
     assert!(stderr.contains("unknown field `procesors`"), "{stderr}");
     assert!(stderr.contains("bad.toml"), "{stderr}");
 }
+
+/// Children of a process, from /proc.
+fn children(pid: u32) -> Vec<u32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+#[test]
+fn sigterm_shuts_down_gracefully_and_stops_the_executables() {
+    let server = ServerProcess::start(&[]);
+    let client = Client::connect(&server.address).unwrap();
+    client.call("noop", &mut [Arg::Integer(0)]).unwrap();
+    let executables = children(server.pid());
+    assert_eq!(
+        executables.len(),
+        6,
+        "two warm processes for each of three modules"
+    );
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
+    for pid in executables {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "));
+        assert!(!alive, "executable {pid} outlived its server");
+    }
+}
