@@ -63,11 +63,15 @@ async fn start_ninf_server() -> String {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let state = ServerState::start(&config, address.clone(), v1::ServerInfo::default())
-        .await
-        .unwrap();
+    let bulk = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let info = v1::ServerInfo {
+        bulk_address: bulk.local_addr().unwrap().to_string(),
+        ..Default::default()
+    };
+    let state = ServerState::start(&config, address.clone(), info).await.unwrap();
     tokio::spawn(ninf_compute_server::run(
         listener,
+        Some(bulk),
         state,
         Duration::from_secs(5),
         std::future::pending(),

@@ -12,18 +12,28 @@ use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tonic::{Code, Status};
 
-use crate::pool::PoolError;
+use crate::pool::{ExecutablePool, PoolError};
 use crate::state::ServerState;
 
 fn bad(message: String) -> Status {
     Status::invalid_argument(message)
 }
 
-/// Runs a call request to completion.
-pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::CallReply, Status> {
-    let (function, module) = state.function(&request.function).ok_or_else(|| {
-        Status::not_found(format!("no routine `{}` on this server", request.function))
-    })?;
+/// A call that passed every check that can be made before any data moves.
+pub struct Prepared<'a> {
+    pub function: &'a FunctionInterface,
+    pub pool: &'a ExecutablePool,
+    /// OUT/INOUT parameters to keep in this server's storage.
+    pub keep: HashSet<u32>,
+    pub timeout: Duration,
+}
+
+/// Finds the routine and checks the request against its interface and this server's
+/// limits: argument count, IN scalars, sizes, kept outputs and the sizes of bulk arrays.
+pub fn prepare<'a>(state: &'a ServerState, request: &v1::CallRequest) -> Result<Prepared<'a>, Status> {
+    let (function, module) = state
+        .function(&request.function)
+        .ok_or_else(|| Status::not_found(format!("no routine `{}` on this server", request.function)))?;
     let name = &function.name;
     if request.arguments.len() != function.parameters.len() {
         return Err(bad(format!(
@@ -33,53 +43,125 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
         )));
     }
     let bindings = integer_bindings(function, &request.arguments)?;
-    let cost = function
-        .cost(&bindings)
-        .map_err(|e| bad(format!("`{name}`: {e}")))?;
+    let cost = function.cost(&bindings).map_err(|e| bad(format!("`{name}`: {e}")))?;
     if cost.bytes_in > state.max_request_bytes || cost.bytes_out > state.max_request_bytes {
         return Err(Status::resource_exhausted(format!(
             "call of `{name}` would move {} bytes in and {} bytes out, over this server's limit of {} bytes per call",
             cost.bytes_in, cost.bytes_out, state.max_request_bytes
         )));
     }
-    let keep = kept_outputs(function, &request.keep)?;
-
-    let fetch_start = Instant::now();
-    let mut arguments = Vec::with_capacity(request.arguments.len());
-    for (parameter, argument) in function.parameters.iter().zip(request.arguments) {
-        let value = match argument.source {
-            None => None,
-            Some(Source::Value(v)) => v.value,
-            Some(Source::Object(object)) => {
-                if !parameter.is_array() || !parameter.mode.is_input() {
-                    return Err(bad(format!(
-                        "argument `{}` of `{name}` is `{}`; only IN and INOUT arrays may come from storage",
-                        parameter.name,
-                        parameter.declaration()
-                    )));
-                }
-                let array = fetch(state, &object).await.map_err(|e| {
-                    Status::failed_precondition(format!(
-                        "argument `{}` of `{name}`: cannot fetch object `{}` from {}: {e}",
-                        parameter.name, object.object_id, object.server
-                    ))
-                })?;
-                Some(WireValue::Array(array))
+    for (p, argument) in function.parameters.iter().zip(&request.arguments) {
+        if let Some(Source::Bulk(bulk)) = &argument.source {
+            if !p.is_array() || !p.mode.is_input() {
+                return Err(bad(format!(
+                    "argument `{}` of `{name}` is `{}`; only IN and INOUT arrays may be sent in bulk",
+                    p.name,
+                    p.declaration()
+                )));
             }
-        };
-        arguments.push(v1::ArgumentValue { value });
+            let expected = function.byte_size(p, &bindings).map_err(|e| bad(format!("`{name}`: {e}")))?;
+            let element_type = v1::ElementType::try_from(bulk.element_type).ok().and_then(element_type_from_proto);
+            if element_type != Some(p.element_type) || bulk.bytes != expected {
+                return Err(bad(format!(
+                    "argument `{}` of `{name}` must be {expected} bytes of {}, got {} bytes of {}",
+                    p.name,
+                    p.element_type.keyword(),
+                    bulk.bytes,
+                    element_type.map_or("an unknown type", |t| t.keyword())
+                )));
+            }
+        }
     }
-    let fetch_seconds = fetch_start.elapsed().as_secs_f64();
-
+    let keep = kept_outputs(function, &request.keep)?;
     let timeout = if request.timeout_seconds > 0.0 && request.timeout_seconds.is_finite() {
         Duration::from_secs_f64(request.timeout_seconds).min(state.call_timeout)
     } else {
         state.call_timeout
     };
+    Ok(Prepared {
+        function,
+        pool: &module.pool,
+        keep,
+        timeout,
+    })
+}
+
+/// An argument that is not in bulk: its value, fetching it from storage if needed.
+pub async fn resolve(
+    state: &ServerState,
+    function: &FunctionInterface,
+    parameter: &ninf_idl::Parameter,
+    source: Option<Source>,
+) -> Result<v1::ArgumentValue, Status> {
+    let value = match source {
+        None => None,
+        Some(Source::Value(v)) => v.value,
+        Some(Source::Bulk(_)) => {
+            return Err(bad(format!(
+                "argument `{}` of `{}` is sent in bulk, which only a bulk connection carries",
+                parameter.name, function.name
+            )));
+        }
+        Some(Source::Object(object)) => {
+            if !parameter.is_array() || !parameter.mode.is_input() {
+                return Err(bad(format!(
+                    "argument `{}` of `{}` is `{}`; only IN and INOUT arrays may come from storage",
+                    parameter.name,
+                    function.name,
+                    parameter.declaration()
+                )));
+            }
+            let array = fetch(state, &object).await.map_err(|e| {
+                Status::failed_precondition(format!(
+                    "argument `{}` of `{}`: cannot fetch object `{}` from {}: {e}",
+                    parameter.name, function.name, object.object_id, object.server
+                ))
+            })?;
+            Some(WireValue::Array(array))
+        }
+    };
+    Ok(v1::ArgumentValue { value })
+}
+
+/// Keeps an output in this server's storage and returns where it is.
+pub fn keep_output(state: &ServerState, owner: &str, array: &v1::Array, copy: bool) -> Result<v1::ObjectRef, Status> {
+    let element_type = v1::ElementType::try_from(array.element_type)
+        .ok()
+        .and_then(element_type_from_proto)
+        .unwrap_or(ElementType::Char);
+    // A reply read in place from the executable's region must be copied before it is kept.
+    let data = if copy {
+        bytes::Bytes::copy_from_slice(&array.data)
+    } else {
+        array.data.clone()
+    };
+    let info = state
+        .store
+        .put(owner, element_type, data)
+        .map_err(|e| Status::internal(e.to_string()))?;
+    Ok(v1::ObjectRef {
+        server: state.advertise.clone(),
+        object_id: info.id,
+    })
+}
+
+/// Runs a call request from the gRPC service to completion.
+pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::CallReply, Status> {
+    let prepared = prepare(state, &request)?;
+    let function = prepared.function;
+    let name = &function.name;
+
+    let fetch_start = Instant::now();
+    let mut arguments = Vec::with_capacity(request.arguments.len());
+    for (parameter, argument) in function.parameters.iter().zip(request.arguments) {
+        arguments.push(resolve(state, function, parameter, argument.source).await?);
+    }
+    let fetch_seconds = fetch_start.elapsed().as_secs_f64();
+
     let compute_start = Instant::now();
-    let (success, queued) = module
+    let (success, queued) = prepared
         .pool
-        .call(name, arguments, timeout)
+        .call(name, arguments, prepared.timeout)
         .await
         .map_err(|e| pool_status(name, e))?;
     let queue_seconds = queued.as_secs_f64();
@@ -88,23 +170,10 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
     let mut outputs = Vec::with_capacity(success.outputs.len());
     for output in success.outputs {
         let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
-            return Err(Status::internal(format!(
-                "`{name}` returned a non-array output"
-            )));
+            return Err(Status::internal(format!("`{name}` returned a non-array output")));
         };
-        let result = if keep.contains(&output.parameter) {
-            let element_type = v1::ElementType::try_from(array.element_type)
-                .ok()
-                .and_then(element_type_from_proto)
-                .unwrap_or(ElementType::Char);
-            let info = state
-                .store
-                .put(&request.owner, element_type, array.data)
-                .map_err(|e| Status::internal(e.to_string()))?;
-            v1::call_output::Result::Object(v1::ObjectRef {
-                server: state.advertise.clone(),
-                object_id: info.id,
-            })
+        let result = if prepared.keep.contains(&output.parameter) {
+            v1::call_output::Result::Object(keep_output(state, &request.owner, &array, false)?)
         } else {
             v1::call_output::Result::Array(array)
         };
@@ -234,7 +303,7 @@ async fn fetch(state: &ServerState, object: &v1::ObjectRef) -> Result<v1::Array,
     })
 }
 
-fn pool_status(function: &str, error: PoolError) -> Status {
+pub fn pool_status(function: &str, error: PoolError) -> Status {
     use ninf_proto::v1::ExecErrorKind;
     match error {
         PoolError::Routine { kind, message } => {

@@ -6,6 +6,7 @@
 //! `ninf-server` binary start it the same way.
 
 pub mod benchmark;
+pub mod bulk;
 pub mod config;
 pub mod invoke;
 pub mod monitor;
@@ -27,9 +28,11 @@ pub use config::ServerConfig;
 pub use ninf_executable::keep_freed_memory;
 pub use state::ServerState;
 
-/// Serves every service on `listener` until `shutdown` completes, then stops the pools.
+/// Serves every gRPC service on `listener` (and bulk calls on `bulk`, when given) until
+/// `shutdown` completes, then stops the pools.
 pub async fn run(
     listener: TcpListener,
+    bulk: Option<TcpListener>,
     state: Arc<ServerState>,
     load_interval: Duration,
     shutdown: impl Future<Output = ()> + Send,
@@ -61,6 +64,7 @@ pub async fn run(
             }
         })
     };
+    let bulk_task = bulk.map(|listener| tokio::spawn(bulk::serve(listener, state.clone())));
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(HTTP2_WINDOW))
@@ -86,6 +90,9 @@ pub async fn run(
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     sampler.abort();
+    if let Some(task) = bulk_task {
+        task.abort();
+    }
     state.shutdown().await;
     result
 }

@@ -15,7 +15,7 @@ use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Semaphore;
 
 /// Why a call through the pool failed.
 #[derive(Debug, thiserror::Error)]
@@ -75,24 +75,35 @@ impl Process {
         })
     }
 
-    async fn exchange(&mut self, request: &v1::ExecRequest) -> std::io::Result<v1::ExecReply> {
+    /// Sends a request: through the shared region when large, inline otherwise.
+    async fn send(&mut self, request: &v1::ExecRequest) -> std::io::Result<()> {
         if request.encoded_len() >= SHARED_THRESHOLD {
             let len = self.regions.requests.write(request)?;
-            self.stdin.write_all(&SHARED_MARKER.to_le_bytes()).await?;
-            self.stdin.write_all(&(len as u64).to_le_bytes()).await?;
-        } else {
-            let body = request.encode_to_vec();
-            let len = u32::try_from(body.len())
-                .ok()
-                .filter(|&l| l != SHARED_MARKER)
-                .ok_or_else(|| std::io::Error::other("request larger than 4 GiB"))?;
-            self.stdin.write_all(&len.to_le_bytes()).await?;
-            self.stdin.write_all(&body).await?;
+            return self.send_prepared(len).await;
         }
-        self.stdin.flush().await?;
+        let body = request.encode_to_vec();
+        let len = u32::try_from(body.len())
+            .ok()
+            .filter(|&l| l != SHARED_MARKER)
+            .ok_or_else(|| std::io::Error::other("request larger than 4 GiB"))?;
+        self.stdin.write_all(&len.to_le_bytes()).await?;
+        self.stdin.write_all(&body).await?;
+        self.stdin.flush().await
+    }
+
+    /// Announces a request of `len` bytes already written into the request region.
+    async fn send_prepared(&mut self, len: usize) -> std::io::Result<()> {
+        self.stdin.write_all(&SHARED_MARKER.to_le_bytes()).await?;
+        self.stdin.write_all(&(len as u64).to_le_bytes()).await?;
+        self.stdin.flush().await
+    }
+
+    /// Reads the reply's bytes. A reply in the shared region is copied out unless
+    /// `in_place`: then it stays valid only until this process's next request.
+    async fn receive(&mut self, in_place: bool) -> std::io::Result<bytes::Bytes> {
         let mut header = [0u8; 4];
         self.stdout.read_exact(&mut header).await?;
-        let body = match u32::from_le_bytes(header) {
+        match u32::from_le_bytes(header) {
             SHARED_MARKER => {
                 let mut size = [0u8; 8];
                 self.stdout.read_exact(&mut size).await?;
@@ -100,9 +111,11 @@ impl Process {
                 if len > MAX_REPLY_FRAME {
                     return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
                 }
-                // Copied out: the region is rewritten by the next reply, while this one may
-                // still be on its way to the client.
-                self.regions.replies.copy(len)?
+                if in_place {
+                    self.regions.replies.view(len)
+                } else {
+                    self.regions.replies.copy(len)
+                }
             }
             len => {
                 let len = len as usize;
@@ -111,11 +124,9 @@ impl Process {
                 }
                 let mut body = vec![0u8; len];
                 self.stdout.read_exact(&mut body).await?;
-                bytes::Bytes::from(body)
+                Ok(bytes::Bytes::from(body))
             }
-        };
-        v1::ExecReply::decode(body)
-            .map_err(|e| std::io::Error::other(format!("undecodable reply: {e}")))
+        }
     }
 
     /// How the process ended, once it has (waits briefly for the kernel to reap it).
@@ -148,7 +159,7 @@ fn signal_name(signal: i32) -> &'static str {
 pub struct ExecutablePool {
     module: String,
     path: PathBuf,
-    idle: Mutex<Vec<Process>>,
+    idle: std::sync::Mutex<Vec<Process>>,
     slots: Semaphore,
     size: usize,
     running: AtomicUsize,
@@ -168,7 +179,7 @@ impl ExecutablePool {
         let pool = Arc::new(ExecutablePool {
             module: module.to_string(),
             path: path.to_path_buf(),
-            idle: Mutex::new(Vec::new()),
+            idle: std::sync::Mutex::new(Vec::new()),
             slots: Semaphore::new(size.max(1)),
             size: size.max(1),
             running: AtomicUsize::new(0),
@@ -180,7 +191,9 @@ impl ExecutablePool {
         for _ in 0..pool.size {
             warm.push(pool.spawn()?);
         }
-        *pool.idle.lock().await = warm;
+        if let Ok(mut idle) = pool.idle.lock() {
+            *idle = warm;
+        }
         Ok(pool)
     }
 
@@ -211,38 +224,21 @@ impl ExecutablePool {
         self.busy.lock().map(|b| b.clone()).unwrap_or_default()
     }
 
-    /// Runs one request, waiting for a free slot first; also returns how long it waited.
-    pub async fn call(
-        &self,
-        function: &str,
-        arguments: Vec<v1::ArgumentValue>,
-        timeout: Duration,
-    ) -> Result<(v1::ExecSuccess, Duration), PoolError> {
+    /// Waits for a free processor and takes an executable; also returns how long it waited.
+    pub async fn checkout(&self) -> Result<(Checkout<'_>, Duration), PoolError> {
         self.queued.fetch_add(1, Ordering::Relaxed);
         let waiting = std::time::Instant::now();
         let permit = self.slots.acquire().await;
         let waited = waiting.elapsed();
         self.queued.fetch_sub(1, Ordering::Relaxed);
-        let Ok(_permit) = permit else {
+        let Ok(permit) = permit else {
             return Err(PoolError::Crashed {
                 module: self.module.clone(),
                 reason: "the pool is shut down".into(),
             });
         };
-        self.running.fetch_add(1, Ordering::Relaxed);
-        let result = self.call_with_slot(function, arguments, timeout).await;
-        self.running.fetch_sub(1, Ordering::Relaxed);
-        result.map(|success| (success, waited))
-    }
-
-    async fn call_with_slot(
-        &self,
-        function: &str,
-        arguments: Vec<v1::ArgumentValue>,
-        timeout: Duration,
-    ) -> Result<v1::ExecSuccess, PoolError> {
-        let taken = self.idle.lock().await.pop();
-        let mut process = match taken {
+        let taken = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let process = match taken {
             Some(p) => p,
             None => self.spawn()?,
         };
@@ -250,57 +246,132 @@ impl ExecutablePool {
         if let (Some(pid), Ok(mut busy)) = (pid, self.busy.lock()) {
             busy.push(pid);
         }
-        let result = self
-            .exchange_on(&mut process, function, arguments, timeout)
-            .await;
-        if let (Some(pid), Ok(mut busy)) = (pid, self.busy.lock()) {
-            busy.retain(|&p| p != pid);
-        }
-        let reply = match result {
-            Ok(reply) => reply,
-            Err(e) => {
-                // The process is gone; start its replacement now so the pool stays warm.
-                drop(process);
-                match self.spawn() {
-                    Ok(fresh) => self.idle.lock().await.push(fresh),
-                    Err(spawn_error) => {
-                        tracing::warn!(module = %self.module, error = %spawn_error, "cannot replace a failed executable")
-                    }
-                }
-                return Err(e);
-            }
-        };
-        // The process is healthy whatever the routine said: back into the pool.
-        self.idle.lock().await.push(process);
-        match reply.result {
-            Some(v1::exec_reply::Result::Success(success)) => Ok(success),
-            Some(v1::exec_reply::Result::Error(error)) => Err(PoolError::Routine {
-                kind: ExecErrorKind::try_from(error.kind).unwrap_or(ExecErrorKind::Unspecified),
-                message: error.message,
-            }),
-            None => Err(PoolError::Crashed {
-                module: self.module.clone(),
-                reason: "reply without a result".into(),
-            }),
-        }
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Ok((
+            Checkout {
+                pool: self,
+                process: Some(process),
+                pid,
+                _permit: permit,
+            },
+            waited,
+        ))
     }
 
-    /// One request and its reply; on any failure the process is killed (not reused).
-    async fn exchange_on(
+    /// Runs one request, waiting for a free processor first; also returns how long it waited.
+    pub async fn call(
         &self,
-        process: &mut Process,
         function: &str,
         arguments: Vec<v1::ArgumentValue>,
         timeout: Duration,
-    ) -> Result<v1::ExecReply, PoolError> {
-        let call_id = process.next_call_id;
-        process.next_call_id += 1;
+    ) -> Result<(v1::ExecSuccess, Duration), PoolError> {
+        let (mut checkout, waited) = self.checkout().await?;
         let request = v1::ExecRequest {
-            call_id,
+            call_id: 0,
             function: function.to_string(),
             arguments,
         };
-        let reply = match tokio::time::timeout(timeout, process.exchange(&request)).await {
+        let reply = checkout.exchange(Outgoing::Message(request), false, timeout).await?;
+        let success = checkout.finish(reply)?;
+        Ok((success, waited))
+    }
+
+    fn give_back(&self, process: Process) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(process);
+        }
+    }
+
+    /// Kills every idle process (on shutdown).
+    pub async fn shutdown(&self) {
+        self.slots.close();
+        let idle: Vec<Process> = self.idle.lock().map(|mut i| i.drain(..).collect()).unwrap_or_default();
+        for mut p in idle {
+            let _ = p.child.start_kill();
+            let _ = p.child.wait().await;
+        }
+    }
+}
+
+/// What a checked-out executable is sent.
+pub enum Outgoing {
+    /// A request message, sent inline or through the region as its size decides.
+    Message(v1::ExecRequest),
+    /// A request already written into the region: its length and the call id it carries
+    /// (from [`Checkout::next_call_id`]).
+    Prepared { len: usize, call_id: u64 },
+}
+
+/// An executable taken from the pool for one call. Dropping it without [`Checkout::finish`]
+/// kills the process (its protocol state is unknown) and starts a replacement.
+pub struct Checkout<'a> {
+    pool: &'a ExecutablePool,
+    process: Option<Process>,
+    pid: Option<u32>,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Checkout<'_> {
+    /// A fresh call id for a prepared request.
+    pub fn next_call_id(&mut self) -> u64 {
+        match self.process.as_mut() {
+            Some(p) => {
+                p.next_call_id += 1;
+                p.next_call_id
+            }
+            None => 0,
+        }
+    }
+
+    /// Gives back an executable that was sent nothing (the call failed before it ran).
+    pub fn release_unused(mut self) {
+        if let Some(process) = self.process.take() {
+            self.pool.give_back(process);
+        }
+    }
+
+    /// The region to write a prepared request of `len` bytes into.
+    pub fn request_region(&mut self, len: usize) -> std::io::Result<&mut [u8]> {
+        match self.process.as_mut() {
+            Some(p) => p.regions.requests.reserve(len),
+            None => Err(std::io::Error::other("executable already released")),
+        }
+    }
+
+    /// Sends the request and waits for the reply, killing the process if it takes longer
+    /// than `timeout`. With `in_place`, a large reply is not copied out of the shared region:
+    /// it must be dropped before this checkout is finished.
+    pub async fn exchange(
+        &mut self,
+        request: Outgoing,
+        in_place: bool,
+        timeout: Duration,
+    ) -> Result<v1::ExecReply, PoolError> {
+        let module = self.pool.module.clone();
+        let Some(process) = self.process.as_mut() else {
+            return Err(PoolError::Crashed {
+                module,
+                reason: "executable already released".into(),
+            });
+        };
+        let call_id = match &request {
+            Outgoing::Message(_) => {
+                process.next_call_id += 1;
+                process.next_call_id
+            }
+            Outgoing::Prepared { call_id, .. } => *call_id,
+        };
+        let exchange = async {
+            match request {
+                Outgoing::Message(mut m) => {
+                    m.call_id = call_id;
+                    process.send(&m).await?
+                }
+                Outgoing::Prepared { len, .. } => process.send_prepared(len).await?,
+            }
+            process.receive(in_place).await
+        };
+        let body = match tokio::time::timeout(timeout, exchange).await {
             Err(_) => {
                 let _ = process.child.start_kill();
                 let _ = process.child.wait().await;
@@ -312,31 +383,61 @@ impl ExecutablePool {
                 let exit = process.exit_description().await;
                 let _ = process.child.start_kill();
                 return Err(PoolError::Crashed {
-                    module: self.module.clone(),
+                    module,
                     reason: format!("{e}; the process {exit}"),
                 });
             }
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(body)) => body,
         };
+        let reply = v1::ExecReply::decode(body).map_err(|e| {
+            let _ = process.child.start_kill();
+            PoolError::Crashed {
+                module: module.clone(),
+                reason: format!("undecodable reply: {e}"),
+            }
+        })?;
         if reply.call_id != call_id {
             let _ = process.child.start_kill();
             return Err(PoolError::Crashed {
-                module: self.module.clone(),
-                reason: format!(
-                    "reply to call {} while waiting for {call_id}",
-                    reply.call_id
-                ),
+                module,
+                reason: format!("reply to call {} while waiting for {call_id}", reply.call_id),
             });
         }
         Ok(reply)
     }
 
-    /// Kills every idle process (on shutdown).
-    pub async fn shutdown(&self) {
-        self.slots.close();
-        for mut p in self.idle.lock().await.drain(..) {
-            let _ = p.child.start_kill();
-            let _ = p.child.wait().await;
+    /// Gives the healthy executable back and turns its reply into the call's result.
+    pub fn finish(mut self, reply: v1::ExecReply) -> Result<v1::ExecSuccess, PoolError> {
+        if let Some(process) = self.process.take() {
+            self.pool.give_back(process);
+        }
+        match reply.result {
+            Some(v1::exec_reply::Result::Success(success)) => Ok(success),
+            Some(v1::exec_reply::Result::Error(error)) => Err(PoolError::Routine {
+                kind: ExecErrorKind::try_from(error.kind).unwrap_or(ExecErrorKind::Unspecified),
+                message: error.message,
+            }),
+            None => Err(PoolError::Crashed {
+                module: self.pool.module.clone(),
+                reason: "reply without a result".into(),
+            }),
+        }
+    }
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        if let (Some(pid), Ok(mut busy)) = (self.pid, self.pool.busy.lock()) {
+            busy.retain(|&p| p != pid);
+        }
+        self.pool.running.fetch_sub(1, Ordering::Relaxed);
+        if let Some(mut process) = self.process.take() {
+            // Not finished: the call failed midway, so the process cannot be trusted.
+            let _ = process.child.start_kill();
+            match self.pool.spawn() {
+                Ok(fresh) => self.pool.give_back(fresh),
+                Err(e) => tracing::warn!(module = %self.pool.module, error = %e, "cannot replace a failed executable"),
+            }
         }
     }
 }

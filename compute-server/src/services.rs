@@ -199,6 +199,6 @@ impl v1::monitor_server::Monitor for MonitorService {
     }
 
     async fn info(&self, _: Request<v1::InfoRequest>) -> Result<Response<v1::ServerInfo>, Status> {
-        Ok(Response::new(self.0.info))
+        Ok(Response::new(self.0.info.clone()))
     }
 }

@@ -58,9 +58,8 @@ impl RegionWriter {
         &self.file
     }
 
-    /// Encodes `message` at the start of the region, growing it if needed; returns its length.
-    pub fn write(&mut self, message: &impl Message) -> io::Result<usize> {
-        let len = message.encoded_len();
+    /// The first `len` bytes of the region, growing it if needed, to write a frame into.
+    pub fn reserve(&mut self, len: usize) -> io::Result<&mut [u8]> {
         if self.map.as_ref().is_none_or(|m| m.len() < len) {
             let size = len.next_power_of_two().max(1 << 20);
             self.file.set_len(size as u64)?;
@@ -69,10 +68,16 @@ impl RegionWriter {
             // documentation); resizing happens only here, before the new mapping is made.
             self.map = Some(unsafe { MmapMut::map_mut(&self.file)? });
         }
-        let Some(map) = self.map.as_mut() else {
-            return Err(io::Error::other("shared region not mapped"));
-        };
-        let mut target: &mut [u8] = &mut map[..len];
+        match self.map.as_mut() {
+            Some(map) => Ok(&mut map[..len]),
+            None => Err(io::Error::other("shared region not mapped")),
+        }
+    }
+
+    /// Encodes `message` at the start of the region, growing it if needed; returns its length.
+    pub fn write(&mut self, message: &impl Message) -> io::Result<usize> {
+        let len = message.encoded_len();
+        let mut target: &mut [u8] = self.reserve(len)?;
         message.encode(&mut target).map_err(io::Error::other)?;
         Ok(len)
     }

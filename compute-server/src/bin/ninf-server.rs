@@ -88,6 +88,7 @@ fn main() -> anyhow::Result<()> {
             memory_bytes: report.memory_bytes,
             benchmark_n: report.benchmark_n as u32,
             processors: config.processors() as u32,
+            bulk_address: String::new(),
         }
     };
     let runtime = tokio::runtime::Runtime::new()?;
@@ -100,12 +101,21 @@ fn main() -> anyhow::Result<()> {
             .advertise
             .clone()
             .unwrap_or_else(|| bound.to_string());
+        // Bulk calls (large arrays) come on a second port of the same host.
+        let bulk = tokio::net::TcpListener::bind((bound.ip(), 0))
+            .await
+            .context("cannot open the bulk-data port")?;
+        let bulk_address = match config.advertise.as_deref().and_then(|a| a.rsplit_once(':')) {
+            Some((host, _)) => format!("{host}:{}", bulk.local_addr()?.port()),
+            None => bulk.local_addr()?.to_string(),
+        };
+        let info = v1::ServerInfo { bulk_address, ..info };
         let state = ServerState::start(&config, advertise.clone(), info).await?;
         // The first line on stdout tells scripts and tests where the server is.
         println!("listening on {advertise}");
         tracing::info!(address = %advertise, modules = state.modules.len(), "serving");
         let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
-        ninf_compute_server::run(listener, state, interval, shutdown_signal()).await?;
+        ninf_compute_server::run(listener, Some(bulk), state, interval, shutdown_signal()).await?;
         anyhow::Ok(())
     })
 }

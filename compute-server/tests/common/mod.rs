@@ -62,8 +62,10 @@ impl TestServer {
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
+        let bulk = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let info = v1::ServerInfo {
             processors: config.processors() as u32,
+            bulk_address: bulk.local_addr().unwrap().to_string(),
             ..Default::default()
         };
         let state = ServerState::start(&config, address.clone(), info)
@@ -76,7 +78,7 @@ impl TestServer {
                 let shutdown = async {
                     let _ = rx.await;
                 };
-                ninf_compute_server::run(listener, state, Duration::from_millis(50), shutdown)
+                ninf_compute_server::run(listener, Some(bulk), state, Duration::from_millis(50), shutdown)
                     .await
                     .unwrap();
             }

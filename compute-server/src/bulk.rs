@@ -1,0 +1,344 @@
+//! The bulk-data path: calls whose arrays are too large for gRPC's copies. On a plain TCP
+//! connection a client sends a `CallRequest` frame followed by the raw bytes of its `bulk`
+//! arguments; the server reads those bytes straight into the executable's shared request
+//! region, runs the routine, and writes the outputs straight from the executable's reply
+//! region back to the socket. Checks, limits, storage arguments and kept outputs are the same
+//! as on the gRPC path (`invoke::prepare`). Wire format: docs/bulk-protocol.md.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tonic::Status;
+
+use crate::invoke;
+use crate::pool::Outgoing;
+use crate::state::ServerState;
+
+/// Largest request frame (the message, not its bulk bytes).
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// Accepts bulk connections until the task is dropped.
+pub async fn serve(listener: TcpListener, state: Arc<ServerState>) {
+    loop {
+        let Ok((socket, peer)) = listener.accept().await else {
+            continue;
+        };
+        let _ = socket.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(socket, &state).await {
+                tracing::debug!(%peer, error = %e, "bulk connection closed");
+            }
+        });
+    }
+}
+
+/// What went wrong on a connection: an answer to send, or a broken stream.
+enum Failure {
+    /// Reply with this error; the stream is still in step.
+    Answer(Status),
+    /// Reply with this error, then close: the stream cannot be trusted to be in step.
+    AnswerAndClose(Status),
+    /// The stream broke; nothing can be sent.
+    Broken(std::io::Error),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Broken(e)
+    }
+}
+
+async fn connection(socket: TcpStream, state: &ServerState) -> std::io::Result<()> {
+    let (reader, mut writer) = socket.into_split();
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    loop {
+        let mut header = [0u8; 4];
+        match reader.read_exact(&mut header).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_le_bytes(header) as usize;
+        if len > MAX_MESSAGE {
+            let status = Status::invalid_argument(format!("request frame of {len} bytes exceeds {MAX_MESSAGE}"));
+            send_error(&mut writer, &status).await?;
+            return Ok(());
+        }
+        let mut body = vec![0u8; len];
+        reader.read_exact(&mut body).await?;
+        let request = match v1::CallRequest::decode(Bytes::from(body)) {
+            Ok(r) => r,
+            Err(e) => {
+                send_error(&mut writer, &Status::invalid_argument(format!("malformed request: {e}"))).await?;
+                return Ok(());
+            }
+        };
+        match call(state, request, &mut reader, &mut writer).await {
+            Ok(()) => {}
+            Err(Failure::Answer(status)) => send_error(&mut writer, &status).await?,
+            Err(Failure::AnswerAndClose(status)) => {
+                send_error(&mut writer, &status).await?;
+                return Ok(());
+            }
+            Err(Failure::Broken(e)) => return Err(e),
+        }
+    }
+}
+
+async fn send_frame(writer: &mut (impl AsyncWriteExt + Unpin), reply: &v1::BulkReply) -> std::io::Result<()> {
+    let body = reply.encode_to_vec();
+    writer.write_all(&(body.len() as u32).to_le_bytes()).await?;
+    writer.write_all(&body).await
+}
+
+async fn send_error(writer: &mut (impl AsyncWriteExt + Unpin), status: &Status) -> std::io::Result<()> {
+    let reply = v1::BulkReply {
+        result: Some(v1::bulk_reply::Result::Error(v1::BulkError {
+            code: status.code() as i32,
+            message: status.message().to_string(),
+        })),
+    };
+    send_frame(writer, &reply).await?;
+    writer.flush().await
+}
+
+/// Reads and drops `len` bytes, to keep the stream in step after refusing a call.
+async fn discard(reader: &mut (impl AsyncReadExt + Unpin), mut len: u64) -> std::io::Result<()> {
+    let mut sink = vec![0u8; 1 << 16];
+    while len > 0 {
+        let n = (len as usize).min(sink.len());
+        reader.read_exact(&mut sink[..n]).await?;
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+/// One argument of the executable's request, as it will be laid out in the region.
+enum Part {
+    Encoded(v1::ArgumentValue),
+    Bulk { element_type: i32, bytes: usize },
+}
+
+impl Part {
+    /// Length of the ArgumentValue message body.
+    fn body_len(&self) -> usize {
+        match self {
+            Part::Encoded(v) => v.encoded_len(),
+            Part::Bulk { element_type, bytes } => {
+                let array = array_len(*element_type, *bytes);
+                1 + encoded_len_varint(array as u64) + array
+            }
+        }
+    }
+}
+
+/// Length of an `Array { element_type, data }` message body holding `bytes` bytes.
+fn array_len(element_type: i32, bytes: usize) -> usize {
+    let type_len = if element_type != 0 {
+        1 + encoded_len_varint(element_type as u64)
+    } else {
+        0
+    };
+    type_len + 1 + encoded_len_varint(bytes as u64) + bytes
+}
+
+/// Lays out an `ExecRequest` in the region, reading bulk arrays from the socket straight
+/// into their place. Field numbers follow executable.proto and interface.proto.
+async fn write_request(
+    region: &mut [u8],
+    call_id: u64,
+    function: &str,
+    parts: &[Part],
+    reader: &mut (impl AsyncReadExt + Unpin),
+) -> std::io::Result<()> {
+    let mut cursor: &mut [u8] = region;
+    if call_id != 0 {
+        encode_key(1, WireType::Varint, &mut cursor);
+        encode_varint(call_id, &mut cursor);
+    }
+    prost::encoding::string::encode(2, &function.to_string(), &mut cursor);
+    for part in parts {
+        encode_key(3, WireType::LengthDelimited, &mut cursor);
+        encode_varint(part.body_len() as u64, &mut cursor);
+        match part {
+            Part::Encoded(value) => value.encode_raw(&mut cursor),
+            Part::Bulk { element_type, bytes } => {
+                encode_key(6, WireType::LengthDelimited, &mut cursor);
+                encode_varint(array_len(*element_type, *bytes) as u64, &mut cursor);
+                if *element_type != 0 {
+                    encode_key(1, WireType::Varint, &mut cursor);
+                    encode_varint(*element_type as u64, &mut cursor);
+                }
+                encode_key(2, WireType::LengthDelimited, &mut cursor);
+                encode_varint(*bytes as u64, &mut cursor);
+                let (data, rest) = std::mem::take(&mut cursor).split_at_mut(*bytes);
+                reader.read_exact(data).await?;
+                cursor = rest;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn request_len(call_id: u64, function: &str, parts: &[Part]) -> usize {
+    let id = if call_id != 0 { 1 + encoded_len_varint(call_id) } else { 0 };
+    let name = 1 + encoded_len_varint(function.len() as u64) + function.len();
+    let arguments: usize = parts
+        .iter()
+        .map(|p| {
+            let body = p.body_len();
+            1 + encoded_len_varint(body as u64) + body
+        })
+        .sum();
+    id + name + arguments
+}
+
+async fn call(
+    state: &ServerState,
+    request: v1::CallRequest,
+    reader: &mut (impl AsyncReadExt + Unpin),
+    writer: &mut (impl AsyncWriteExt + Unpin),
+) -> Result<(), Failure> {
+    let bulk_bytes: u64 = request
+        .arguments
+        .iter()
+        .filter_map(|a| match &a.source {
+            Some(Source::Bulk(b)) => Some(b.bytes),
+            _ => None,
+        })
+        .fold(0u64, u64::saturating_add);
+    let prepared = match invoke::prepare(state, &request) {
+        Ok(p) => p,
+        Err(status) if bulk_bytes <= state.max_request_bytes => {
+            discard(reader, bulk_bytes).await?;
+            return Err(Failure::Answer(status));
+        }
+        Err(status) => return Err(Failure::AnswerAndClose(status)),
+    };
+    let function = prepared.function;
+    let name = function.name.clone();
+
+    // Arguments that do not come in bulk are resolved first (storage fetches may fail);
+    // bulk ones are read from the socket straight into the region below.
+    let fetch_start = Instant::now();
+    let mut parts = Vec::with_capacity(request.arguments.len());
+    let mut failure = None;
+    for (parameter, argument) in function.parameters.iter().zip(request.arguments) {
+        match argument.source {
+            Some(Source::Bulk(b)) => parts.push(Part::Bulk {
+                element_type: b.element_type,
+                bytes: b.bytes as usize,
+            }),
+            source => match invoke::resolve(state, function, parameter, source).await {
+                Ok(value) => parts.push(Part::Encoded(value)),
+                Err(status) => {
+                    failure = Some(status);
+                    break;
+                }
+            },
+        }
+    }
+    if let Some(status) = failure {
+        discard(reader, bulk_bytes).await?;
+        return Err(Failure::Answer(status));
+    }
+
+    let (mut checkout, queued) = match prepared.pool.checkout().await {
+        Ok(c) => c,
+        Err(e) => {
+            discard(reader, bulk_bytes).await?;
+            return Err(Failure::Answer(invoke::pool_status(&name, e)));
+        }
+    };
+    let call_id = checkout.next_call_id();
+    let len = request_len(call_id, &name, &parts);
+    let written = match checkout.request_region(len) {
+        Ok(region) => write_request(region, call_id, &name, &parts, reader).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = written {
+        // Nothing was sent to the executable: it goes back as it was.
+        checkout.release_unused();
+        return Err(Failure::Broken(e));
+    }
+    let fetch_seconds = fetch_start.elapsed().as_secs_f64() - queued.as_secs_f64();
+
+    let compute_start = Instant::now();
+    let reply = checkout
+        .exchange(Outgoing::Prepared { len, call_id }, true, prepared.timeout)
+        .await
+        .map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
+    let compute_seconds = compute_start.elapsed().as_secs_f64();
+    let success = match reply.result {
+        Some(v1::exec_reply::Result::Success(success)) => success,
+        other => {
+            let status = checkout
+                .finish(v1::ExecReply { call_id, result: other })
+                .err()
+                .map(|e| invoke::pool_status(&name, e))
+                .unwrap_or_else(|| Status::internal("reply without a result"));
+            return Err(Failure::Answer(status));
+        }
+    };
+
+    // Outputs still live in the executable's reply region: keep (copied into storage) or
+    // stream them, then give the executable back.
+    let mut outputs = Vec::with_capacity(success.outputs.len());
+    let mut payloads: Vec<Bytes> = Vec::new();
+    for output in success.outputs {
+        let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
+            return Err(Failure::Answer(Status::internal(format!("`{name}` returned a non-array output"))));
+        };
+        let result = if prepared.keep.contains(&output.parameter) {
+            v1::call_output::Result::Object(
+                invoke::keep_output(state, &request.owner, &array, true).map_err(Failure::Answer)?,
+            )
+        } else {
+            let bulk = v1::BulkArray {
+                element_type: array.element_type,
+                bytes: array.data.len() as u64,
+            };
+            payloads.push(array.data);
+            v1::call_output::Result::Bulk(bulk)
+        };
+        outputs.push(v1::CallOutput {
+            parameter: output.parameter,
+            result: Some(result),
+        });
+    }
+    let reply = v1::BulkReply {
+        result: Some(v1::bulk_reply::Result::Reply(v1::CallReply {
+            outputs,
+            status: success.status,
+            timing: Some(v1::CallTiming {
+                fetch_seconds,
+                queue_seconds: queued.as_secs_f64(),
+                compute_seconds,
+            }),
+        })),
+    };
+    let sent = async {
+        send_frame(writer, &reply).await?;
+        for payload in &payloads {
+            writer.write_all(payload).await?;
+        }
+        writer.flush().await
+    }
+    .await;
+    drop(payloads);
+    let _ = checkout.finish(v1::ExecReply {
+        call_id,
+        result: Some(v1::exec_reply::Result::Success(v1::ExecSuccess {
+            outputs: Vec::new(),
+            status: success.status,
+        })),
+    });
+    sent.map_err(Failure::Broken)
+}
