@@ -54,6 +54,20 @@ macro_rules! for_each_array {
 }
 
 impl ArrayRef<'_> {
+    /// The same array, borrowed for a shorter time.
+    pub fn reborrow(&self) -> ArrayRef<'_> {
+        match self {
+            ArrayRef::Char(v) => ArrayRef::Char(v),
+            ArrayRef::Short(v) => ArrayRef::Short(v),
+            ArrayRef::Int(v) => ArrayRef::Int(v),
+            ArrayRef::Long(v) => ArrayRef::Long(v),
+            ArrayRef::Float(v) => ArrayRef::Float(v),
+            ArrayRef::Double(v) => ArrayRef::Double(v),
+            ArrayRef::Scomplex(v) => ArrayRef::Scomplex(v),
+            ArrayRef::Dcomplex(v) => ArrayRef::Dcomplex(v),
+        }
+    }
+
     pub fn len(&self) -> usize {
         for_each_array!(ArrayRef, self, v => v.len())
     }
@@ -78,6 +92,17 @@ impl ArrayRef<'_> {
     fn encode(&self) -> Vec<u8> {
         for_each_array!(ArrayRef, self, v => encode(v))
     }
+
+    /// The elements as little-endian bytes: borrowed on little-endian machines.
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        if cfg!(target_endian = "little") {
+            std::borrow::Cow::Borrowed(
+                for_each_array!(ArrayRef, self, v => bytemuck::cast_slice(v)),
+            )
+        } else {
+            std::borrow::Cow::Owned(self.encode())
+        }
+    }
 }
 
 impl ArrayMut<'_> {
@@ -94,8 +119,18 @@ impl ArrayMut<'_> {
         }
     }
 
-    fn decode_from(&mut self, bytes: &[u8]) -> Result<(), ninf_proto::ValueError> {
+    pub(crate) fn decode_from(&mut self, bytes: &[u8]) -> Result<(), ninf_proto::ValueError> {
         for_each_array!(ArrayMut, self, v => decode_into(bytes, v))
+    }
+
+    /// The elements' memory as bytes, to receive little-endian data in place; `None` on
+    /// big-endian machines, where received bytes must be decoded.
+    pub fn le_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if cfg!(target_endian = "little") {
+            Some(for_each_array!(ArrayMut, self, v => bytemuck::cast_slice_mut(v)))
+        } else {
+            None
+        }
     }
 }
 
@@ -209,6 +244,30 @@ pub fn encode_arguments(
     function: &FunctionInterface,
     args: &[Arg<'_>],
 ) -> Result<Vec<v1::ArgumentValue>, CallError> {
+    Ok(check_and_encode(function, args, false)?
+        .into_iter()
+        .map(|e| match e {
+            Encoded::Value(v) => v,
+            Encoded::Bulk(_) => v1::ArgumentValue { value: None },
+        })
+        .collect())
+}
+
+/// One argument after checking: a value to send, or (on a bulk connection) an array whose
+/// raw bytes follow the request.
+#[derive(Debug)]
+pub enum Encoded {
+    Value(v1::ArgumentValue),
+    Bulk(v1::BulkArray),
+}
+
+/// The same checks as [`encode_arguments`]; with `bulk`, IN and INOUT arrays are described
+/// (type and byte count) instead of copied into the message.
+pub fn check_and_encode(
+    function: &FunctionInterface,
+    args: &[Arg<'_>],
+    bulk: bool,
+) -> Result<Vec<Encoded>, CallError> {
     let name = &function.name;
     if args.len() != function.parameters.len() {
         let names: Vec<&str> = function
@@ -329,20 +388,28 @@ pub fn encode_arguments(
                     )));
                 }
             }
-            let data = match (p.mode, array, arg) {
-                (Mode::In, Some(a), _) => Some(a.encode()),
-                (Mode::In | Mode::InOut, None, Arg::Out(a)) => Some(a.as_ref().encode()),
+            let source = match (p.mode, array, arg) {
+                (Mode::In, Some(a), _) => Some(a.reborrow()),
+                (Mode::In | Mode::InOut, None, Arg::Out(a)) => Some(a.as_ref()),
                 _ => None,
             };
-            data.map(|data| {
-                WireValue::Array(v1::Array {
-                    element_type: ninf_proto::descriptor::element_type_to_proto(p.element_type)
-                        .into(),
-                    data: data.into(),
-                })
-            })
+            let element_type = ninf_proto::descriptor::element_type_to_proto(p.element_type).into();
+            match source {
+                Some(a) if bulk => {
+                    values.push(Encoded::Bulk(v1::BulkArray {
+                        element_type,
+                        bytes: a.len() as u64 * p.element_type.size_bytes().unwrap_or(1),
+                    }));
+                    continue;
+                }
+                Some(a) => Some(WireValue::Array(v1::Array {
+                    element_type,
+                    data: a.encode().into(),
+                })),
+                None => None,
+            }
         };
-        values.push(v1::ArgumentValue { value });
+        values.push(Encoded::Value(v1::ArgumentValue { value }));
     }
     Ok(values)
 }

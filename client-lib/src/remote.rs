@@ -10,6 +10,10 @@ use ninf_idl::FunctionInterface;
 use ninf_proto::v1::{self, call_argument::Source};
 use tonic::transport::{Channel, Endpoint};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::args::{Encoded, check_and_encode};
 use crate::{Arg, CallError, CallOutcome, ErrorKind, decode_outputs, encode_arguments};
 
 /// `host:port` from `host:port`, `ninf://host:port` or `ninf://host:port/function`.
@@ -44,6 +48,16 @@ pub fn parse_url(url: &str) -> Result<(String, String), CallError> {
     }
 }
 
+/// Calls moving at least this many array bytes use the server's bulk-data connection.
+pub const BULK_THRESHOLD: u64 = 1 << 20;
+
+/// The server's bulk-data address (looked up once) and idle connections to it.
+#[derive(Default)]
+struct BulkConnections {
+    address: tokio::sync::OnceCell<Option<String>>,
+    idle: Mutex<Vec<TcpStream>>,
+}
+
 /// A connection to one compute server.
 #[derive(Clone)]
 pub struct NinfClient {
@@ -51,6 +65,7 @@ pub struct NinfClient {
     channel: Channel,
     descriptors: Arc<Mutex<HashMap<String, Arc<FunctionInterface>>>>,
     timeout: Option<Duration>,
+    bulk: Arc<BulkConnections>,
 }
 
 impl NinfClient {
@@ -80,6 +95,7 @@ impl NinfClient {
             channel,
             descriptors: Arc::default(),
             timeout: None,
+            bulk: Arc::default(),
         })
     }
 
@@ -165,6 +181,12 @@ impl NinfClient {
         args: &mut [Arg<'_>],
     ) -> Result<CallOutcome, CallError> {
         let interface = self.describe(function).await?;
+        // Large arrays go over the server's bulk-data connection when it has one.
+        if array_bytes(args) >= BULK_THRESHOLD
+            && let Some(address) = self.bulk_address().await
+        {
+            return self.call_bulk(&interface, args, &address).await;
+        }
         let values = encode_arguments(&interface, args)?;
         let request = v1::CallRequest {
             function: function.to_string(),
@@ -206,8 +228,235 @@ impl NinfClient {
         Ok(self.invoke().call(grpc).await?.into_inner())
     }
 
+    /// The server's bulk-data address, asked once; `None` if it has none.
+    async fn bulk_address(&self) -> Option<String> {
+        self.bulk
+            .address
+            .get_or_init(|| async {
+                let mut monitor = v1::monitor_client::MonitorClient::new(self.channel.clone());
+                let info = monitor.info(v1::InfoRequest {}).await.ok()?.into_inner();
+                (!info.bulk_address.is_empty()).then_some(info.bulk_address)
+            })
+            .await
+            .clone()
+    }
+
+    /// A call whose arrays travel as raw bytes on a bulk connection, straight from and into
+    /// the caller's slices.
+    async fn call_bulk(
+        &self,
+        interface: &FunctionInterface,
+        args: &mut [Arg<'_>],
+        address: &str,
+    ) -> Result<CallOutcome, CallError> {
+        let encoded = check_and_encode(interface, args, true)?;
+        let request = v1::CallRequest {
+            function: interface.name.clone(),
+            arguments: encoded
+                .iter()
+                .map(|e| v1::CallArgument {
+                    source: match e {
+                        Encoded::Bulk(b) => Some(Source::Bulk(*b)),
+                        Encoded::Value(v) if v.value.is_some() => Some(Source::Value(v.clone())),
+                        Encoded::Value(_) => None,
+                    },
+                })
+                .collect(),
+            keep: Vec::new(),
+            owner: String::new(),
+            timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
+        };
+        let reused = self.bulk.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let mut stream = match reused {
+            Some(s) => s,
+            None => {
+                let s = TcpStream::connect(address).await.map_err(|e| {
+                    CallError::new(
+                        ErrorKind::CommunicationFailed,
+                        format!("cannot open a bulk connection to {address}: {e}"),
+                    )
+                })?;
+                let _ = s.set_nodelay(true);
+                s
+            }
+        };
+        let exchange = bulk_exchange(&mut stream, interface, &request, &encoded, args);
+        let result = match self.timeout {
+            Some(t) => match tokio::time::timeout(t + Duration::from_secs(2), exchange).await {
+                Ok(r) => r,
+                Err(_) => Err(BulkFailure::Call(CallError::new(
+                    ErrorKind::Timeout,
+                    format!("no reply from {address} within {:.3} s", t.as_secs_f64()),
+                ))),
+            },
+            None => exchange.await,
+        };
+        match result {
+            Ok(outcome) => {
+                if let Ok(mut idle) = self.bulk.idle.lock() {
+                    idle.push(stream);
+                }
+                Ok(outcome)
+            }
+            // The stream's state is unknown after any failure: it is dropped, not reused.
+            Err(BulkFailure::Call(e)) => Err(e),
+            Err(BulkFailure::Io(e)) => Err(CallError::new(
+                ErrorKind::CommunicationFailed,
+                format!("bulk connection to {address} failed: {e}"),
+            )),
+        }
+    }
+
     /// The underlying channel, for the storage and monitor services.
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
+}
+
+/// Bytes of the array arguments of a call (what decides between gRPC and bulk).
+fn array_bytes(args: &[Arg<'_>]) -> u64 {
+    args.iter()
+        .map(|a| match a {
+            Arg::In(x) => (x.len() as u64) * x.element_type().size_bytes().unwrap_or(1),
+            Arg::Out(x) => {
+                let x = x.as_ref();
+                (x.len() as u64) * x.element_type().size_bytes().unwrap_or(1)
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
+enum BulkFailure {
+    Call(CallError),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for BulkFailure {
+    fn from(e: std::io::Error) -> Self {
+        BulkFailure::Io(e)
+    }
+}
+
+/// One request and reply on a bulk connection (docs/bulk-protocol.md).
+async fn bulk_exchange(
+    stream: &mut TcpStream,
+    interface: &FunctionInterface,
+    request: &v1::CallRequest,
+    encoded: &[Encoded],
+    args: &mut [Arg<'_>],
+) -> Result<CallOutcome, BulkFailure> {
+    use prost::Message;
+    let name = &interface.name;
+    let body = request.encode_to_vec();
+    stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
+    stream.write_all(&body).await?;
+    for (arg, e) in args.iter().zip(encoded) {
+        if let Encoded::Bulk(_) = e {
+            let bytes = match arg {
+                Arg::In(a) => a.le_bytes(),
+                Arg::Out(a) => std::borrow::Cow::Owned(a.as_ref().le_bytes().into_owned()),
+                _ => continue,
+            };
+            stream.write_all(&bytes).await?;
+        }
+    }
+    stream.flush().await?;
+
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await?;
+    let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+    stream.read_exact(&mut body).await?;
+    let reply = v1::BulkReply::decode(body.as_slice()).map_err(|e| {
+        BulkFailure::Call(CallError::new(
+            ErrorKind::CommunicationFailed,
+            format!("undecodable bulk reply: {e}"),
+        ))
+    })?;
+    let reply = match reply.result {
+        Some(v1::bulk_reply::Result::Reply(r)) => r,
+        Some(v1::bulk_reply::Result::Error(e)) => {
+            return Err(BulkFailure::Call(CallError::from(tonic::Status::new(
+                tonic::Code::from(e.code),
+                e.message,
+            ))));
+        }
+        None => {
+            return Err(BulkFailure::Call(CallError::new(
+                ErrorKind::CommunicationFailed,
+                "empty bulk reply",
+            )));
+        }
+    };
+    let protocol = |message: String| {
+        BulkFailure::Call(CallError::new(ErrorKind::CommunicationFailed, message))
+    };
+    let mut received = vec![false; interface.parameters.len()];
+    for output in reply.outputs {
+        let index = output.parameter as usize;
+        let Some(p) = interface
+            .parameters
+            .get(index)
+            .filter(|p| p.mode.is_output())
+        else {
+            return Err(protocol(format!(
+                "`{name}` returned parameter {index}, which is not an output"
+            )));
+        };
+        if std::mem::replace(&mut received[index], true) {
+            return Err(protocol(format!("`{name}` returned `{}` twice", p.name)));
+        }
+        let Some(Arg::Out(target)) = args.get_mut(index) else {
+            return Err(protocol(format!(
+                "`{name}` returned `{}`, which has no array to receive it",
+                p.name
+            )));
+        };
+        let expected = (target.as_ref().len() as u64) * p.element_type.size_bytes().unwrap_or(1);
+        let (element_type, bytes) = match &output.result {
+            Some(v1::call_output::Result::Bulk(b)) => (b.element_type, b.bytes),
+            _ => {
+                return Err(protocol(format!(
+                    "`{name}` returned `{}` in an unexpected form",
+                    p.name
+                )));
+            }
+        };
+        let element_type = v1::ElementType::try_from(element_type)
+            .ok()
+            .and_then(ninf_proto::descriptor::element_type_from_proto);
+        if element_type != Some(p.element_type) || bytes != expected {
+            return Err(protocol(format!(
+                "`{name}` returned {bytes} bytes for `{}`, expected {expected}",
+                p.name
+            )));
+        }
+        match target.le_bytes_mut() {
+            Some(memory) => {
+                stream.read_exact(memory).await?;
+            }
+            None => {
+                let mut raw = vec![0u8; bytes as usize];
+                stream.read_exact(&mut raw).await?;
+                target
+                    .decode_from(&raw)
+                    .map_err(|e| protocol(format!("result `{}` of `{name}`: {e}", p.name)))?;
+            }
+        }
+    }
+    if let Some(p) = interface
+        .parameters
+        .iter()
+        .zip(&received)
+        .find(|(p, got)| p.mode.is_output() && !**got)
+        .map(|(p, _)| p)
+    {
+        return Err(protocol(format!(
+            "`{name}` returned no value for output `{}`",
+            p.name
+        )));
+    }
+    Ok(CallOutcome {
+        status: reply.status,
+    })
 }

@@ -68,7 +68,9 @@ async fn start_ninf_server() -> String {
         bulk_address: bulk.local_addr().unwrap().to_string(),
         ..Default::default()
     };
-    let state = ServerState::start(&config, address.clone(), info).await.unwrap();
+    let state = ServerState::start(&config, address.clone(), info)
+        .await
+        .unwrap();
     tokio::spawn(ninf_compute_server::run(
         listener,
         Some(bulk),

@@ -67,7 +67,9 @@ async fn connection(socket: TcpStream, state: &ServerState) -> std::io::Result<(
         }
         let len = u32::from_le_bytes(header) as usize;
         if len > MAX_MESSAGE {
-            let status = Status::invalid_argument(format!("request frame of {len} bytes exceeds {MAX_MESSAGE}"));
+            let status = Status::invalid_argument(format!(
+                "request frame of {len} bytes exceeds {MAX_MESSAGE}"
+            ));
             send_error(&mut writer, &status).await?;
             return Ok(());
         }
@@ -76,7 +78,11 @@ async fn connection(socket: TcpStream, state: &ServerState) -> std::io::Result<(
         let request = match v1::CallRequest::decode(Bytes::from(body)) {
             Ok(r) => r,
             Err(e) => {
-                send_error(&mut writer, &Status::invalid_argument(format!("malformed request: {e}"))).await?;
+                send_error(
+                    &mut writer,
+                    &Status::invalid_argument(format!("malformed request: {e}")),
+                )
+                .await?;
                 return Ok(());
             }
         };
@@ -92,13 +98,19 @@ async fn connection(socket: TcpStream, state: &ServerState) -> std::io::Result<(
     }
 }
 
-async fn send_frame(writer: &mut (impl AsyncWriteExt + Unpin), reply: &v1::BulkReply) -> std::io::Result<()> {
+async fn send_frame(
+    writer: &mut (impl AsyncWriteExt + Unpin),
+    reply: &v1::BulkReply,
+) -> std::io::Result<()> {
     let body = reply.encode_to_vec();
     writer.write_all(&(body.len() as u32).to_le_bytes()).await?;
     writer.write_all(&body).await
 }
 
-async fn send_error(writer: &mut (impl AsyncWriteExt + Unpin), status: &Status) -> std::io::Result<()> {
+async fn send_error(
+    writer: &mut (impl AsyncWriteExt + Unpin),
+    status: &Status,
+) -> std::io::Result<()> {
     let reply = v1::BulkReply {
         result: Some(v1::bulk_reply::Result::Error(v1::BulkError {
             code: status.code() as i32,
@@ -131,7 +143,10 @@ impl Part {
     fn body_len(&self) -> usize {
         match self {
             Part::Encoded(v) => v.encoded_len(),
-            Part::Bulk { element_type, bytes } => {
+            Part::Bulk {
+                element_type,
+                bytes,
+            } => {
                 let array = array_len(*element_type, *bytes);
                 1 + encoded_len_varint(array as u64) + array
             }
@@ -169,7 +184,10 @@ async fn write_request(
         encode_varint(part.body_len() as u64, &mut cursor);
         match part {
             Part::Encoded(value) => value.encode_raw(&mut cursor),
-            Part::Bulk { element_type, bytes } => {
+            Part::Bulk {
+                element_type,
+                bytes,
+            } => {
                 encode_key(6, WireType::LengthDelimited, &mut cursor);
                 encode_varint(array_len(*element_type, *bytes) as u64, &mut cursor);
                 if *element_type != 0 {
@@ -188,7 +206,11 @@ async fn write_request(
 }
 
 fn request_len(call_id: u64, function: &str, parts: &[Part]) -> usize {
-    let id = if call_id != 0 { 1 + encoded_len_varint(call_id) } else { 0 };
+    let id = if call_id != 0 {
+        1 + encoded_len_varint(call_id)
+    } else {
+        0
+    };
     let name = 1 + encoded_len_varint(function.len() as u64) + function.len();
     let arguments: usize = parts
         .iter()
@@ -280,7 +302,10 @@ async fn call(
         Some(v1::exec_reply::Result::Success(success)) => success,
         other => {
             let status = checkout
-                .finish(v1::ExecReply { call_id, result: other })
+                .finish(v1::ExecReply {
+                    call_id,
+                    result: other,
+                })
                 .err()
                 .map(|e| invoke::pool_status(&name, e))
                 .unwrap_or_else(|| Status::internal("reply without a result"));
@@ -294,11 +319,14 @@ async fn call(
     let mut payloads: Vec<Bytes> = Vec::new();
     for output in success.outputs {
         let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
-            return Err(Failure::Answer(Status::internal(format!("`{name}` returned a non-array output"))));
+            return Err(Failure::Answer(Status::internal(format!(
+                "`{name}` returned a non-array output"
+            ))));
         };
         let result = if prepared.keep.contains(&output.parameter) {
             v1::call_output::Result::Object(
-                invoke::keep_output(state, &request.owner, &array, true).map_err(Failure::Answer)?,
+                invoke::keep_output(state, &request.owner, &array, true)
+                    .map_err(Failure::Answer)?,
             )
         } else {
             let bulk = v1::BulkArray {

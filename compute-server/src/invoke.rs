@@ -30,10 +30,13 @@ pub struct Prepared<'a> {
 
 /// Finds the routine and checks the request against its interface and this server's
 /// limits: argument count, IN scalars, sizes, kept outputs and the sizes of bulk arrays.
-pub fn prepare<'a>(state: &'a ServerState, request: &v1::CallRequest) -> Result<Prepared<'a>, Status> {
-    let (function, module) = state
-        .function(&request.function)
-        .ok_or_else(|| Status::not_found(format!("no routine `{}` on this server", request.function)))?;
+pub fn prepare<'a>(
+    state: &'a ServerState,
+    request: &v1::CallRequest,
+) -> Result<Prepared<'a>, Status> {
+    let (function, module) = state.function(&request.function).ok_or_else(|| {
+        Status::not_found(format!("no routine `{}` on this server", request.function))
+    })?;
     let name = &function.name;
     if request.arguments.len() != function.parameters.len() {
         return Err(bad(format!(
@@ -43,7 +46,9 @@ pub fn prepare<'a>(state: &'a ServerState, request: &v1::CallRequest) -> Result<
         )));
     }
     let bindings = integer_bindings(function, &request.arguments)?;
-    let cost = function.cost(&bindings).map_err(|e| bad(format!("`{name}`: {e}")))?;
+    let cost = function
+        .cost(&bindings)
+        .map_err(|e| bad(format!("`{name}`: {e}")))?;
     if cost.bytes_in > state.max_request_bytes || cost.bytes_out > state.max_request_bytes {
         return Err(Status::resource_exhausted(format!(
             "call of `{name}` would move {} bytes in and {} bytes out, over this server's limit of {} bytes per call",
@@ -59,8 +64,12 @@ pub fn prepare<'a>(state: &'a ServerState, request: &v1::CallRequest) -> Result<
                     p.declaration()
                 )));
             }
-            let expected = function.byte_size(p, &bindings).map_err(|e| bad(format!("`{name}`: {e}")))?;
-            let element_type = v1::ElementType::try_from(bulk.element_type).ok().and_then(element_type_from_proto);
+            let expected = function
+                .byte_size(p, &bindings)
+                .map_err(|e| bad(format!("`{name}`: {e}")))?;
+            let element_type = v1::ElementType::try_from(bulk.element_type)
+                .ok()
+                .and_then(element_type_from_proto);
             if element_type != Some(p.element_type) || bulk.bytes != expected {
                 return Err(bad(format!(
                     "argument `{}` of `{name}` must be {expected} bytes of {}, got {} bytes of {}",
@@ -124,7 +133,12 @@ pub async fn resolve(
 }
 
 /// Keeps an output in this server's storage and returns where it is.
-pub fn keep_output(state: &ServerState, owner: &str, array: &v1::Array, copy: bool) -> Result<v1::ObjectRef, Status> {
+pub fn keep_output(
+    state: &ServerState,
+    owner: &str,
+    array: &v1::Array,
+    copy: bool,
+) -> Result<v1::ObjectRef, Status> {
     let element_type = v1::ElementType::try_from(array.element_type)
         .ok()
         .and_then(element_type_from_proto)
@@ -170,7 +184,9 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
     let mut outputs = Vec::with_capacity(success.outputs.len());
     for output in success.outputs {
         let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
-            return Err(Status::internal(format!("`{name}` returned a non-array output")));
+            return Err(Status::internal(format!(
+                "`{name}` returned a non-array output"
+            )));
         };
         let result = if prepared.keep.contains(&output.parameter) {
             v1::call_output::Result::Object(keep_output(state, &request.owner, &array, false)?)

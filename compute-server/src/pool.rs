@@ -271,7 +271,9 @@ impl ExecutablePool {
             function: function.to_string(),
             arguments,
         };
-        let reply = checkout.exchange(Outgoing::Message(request), false, timeout).await?;
+        let reply = checkout
+            .exchange(Outgoing::Message(request), false, timeout)
+            .await?;
         let success = checkout.finish(reply)?;
         Ok((success, waited))
     }
@@ -285,7 +287,11 @@ impl ExecutablePool {
     /// Kills every idle process (on shutdown).
     pub async fn shutdown(&self) {
         self.slots.close();
-        let idle: Vec<Process> = self.idle.lock().map(|mut i| i.drain(..).collect()).unwrap_or_default();
+        let idle: Vec<Process> = self
+            .idle
+            .lock()
+            .map(|mut i| i.drain(..).collect())
+            .unwrap_or_default();
         for mut p in idle {
             let _ = p.child.start_kill();
             let _ = p.child.wait().await;
@@ -400,7 +406,10 @@ impl Checkout<'_> {
             let _ = process.child.start_kill();
             return Err(PoolError::Crashed {
                 module,
-                reason: format!("reply to call {} while waiting for {call_id}", reply.call_id),
+                reason: format!(
+                    "reply to call {} while waiting for {call_id}",
+                    reply.call_id
+                ),
             });
         }
         Ok(reply)
@@ -436,7 +445,9 @@ impl Drop for Checkout<'_> {
             let _ = process.child.start_kill();
             match self.pool.spawn() {
                 Ok(fresh) => self.pool.give_back(fresh),
-                Err(e) => tracing::warn!(module = %self.pool.module, error = %e, "cannot replace a failed executable"),
+                Err(e) => {
+                    tracing::warn!(module = %self.pool.module, error = %e, "cannot replace a failed executable")
+                }
             }
         }
     }

@@ -109,7 +109,10 @@ fn main() -> anyhow::Result<()> {
             Some((host, _)) => format!("{host}:{}", bulk.local_addr()?.port()),
             None => bulk.local_addr()?.to_string(),
         };
-        let info = v1::ServerInfo { bulk_address, ..info };
+        let info = v1::ServerInfo {
+            bulk_address,
+            ..info
+        };
         let state = ServerState::start(&config, advertise.clone(), info).await?;
         // The first line on stdout tells scripts and tests where the server is.
         println!("listening on {advertise}");

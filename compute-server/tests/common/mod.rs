@@ -78,9 +78,15 @@ impl TestServer {
                 let shutdown = async {
                     let _ = rx.await;
                 };
-                ninf_compute_server::run(listener, Some(bulk), state, Duration::from_millis(50), shutdown)
-                    .await
-                    .unwrap();
+                ninf_compute_server::run(
+                    listener,
+                    Some(bulk),
+                    state,
+                    Duration::from_millis(50),
+                    shutdown,
+                )
+                .await
+                .unwrap();
             }
         });
         TestServer {
