@@ -96,16 +96,19 @@ pub fn run(n: usize) -> Result<BenchmarkReport, BenchmarkError> {
     })
 }
 
-/// Grows n from 100 until one run takes at least `target` (or n reaches `max_n`), so the
-/// measurement is long enough to be meaningful and the whole benchmark stays short.
+/// Grows n from 100 until one run takes at least `target` (or n reaches `max_n`). Each step
+/// picks the next n from the cubic cost of LU, so the last run lands near `target` instead of
+/// overshooting it eightfold as doubling would: the whole benchmark stays well under a second
+/// for a target of a quarter second.
 pub fn run_adaptive(target: Duration, max_n: usize) -> Result<BenchmarkReport, BenchmarkError> {
     let mut n = 100;
     loop {
         let report = run(n)?;
-        if report.seconds >= target.as_secs_f64() || n >= max_n {
+        if report.seconds >= target.as_secs_f64() * 0.7 || n >= max_n {
             return Ok(report);
         }
-        n = (n * 2).min(max_n);
+        let scale = (target.as_secs_f64() / report.seconds).cbrt().clamp(1.2, 4.0);
+        n = ((n as f64 * scale) as usize).min(max_n);
     }
 }
 

@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     ninf_executable_memory();
     if cli.benchmark_only {
-        let report = benchmark::run_adaptive(Duration::from_millis(200), 2000)?;
+        let report = benchmark::run_adaptive(Duration::from_millis(250), 3000)?;
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());
     }
@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         }
     } else {
-        let report = benchmark::run_adaptive(Duration::from_millis(200), 2000)?;
+        let report = benchmark::run_adaptive(Duration::from_millis(250), 3000)?;
         tracing::info!(mflops = report.mflops, n = report.benchmark_n, "benchmark");
         v1::ServerInfo {
             mflops: report.mflops,
