@@ -107,7 +107,9 @@ pub fn run_adaptive(target: Duration, max_n: usize) -> Result<BenchmarkReport, B
         if report.seconds >= target.as_secs_f64() * 0.7 || n >= max_n {
             return Ok(report);
         }
-        let scale = (target.as_secs_f64() / report.seconds).cbrt().clamp(1.2, 4.0);
+        let scale = (target.as_secs_f64() / report.seconds)
+            .cbrt()
+            .clamp(1.2, 4.0);
         n = ((n as f64 * scale) as usize).min(max_n);
     }
 }

@@ -1,0 +1,137 @@
+//! FLOW (seed 004): cut the graph into paths and place each path whole, heaviest first.
+//!
+//! 1. Among the tasks not yet placed, take the path (a chain of tasks linked by edges) with
+//!    the largest total computation.
+//! 2. Place it on the server, among those serving every routine on it, where the path's last
+//!    task would finish first (its inputs from the client and from already placed tasks,
+//!    computation at the predicted speed; tasks inside the path exchange data for free).
+//!    If no server serves every routine on the path, the path is cut to its longest prefix
+//!    that one server does serve; the rest stays for later rounds.
+//! 3. Report the path's tentative placements to the predictor, remove the path, repeat.
+//!
+//! Finally the tentative placements are withdrawn and the whole assignment is timed in
+//! dependency order (reporting the final placements), so predicted times respect every
+//! dependency, including those between paths placed in different rounds.
+
+use crate::graph::{GraphError, TaskGraph, TaskId};
+use crate::grid::{GridView, ServerId};
+use crate::predictor::{PlacementId, Predictor};
+use crate::schedule::{Schedule, Scheduler, Timing, check, finish_schedule, predict};
+
+#[derive(Debug, Default)]
+pub struct Flow;
+
+/// The heaviest path among unplaced tasks, in dependency order.
+pub fn heaviest_path(graph: &TaskGraph, order: &[TaskId], placed: &[bool]) -> Vec<TaskId> {
+    let predecessors = graph.predecessors();
+    let n = graph.tasks.len();
+    let mut weight = vec![0.0f64; n];
+    let mut back: Vec<Option<TaskId>> = vec![None; n];
+    let mut end: Option<TaskId> = None;
+    for &t in order {
+        if placed[t] {
+            continue;
+        }
+        let mut best_pred: Option<TaskId> = None;
+        for &(p, _) in &predecessors[t] {
+            if !placed[p]
+                && best_pred
+                    .is_none_or(|b| weight[p] > weight[b] || (weight[p] == weight[b] && p < b))
+            {
+                best_pred = Some(p);
+            }
+        }
+        weight[t] = graph.tasks[t].flops + best_pred.map_or(0.0, |p| weight[p]);
+        back[t] = best_pred;
+        if end.is_none_or(|e| weight[t] > weight[e]) {
+            end = Some(t);
+        }
+    }
+    let mut path = Vec::new();
+    let mut cursor = end;
+    while let Some(t) = cursor {
+        path.push(t);
+        cursor = back[t];
+    }
+    path.reverse();
+    path
+}
+
+impl Scheduler for Flow {
+    fn name(&self) -> &'static str {
+        "flow"
+    }
+
+    fn schedule(
+        &mut self,
+        graph: &TaskGraph,
+        grid: &GridView,
+        predictor: &mut dyn Predictor,
+    ) -> Result<Schedule, GraphError> {
+        let order = check(graph, grid)?;
+        let predecessors = graph.predecessors();
+        let n = graph.tasks.len();
+        let mut done = vec![false; n];
+        let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; n];
+        let mut servers = vec![0; n];
+        let mut tentative: Vec<PlacementId> = Vec::new();
+        let mut remaining = n;
+        while remaining > 0 {
+            let mut path = heaviest_path(graph, &order, &done);
+            // Servers serving every routine on the path, shortening it until one does.
+            let candidates = loop {
+                let found: Vec<ServerId> = grid
+                    .capable(&graph.tasks[path[0]].function)
+                    .filter(|&s| {
+                        path.iter()
+                            .all(|&t| grid.servers[s].functions.contains(&graph.tasks[t].function))
+                    })
+                    .collect();
+                if !found.is_empty() || path.len() == 1 {
+                    break found;
+                }
+                path.pop();
+            };
+            let mut best: Option<(ServerId, Vec<Timing>)> = None;
+            for server in candidates {
+                let mut trial = placed.clone();
+                let mut timings = Vec::with_capacity(path.len());
+                for &t in &path {
+                    let timing = predict(graph, &predecessors, t, server, &trial, predictor);
+                    trial[t] = Some((server, timing));
+                    timings.push(timing);
+                }
+                let last = timings.last().map_or(0.0, |t| t.finish);
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, b)| last < b.last().map_or(0.0, |t| t.finish))
+                {
+                    best = Some((server, timings));
+                }
+            }
+            let Some((server, timings)) = best else {
+                let t = &graph.tasks[path[0]];
+                return Err(GraphError::Unimplemented {
+                    label: t.label.clone(),
+                    function: t.function.clone(),
+                });
+            };
+            for (&t, timing) in path.iter().zip(timings) {
+                tentative.push(predictor.place(
+                    server,
+                    graph.tasks[t].processors,
+                    timing.start,
+                    timing.finish,
+                ));
+                placed[t] = Some((server, timing));
+                servers[t] = server;
+                done[t] = true;
+                remaining -= 1;
+            }
+        }
+        for id in tentative {
+            predictor.withdraw(id);
+        }
+        Ok(finish_schedule(graph, &order, servers, predictor))
+    }
+}

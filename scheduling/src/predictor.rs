@@ -1,0 +1,199 @@
+//! The resource state predictor (seed 004): how fast a server will run a new task and how
+//! fast data moves between two places, from monitoring data plus the placements the scheduler
+//! has made (a server given a task is busier until the task ends).
+//!
+//! Speed model: a server with P processors of speed s and a load of L runnable jobs gives a
+//! task needing p processors the speed `s * p * min(1, P / (L + p))`: time-sharing (gang
+//! scheduling) divides the processors among all the demand. L is the measured load plus the
+//! processors of every placement active at the task's start.
+
+use std::collections::HashMap;
+
+use crate::forecast::Forecaster;
+use crate::grid::{GridView, Link, Location, ServerId};
+
+/// Identifies a recorded placement, so a scheduler can withdraw a tentative one.
+pub type PlacementId = usize;
+
+/// What schedulers ask and tell; implementations are chosen by configuration.
+pub trait Predictor {
+    /// Flops per second a task needing `processors` would get on `server` from time `at`.
+    fn speed(&self, server: ServerId, processors: u32, at: f64) -> f64;
+    /// Predicted performance of the path from one place to another.
+    fn link(&self, from: Location, to: Location) -> Link;
+    /// Records that a task runs on `server` over `[start, finish)`.
+    fn place(&mut self, server: ServerId, processors: u32, start: f64, finish: f64) -> PlacementId;
+    /// Forgets a recorded placement.
+    fn withdraw(&mut self, placement: PlacementId);
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Placement {
+    server: ServerId,
+    processors: u32,
+    start: f64,
+    finish: f64,
+    active: bool,
+}
+
+/// The paper's predictor: measured load plus the record of placements.
+#[derive(Debug, Clone)]
+pub struct LoadPredictor {
+    flops_per_processor: Vec<f64>,
+    processors: Vec<u32>,
+    base_load: Vec<f64>,
+    links: HashMap<(Location, Location), Link>,
+    default_link: Link,
+    placements: Vec<Placement>,
+}
+
+/// How the predictor turns monitoring history into the present state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PredictorKind {
+    /// The latest sample of every series (the seed's predictor).
+    LatestSample,
+    /// The NWS-style forecaster over each series.
+    Forecast,
+}
+
+impl std::str::FromStr for PredictorKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "latest" | "paper" => Ok(PredictorKind::LatestSample),
+            "forecast" | "nws" => Ok(PredictorKind::Forecast),
+            other => Err(format!(
+                "unknown predictor `{other}` (known: latest, forecast)"
+            )),
+        }
+    }
+}
+
+/// Monitoring history for one predictor build: load samples per server (oldest first) and
+/// link samples per directed pair (oldest first).
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    pub load: Vec<Vec<f64>>,
+    pub links: HashMap<(Location, Location), Vec<Link>>,
+}
+
+impl LoadPredictor {
+    /// A predictor from present load and link figures.
+    pub fn new(
+        grid: &GridView,
+        base_load: Vec<f64>,
+        links: HashMap<(Location, Location), Link>,
+        default_link: Link,
+    ) -> LoadPredictor {
+        let n = grid.servers.len();
+        let mut base_load = base_load;
+        base_load.resize(n, 0.0);
+        LoadPredictor {
+            flops_per_processor: grid.servers.iter().map(|s| s.flops_per_processor).collect(),
+            processors: grid.servers.iter().map(|s| s.processors.max(1)).collect(),
+            base_load: base_load
+                .into_iter()
+                .map(|l| if l.is_finite() { l.max(0.0) } else { 0.0 })
+                .collect(),
+            links,
+            default_link,
+            placements: Vec::new(),
+        }
+    }
+
+    /// A predictor from monitoring history, summarised by `kind`.
+    pub fn from_history(
+        grid: &GridView,
+        history: &History,
+        kind: PredictorKind,
+        default_link: Link,
+    ) -> LoadPredictor {
+        let summarise = |series: &[f64]| -> Option<f64> {
+            match kind {
+                PredictorKind::LatestSample => series.last().copied(),
+                PredictorKind::Forecast => Forecaster::from_series(series).forecast(),
+            }
+        };
+        let load = (0..grid.servers.len())
+            .map(|i| {
+                history
+                    .load
+                    .get(i)
+                    .and_then(|s| summarise(s))
+                    .unwrap_or(0.0)
+            })
+            .collect();
+        let links = history
+            .links
+            .iter()
+            .filter_map(|(&pair, samples)| {
+                let throughput: Vec<f64> = samples.iter().map(|l| l.throughput).collect();
+                let latency: Vec<f64> = samples.iter().map(|l| l.latency).collect();
+                Some((
+                    pair,
+                    Link {
+                        throughput: summarise(&throughput)?,
+                        latency: summarise(&latency)?,
+                    },
+                ))
+            })
+            .collect();
+        LoadPredictor::new(grid, load, links, default_link)
+    }
+
+    /// Load on `server` at time `at`: measured load plus active placements.
+    pub fn load_at(&self, server: ServerId, at: f64) -> f64 {
+        let placed: u32 = self
+            .placements
+            .iter()
+            .filter(|p| p.active && p.server == server && p.start <= at && at < p.finish)
+            .map(|p| p.processors)
+            .sum();
+        self.base_load.get(server).copied().unwrap_or(0.0) + f64::from(placed)
+    }
+}
+
+impl Predictor for LoadPredictor {
+    fn speed(&self, server: ServerId, processors: u32, at: f64) -> f64 {
+        let (Some(&s), Some(&total)) = (
+            self.flops_per_processor.get(server),
+            self.processors.get(server),
+        ) else {
+            return 0.0;
+        };
+        let p = f64::from(processors.max(1));
+        let share = (f64::from(total) / (self.load_at(server, at) + p)).min(1.0);
+        s * p.min(f64::from(total)) * share
+    }
+
+    fn link(&self, from: Location, to: Location) -> Link {
+        if from == to {
+            return Link {
+                throughput: f64::INFINITY,
+                latency: 0.0,
+            };
+        }
+        self.links
+            .get(&(from, to))
+            .or_else(|| self.links.get(&(to, from)))
+            .copied()
+            .unwrap_or(self.default_link)
+    }
+
+    fn place(&mut self, server: ServerId, processors: u32, start: f64, finish: f64) -> PlacementId {
+        self.placements.push(Placement {
+            server,
+            processors: processors.max(1),
+            start,
+            finish,
+            active: true,
+        });
+        self.placements.len() - 1
+    }
+
+    fn withdraw(&mut self, placement: PlacementId) {
+        if let Some(p) = self.placements.get_mut(placement) {
+            p.active = false;
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! SIMPLE, FLOW and the baselines on hand-made graphs and grids, asserting the placements the
+//! rules give (each expected value is worked out in the comment above it).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeSet, HashMap};
+
+use ninf_scheduling::{
+    GraphError, GridView, Link, LoadPredictor, Location, Predictor, ServerView, Task, TaskGraph,
+    by_name,
+};
+
+fn server(name: &str, flops: f64, processors: u32, functions: &[&str]) -> ServerView {
+    ServerView {
+        name: name.into(),
+        flops_per_processor: flops,
+        processors,
+        functions: functions
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<BTreeSet<_>>(),
+        up: true,
+    }
+}
+
+fn task(label: &str, function: &str, flops: f64, client_in: u64, client_out: u64) -> Task {
+    Task {
+        label: label.into(),
+        function: function.into(),
+        flops,
+        client_in_bytes: client_in,
+        client_out_bytes: client_out,
+        processors: 1,
+    }
+}
+
+fn predictor(grid: &GridView, link: Link) -> LoadPredictor {
+    LoadPredictor::new(grid, vec![0.0; grid.servers.len()], HashMap::new(), link)
+}
+
+const FAST_LINK: Link = Link {
+    throughput: 1e8,
+    latency: 0.0,
+};
+
+fn run(name: &str, graph: &TaskGraph, grid: &GridView, p: &mut dyn Predictor) -> Vec<usize> {
+    by_name(name, 7)
+        .unwrap()
+        .schedule(graph, grid, p)
+        .unwrap()
+        .servers
+}
+
+#[test]
+fn simple_reports_each_decision_so_tasks_do_not_pile_up() {
+    // s0 runs 2.5 Gflop/s, s1 1 Gflop/s; three independent 2-Gflop tasks, no data.
+    // t0: s0 0.8 s, s1 2 s -> s0. t1: s0 now shares with t0 -> 1.25 Gflop/s -> 1.6 s; s1 2 s
+    // -> s0. t2: s0 shares three ways -> 2.4 s; s1 2 s -> s1.
+    let grid = GridView {
+        servers: vec![server("s0", 2.5e9, 1, &["f"]), server("s1", 1e9, 1, &["f"])],
+    };
+    let mut graph = TaskGraph::default();
+    for i in 0..3 {
+        graph.add_task(task(&format!("t{i}"), "f", 2e9, 0, 0));
+    }
+    let mut p = predictor(&grid, FAST_LINK);
+    let schedule = by_name("simple", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.servers, vec![0, 0, 1]);
+    assert!((schedule.timings[1].finish - 1.6).abs() < 1e-9);
+    assert!(
+        (schedule.makespan - 2.4).abs() > 0.3,
+        "t2 went to s1: makespan 2 s, not 2.4 s"
+    );
+    assert!((schedule.makespan - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn flow_keeps_a_path_on_a_server_that_serves_all_of_it() {
+    // s1 is 4x faster but serves only `a`. SIMPLE puts a on s1 (0.25 s vs 1 s) and b on s0,
+    // the only server of b. FLOW takes the path a -> b whole to s0, the only server of both.
+    let grid = GridView {
+        servers: vec![
+            server("s0", 1e9, 1, &["a", "b"]),
+            server("s1", 4e9, 1, &["a"]),
+        ],
+    };
+    let mut graph = TaskGraph::default();
+    let a = graph.add_task(task("a", "a", 1e9, 0, 0));
+    let b = graph.add_task(task("b", "b", 1e9, 0, 8));
+    graph.add_edge(a, b, 1 << 20);
+    assert_eq!(
+        run("simple", &graph, &grid, &mut predictor(&grid, FAST_LINK)),
+        vec![1, 0]
+    );
+    let mut p = predictor(&grid, FAST_LINK);
+    let schedule = by_name("flow", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.servers, vec![0, 0]);
+    assert_eq!(schedule.inter_server_ratio(&graph), 0.0);
+    assert_eq!(
+        schedule.data,
+        vec![Location::Server(0)],
+        "data stays on its producer"
+    );
+}
+
+/// The seed's Fig. 5: E = A B, F = C D, G = E F with n = 1000 (2n^3 flops, 8n^2-byte arrays).
+fn cascade() -> TaskGraph {
+    let n2 = 8_000_000u64;
+    let mut graph = TaskGraph::default();
+    let e = graph.add_task(task("mmul E", "mmul", 2e9, 2 * n2, 0));
+    let f = graph.add_task(task("mmul F", "mmul", 2e9, 2 * n2, 0));
+    let g = graph.add_task(task("mmul G", "mmul", 2e9, 0, n2));
+    graph.add_edge(e, g, n2);
+    graph.add_edge(f, g, n2);
+    graph
+}
+
+#[test]
+fn flow_places_the_heaviest_path_first_then_the_rest() {
+    // s0 2 Gflop/s, s1 1.1 Gflop/s; every link 100 MB/s. Path weights: E 2, F 2, G 4 via E
+    // (ties go to the smaller id), so the heaviest path is E -> G.
+    // E->G on s0: E ready at 16 MB / 100 MB/s = 0.16 s, computes 1 s; G follows at 1.16 s and
+    // ends at 2.16 s. On s1 E alone ends at 0.16 + 1.82 = 1.98 s -> s0.
+    // F: on s0 it shares with E from 0.16 s -> 1 Gflop/s -> ends at 2.16 s; on s1 it ends at
+    // 1.98 s -> s1. So E, G on s0 and F on s1: one of the two edges crosses servers.
+    let grid = GridView {
+        servers: vec![
+            server("s0", 2e9, 1, &["mmul"]),
+            server("s1", 1.1e9, 1, &["mmul"]),
+        ],
+    };
+    let graph = cascade();
+    let mut p = predictor(&grid, FAST_LINK);
+    let schedule = by_name("flow", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.servers, vec![0, 1, 0]);
+    assert_eq!(schedule.inter_server_ratio(&graph), 0.5);
+    // Final timing respects both inputs of G: F arrives from s1 at 1.98 + 0.08 s.
+    let g = schedule.timings[2];
+    assert!(
+        (g.start - (0.16 + 2e9 / 1.1e9 + 0.08)).abs() < 1e-9,
+        "{g:?}"
+    );
+    assert!(g.start >= schedule.timings[0].finish && g.start >= schedule.timings[1].finish);
+    // SIMPLE reaches the same placement here: E -> s0 (1.16 vs 1.98 s), F -> s1 (2.16 vs
+    // 1.98 s), G -> s0 (ends 3.06 s) rather than s1 (ends 3.80 s).
+    assert_eq!(
+        run("simple", &graph, &grid, &mut predictor(&grid, FAST_LINK)),
+        vec![0, 1, 0]
+    );
+}
+
+/// Five dgefa -> dgesl pairs issued together (the seed's first workload), n = 1000.
+fn pairs() -> TaskGraph {
+    let mut graph = TaskGraph::default();
+    let n = 1000u64;
+    for i in 0..5 {
+        let fa = graph.add_task(task(
+            &format!("dgefa{i}"),
+            "dgefa",
+            2.0 / 3.0 * 1e9,
+            8 * n * n,
+            0,
+        ));
+        let sl = graph.add_task(task(&format!("dgesl{i}"), "dgesl", 2e6, 8 * n, 8 * n));
+        graph.add_edge(fa, sl, 8 * n * n + 4 * n);
+    }
+    graph
+}
+
+#[test]
+fn flow_never_splits_a_pair_and_uses_both_servers() {
+    let grid = GridView {
+        servers: vec![
+            server("A", 2e9, 2, &["dgefa", "dgesl"]),
+            server("B", 1e9, 1, &["dgefa", "dgesl"]),
+        ],
+    };
+    let graph = pairs();
+    let mut p = predictor(
+        &grid,
+        Link {
+            throughput: 2e6,
+            latency: 0.05,
+        },
+    );
+    let schedule = by_name("flow", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.inter_server_ratio(&graph), 0.0);
+    for pair in schedule.servers.chunks(2) {
+        assert_eq!(pair[0], pair[1]);
+    }
+    let on_a = schedule.servers.iter().filter(|&&s| s == 0).count();
+    assert!(
+        on_a > 0 && on_a < 10,
+        "both servers get pairs: {:?}",
+        schedule.servers
+    );
+}
+
+#[test]
+fn a_down_server_gets_nothing_and_unserved_routines_are_refused() {
+    let mut grid = GridView {
+        servers: vec![server("s0", 9e9, 1, &["f"]), server("s1", 1e9, 1, &["f"])],
+    };
+    grid.servers[0].up = false;
+    let mut graph = TaskGraph::default();
+    graph.add_task(task("t", "f", 1e9, 0, 0));
+    for name in ["simple", "flow", "round-robin", "random"] {
+        assert_eq!(
+            run(name, &graph, &grid, &mut predictor(&grid, FAST_LINK)),
+            vec![1],
+            "{name}"
+        );
+    }
+    graph.add_task(task("u", "g", 1e9, 0, 0));
+    let error = by_name("flow", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut predictor(&grid, FAST_LINK))
+        .unwrap_err();
+    assert_eq!(error.to_string(), "no server implements `g` (task `u`)");
+}
+
+#[test]
+fn invalid_graphs_are_refused_with_the_reason() {
+    let grid = GridView {
+        servers: vec![server("s0", 1e9, 1, &["f"])],
+    };
+    let mut graph = TaskGraph::default();
+    let a = graph.add_task(task("a", "f", 1.0, 0, 0));
+    let b = graph.add_task(task("b", "f", 1.0, 0, 0));
+    let c = graph.add_task(task("c", "f", 1.0, 0, 0));
+    graph.add_edge(a, b, 1);
+    graph.add_edge(b, c, 1);
+    graph.add_edge(c, b, 1);
+    let e = by_name("simple", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut predictor(&grid, FAST_LINK))
+        .unwrap_err();
+    assert_eq!(e.to_string(), "the graph has a cycle through b -> c -> b");
+
+    let mut graph = TaskGraph::default();
+    graph.add_task(task("a", "f", f64::NAN, 0, 0));
+    assert!(matches!(graph.validate(), Err(GraphError::BadFlops { .. })));
+    let mut graph = TaskGraph::default();
+    let a = graph.add_task(task("a", "f", 1.0, 0, 0));
+    graph.add_edge(a, 5, 1);
+    assert_eq!(
+        graph.validate().unwrap_err().to_string(),
+        "edge 0 refers to task 5, but the graph has 1 tasks"
+    );
+    graph.edges[0].to = a;
+    assert_eq!(
+        graph.validate().unwrap_err().to_string(),
+        "edge 0 goes from task `a` to itself"
+    );
+    let error = by_name("heft", 0).err().unwrap();
+    assert_eq!(
+        error.to_string(),
+        "unknown scheduler `heft` (known: simple, flow, round-robin, random)"
+    );
+}
+
+#[test]
+fn baselines_are_deterministic_and_respect_capabilities() {
+    let grid = GridView {
+        servers: vec![
+            server("s0", 1e9, 1, &["f"]),
+            server("s1", 1e9, 1, &["g"]),
+            server("s2", 1e9, 1, &["f"]),
+        ],
+    };
+    let mut graph = TaskGraph::default();
+    for i in 0..4 {
+        graph.add_task(task(&format!("t{i}"), "f", 1e9, 0, 0));
+    }
+    assert_eq!(
+        run(
+            "round-robin",
+            &graph,
+            &grid,
+            &mut predictor(&grid, FAST_LINK)
+        ),
+        vec![0, 2, 0, 2]
+    );
+    let first = run("random", &graph, &grid, &mut predictor(&grid, FAST_LINK));
+    let again = run("random", &graph, &grid, &mut predictor(&grid, FAST_LINK));
+    assert_eq!(first, again, "same seed, same placement");
+    assert!(first.iter().all(|&s| s == 0 || s == 2));
+}

@@ -1,0 +1,115 @@
+//! The predictor's speed model and placement record, and the NWS-style forecaster.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeSet, HashMap};
+
+use ninf_scheduling::forecast::Forecaster;
+use ninf_scheduling::{
+    GridView, History, Link, LoadPredictor, Location, Predictor, PredictorKind, ServerView,
+};
+
+fn grid() -> GridView {
+    GridView {
+        servers: vec![ServerView {
+            name: "s".into(),
+            flops_per_processor: 1e9,
+            processors: 4,
+            functions: BTreeSet::new(),
+            up: true,
+        }],
+    }
+}
+
+#[test]
+fn speed_shares_processors_among_the_load_and_placements_add_load() {
+    let default = Link {
+        throughput: 1e6,
+        latency: 0.01,
+    };
+    let mut p = LoadPredictor::new(&grid(), vec![2.0], HashMap::new(), default);
+    // 4 processors, load 2: a 1-processor task gets a whole processor.
+    assert_eq!(p.speed(0, 1, 0.0), 1e9);
+    // A 4-processor task shares: 4 / (2 + 4) of 4 processors.
+    assert!((p.speed(0, 4, 0.0) - 4e9 * 4.0 / 6.0).abs() < 1.0);
+    let id = p.place(0, 4, 0.0, 10.0);
+    // During the placement the load is 6: a 1-processor task gets 4/7 of a processor.
+    assert!((p.speed(0, 1, 5.0) - 1e9 * 4.0 / 7.0).abs() < 1.0);
+    assert_eq!(p.speed(0, 1, 10.0), 1e9, "placements end at their finish");
+    p.withdraw(id);
+    assert_eq!(p.speed(0, 1, 5.0), 1e9);
+}
+
+#[test]
+fn links_fall_back_to_the_reverse_direction_then_the_default() {
+    let default = Link {
+        throughput: 1e6,
+        latency: 0.01,
+    };
+    let measured = Link {
+        throughput: 5e7,
+        latency: 0.002,
+    };
+    let links = HashMap::from([((Location::Client, Location::Server(0)), measured)]);
+    let p = LoadPredictor::new(&grid(), vec![0.0], links, default);
+    assert_eq!(p.link(Location::Client, Location::Server(0)), measured);
+    assert_eq!(p.link(Location::Server(0), Location::Client), measured);
+    assert_eq!(p.link(Location::Server(0), Location::Server(1)), default);
+    assert_eq!(
+        p.link(Location::Server(0), Location::Server(0))
+            .transfer_time(1 << 30),
+        0.0
+    );
+    assert!((measured.transfer_time(5_000_000) - 0.102).abs() < 1e-12);
+}
+
+#[test]
+fn latest_sample_and_forecast_predictors_read_history_differently() {
+    let history = History {
+        load: vec![vec![
+            1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0,
+        ]],
+        links: HashMap::new(),
+    };
+    let default = Link {
+        throughput: 1e6,
+        latency: 0.0,
+    };
+    let latest =
+        LoadPredictor::from_history(&grid(), &history, PredictorKind::LatestSample, default);
+    let forecast = LoadPredictor::from_history(&grid(), &history, PredictorKind::Forecast, default);
+    assert_eq!(
+        latest.load_at(0, 0.0),
+        9.0,
+        "the seed's predictor trusts the last sample"
+    );
+    assert!(
+        forecast.load_at(0, 0.0) < 2.0,
+        "one spike does not move the forecast: {}",
+        forecast.load_at(0, 0.0)
+    );
+    assert_eq!("nws".parse::<PredictorKind>(), Ok(PredictorKind::Forecast));
+    assert!("oracle".parse::<PredictorKind>().is_err());
+}
+
+#[test]
+fn the_forecaster_follows_the_method_with_the_lowest_recent_error() {
+    assert_eq!(Forecaster::default().forecast(), None);
+    let constant = Forecaster::from_series(&[4.0; 20]);
+    assert_eq!(constant.forecast(), Some(4.0));
+
+    // A level shift: methods that adapt quickly win, and the forecast is near the new level.
+    let mut series = vec![1.0; 30];
+    series.extend([5.0; 12]);
+    let shifted = Forecaster::from_series(&series);
+    let f = shifted.forecast().unwrap();
+    assert!((f - 5.0).abs() < 0.5, "{f} by {:?}", shifted.best_method());
+
+    // Alternating noise around 3: the last value is always 2 off; averaging methods win.
+    let noisy: Vec<f64> = (0..40)
+        .map(|i| if i % 2 == 0 { 2.0 } else { 4.0 })
+        .collect();
+    let smooth = Forecaster::from_series(&noisy);
+    assert_ne!(smooth.best_method().as_deref(), Some("last value"));
+    assert!((smooth.forecast().unwrap() - 3.0).abs() < 0.6);
+}
