@@ -5,7 +5,7 @@
 use crate::graph::{GraphError, TaskGraph};
 use crate::grid::{GridView, ServerId};
 use crate::predictor::Predictor;
-use crate::schedule::{Schedule, Scheduler, check, finish_schedule};
+use crate::schedule::{Prepared, Schedule, Scheduler, finish_schedule};
 
 /// Each task, in dependency order, goes to the next capable server after the last one used.
 #[derive(Debug, Default)]
@@ -24,11 +24,11 @@ impl Scheduler for RoundRobin {
         grid: &GridView,
         predictor: &mut dyn Predictor,
     ) -> Result<Schedule, GraphError> {
-        let order = check(graph, grid)?;
+        let prepared = Prepared::new(graph, grid)?;
         let count = grid.servers.len().max(1);
         let mut servers = vec![0; graph.tasks.len()];
-        for &task in &order {
-            let capable: Vec<ServerId> = grid.capable(&graph.tasks[task].function).collect();
+        for &task in &prepared.order {
+            let capable = &prepared.capable[prepared.function_of[task]];
             let pick = capable
                 .iter()
                 .copied()
@@ -37,7 +37,7 @@ impl Scheduler for RoundRobin {
             servers[task] = pick;
             self.next = pick + 1;
         }
-        Ok(finish_schedule(graph, &order, servers, predictor))
+        Ok(finish_schedule(graph, &prepared.order, servers, predictor))
     }
 }
 
@@ -73,12 +73,12 @@ impl Scheduler for Random {
         grid: &GridView,
         predictor: &mut dyn Predictor,
     ) -> Result<Schedule, GraphError> {
-        let order = check(graph, grid)?;
+        let prepared = Prepared::new(graph, grid)?;
         let mut servers = vec![0; graph.tasks.len()];
-        for &task in &order {
-            let capable: Vec<ServerId> = grid.capable(&graph.tasks[task].function).collect();
+        for &task in &prepared.order {
+            let capable = &prepared.capable[prepared.function_of[task]];
             servers[task] = capable[(self.next() % capable.len() as u64) as usize];
         }
-        Ok(finish_schedule(graph, &order, servers, predictor))
+        Ok(finish_schedule(graph, &prepared.order, servers, predictor))
     }
 }

@@ -16,14 +16,18 @@
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
 use crate::predictor::{PlacementId, Predictor};
-use crate::schedule::{Schedule, Scheduler, Timing, check, finish_schedule, predict};
+use crate::schedule::{Prepared, Schedule, Scheduler, Timing, finish_schedule, predict};
 
 #[derive(Debug, Default)]
 pub struct Flow;
 
 /// The heaviest path among unplaced tasks, in dependency order.
-pub fn heaviest_path(graph: &TaskGraph, order: &[TaskId], placed: &[bool]) -> Vec<TaskId> {
-    let predecessors = graph.predecessors();
+pub fn heaviest_path(
+    graph: &TaskGraph,
+    order: &[TaskId],
+    predecessors: &[Vec<(TaskId, u64)>],
+    placed: &[bool],
+) -> Vec<TaskId> {
     let n = graph.tasks.len();
     let mut weight = vec![0.0f64; n];
     let mut back: Vec<Option<TaskId>> = vec![None; n];
@@ -68,8 +72,8 @@ impl Scheduler for Flow {
         grid: &GridView,
         predictor: &mut dyn Predictor,
     ) -> Result<Schedule, GraphError> {
-        let order = check(graph, grid)?;
-        let predecessors = graph.predecessors();
+        let prepared = Prepared::new(graph, grid)?;
+        let (order, predecessors) = (&prepared.order, &prepared.predecessors);
         let n = graph.tasks.len();
         let mut done = vec![false; n];
         let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; n];
@@ -77,14 +81,15 @@ impl Scheduler for Flow {
         let mut tentative: Vec<PlacementId> = Vec::new();
         let mut remaining = n;
         while remaining > 0 {
-            let mut path = heaviest_path(graph, &order, &done);
+            let mut path = heaviest_path(graph, order, predecessors, &done);
             // Servers serving every routine on the path, shortening it until one does.
             let candidates = loop {
-                let found: Vec<ServerId> = grid
-                    .capable(&graph.tasks[path[0]].function)
+                let found: Vec<ServerId> = prepared.capable[prepared.function_of[path[0]]]
+                    .iter()
+                    .copied()
                     .filter(|&s| {
                         path.iter()
-                            .all(|&t| grid.servers[s].functions.contains(&graph.tasks[t].function))
+                            .all(|&t| prepared.serves[prepared.function_of[t]][s])
                     })
                     .collect();
                 if !found.is_empty() || path.len() == 1 {
@@ -94,12 +99,16 @@ impl Scheduler for Flow {
             };
             let mut best: Option<(ServerId, Vec<Timing>)> = None;
             for server in candidates {
-                let mut trial = placed.clone();
+                // Path tasks are entered into the table while the path is timed on this
+                // server, then taken out again: no copy of the whole table per server.
                 let mut timings = Vec::with_capacity(path.len());
                 for &t in &path {
-                    let timing = predict(graph, &predecessors, t, server, &trial, predictor);
-                    trial[t] = Some((server, timing));
+                    let timing = predict(graph, predecessors, t, server, &placed, predictor);
+                    placed[t] = Some((server, timing));
                     timings.push(timing);
+                }
+                for &t in &path {
+                    placed[t] = None;
                 }
                 let last = timings.last().map_or(0.0, |t| t.finish);
                 if best
@@ -132,6 +141,6 @@ impl Scheduler for Flow {
         for id in tentative {
             predictor.withdraw(id);
         }
-        Ok(finish_schedule(graph, &order, servers, predictor))
+        Ok(finish_schedule(graph, order, servers, predictor))
     }
 }

@@ -15,10 +15,47 @@ use crate::grid::{GridView, Link, Location, ServerId};
 /// Identifies a recorded placement, so a scheduler can withdraw a tentative one.
 pub type PlacementId = usize;
 
+/// A fast hasher for location pairs: schedulers look links up millions of times per graph,
+/// and the keys are small integers, not attacker-chosen strings.
+#[derive(Default)]
+pub struct PairHasher(u64);
+
+impl std::hash::Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+
+    fn write_isize(&mut self, value: isize) {
+        self.write_u64(value as u64);
+    }
+}
+
+/// Links by (from, to).
+pub type LinkTable = HashMap<(Location, Location), Link, std::hash::BuildHasherDefault<PairHasher>>;
+
 /// What schedulers ask and tell; implementations are chosen by configuration.
 pub trait Predictor {
     /// Flops per second a task needing `processors` would get on `server` from time `at`.
     fn speed(&self, server: ServerId, processors: u32, at: f64) -> f64;
+    /// An upper bound of `speed` at any time (the server idle); schedulers use it to skip
+    /// servers that cannot win. The default promises nothing.
+    fn peak_speed(&self, _server: ServerId, _processors: u32) -> f64 {
+        f64::INFINITY
+    }
     /// Predicted performance of the path from one place to another.
     fn link(&self, from: Location, to: Location) -> Link;
     /// Records that a task runs on `server` over `[start, finish)`.
@@ -42,9 +79,11 @@ pub struct LoadPredictor {
     flops_per_processor: Vec<f64>,
     processors: Vec<u32>,
     base_load: Vec<f64>,
-    links: HashMap<(Location, Location), Link>,
+    links: LinkTable,
     default_link: Link,
     placements: Vec<Placement>,
+    /// Each server's active placements, stored contiguously: a load query scans only these.
+    by_server: Vec<Vec<(PlacementId, Placement)>>,
 }
 
 /// How the predictor turns monitoring history into the present state.
@@ -95,9 +134,10 @@ impl LoadPredictor {
                 .into_iter()
                 .map(|l| if l.is_finite() { l.max(0.0) } else { 0.0 })
                 .collect(),
-            links,
+            links: links.into_iter().collect(),
             default_link,
             placements: Vec::new(),
+            by_server: vec![Vec::new(); n],
         }
     }
 
@@ -144,10 +184,12 @@ impl LoadPredictor {
     /// Load on `server` at time `at`: measured load plus active placements.
     pub fn load_at(&self, server: ServerId, at: f64) -> f64 {
         let placed: u32 = self
-            .placements
-            .iter()
-            .filter(|p| p.active && p.server == server && p.start <= at && at < p.finish)
-            .map(|p| p.processors)
+            .by_server
+            .get(server)
+            .into_iter()
+            .flatten()
+            .filter(|(_, p)| p.start <= at && at < p.finish)
+            .map(|(_, p)| p.processors)
             .sum();
         self.base_load.get(server).copied().unwrap_or(0.0) + f64::from(placed)
     }
@@ -166,12 +208,30 @@ impl Predictor for LoadPredictor {
         s * p.min(f64::from(total)) * share
     }
 
+    /// The speed with only the measured load: placements can only add to it.
+    fn peak_speed(&self, server: ServerId, processors: u32) -> f64 {
+        match (
+            self.flops_per_processor.get(server),
+            self.processors.get(server),
+        ) {
+            (Some(&s), Some(&total)) => {
+                let p = f64::from(processors.max(1));
+                let base = self.base_load.get(server).copied().unwrap_or(0.0);
+                s * p.min(f64::from(total)) * (f64::from(total) / (base + p)).min(1.0)
+            }
+            _ => 0.0,
+        }
+    }
+
     fn link(&self, from: Location, to: Location) -> Link {
         if from == to {
             return Link {
                 throughput: f64::INFINITY,
                 latency: 0.0,
             };
+        }
+        if self.links.is_empty() {
+            return self.default_link;
         }
         self.links
             .get(&(from, to))
@@ -181,19 +241,27 @@ impl Predictor for LoadPredictor {
     }
 
     fn place(&mut self, server: ServerId, processors: u32, start: f64, finish: f64) -> PlacementId {
-        self.placements.push(Placement {
+        let id = self.placements.len();
+        let placement = Placement {
             server,
             processors: processors.max(1),
             start,
             finish,
             active: true,
-        });
-        self.placements.len() - 1
+        };
+        self.placements.push(placement);
+        if let Some(list) = self.by_server.get_mut(server) {
+            list.push((id, placement));
+        }
+        id
     }
 
     fn withdraw(&mut self, placement: PlacementId) {
         if let Some(p) = self.placements.get_mut(placement) {
             p.active = false;
+            if let Some(list) = self.by_server.get_mut(p.server) {
+                list.retain(|&(id, _)| id != placement);
+            }
         }
     }
 }

@@ -62,6 +62,50 @@ pub fn check(graph: &TaskGraph, grid: &GridView) -> Result<Vec<TaskId>, GraphErr
     graph.topological_order()
 }
 
+/// What a scheduler needs about a checked graph, computed once per schedule.
+pub struct Prepared {
+    pub order: Vec<TaskId>,
+    pub predecessors: Vec<Vec<(TaskId, u64)>>,
+    /// Index of each task's routine in `capable`.
+    pub function_of: Vec<usize>,
+    /// For each routine, the up servers that serve it, in id order.
+    pub capable: Vec<Vec<ServerId>>,
+    /// `serves[routine][server]`.
+    pub serves: Vec<Vec<bool>>,
+}
+
+impl Prepared {
+    pub fn new(graph: &TaskGraph, grid: &GridView) -> Result<Prepared, GraphError> {
+        let order = check(graph, grid)?;
+        let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut capable = Vec::new();
+        let mut serves = Vec::new();
+        let function_of = graph
+            .tasks
+            .iter()
+            .map(|t| {
+                *index.entry(t.function.as_str()).or_insert_with(|| {
+                    let servers: Vec<ServerId> = grid.capable(&t.function).collect();
+                    let mut row = vec![false; grid.servers.len()];
+                    for &s in &servers {
+                        row[s] = true;
+                    }
+                    capable.push(servers);
+                    serves.push(row);
+                    capable.len() - 1
+                })
+            })
+            .collect();
+        Ok(Prepared {
+            order,
+            predecessors: graph.predecessors(),
+            function_of,
+            capable,
+            serves,
+        })
+    }
+}
+
 /// When `task` would start and finish on `server`: its inputs must arrive (from the client,
 /// and from the servers of its placed producers after they finish), then it computes at the
 /// predicted speed. Producers not yet placed are not waited for.

@@ -2,10 +2,12 @@
 //! predicted completion time (its inputs' transfers plus its computation); the decision is
 //! reported to the predictor before the next one, so later tasks see the added load.
 
+use std::collections::HashMap;
+
 use crate::graph::{GraphError, TaskGraph};
 use crate::grid::{GridView, ServerId};
 use crate::predictor::Predictor;
-use crate::schedule::{Schedule, Scheduler, Timing, assemble, check, predict};
+use crate::schedule::{Prepared, Schedule, Scheduler, Timing, assemble, predict};
 
 #[derive(Debug, Default)]
 pub struct Simple;
@@ -21,15 +23,44 @@ impl Scheduler for Simple {
         grid: &GridView,
         predictor: &mut dyn Predictor,
     ) -> Result<Schedule, GraphError> {
-        let order = check(graph, grid)?;
-        let predecessors = graph.predecessors();
+        let prepared = Prepared::new(graph, grid)?;
+        let predecessors = &prepared.predecessors;
         let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
         let mut servers = vec![0; graph.tasks.len()];
-        for task in order {
+        // Capable servers by routine and processor count, fastest (when idle) first.
+        let mut fastest_first: HashMap<(usize, u32), Vec<(ServerId, f64)>> = HashMap::new();
+        for &task in &prepared.order {
+            let t = &graph.tasks[task];
+            let candidates = fastest_first
+                .entry((prepared.function_of[task], t.processors))
+                .or_insert_with(|| {
+                    let mut list: Vec<(ServerId, f64)> = prepared.capable
+                        [prepared.function_of[task]]
+                        .iter()
+                        .map(|&s| (s, predictor.peak_speed(s, t.processors)))
+                        .collect();
+                    list.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                    list
+                });
+            // No server can start before the last input is produced, nor compute faster
+            // than its peak: once that bound passes the best finish, slower servers lose.
+            let inputs_ready = predecessors[task]
+                .iter()
+                .filter_map(|&(p, _)| placed[p].map(|(_, timing)| timing.finish))
+                .fold(0.0, f64::max);
             let mut best: Option<(ServerId, Timing)> = None;
-            for server in grid.capable(&graph.tasks[task].function) {
-                let timing = predict(graph, &predecessors, task, server, &placed, predictor);
-                if best.is_none_or(|(_, b)| timing.finish < b.finish) {
+            for &(server, peak) in candidates.iter() {
+                if let Some((_, b)) = best
+                    && t.flops > 0.0
+                    && inputs_ready + t.flops / peak > b.finish
+                {
+                    break;
+                }
+                let timing = predict(graph, predecessors, task, server, &placed, predictor);
+                let better = best.is_none_or(|(bs, b)| {
+                    timing.finish < b.finish || (timing.finish == b.finish && server < bs)
+                });
+                if better {
                     best = Some((server, timing));
                 }
             }

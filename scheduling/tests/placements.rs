@@ -298,3 +298,80 @@ fn baselines_are_deterministic_and_respect_capabilities() {
     assert_eq!(first, again, "same seed, same placement");
     assert!(first.iter().all(|&s| s == 0 || s == 2));
 }
+
+/// A predictor that hides its speed bound, so SIMPLE evaluates every server.
+struct Unbounded(LoadPredictor);
+
+impl Predictor for Unbounded {
+    fn speed(&self, server: usize, processors: u32, at: f64) -> f64 {
+        self.0.speed(server, processors, at)
+    }
+    fn link(&self, from: Location, to: Location) -> Link {
+        self.0.link(from, to)
+    }
+    fn place(&mut self, server: usize, processors: u32, start: f64, finish: f64) -> usize {
+        self.0.place(server, processors, start, finish)
+    }
+    fn withdraw(&mut self, placement: usize) {
+        self.0.withdraw(placement)
+    }
+}
+
+#[test]
+fn simple_skipping_servers_that_cannot_win_changes_no_placement() {
+    let mut state = 11u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let servers: Vec<ServerView> = (0..40)
+        .map(|i| {
+            let mut s = server(
+                &format!("s{i}"),
+                1e9 * (1 + next() % 5) as f64,
+                1 + (next() % 3) as u32,
+                &["f", "g"],
+            );
+            if i % 7 == 3 {
+                s.functions.remove("g");
+            }
+            s
+        })
+        .collect();
+    let grid = GridView { servers };
+    let mut graph = TaskGraph::default();
+    for i in 0..300 {
+        let id = graph.add_task(Task {
+            processors: 1 + (next() % 2) as u32,
+            ..task(
+                &format!("t{i}"),
+                if next() % 3 == 0 { "g" } else { "f" },
+                (next() % 5_000_000_000) as f64,
+                next() % 100_000,
+                0,
+            )
+        });
+        if id > 10 {
+            let from = (next() % id as u64) as usize;
+            graph.add_edge(from, id, next() % 1_000_000);
+        }
+    }
+    let loads: Vec<f64> = (0..40).map(|i| (i % 4) as f64 * 0.5).collect();
+    let link = Link {
+        throughput: 5e7,
+        latency: 0.002,
+    };
+    let mut pruned = LoadPredictor::new(&grid, loads.clone(), HashMap::new(), link);
+    let mut full = Unbounded(LoadPredictor::new(&grid, loads, HashMap::new(), link));
+    let a = by_name("simple", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut pruned)
+        .unwrap();
+    let b = by_name("simple", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut full)
+        .unwrap();
+    assert_eq!(a, b);
+}

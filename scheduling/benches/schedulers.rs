@@ -1,0 +1,89 @@
+//! Scheduling cost: a synthetic layered graph of 10,000 tasks placed over 1,000 servers.
+//! Targets (issue 4): <= 10 us per task for `simple`, <= 50 us per task for `flow`.
+//! Run with `cargo bench -p ninf-scheduling --bench schedulers`; prints one JSON line per
+//! scheduler. Figures go to docs/performance.md.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use ninf_scheduling::{GridView, Link, LoadPredictor, ServerView, Task, TaskGraph, by_name};
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// 100 layers of 100 tasks; each task after the first layer reads two tasks of the layer
+/// before. Four routines; every server serves all of them.
+fn workload() -> (TaskGraph, GridView) {
+    let mut rng = 42u64;
+    let functions = ["dgefa", "dgesl", "mmul", "ddot"];
+    let mut graph = TaskGraph::default();
+    let (layers, width) = (100, 100);
+    for layer in 0..layers {
+        for i in 0..width {
+            let f = functions[(splitmix(&mut rng) % 4) as usize];
+            let id = graph.add_task(Task {
+                label: format!("{f}#{layer}.{i}"),
+                function: f.into(),
+                flops: 1e6 + (splitmix(&mut rng) % 1_000_000_000) as f64,
+                client_in_bytes: if layer == 0 { 80_000 } else { 0 },
+                client_out_bytes: if layer == layers - 1 { 8_000 } else { 0 },
+                processors: 1,
+            });
+            if layer > 0 {
+                for _ in 0..2 {
+                    let from = (layer - 1) * width + (splitmix(&mut rng) % width as u64) as usize;
+                    graph.add_edge(from, id, 80_000);
+                }
+            }
+        }
+    }
+    let servers = (0..1000)
+        .map(|i| ServerView {
+            name: format!("server{i}"),
+            flops_per_processor: 1e9 * (1.0 + (i % 7) as f64 / 7.0),
+            processors: 1 + (i % 4) as u32,
+            functions: functions
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<BTreeSet<_>>(),
+            up: true,
+        })
+        .collect();
+    (graph, GridView { servers })
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let (graph, grid) = workload();
+    for name in ["simple", "flow", "round-robin", "random"] {
+        let mut predictor = LoadPredictor::new(
+            &grid,
+            vec![0.5; grid.servers.len()],
+            HashMap::new(),
+            Link {
+                throughput: 1e7,
+                latency: 0.01,
+            },
+        );
+        let mut scheduler = by_name(name, 1).unwrap();
+        let start = Instant::now();
+        let schedule = scheduler.schedule(&graph, &grid, &mut predictor).unwrap();
+        let elapsed = start.elapsed().as_secs_f64();
+        println!(
+            "{{\"bench\":\"schedule_10000_tasks_1000_servers\",\"scheduler\":\"{name}\",\"us_per_task\":{:.2},\"total_ms\":{:.1},\"makespan_s\":{:.2},\"inter_server_ratio\":{:.3}}}",
+            elapsed * 1e6 / graph.tasks.len() as f64,
+            elapsed * 1e3,
+            schedule.makespan,
+            schedule.inter_server_ratio(&graph)
+        );
+    }
+}
