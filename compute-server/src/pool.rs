@@ -4,7 +4,6 @@
 //! costs only its own call.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -54,18 +53,10 @@ const MAX_REPLY_FRAME: usize = 2 << 30;
 impl Process {
     fn spawn(path: &Path) -> std::io::Result<Process> {
         let regions = HostRegions::create()?;
-        let mut command = std::process::Command::new(path);
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        regions.attach(&mut command);
+        let command = ninf_executable::process::executable_command(path, &regions);
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(std::io::Error::other(
-                "executable has no standard input or output",
-            ));
-        };
+        let (stdin, stdout) =
+            ninf_executable::process::take_pipes(child.stdin.take(), child.stdout.take())?;
         Ok(Process {
             child,
             stdin: BufWriter::with_capacity(1 << 20, stdin),

@@ -38,18 +38,13 @@ impl ExecutableProcess {
     /// Starts the executable with its standard error inherited.
     pub fn spawn(path: &Path) -> std::io::Result<ExecutableProcess> {
         let regions = HostRegions::create()?;
-        let mut command = Command::new(path);
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        regions.attach(&mut command);
-        let mut child = command.spawn()?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
-            return Err(std::io::Error::other(
-                "executable has no standard input or output",
-            ));
+        let mut child = executable_command(path, &regions).spawn()?;
+        let (stdin, stdout) = match take_pipes(child.stdin.take(), child.stdout.take()) {
+            Ok(pipes) => pipes,
+            Err(e) => {
+                let _ = child.kill();
+                return Err(e);
+            }
         };
         Ok(ExecutableProcess {
             child,
@@ -154,6 +149,33 @@ impl ExecutableProcess {
         self.child.kill()?;
         self.child.wait().map(|_| ())
     }
+}
+
+/// The command that starts an executable: frames on piped standard input and output,
+/// standard error inherited, and the shared regions handed over as descriptors 3 and 4.
+pub fn executable_command(path: &Path, regions: &HostRegions) -> Command {
+    let mut command = Command::new(path);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    regions.attach(&mut command);
+    command
+}
+
+/// A started executable's frame pipes, widened (see [`widen_pipe`]).
+pub fn take_pipes<I: std::os::fd::AsRawFd, O: std::os::fd::AsRawFd>(
+    stdin: Option<I>,
+    stdout: Option<O>,
+) -> std::io::Result<(I, O)> {
+    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+        return Err(std::io::Error::other(
+            "executable has no standard input or output",
+        ));
+    };
+    widen_pipe(&stdin);
+    widen_pipe(&stdout);
+    Ok((stdin, stdout))
 }
 
 /// Largest pipe buffer an unprivileged process may ask for by default (`pipe-max-size`).
