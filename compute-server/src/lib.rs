@@ -28,6 +28,9 @@ pub use config::ServerConfig;
 pub use ninf_executable::keep_freed_memory;
 pub use state::ServerState;
 
+/// Largest probe payload a peer may send (network measurements use about 1 MiB).
+const PROBE_LIMIT: usize = 64 << 20;
+
 /// Serves every gRPC service on `listener` (and bulk calls on `bulk`, when given) until
 /// `shutdown` completes, then stops the pools.
 pub async fn run(
@@ -84,9 +87,10 @@ pub async fn run(
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
         )
-        .add_service(v1::monitor_server::MonitorServer::new(
-            services::MonitorService(state.clone()),
-        ))
+        .add_service(
+            v1::monitor_server::MonitorServer::new(services::MonitorService(state.clone()))
+                .max_decoding_message_size(PROBE_LIMIT),
+        )
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     sampler.abort();

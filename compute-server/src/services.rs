@@ -201,4 +201,13 @@ impl v1::monitor_server::Monitor for MonitorService {
     async fn info(&self, _: Request<v1::InfoRequest>) -> Result<Response<v1::ServerInfo>, Status> {
         Ok(Response::new(self.0.info.clone()))
     }
+
+    async fn probe(
+        &self,
+        request: Request<v1::ProbeRequest>,
+    ) -> Result<Response<v1::ProbeReply>, Status> {
+        Ok(Response::new(v1::ProbeReply {
+            received_bytes: request.into_inner().payload.len() as u64,
+        }))
+    }
 }

@@ -3,6 +3,7 @@
 //! and their protobuf form, and the packed little-endian array encoding every component uses.
 
 pub mod descriptor;
+pub mod probe;
 pub mod values;
 
 /// Generated protobuf messages and gRPC services, package `ninf.v1`.

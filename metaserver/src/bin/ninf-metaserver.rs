@@ -1,0 +1,78 @@
+//! `ninf-metaserver`: the Ninf metaserver.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use ninf_metaserver::{Metaserver, MetaserverConfig};
+
+#[derive(Parser)]
+#[command(name = "ninf-metaserver", version, about = "The Ninf metaserver")]
+struct Cli {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides the configuration), e.g. 127.0.0.1:7000.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Folder of the resource DB (overrides the configuration).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Scheduler: simple, flow, round-robin or random (overrides the configuration).
+    #[arg(long)]
+    scheduler: Option<String>,
+    /// Predictor: latest or forecast (overrides the configuration).
+    #[arg(long)]
+    predictor: Option<String>,
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+    tracing::info!("shutting down");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let mut config = match &cli.config {
+        Some(path) => MetaserverConfig::load(path)?,
+        None => MetaserverConfig::default(),
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = cli.data_dir {
+        config.data_dir = dir;
+    }
+    if let Some(s) = cli.scheduler {
+        config.scheduler = s;
+    }
+    if let Some(p) = cli.predictor {
+        config.predictor = p;
+    }
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr()?;
+    let metaserver = Metaserver::open(config).await?;
+    // The first line on stdout tells scripts and tests where the metaserver is.
+    println!("listening on {address}");
+    ninf_metaserver::run(listener, metaserver, shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! Metaserver configuration: a TOML file (`--config FILE`) overridden by command-line flags.
+//! Choosing the scheduler is one line, as in the paper's configuration file.
+//!
+//! ```toml
+//! listen = "127.0.0.1:7000"
+//! data_dir = "/var/lib/ninf"
+//! scheduler = "flow"          # simple, flow, round-robin, random
+//! predictor = "latest"        # latest (the paper's) or forecast (NWS-style)
+//! heartbeat_seconds = 1.0
+//! heartbeat_timeout_seconds = 5.0
+//! network_seconds = 10.0
+//! retention_seconds = 3600
+//! retention_graphs = 1000
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetaserverConfig {
+    /// Address to listen on, `host:port` (port 0 picks a free one).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Where the SQLite resource DB lives (`metaserver.db`).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// A database URL instead of the file under `data_dir` (e.g. `sqlite::memory:`).
+    #[serde(default)]
+    pub database_url: Option<String>,
+    /// The scheduler every graph gets unless a request names another.
+    #[serde(default = "default_scheduler")]
+    pub scheduler: String,
+    /// How monitoring history becomes a prediction: `latest` or `forecast`.
+    #[serde(default = "default_predictor")]
+    pub predictor: String,
+    /// Seed of the `random` scheduler (combined with each graph's id).
+    #[serde(default)]
+    pub random_seed: u64,
+    /// How often servers send heartbeats with load samples (the paper sampled load every
+    /// 200 s; a local grid wants far more often).
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_seconds: f64,
+    /// A server silent for this long is down and gets no tasks.
+    #[serde(default = "default_heartbeat_timeout")]
+    pub heartbeat_timeout_seconds: f64,
+    /// How often servers measure the network to their peers (the paper: 100 s).
+    #[serde(default = "default_network")]
+    pub network_seconds: f64,
+    /// Load and network samples older than this are deleted.
+    #[serde(default = "default_retention_seconds")]
+    pub retention_seconds: f64,
+    /// Graphs (with their placements) kept in the DB.
+    #[serde(default = "default_retention_graphs")]
+    pub retention_graphs: u32,
+    /// Samples per series the predictor looks at.
+    #[serde(default = "default_history")]
+    pub history_samples: usize,
+    /// Largest graph accepted.
+    #[serde(default = "default_max_tasks")]
+    pub max_graph_tasks: usize,
+    /// Assumed for a server that reports no benchmark figure.
+    #[serde(default = "default_mflops")]
+    pub default_mflops: f64,
+    /// Assumed for a path nobody has measured.
+    #[serde(default = "default_throughput")]
+    pub default_throughput_bytes_per_second: f64,
+    #[serde(default = "default_latency")]
+    pub default_latency_seconds: f64,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:0".to_string()
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("ninf-data")
+}
+fn default_scheduler() -> String {
+    "flow".to_string()
+}
+fn default_predictor() -> String {
+    "latest".to_string()
+}
+fn default_heartbeat() -> f64 {
+    1.0
+}
+fn default_heartbeat_timeout() -> f64 {
+    5.0
+}
+fn default_network() -> f64 {
+    10.0
+}
+fn default_retention_seconds() -> f64 {
+    3600.0
+}
+fn default_retention_graphs() -> u32 {
+    1000
+}
+fn default_history() -> usize {
+    32
+}
+fn default_max_tasks() -> usize {
+    100_000
+}
+fn default_mflops() -> f64 {
+    1000.0
+}
+fn default_throughput() -> f64 {
+    100e6
+}
+fn default_latency() -> f64 {
+    0.001
+}
+
+impl Default for MetaserverConfig {
+    fn default() -> Self {
+        MetaserverConfig {
+            listen: default_listen(),
+            data_dir: default_data_dir(),
+            database_url: None,
+            scheduler: default_scheduler(),
+            predictor: default_predictor(),
+            random_seed: 0,
+            heartbeat_seconds: default_heartbeat(),
+            heartbeat_timeout_seconds: default_heartbeat_timeout(),
+            network_seconds: default_network(),
+            retention_seconds: default_retention_seconds(),
+            retention_graphs: default_retention_graphs(),
+            history_samples: default_history(),
+            max_graph_tasks: default_max_tasks(),
+            default_mflops: default_mflops(),
+            default_throughput_bytes_per_second: default_throughput(),
+            default_latency_seconds: default_latency(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl MetaserverConfig {
+    pub fn load(path: &Path) -> Result<MetaserverConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let config: MetaserverConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Refuses values the metaserver cannot work with, naming the setting.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        ninf_scheduling::by_name(&self.scheduler, 0)
+            .map_err(|e| ConfigError::Invalid(format!("scheduler: {e}")))?;
+        self.predictor_kind()?;
+        for (name, value) in [
+            ("heartbeat_seconds", self.heartbeat_seconds),
+            ("heartbeat_timeout_seconds", self.heartbeat_timeout_seconds),
+            ("network_seconds", self.network_seconds),
+            ("retention_seconds", self.retention_seconds),
+            ("default_mflops", self.default_mflops),
+            (
+                "default_throughput_bytes_per_second",
+                self.default_throughput_bytes_per_second,
+            ),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be a positive number, not {value}"
+                )));
+            }
+        }
+        if self.heartbeat_timeout_seconds < self.heartbeat_seconds {
+            return Err(ConfigError::Invalid(format!(
+                "heartbeat_timeout_seconds ({}) must be at least heartbeat_seconds ({})",
+                self.heartbeat_timeout_seconds, self.heartbeat_seconds
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn predictor_kind(&self) -> Result<ninf_scheduling::PredictorKind, ConfigError> {
+        self.predictor
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("predictor: {e}")))
+    }
+
+    /// The resource DB's URL.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("metaserver.db").display()),
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! The resource DB (seed 004): everything the metaserver must remember across restarts,
+//! behind [`ResourceDb`] so the scheduler never sees SQL. SQLite by default (a file under the
+//! data directory); the statements are plain SQL that PostgreSQL also accepts, so another
+//! pool type can stand in later without touching the scheduler.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use ninf_proto::v1;
+use prost::Message;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+/// Rows per multi-row statement: well under SQLite's limit of bound parameters.
+const BATCH_ROWS: usize = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("resource DB: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("resource DB migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("resource DB holds a bad descriptor for `{routine}`: {reason}")]
+    Descriptor { routine: String, reason: String },
+}
+
+/// A server as stored.
+#[derive(Debug, Clone)]
+pub struct StoredServer {
+    pub id: i64,
+    pub address: String,
+    pub info: v1::ServerInfo,
+    pub last_heartbeat: f64,
+    pub routines: Vec<v1::FunctionInterface>,
+}
+
+/// A load sample as stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoredLoad {
+    pub time: f64,
+    pub load: f64,
+    pub load_average: f64,
+    pub free_memory_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+/// A network sample as stored; locations are addresses or [`crate::CLIENT`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredLink {
+    pub from: String,
+    pub to: String,
+    pub throughput: f64,
+    pub latency: f64,
+    pub time: f64,
+}
+
+/// A graph's record, as written when it is scheduled.
+#[derive(Debug, Clone)]
+pub struct GraphRecord {
+    pub label: String,
+    pub proxy: String,
+    pub scheduler: String,
+    pub predictor: String,
+    pub tasks: u32,
+    pub edges: u32,
+    pub created: f64,
+    pub predicted_makespan: f64,
+    pub inter_server_ratio: f64,
+}
+
+/// One placement made.
+#[derive(Debug, Clone)]
+pub struct PlacementRecord {
+    pub task: u32,
+    pub label: String,
+    pub function: String,
+    pub server_address: String,
+    pub processors: u32,
+    pub predicted_start: f64,
+    pub predicted_finish: f64,
+}
+
+/// What happened to one task.
+#[derive(Debug, Clone, Copy)]
+pub struct ActualRecord {
+    pub task: u32,
+    pub start: f64,
+    pub finish: f64,
+    pub compute_seconds: f64,
+}
+
+/// How much history to keep.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Load and network samples older than this are deleted.
+    pub samples: Duration,
+    /// Only this many most recent graphs (with their placements) are kept.
+    pub graphs: u32,
+}
+
+/// The resource DB.
+#[derive(Clone)]
+pub struct ResourceDb {
+    pool: SqlitePool,
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+impl ResourceDb {
+    /// Opens (creating if needed) the database at `url` (`sqlite://PATH` or `sqlite::memory:`)
+    /// and brings its schema up to date.
+    pub async fn open(url: &str) -> Result<ResourceDb, DbError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        // An in-memory database lives in one connection.
+        let connections = if url.contains(":memory:") { 1 } else { 4 };
+        let pool = SqlitePoolOptions::new()
+            .max_connections(connections)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(ResourceDb { pool })
+    }
+
+    /// Closes the pool (the metaserver calls it at shutdown so the file is left clean).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Records a registration: inserts the server or replaces what was known about its
+    /// address, with its routines. Returns its id.
+    pub async fn register(
+        &self,
+        address: &str,
+        info: &v1::ServerInfo,
+        routines: &[v1::FunctionInterface],
+        now: f64,
+    ) -> Result<i64, DbError> {
+        let mut tx = self.pool.begin().await?;
+        let id: i64 = sqlx::query(
+            "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
+                 bulk_address, registered_at, last_heartbeat, state)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'up')
+             ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
+                 processors = excluded.processors, memory_bytes = excluded.memory_bytes,
+                 mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
+                 bulk_address = excluded.bulk_address, registered_at = excluded.registered_at,
+                 last_heartbeat = excluded.last_heartbeat, state = 'up'
+             RETURNING id",
+        )
+        .bind(address)
+        .bind(i64::from(info.cpus))
+        .bind(i64::from(info.processors))
+        .bind(to_i64(info.memory_bytes))
+        .bind(info.mflops)
+        .bind(i64::from(info.benchmark_n))
+        .bind(&info.bulk_address)
+        .bind(now)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+        sqlx::query("DELETE FROM routines WHERE server_id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        for chunk in routines.chunks(BATCH_ROWS) {
+            let mut insert: QueryBuilder<Sqlite> =
+                QueryBuilder::new("INSERT INTO routines (server_id, module, name, descriptor) ");
+            insert.push_values(chunk, |mut row, routine| {
+                row.push_bind(id)
+                    .push_bind(routine.module.clone())
+                    .push_bind(routine.name.clone())
+                    .push_bind(routine.encode_to_vec());
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Every registered server with its routines.
+    pub async fn servers(&self) -> Result<Vec<StoredServer>, DbError> {
+        let rows = sqlx::query(
+            "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
+                    bulk_address, last_heartbeat FROM servers ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut servers = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: i64 = row.try_get(0)?;
+            let info = v1::ServerInfo {
+                cpus: u32::try_from(row.try_get::<i64, _>(2)?).unwrap_or(0),
+                processors: u32::try_from(row.try_get::<i64, _>(3)?).unwrap_or(0),
+                memory_bytes: to_u64(row.try_get(4)?),
+                mflops: row.try_get(5)?,
+                benchmark_n: u32::try_from(row.try_get::<i64, _>(6)?).unwrap_or(0),
+                bulk_address: row.try_get(7)?,
+            };
+            let routines = sqlx::query(
+                "SELECT name, descriptor FROM routines WHERE server_id = ? ORDER BY name",
+            )
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|row| {
+                let name: String = row.try_get(0)?;
+                let bytes: Vec<u8> = row.try_get(1)?;
+                v1::FunctionInterface::decode(bytes.as_slice()).map_err(|e| DbError::Descriptor {
+                    routine: name,
+                    reason: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, DbError>>()?;
+            servers.push(StoredServer {
+                id,
+                address: row.try_get(1)?,
+                info,
+                last_heartbeat: row.try_get(8)?,
+                routines,
+            });
+        }
+        Ok(servers)
+    }
+
+    /// Records a heartbeat and its load sample.
+    pub async fn heartbeat(&self, server: i64, sample: StoredLoad) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE servers SET last_heartbeat = ?, state = 'up' WHERE id = ?")
+            .bind(sample.time)
+            .bind(server)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO load_samples (server_id, time, load, load_average, free_memory_bytes,
+                 stored_bytes) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(server)
+        .bind(sample.time)
+        .bind(sample.load)
+        .bind(sample.load_average)
+        .bind(to_i64(sample.free_memory_bytes))
+        .bind(to_i64(sample.stored_bytes))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records the state the metaserver decided for a server ('up' or 'down').
+    pub async fn set_state(&self, server: i64, state: &str) -> Result<(), DbError> {
+        sqlx::query("UPDATE servers SET state = ? WHERE id = ?")
+            .bind(state)
+            .bind(server)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The most recent `limit` load samples of a server, oldest first.
+    pub async fn recent_load(&self, server: i64, limit: u32) -> Result<Vec<StoredLoad>, DbError> {
+        let rows = sqlx::query(
+            "SELECT time, load, load_average, free_memory_bytes, stored_bytes FROM load_samples
+             WHERE server_id = ? ORDER BY time DESC LIMIT ?",
+        )
+        .bind(server)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut samples = rows
+            .into_iter()
+            .map(|row| {
+                Ok(StoredLoad {
+                    time: row.try_get(0)?,
+                    load: row.try_get(1)?,
+                    load_average: row.try_get(2)?,
+                    free_memory_bytes: to_u64(row.try_get(3)?),
+                    stored_bytes: to_u64(row.try_get(4)?),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        samples.reverse();
+        Ok(samples)
+    }
+
+    pub async fn add_links(&self, samples: &[StoredLink]) -> Result<(), DbError> {
+        for chunk in samples.chunks(BATCH_ROWS) {
+            let mut insert: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO network_samples (from_location, to_location, throughput, latency, time) ",
+            );
+            insert.push_values(chunk, |mut row, s| {
+                row.push_bind(s.from.clone())
+                    .push_bind(s.to.clone())
+                    .push_bind(s.throughput)
+                    .push_bind(s.latency)
+                    .push_bind(s.time);
+            });
+            insert.build().execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    /// Network samples newer than `since`, oldest first.
+    pub async fn links_since(&self, since: f64) -> Result<Vec<StoredLink>, DbError> {
+        let rows = sqlx::query(
+            "SELECT from_location, to_location, throughput, latency, time FROM network_samples
+             WHERE time >= ? ORDER BY time",
+        )
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(StoredLink {
+                    from: row.try_get(0)?,
+                    to: row.try_get(1)?,
+                    throughput: row.try_get(2)?,
+                    latency: row.try_get(3)?,
+                    time: row.try_get(4)?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(DbError::from)
+    }
+
+    /// Records a scheduled graph and its placements; returns the graph's id.
+    pub async fn record_graph(
+        &self,
+        graph: &GraphRecord,
+        placements: &[PlacementRecord],
+    ) -> Result<u64, DbError> {
+        let mut tx = self.pool.begin().await?;
+        let id: i64 = sqlx::query(
+            "INSERT INTO graphs (label, proxy, scheduler, predictor, tasks, edges, created,
+                 predicted_makespan, inter_server_ratio, actual_makespan, state, error)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 'running', '') RETURNING id",
+        )
+        .bind(&graph.label)
+        .bind(&graph.proxy)
+        .bind(&graph.scheduler)
+        .bind(&graph.predictor)
+        .bind(i64::from(graph.tasks))
+        .bind(i64::from(graph.edges))
+        .bind(graph.created)
+        .bind(graph.predicted_makespan)
+        .bind(graph.inter_server_ratio)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+        for chunk in placements.chunks(BATCH_ROWS) {
+            let mut insert: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO placements (graph_id, task, label, function, server_address,
+                     processors, predicted_start, predicted_finish) ",
+            );
+            insert.push_values(chunk, |mut row, p| {
+                row.push_bind(id)
+                    .push_bind(i64::from(p.task))
+                    .push_bind(p.label.clone())
+                    .push_bind(p.function.clone())
+                    .push_bind(p.server_address.clone())
+                    .push_bind(i64::from(p.processors))
+                    .push_bind(p.predicted_start)
+                    .push_bind(p.predicted_finish);
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(to_u64(id))
+    }
+
+    /// Records how a graph ended and its tasks' actual times.
+    pub async fn record_actuals(
+        &self,
+        graph: u64,
+        makespan: f64,
+        error: &str,
+        actuals: &[ActualRecord],
+    ) -> Result<(), DbError> {
+        let graph = to_i64(graph);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE graphs SET actual_makespan = ?, state = ?, error = ? WHERE id = ?")
+            .bind(makespan)
+            .bind(if error.is_empty() { "done" } else { "failed" })
+            .bind(error)
+            .bind(graph)
+            .execute(&mut *tx)
+            .await?;
+        for chunk in actuals.chunks(BATCH_ROWS) {
+            let mut update: QueryBuilder<Sqlite> =
+                QueryBuilder::new("WITH actual (task, start, finish, compute) AS (");
+            update.push_values(chunk, |mut row, a| {
+                row.push_bind(i64::from(a.task))
+                    .push_bind(a.start)
+                    .push_bind(a.finish)
+                    .push_bind(a.compute_seconds);
+            });
+            update.push(
+                ") UPDATE placements SET actual_start = actual.start,
+                     actual_finish = actual.finish, compute_seconds = actual.compute
+                 FROM actual WHERE placements.task = actual.task AND placements.graph_id = ",
+            );
+            update.push_bind(graph);
+            update.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The most recent graphs, newest first.
+    pub async fn recent_graphs(&self, limit: u32) -> Result<Vec<v1::GraphSummary>, DbError> {
+        let rows = sqlx::query(
+            "SELECT id, label, scheduler, tasks, edges, predicted_makespan, actual_makespan,
+                    state, inter_server_ratio, error FROM graphs ORDER BY id DESC LIMIT ?",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(v1::GraphSummary {
+                    graph_id: to_u64(row.try_get(0)?),
+                    label: row.try_get(1)?,
+                    scheduler: row.try_get(2)?,
+                    tasks: u32::try_from(row.try_get::<i64, _>(3)?).unwrap_or(0),
+                    edges: u32::try_from(row.try_get::<i64, _>(4)?).unwrap_or(0),
+                    predicted_makespan: row.try_get(5)?,
+                    actual_makespan: row.try_get::<Option<f64>, _>(6)?.unwrap_or(0.0),
+                    state: row.try_get(7)?,
+                    inter_server_ratio: row.try_get(8)?,
+                    error: row.try_get(9)?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(DbError::from)
+    }
+
+    /// The placements of one graph: (task, server address, predicted start, predicted
+    /// finish, actual start, actual finish), by task.
+    pub async fn placements(&self, graph: u64) -> Result<Vec<PlacementRow>, DbError> {
+        let rows = sqlx::query(
+            "SELECT task, server_address, predicted_start, predicted_finish, actual_start,
+                    actual_finish FROM placements WHERE graph_id = ? ORDER BY task",
+        )
+        .bind(to_i64(graph))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(PlacementRow {
+                    task: u32::try_from(row.try_get::<i64, _>(0)?).unwrap_or(0),
+                    server_address: row.try_get(1)?,
+                    predicted_start: row.try_get(2)?,
+                    predicted_finish: row.try_get(3)?,
+                    actual_start: row.try_get(4)?,
+                    actual_finish: row.try_get(5)?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(DbError::from)
+    }
+
+    /// Deletes history beyond the retention bounds; returns the rows deleted.
+    pub async fn prune(&self, retention: Retention, now: f64) -> Result<u64, DbError> {
+        let cutoff = now - retention.samples.as_secs_f64();
+        let mut deleted = 0;
+        deleted += sqlx::query("DELETE FROM load_samples WHERE time < ?")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        deleted += sqlx::query("DELETE FROM network_samples WHERE time < ?")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        let mut tx = self.pool.begin().await?;
+        deleted += sqlx::query(
+            "DELETE FROM placements WHERE graph_id IN
+                 (SELECT id FROM graphs WHERE id NOT IN
+                     (SELECT id FROM graphs ORDER BY id DESC LIMIT ?))",
+        )
+        .bind(i64::from(retention.graphs))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        deleted += sqlx::query(
+            "DELETE FROM graphs WHERE id NOT IN (SELECT id FROM graphs ORDER BY id DESC LIMIT ?)",
+        )
+        .bind(i64::from(retention.graphs))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    /// Rows in each history table: (load samples, network samples, graphs, placements).
+    pub async fn history_sizes(&self) -> Result<(u64, u64, u64, u64), DbError> {
+        let mut counts = [0u64; 4];
+        for (i, table) in [
+            "SELECT COUNT(*) FROM load_samples",
+            "SELECT COUNT(*) FROM network_samples",
+            "SELECT COUNT(*) FROM graphs",
+            "SELECT COUNT(*) FROM placements",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            counts[i] = to_u64(sqlx::query(table).fetch_one(&self.pool).await?.try_get(0)?);
+        }
+        Ok((counts[0], counts[1], counts[2], counts[3]))
+    }
+}
+
+/// A stored placement with its actual times, if reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementRow {
+    pub task: u32,
+    pub server_address: String,
+    pub predicted_start: f64,
+    pub predicted_finish: f64,
+    pub actual_start: Option<f64>,
+    pub actual_finish: Option<f64>,
+}

@@ -1,0 +1,167 @@
+//! Turning a Network Task graph from the wire into the schedulers' form, checked against the
+//! routines' interface descriptors: every task's routine must be known, its costs come from the
+//! IDL and the task's scalars, and every edge must join an OUT/INOUT array of its producer to an
+//! IN/INOUT array of its consumer of the same type and the same size. A graph that fails any
+//! check is refused before anything runs, with a message naming the task, parameter and sizes.
+
+use ninf_idl::{FunctionInterface, Mode};
+use ninf_proto::v1;
+use ninf_scheduling::{GraphError, Task, TaskGraph};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GraphRejection {
+    #[error("the graph has no tasks")]
+    Empty,
+    #[error("the graph has {tasks} tasks; the limit is {limit}")]
+    TooLarge { tasks: usize, limit: usize },
+    #[error("task {task} (`{label}`): no server has registered `{function}`")]
+    UnknownRoutine {
+        task: usize,
+        label: String,
+        function: String,
+    },
+    #[error("task {task} (`{label}`): {reason}")]
+    Cost {
+        task: usize,
+        label: String,
+        reason: String,
+    },
+    #[error("edge {edge}: {reason}")]
+    Edge { edge: usize, reason: String },
+    #[error("{0}")]
+    Structure(#[from] GraphError),
+}
+
+/// Checks `graph` and computes its tasks' costs; `describe` finds a routine's descriptor.
+pub fn check_graph<'a>(
+    graph: &v1::TaskGraph,
+    limit: usize,
+    describe: impl Fn(&str) -> Option<&'a FunctionInterface>,
+) -> Result<TaskGraph, GraphRejection> {
+    if graph.tasks.is_empty() {
+        return Err(GraphRejection::Empty);
+    }
+    if graph.tasks.len() > limit {
+        return Err(GraphRejection::TooLarge {
+            tasks: graph.tasks.len(),
+            limit,
+        });
+    }
+    let mut interfaces = Vec::with_capacity(graph.tasks.len());
+    for (i, task) in graph.tasks.iter().enumerate() {
+        let interface = describe(&task.function).ok_or_else(|| GraphRejection::UnknownRoutine {
+            task: i,
+            label: task.label.clone(),
+            function: task.function.clone(),
+        })?;
+        interfaces.push(interface);
+    }
+    // Bytes of each task's inputs that arrive by edges rather than from the client.
+    let mut fed_bytes = vec![0u64; graph.tasks.len()];
+    let mut fed = std::collections::HashSet::new();
+    let mut edges = Vec::with_capacity(graph.edges.len());
+    for (e, edge) in graph.edges.iter().enumerate() {
+        let bad = |reason: String| GraphRejection::Edge { edge: e, reason };
+        let (from, to) = (edge.from_task as usize, edge.to_task as usize);
+        let n = graph.tasks.len();
+        if from >= n || to >= n {
+            return Err(bad(format!(
+                "joins task {from} to task {to}, but the graph has {n} tasks"
+            )));
+        }
+        let (producer, consumer) = (&graph.tasks[from], &graph.tasks[to]);
+        let parameter = |f: &'a FunctionInterface, index: u32, label: &str| {
+            f.parameters.get(index as usize).ok_or_else(|| {
+                bad(format!(
+                    "`{label}` ({}) has {} parameters, not {}",
+                    f.name,
+                    f.parameters.len(),
+                    index + 1
+                ))
+            })
+        };
+        let out = parameter(interfaces[from], edge.from_parameter, &producer.label)?;
+        let input = parameter(interfaces[to], edge.to_parameter, &consumer.label)?;
+        let what = format!(
+            "`{}`.{} -> `{}`.{}",
+            producer.label, out.name, consumer.label, input.name
+        );
+        if !out.is_array() || !matches!(out.mode, Mode::Out | Mode::InOut) {
+            return Err(bad(format!(
+                "{what}: `{}` is not an OUT or INOUT array of {}",
+                out.name, interfaces[from].name
+            )));
+        }
+        if !input.is_array() || !matches!(input.mode, Mode::In | Mode::InOut) {
+            return Err(bad(format!(
+                "{what}: `{}` is not an IN or INOUT array of {}",
+                input.name, interfaces[to].name
+            )));
+        }
+        if out.element_type != input.element_type {
+            return Err(bad(format!(
+                "{what}: the producer writes {} but the consumer reads {}",
+                out.element_type.keyword(),
+                input.element_type.keyword()
+            )));
+        }
+        if !fed.insert((to, edge.to_parameter)) {
+            return Err(bad(format!(
+                "{what}: `{}` of `{}` is already fed by another edge",
+                input.name, consumer.label
+            )));
+        }
+        let size = |f: &FunctionInterface, p, task: &v1::GraphTask| {
+            f.byte_size(p, &task.scalars)
+                .map_err(|e| bad(format!("{what}: {e}")))
+        };
+        let produced = size(interfaces[from], out, producer)?;
+        let consumed = size(interfaces[to], input, consumer)?;
+        if produced != consumed {
+            return Err(bad(format!(
+                "{what}: the producer's `{}` has {produced} bytes but the consumer's `{}` \
+                 needs {consumed} bytes",
+                out.name, input.name
+            )));
+        }
+        if edge.bytes != produced {
+            return Err(bad(format!(
+                "{what}: the edge says {} bytes but the interface gives {produced}",
+                edge.bytes
+            )));
+        }
+        fed_bytes[to] = fed_bytes[to].saturating_add(produced);
+        edges.push(ninf_scheduling::Edge {
+            from,
+            to,
+            bytes: produced,
+        });
+    }
+    let mut tasks = Vec::with_capacity(graph.tasks.len());
+    for (i, (task, interface)) in graph.tasks.iter().zip(&interfaces).enumerate() {
+        let cost = interface
+            .cost(&task.scalars)
+            .map_err(|e| GraphRejection::Cost {
+                task: i,
+                label: task.label.clone(),
+                reason: e.to_string(),
+            })?;
+        let processors = u32::try_from(cost.processors).map_err(|_| GraphRejection::Cost {
+            task: i,
+            label: task.label.clone(),
+            reason: format!("{} processors is beyond any server", cost.processors),
+        })?;
+        tasks.push(Task {
+            label: task.label.clone(),
+            function: task.function.clone(),
+            flops: cost.flops,
+            client_in_bytes: (cost.bytes_in + cost.scalar_bytes_in).saturating_sub(fed_bytes[i]),
+            // The client may want fewer outputs than the routine writes, never more.
+            client_out_bytes: task.client_out_bytes.min(cost.bytes_out),
+            processors,
+        });
+    }
+    let graph = TaskGraph { tasks, edges };
+    graph.validate()?;
+    Ok(graph)
+}

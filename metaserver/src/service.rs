@@ -1,0 +1,82 @@
+//! The gRPC shell around [`crate::Metaserver`]: each method unwraps the request, calls the
+//! operation and maps its error to a status.
+
+use std::sync::Arc;
+
+use ninf_proto::v1;
+use tonic::{Request, Response, Status};
+
+use crate::Metaserver;
+
+/// Largest message accepted or sent: graphs of 100,000 tasks fit comfortably.
+pub const MESSAGE_LIMIT: usize = 256 << 20;
+
+/// Compute servers' side.
+pub struct RegistryService(pub Arc<Metaserver>);
+
+/// Proxies' and people's side.
+pub struct SchedulingService(pub Arc<Metaserver>);
+
+#[tonic::async_trait]
+impl v1::registry_server::Registry for RegistryService {
+    async fn register(
+        &self,
+        request: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::RegisterReply>, Status> {
+        Ok(Response::new(self.0.register(request.into_inner()).await?))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<v1::HeartbeatRequest>,
+    ) -> Result<Response<v1::HeartbeatReply>, Status> {
+        Ok(Response::new(self.0.heartbeat(request.into_inner()).await?))
+    }
+
+    async fn report_network(
+        &self,
+        request: Request<v1::NetworkReport>,
+    ) -> Result<Response<v1::NetworkReportReply>, Status> {
+        self.0.report_network(request.into_inner()).await?;
+        Ok(Response::new(v1::NetworkReportReply {}))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::scheduling_server::Scheduling for SchedulingService {
+    async fn schedule(
+        &self,
+        request: Request<v1::ScheduleRequest>,
+    ) -> Result<Response<v1::ScheduleReply>, Status> {
+        Ok(Response::new(self.0.schedule(request.into_inner()).await?))
+    }
+
+    async fn report_actuals(
+        &self,
+        request: Request<v1::ActualsReport>,
+    ) -> Result<Response<v1::ActualsReply>, Status> {
+        self.0.report_actuals(request.into_inner()).await?;
+        Ok(Response::new(v1::ActualsReply {}))
+    }
+
+    async fn describe(
+        &self,
+        request: Request<v1::DescribeRequest>,
+    ) -> Result<Response<v1::FunctionInterface>, Status> {
+        let function = request.into_inner().function;
+        self.0
+            .describe(&function)
+            .map(Response::new)
+            .ok_or_else(|| {
+                Status::not_found(format!("no server has registered a routine `{function}`"))
+            })
+    }
+
+    async fn status(
+        &self,
+        request: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::GridStatus>, Status> {
+        let recent = request.into_inner().recent_graphs.min(1000);
+        Ok(Response::new(self.0.status(recent).await?))
+    }
+}
