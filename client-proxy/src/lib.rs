@@ -1,7 +1,552 @@
 //! The client proxy: one per site, on behalf of every client there (seed 004, steps 2-6). It
-//! probes proxy-to-server throughput, passes a transaction's Network Task graph and those
-//! measurements to the metaserver, dispatches the tasks to the chosen servers in dependency
-//! order with data flowing server to server, and deletes the intermediates at the end.
+//! measures the paths to the servers, takes a whole Network Task graph with its input data
+//! from a client, passes graph and measurements to the metaserver for a placement, issues the
+//! tasks to the chosen servers in dependency order (independent ones in parallel) with
+//! intermediate data flowing server to server through their storage roles, returns only what
+//! the client asked for, deletes every intermediate it created, and reports what actually
+//! happened to the metaserver.
 //!
-//! The crate is the workspace's home for that component; its services arrive with the
-//! metaserver issue, on the protocol in `ninf-proto`.
+//! [`Proxy`] holds the state and runs graphs; [`service`] is its gRPC shell; [`run`] serves it.
+
+pub mod config;
+pub mod links;
+pub mod run_state;
+pub mod service;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use ninf_proto::v1;
+use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Status;
+use tonic::transport::Channel;
+
+pub use config::ProxyConfig;
+use links::LinkRecord;
+use run_state::GraphRun;
+
+/// Largest reply a server may send the proxy (outputs of one call).
+const CALL_LIMIT: usize = 1 << 30;
+
+/// A connection to one server and the calls it may have outstanding.
+#[derive(Clone)]
+struct ServerConnection {
+    channel: Channel,
+    slots: Arc<Semaphore>,
+}
+
+/// The proxy's state.
+pub struct Proxy {
+    pub config: ProxyConfig,
+    /// Name under which graphs and measurements are recorded.
+    pub name: String,
+    metaserver: Channel,
+    links: Mutex<LinkRecord>,
+    servers: Mutex<HashMap<String, ServerConnection>>,
+}
+
+fn lazy_channel(address: &str) -> Result<Channel, Status> {
+    Ok(Channel::from_shared(format!("http://{address}"))
+        .map_err(|e| Status::invalid_argument(format!("bad server address `{address}`: {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(HTTP2_WINDOW)
+        .initial_connection_window_size(HTTP2_WINDOW)
+        .max_frame_size(HTTP2_FRAME)
+        .connect_lazy())
+}
+
+/// One task's call as issued.
+struct Issued {
+    task: usize,
+    started: f64,
+    finished: f64,
+    result: Result<v1::CallReply, Status>,
+}
+
+impl Proxy {
+    pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
+        let metaserver = lazy_channel(&config.metaserver)?;
+        Ok(Arc::new(Proxy {
+            links: Mutex::new(LinkRecord::new(config.link_history)),
+            config,
+            name,
+            metaserver,
+            servers: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+        mutex.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn scheduling(&self) -> v1::scheduling_client::SchedulingClient<Channel> {
+        v1::scheduling_client::SchedulingClient::new(self.metaserver.clone())
+            .max_decoding_message_size(CALL_LIMIT)
+            .max_encoding_message_size(CALL_LIMIT)
+    }
+
+    fn server(&self, address: &str) -> Result<ServerConnection, Status> {
+        let mut servers = Self::lock(&self.servers);
+        if let Some(c) = servers.get(address) {
+            return Ok(c.clone());
+        }
+        let connection = ServerConnection {
+            channel: lazy_channel(address)?,
+            slots: Arc::new(Semaphore::new(self.config.max_in_flight_per_server.max(1))),
+        };
+        servers.insert(address.to_string(), connection.clone());
+        Ok(connection)
+    }
+
+    /// Step 2: measures the path to every server the metaserver lists as up.
+    pub async fn probe_servers(&self) -> Result<usize, Status> {
+        let status = self
+            .scheduling()
+            .status(v1::StatusRequest { recent_graphs: 0 })
+            .await?
+            .into_inner();
+        let up: Vec<String> = status
+            .servers
+            .into_iter()
+            .filter(|s| s.up)
+            .map(|s| s.address)
+            .collect();
+        let mut measured = 0;
+        for address in &up {
+            let connection = self.server(address)?;
+            match ninf_proto::probe::measure(connection.channel, self.config.probe_bytes).await {
+                Ok(m) => {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as i64);
+                    Self::lock(&self.links).add(address, m, now);
+                    measured += 1;
+                }
+                Err(status) => {
+                    tracing::debug!(server = %address, error = %status.message(), "probe failed")
+                }
+            }
+        }
+        Self::lock(&self.links).retain(&up);
+        Ok(measured)
+    }
+
+    pub async fn describe(&self, function: String) -> Result<v1::FunctionInterface, Status> {
+        Ok(self
+            .scheduling()
+            .describe(v1::DescribeRequest { function })
+            .await?
+            .into_inner())
+    }
+
+    /// Steps 3-6 for one graph.
+    pub async fn run_graph(&self, request: v1::RunRequest) -> Result<v1::RunReply, Status> {
+        let v1::RunRequest {
+            graph,
+            arguments,
+            scheduler,
+            label,
+        } = request;
+        let graph = graph.unwrap_or_default();
+        let n = graph.tasks.len();
+        if arguments.len() != n {
+            return Err(Status::invalid_argument(format!(
+                "the graph has {n} tasks but {} argument lists",
+                arguments.len()
+            )));
+        }
+        // Step 4: the metaserver checks the graph against the IDL and places it.
+        let asked = Instant::now();
+        let client_links = Self::lock(&self.links).samples();
+        let placement = self
+            .scheduling()
+            .schedule(v1::ScheduleRequest {
+                graph: Some(graph.clone()),
+                proxy: self.name.clone(),
+                client_links,
+                scheduler,
+                label,
+            })
+            .await?
+            .into_inner();
+        let schedule_seconds = asked.elapsed().as_secs_f64();
+        let mut servers = vec![String::new(); n];
+        let mut predicted = vec![(0.0, 0.0); n];
+        for p in &placement.placements {
+            if let Some(slot) = servers.get_mut(p.task as usize) {
+                *slot = p.server.clone();
+                predicted[p.task as usize] = (p.predicted_start, p.predicted_finish);
+            }
+        }
+        if let Some(task) = servers.iter().position(String::is_empty) {
+            return Err(Status::internal(format!(
+                "the metaserver placed no server for task {task}"
+            )));
+        }
+        let owner = format!("{}/graph-{}", self.name, placement.graph_id);
+        let outcome = self.execute(&graph, &arguments, &servers, &owner).await;
+        // Whatever happened, nothing the graph stored may stay behind.
+        let used: BTreeSet<&String> = servers.iter().collect();
+        for server in used {
+            self.delete_owner(server, &owner).await;
+        }
+        let (tasks, actuals, error, makespan) = match outcome {
+            Ok(Executed {
+                mut reports,
+                actuals,
+                makespan,
+            }) => {
+                for (task, report) in reports.iter_mut().enumerate() {
+                    report.label = graph.tasks[task].label.clone();
+                    report.function = graph.tasks[task].function.clone();
+                    report.server = servers[task].clone();
+                    (report.predicted_start, report.predicted_finish) = predicted[task];
+                }
+                (Ok(reports), actuals, String::new(), makespan)
+            }
+            Err(Failed {
+                status,
+                actuals,
+                makespan,
+            }) => {
+                let message = status.message().to_string();
+                (Err(status), actuals, message, makespan)
+            }
+        };
+        let report = v1::ActualsReport {
+            graph_id: placement.graph_id,
+            tasks: actuals,
+            makespan,
+            error,
+        };
+        if let Err(status) = self.scheduling().report_actuals(report).await {
+            tracing::warn!(graph = placement.graph_id, error = %status.message(), "cannot report actuals");
+        }
+        Ok(v1::RunReply {
+            graph_id: placement.graph_id,
+            scheduler: placement.scheduler,
+            tasks: tasks?,
+            predicted_makespan: placement.predicted_makespan,
+            actual_makespan: makespan,
+            inter_server_ratio: placement.inter_server_ratio,
+            schedule_seconds,
+        })
+    }
+
+    async fn delete_owner(&self, server: &str, owner: &str) {
+        let Ok(connection) = self.server(server) else {
+            return;
+        };
+        let result = v1::storage_client::StorageClient::new(connection.channel)
+            .delete_owner(v1::DeleteOwnerRequest {
+                owner: owner.to_string(),
+            })
+            .await;
+        if let Err(status) = result {
+            tracing::warn!(%server, %owner, error = %status.message(), "cannot delete intermediates");
+        }
+    }
+
+    /// Issues the tasks in dependency order and collects what the client wants.
+    async fn execute(
+        &self,
+        graph: &v1::TaskGraph,
+        arguments: &[v1::TaskArguments],
+        servers: &[String],
+        owner: &str,
+    ) -> Result<Executed, Failed> {
+        let n = graph.tasks.len();
+        let start = Instant::now();
+        let mut actuals: Vec<v1::TaskActual> = Vec::new();
+        let fail = |status: Status, actuals: Vec<v1::TaskActual>| Failed {
+            status,
+            actuals,
+            makespan: start.elapsed().as_secs_f64(),
+        };
+        // Which producer output feeds each (task, parameter), and which outputs to keep.
+        let mut fed: HashMap<(usize, u32), (usize, u32)> = HashMap::new();
+        let mut keep: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
+        for edge in &graph.edges {
+            let (from, to) = (edge.from_task as usize, edge.to_task as usize);
+            if from >= n || to >= n {
+                return Err(fail(
+                    Status::invalid_argument(format!(
+                        "an edge joins task {from} to task {to}, but the graph has {n} tasks"
+                    )),
+                    actuals,
+                ));
+            }
+            fed.insert((to, edge.to_parameter), (from, edge.from_parameter));
+            keep[from].insert(edge.from_parameter);
+        }
+        let returns: Vec<HashSet<u32>> = arguments
+            .iter()
+            .map(|a| a.returns.iter().copied().collect())
+            .collect();
+        let mut run = GraphRun::new(
+            n,
+            graph
+                .edges
+                .iter()
+                .map(|e| (e.from_task as usize, e.to_task as usize)),
+        );
+        let mut objects: HashMap<(usize, u32), v1::ObjectRef> = HashMap::new();
+        let mut reports: Vec<Option<v1::TaskReport>> = vec![None; n];
+        let mut calls: JoinSet<Issued> = JoinSet::new();
+        let mut failure: Option<Status> = None;
+        'run: loop {
+            for task in run.take_ready() {
+                let label = &graph.tasks[task].label;
+                let mut args = arguments[task].arguments.clone();
+                for (&(to, parameter), &(from, from_parameter)) in &fed {
+                    if to != task {
+                        continue;
+                    }
+                    let Some(slot) = args.get_mut(parameter as usize) else {
+                        failure = Some(Status::invalid_argument(format!(
+                            "task {task} (`{label}`) has {} arguments, but an edge feeds \
+                             parameter {parameter}",
+                            args.len()
+                        )));
+                        break 'run;
+                    };
+                    let Some(object) = objects.get(&(from, from_parameter)) else {
+                        failure = Some(Status::internal(format!(
+                            "task {from} finished without keeping parameter {from_parameter} \
+                             that task {task} (`{label}`) needs"
+                        )));
+                        break 'run;
+                    };
+                    *slot = v1::CallArgument {
+                        source: Some(v1::call_argument::Source::Object(object.clone())),
+                    };
+                }
+                let call = v1::CallRequest {
+                    function: graph.tasks[task].function.clone(),
+                    arguments: args,
+                    keep: keep[task].iter().copied().collect(),
+                    owner: owner.to_string(),
+                    timeout_seconds: 0.0,
+                };
+                let connection = match self.server(&servers[task]) {
+                    Ok(c) => c,
+                    Err(status) => {
+                        failure = Some(status);
+                        break 'run;
+                    }
+                };
+                calls.spawn(async move {
+                    let _slot = connection.slots.acquire_owned().await;
+                    let started = start.elapsed().as_secs_f64();
+                    let result = v1::invoke_client::InvokeClient::new(connection.channel)
+                        .max_decoding_message_size(CALL_LIMIT)
+                        .max_encoding_message_size(CALL_LIMIT)
+                        .call(call)
+                        .await
+                        .map(tonic::Response::into_inner);
+                    Issued {
+                        task,
+                        started,
+                        finished: start.elapsed().as_secs_f64(),
+                        result,
+                    }
+                });
+            }
+            let Some(joined) = calls.join_next().await else {
+                break;
+            };
+            let issued = match joined {
+                Ok(issued) => issued,
+                Err(e) => {
+                    failure = Some(Status::internal(format!("a task's call was lost: {e}")));
+                    break;
+                }
+            };
+            let task = issued.task;
+            let meta = &graph.tasks[task];
+            match issued.result {
+                Ok(reply) => {
+                    let mut outputs = Vec::new();
+                    for output in reply.outputs {
+                        match output.result {
+                            Some(v1::call_output::Result::Object(object)) => {
+                                objects.insert((task, output.parameter), object);
+                            }
+                            Some(v1::call_output::Result::Array(_))
+                                if returns[task].contains(&output.parameter) =>
+                            {
+                                outputs.push(output);
+                            }
+                            _ => {}
+                        }
+                    }
+                    actuals.push(v1::TaskActual {
+                        task: task as u32,
+                        start: issued.started,
+                        finish: issued.finished,
+                        timing: reply.timing,
+                        error: String::new(),
+                    });
+                    reports[task] = Some(v1::TaskReport {
+                        task: task as u32,
+                        actual_start: issued.started,
+                        actual_finish: issued.finished,
+                        timing: reply.timing,
+                        status: reply.status,
+                        outputs,
+                        ..Default::default()
+                    });
+                    run.complete(task);
+                }
+                Err(status) => {
+                    run.fail(task);
+                    actuals.push(v1::TaskActual {
+                        task: task as u32,
+                        start: issued.started,
+                        finish: issued.finished,
+                        timing: None,
+                        error: status.message().to_string(),
+                    });
+                    failure = Some(Status::new(
+                        status.code(),
+                        format!(
+                            "task {task} (`{}`, {}) on {}: {}",
+                            meta.label,
+                            meta.function,
+                            servers[task],
+                            status.message()
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(status) = failure {
+            // Stop the calls still out before the caller deletes what they stored.
+            calls.abort_all();
+            while calls.join_next().await.is_some() {}
+            return Err(fail(status, actuals));
+        }
+        if !run.is_complete() {
+            return Err(fail(
+                Status::internal("the graph stopped with tasks never ready (a cycle?)"),
+                actuals,
+            ));
+        }
+        // Outputs the client wants that other tasks also read were kept: fetch them now.
+        for task in 0..n {
+            for &parameter in keep[task].intersection(&returns[task].iter().copied().collect()) {
+                let Some(object) = objects.get(&(task, parameter)) else {
+                    continue;
+                };
+                match self.fetch(object).await {
+                    Ok(array) => {
+                        if let Some(report) = reports[task].as_mut() {
+                            report.outputs.push(v1::CallOutput {
+                                parameter,
+                                result: Some(v1::call_output::Result::Array(array)),
+                            });
+                        }
+                    }
+                    Err(status) => return Err(fail(status, actuals)),
+                }
+            }
+        }
+        let reports = reports.into_iter().flatten().collect();
+        Ok(Executed {
+            reports,
+            actuals,
+            makespan: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Reads a stored object.
+    async fn fetch(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {
+        let connection = self.server(&object.server)?;
+        let mut stream = v1::storage_client::StorageClient::new(connection.channel)
+            .max_decoding_message_size(CALL_LIMIT)
+            .get(v1::GetRequest {
+                object_id: object.object_id.clone(),
+            })
+            .await?
+            .into_inner();
+        let mut data = BytesMut::new();
+        let mut element_type = 0;
+        while let Some(chunk) = stream.message().await? {
+            if chunk.total_bytes > 0 {
+                element_type = chunk.element_type;
+                data.reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok(v1::Array {
+            element_type,
+            data: data.freeze(),
+        })
+    }
+}
+
+/// A graph that ran to the end.
+struct Executed {
+    reports: Vec<v1::TaskReport>,
+    actuals: Vec<v1::TaskActual>,
+    makespan: f64,
+}
+
+/// A graph that stopped.
+struct Failed {
+    status: Status,
+    actuals: Vec<v1::TaskActual>,
+    makespan: f64,
+}
+
+/// Measures the paths to the servers every `probe_seconds` for as long as the task runs.
+pub fn spawn_probes(proxy: Arc<Proxy>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let period = Duration::from_secs_f64(proxy.config.probe_seconds.max(0.05));
+        let mut ticker = tokio::time::interval(period);
+        loop {
+            ticker.tick().await;
+            if let Err(status) = proxy.probe_servers().await {
+                tracing::debug!(error = %status.message(), "cannot probe servers");
+            }
+        }
+    })
+}
+
+/// Serves the proxy on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let probes = spawn_probes(proxy.clone());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<v1::proxy_server::ProxyServer<service::ProxyService>>()
+        .await;
+    let limit = proxy.config.max_request_bytes;
+    let result = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(HTTP2_WINDOW))
+        .initial_connection_window_size(Some(HTTP2_WINDOW))
+        .max_frame_size(Some(HTTP2_FRAME))
+        .add_service(health_service)
+        .add_service(
+            v1::proxy_server::ProxyServer::new(service::ProxyService(proxy))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        )
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    probes.abort();
+    result
+}

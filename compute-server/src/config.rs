@@ -46,9 +46,12 @@ pub struct ServerConfig {
     /// Load sampling period.
     #[serde(default = "default_load_interval")]
     pub load_interval_seconds: f64,
-    /// Metaserver to register with (used once the metaserver exists).
+    /// Metaserver to register with (`host:port`); none: the server runs on its own.
     #[serde(default)]
     pub metaserver: Option<String>,
+    /// Payload of the throughput probes sent to peers.
+    #[serde(default = "default_probe_bytes")]
+    pub probe_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -96,6 +99,10 @@ fn default_load_interval() -> f64 {
     2.0
 }
 
+fn default_probe_bytes() -> usize {
+    1 << 20
+}
+
 fn default_memory_limit() -> u64 {
     256 << 20
 }
@@ -112,6 +119,7 @@ impl Default for ServerConfig {
             call_timeout_seconds: default_call_timeout(),
             load_interval_seconds: default_load_interval(),
             metaserver: None,
+            probe_bytes: default_probe_bytes(),
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod invoke;
 pub mod monitor;
 pub mod pool;
+pub mod registration;
 pub mod services;
 pub mod state;
 pub mod storage;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use ninf_compute_server::{ServerConfig, ServerState, benchmark};
+use ninf_compute_server::{ServerConfig, ServerState, benchmark, registration};
 use ninf_proto::v1;
 
 #[derive(Parser)]
@@ -20,6 +20,9 @@ struct Cli {
     /// Processors offered to jobs (overrides the configuration).
     #[arg(long)]
     processors: Option<usize>,
+    /// Metaserver to register with, `host:port` (overrides the configuration).
+    #[arg(long)]
+    metaserver: Option<String>,
     /// Run the start-up benchmark, print it as JSON and exit.
     #[arg(long)]
     benchmark_only: bool,
@@ -68,6 +71,9 @@ fn main() -> anyhow::Result<()> {
     };
     if let Some(listen) = cli.listen {
         config.listen = listen;
+    }
+    if cli.metaserver.is_some() {
+        config.metaserver = cli.metaserver;
     }
     if cli.processors.is_some() {
         config.processors = cli.processors;
@@ -118,7 +124,19 @@ fn main() -> anyhow::Result<()> {
         println!("listening on {advertise}");
         tracing::info!(address = %advertise, modules = state.modules.len(), "serving");
         let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
+        let registration = config.metaserver.clone().map(|metaserver| {
+            registration::spawn(
+                state.clone(),
+                registration::RegistrationConfig {
+                    metaserver,
+                    probe_bytes: config.probe_bytes,
+                },
+            )
+        });
         ninf_compute_server::run(listener, Some(bulk), state, interval, shutdown_signal()).await?;
+        if let Some(task) = registration {
+            task.abort();
+        }
         anyhow::Ok(())
     })
 }

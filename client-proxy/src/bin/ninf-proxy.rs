@@ -1,0 +1,67 @@
+//! `ninf-proxy`: a Ninf client proxy for the clients of one site.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use ninf_client_proxy::{Proxy, ProxyConfig};
+
+#[derive(Parser)]
+#[command(name = "ninf-proxy", version, about = "A Ninf client proxy")]
+struct Cli {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides the configuration), e.g. 127.0.0.1:7100.
+    #[arg(long)]
+    listen: Option<String>,
+    /// The metaserver, host:port (overrides the configuration).
+    #[arg(long)]
+    metaserver: Option<String>,
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+    tracing::info!("shutting down");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let mut config = match (&cli.config, &cli.metaserver) {
+        (Some(path), _) => ProxyConfig::load(path).map_err(anyhow::Error::msg)?,
+        (None, Some(metaserver)) => ProxyConfig::new(metaserver.clone()),
+        (None, None) => anyhow::bail!("give --metaserver HOST:PORT or --config FILE"),
+    };
+    if let Some(metaserver) = cli.metaserver {
+        config.metaserver = metaserver;
+    }
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr()?.to_string();
+    let name = config.name.clone().unwrap_or_else(|| address.clone());
+    let proxy = Proxy::new(config, name).map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+    println!("listening on {address}");
+    ninf_client_proxy::run(listener, proxy, shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! Proxy configuration: a TOML file (`--config FILE`) overridden by command-line flags.
+//!
+//! ```toml
+//! listen = "127.0.0.1:7100"
+//! metaserver = "127.0.0.1:7000"
+//! probe_seconds = 5.0
+//! probe_bytes = 1048576
+//! max_in_flight_per_server = 16
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Address to listen on, `host:port` (port 0 picks a free one).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The metaserver, `host:port`.
+    pub metaserver: String,
+    /// Name under which the proxy's graphs and measurements are recorded; default: its
+    /// address.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// How often the paths to the servers are measured.
+    #[serde(default = "default_probe_seconds")]
+    pub probe_seconds: f64,
+    /// Payload of a throughput probe.
+    #[serde(default = "default_probe_bytes")]
+    pub probe_bytes: usize,
+    /// Measurements per server sent with a schedule request.
+    #[serde(default = "default_link_history")]
+    pub link_history: usize,
+    /// Calls outstanding at once on one server; the rest of a graph's ready tasks wait here.
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight_per_server: usize,
+    /// Largest request a client may send (a graph with its input data).
+    #[serde(default = "default_max_request")]
+    pub max_request_bytes: usize,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:0".to_string()
+}
+fn default_probe_seconds() -> f64 {
+    5.0
+}
+fn default_probe_bytes() -> usize {
+    1 << 20
+}
+fn default_link_history() -> usize {
+    8
+}
+fn default_in_flight() -> usize {
+    16
+}
+fn default_max_request() -> usize {
+    1 << 30
+}
+
+impl ProxyConfig {
+    /// A configuration with every default, for the given metaserver.
+    pub fn new(metaserver: impl Into<String>) -> ProxyConfig {
+        ProxyConfig {
+            listen: default_listen(),
+            metaserver: metaserver.into(),
+            name: None,
+            probe_seconds: default_probe_seconds(),
+            probe_bytes: default_probe_bytes(),
+            link_history: default_link_history(),
+            max_in_flight_per_server: default_in_flight(),
+            max_request_bytes: default_max_request(),
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<ProxyConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}

@@ -1,0 +1,33 @@
+//! The gRPC shell around [`crate::Proxy`].
+
+use std::sync::Arc;
+
+use ninf_proto::v1;
+use tonic::{Request, Response, Status};
+
+use crate::Proxy;
+
+pub struct ProxyService(pub Arc<Proxy>);
+
+#[tonic::async_trait]
+impl v1::proxy_server::Proxy for ProxyService {
+    async fn run(
+        &self,
+        request: Request<v1::RunRequest>,
+    ) -> Result<Response<v1::RunReply>, Status> {
+        let result = self.0.run_graph(request.into_inner()).await;
+        if let Err(status) = &result {
+            tracing::info!(code = ?status.code(), error = %status.message(), "graph failed");
+        }
+        Ok(Response::new(result?))
+    }
+
+    async fn describe(
+        &self,
+        request: Request<v1::DescribeRequest>,
+    ) -> Result<Response<v1::FunctionInterface>, Status> {
+        Ok(Response::new(
+            self.0.describe(request.into_inner().function).await?,
+        ))
+    }
+}

@@ -1,0 +1,157 @@
+//! The compute server's side of the metaserver loop (seed 004 steps 0 and 1): register with
+//! the benchmark figures and interfaces, then send heartbeats carrying load samples and,
+//! less often, measure the network to every peer the metaserver lists and report it. If the
+//! metaserver is unreachable the server keeps serving and retries with back-off; if the
+//! metaserver has forgotten it (a fresh DB), it registers again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ninf_proto::probe;
+use ninf_proto::v1;
+use tonic::transport::Channel;
+
+use crate::state::ServerState;
+
+/// How a server keeps in touch with its metaserver.
+#[derive(Debug, Clone)]
+pub struct RegistrationConfig {
+    /// `host:port` of the metaserver.
+    pub metaserver: String,
+    /// Payload of throughput probes to peers.
+    pub probe_bytes: usize,
+}
+
+/// Longest wait between attempts to reach an unreachable metaserver.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+fn registration(state: &ServerState) -> v1::RegisterRequest {
+    v1::RegisterRequest {
+        address: state.advertise.clone(),
+        info: Some(state.info.clone()),
+        modules: state
+            .modules
+            .iter()
+            .map(|m| (&m.interface).into())
+            .collect(),
+    }
+}
+
+/// Registers, retrying with back-off until the metaserver answers; returns its intervals.
+async fn register(
+    client: &mut v1::registry_client::RegistryClient<Channel>,
+    state: &ServerState,
+) -> v1::RegisterReply {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match client.register(registration(state)).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                tracing::info!(
+                    server_id = reply.server_id,
+                    "registered with the metaserver"
+                );
+                return reply;
+            }
+            Err(status) => {
+                tracing::warn!(error = %status.message(), retry_in = ?backoff, "cannot register");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Measures the path to every peer; failures are logged and skipped.
+async fn measure_peers(
+    state: &ServerState,
+    peers: &[String],
+    probe_bytes: usize,
+) -> Vec<v1::NetworkSample> {
+    let mut samples = Vec::new();
+    for peer in peers {
+        let channel = match state.peer(peer).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "peer unreachable");
+                continue;
+            }
+        };
+        match probe::measure(channel, probe_bytes).await {
+            Ok(m) => samples.push(v1::NetworkSample {
+                from: state.advertise.clone(),
+                to: peer.clone(),
+                throughput_bytes_per_second: m.throughput_bytes_per_second,
+                latency_seconds: m.latency_seconds,
+                measured_unix_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64),
+            }),
+            Err(status) => {
+                tracing::debug!(%peer, error = %status.message(), "probe failed");
+            }
+        }
+    }
+    samples
+}
+
+/// Keeps the server registered for as long as the returned task runs.
+pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let channel = match Channel::from_shared(format!("http://{}", config.metaserver)) {
+            Ok(endpoint) => endpoint
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true)
+                .connect_lazy(),
+            Err(e) => {
+                tracing::error!(metaserver = %config.metaserver, error = %e, "bad metaserver address");
+                return;
+            }
+        };
+        let mut client = v1::registry_client::RegistryClient::new(channel);
+        let mut reply = register(&mut client, &state).await;
+        let mut next_network = tokio::time::Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let heartbeat = Duration::from_secs_f64(reply.heartbeat_seconds.clamp(0.01, 3600.0));
+            let network = Duration::from_secs_f64(reply.network_seconds.clamp(0.01, 86400.0));
+            let sample = state.sample_load();
+            let answer = client
+                .heartbeat(v1::HeartbeatRequest {
+                    address: state.advertise.clone(),
+                    load: Some(sample),
+                })
+                .await;
+            match answer {
+                Ok(answer) => {
+                    backoff = Duration::from_millis(100);
+                    let answer = answer.into_inner();
+                    if !answer.registered {
+                        tracing::info!("the metaserver does not know this server; registering");
+                        reply = register(&mut client, &state).await;
+                        next_network = tokio::time::Instant::now();
+                        continue;
+                    }
+                    if tokio::time::Instant::now() >= next_network && !answer.peers.is_empty() {
+                        next_network = tokio::time::Instant::now() + network;
+                        let samples =
+                            measure_peers(&state, &answer.peers, config.probe_bytes).await;
+                        if !samples.is_empty() {
+                            if let Err(status) =
+                                client.report_network(v1::NetworkReport { samples }).await
+                            {
+                                tracing::warn!(error = %status.message(), "network report refused");
+                            }
+                        }
+                    }
+                    tokio::time::sleep(heartbeat).await;
+                }
+                Err(status) => {
+                    tracing::warn!(error = %status.message(), retry_in = ?backoff, "heartbeat failed");
+                    tokio::time::sleep(backoff.min(heartbeat)).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    })
+}
