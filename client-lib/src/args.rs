@@ -106,6 +106,20 @@ impl ArrayRef<'_> {
 }
 
 impl ArrayMut<'_> {
+    /// The same array, borrowed mutably for a shorter time.
+    pub fn reborrow_mut(&mut self) -> ArrayMut<'_> {
+        match self {
+            ArrayMut::Char(v) => ArrayMut::Char(v),
+            ArrayMut::Short(v) => ArrayMut::Short(v),
+            ArrayMut::Int(v) => ArrayMut::Int(v),
+            ArrayMut::Long(v) => ArrayMut::Long(v),
+            ArrayMut::Float(v) => ArrayMut::Float(v),
+            ArrayMut::Double(v) => ArrayMut::Double(v),
+            ArrayMut::Scomplex(v) => ArrayMut::Scomplex(v),
+            ArrayMut::Dcomplex(v) => ArrayMut::Dcomplex(v),
+        }
+    }
+
     pub fn as_ref(&self) -> ArrayRef<'_> {
         match self {
             ArrayMut::Char(v) => ArrayRef::Char(v),
@@ -227,6 +241,18 @@ macro_rules! array_arg {
         impl<'a> From<&'a mut Vec<$t>> for Arg<'a> {
             fn from(v: &'a mut Vec<$t>) -> Self { Arg::Out(ArrayMut::$variant(v)) }
         }
+        impl<'a> From<&'a [$t]> for ArrayRef<'a> {
+            fn from(v: &'a [$t]) -> Self { ArrayRef::$variant(v) }
+        }
+        impl<'a> From<&'a Vec<$t>> for ArrayRef<'a> {
+            fn from(v: &'a Vec<$t>) -> Self { ArrayRef::$variant(v) }
+        }
+        impl<'a> From<&'a mut [$t]> for ArrayMut<'a> {
+            fn from(v: &'a mut [$t]) -> Self { ArrayMut::$variant(v) }
+        }
+        impl<'a> From<&'a mut Vec<$t>> for ArrayMut<'a> {
+            fn from(v: &'a mut Vec<$t>) -> Self { ArrayMut::$variant(v) }
+        }
     )*};
 }
 array_arg!(u8 => Char, i16 => Short, i32 => Int, i64 => Long, f32 => Float, f64 => Double,
@@ -268,6 +294,18 @@ pub fn check_and_encode(
     args: &[Arg<'_>],
     bulk: bool,
 ) -> Result<Vec<Encoded>, CallError> {
+    check_and_encode_with(function, args, bulk, &[])
+}
+
+/// [`check_and_encode`] where `writable[i]` says that `args[i]`, an [`Arg::In`], stands for a
+/// buffer the caller will also let the routine write (transactions hold their buffers this
+/// way, so one buffer can appear several times in a call).
+pub(crate) fn check_and_encode_with(
+    function: &FunctionInterface,
+    args: &[Arg<'_>],
+    bulk: bool,
+    writable: &[bool],
+) -> Result<Vec<Encoded>, CallError> {
     let name = &function.name;
     if args.len() != function.parameters.len() {
         let names: Vec<&str> = function
@@ -304,7 +342,8 @@ pub fn check_and_encode(
         }
     }
     let mut values = Vec::with_capacity(args.len());
-    for (p, arg) in function.parameters.iter().zip(args) {
+    for (i, (p, arg)) in function.parameters.iter().zip(args).enumerate() {
+        let is_writable = writable.get(i).copied().unwrap_or(false);
         let mismatch = |what: String| {
             CallError::bad_argument(format!(
                 "argument `{}` of `{name}` must be {what}, got {}",
@@ -351,6 +390,7 @@ pub fn check_and_encode(
                     ));
                 }
                 (Mode::In, Arg::In(a)) => Some(a),
+                (Mode::InOut | Mode::Out, Arg::In(_)) if is_writable => None,
                 (Mode::In, Arg::Out(_)) | (Mode::InOut | Mode::Out, Arg::Out(_)) => None,
                 (Mode::In, _) => {
                     return Err(mismatch(format!(
@@ -390,6 +430,7 @@ pub fn check_and_encode(
             }
             let source = match (p.mode, array, arg) {
                 (Mode::In, Some(a), _) => Some(a.reborrow()),
+                (Mode::InOut, None, Arg::In(a)) => Some(a.reborrow()),
                 (Mode::In | Mode::InOut, None, Arg::Out(a)) => Some(a.as_ref()),
                 _ => None,
             };

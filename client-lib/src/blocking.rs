@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::remote::{NinfClient, parse_url, server_address};
 use crate::{Arg, ArrayMut, ArrayRef, CallError, CallOutcome, Caller, ErrorKind};
 
-fn runtime() -> Result<&'static Runtime, CallError> {
+pub(crate) fn runtime() -> Result<&'static Runtime, CallError> {
     static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(CallError::new(

@@ -1,0 +1,86 @@
+//! `ninf demo`: the seed's two workloads under several schedulers on an embedded grid of
+//! three servers, with the results checked against a local computation and a table shaped
+//! like seed 004's Tables 2-5.
+
+use ninf::grid::GridClient;
+
+use crate::workloads::{self, Summary};
+
+/// What the demo runs.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub schedulers: Vec<String>,
+    pub pairs_n: usize,
+    pub cascade_n: usize,
+    pub trials: usize,
+}
+
+/// Runs every workload under every scheduler through the proxy at `proxy`. Blocking: call it
+/// from a thread outside any async runtime.
+pub fn run(proxy: &str, options: &DemoOptions) -> anyhow::Result<Vec<Summary>> {
+    let mut summaries = Vec::new();
+    for scheduler in &options.schedulers {
+        let grid = GridClient::connect(proxy)?.with_scheduler(scheduler);
+        let mut runs = Vec::new();
+        for trial in 0..options.trials {
+            runs.push(workloads::pairs(
+                &grid,
+                options.pairs_n,
+                5,
+                11 + trial as u64,
+            )?);
+        }
+        summaries.push(Summary::of(scheduler, "pairs", options.pairs_n, &runs));
+        let mut runs = Vec::new();
+        for trial in 0..options.trials {
+            runs.push(workloads::cascade(
+                &grid,
+                options.cascade_n,
+                23 + trial as u64,
+            )?);
+        }
+        summaries.push(Summary::of(scheduler, "cascade", options.cascade_n, &runs));
+    }
+    Ok(summaries)
+}
+
+/// The tables, as text.
+pub fn render(summaries: &[Summary], servers: &[String]) -> String {
+    let mut out = String::new();
+    out.push_str("Execution, communication and computation time (s), as in seed 004 Tables 2-3\n");
+    out.push_str(&format!(
+        "{:<12} {:<8} {:>5} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
+        "scheduler", "workload", "n", "exec", "sd", "comm", "comp", "predicted", "max error"
+    ));
+    for s in summaries {
+        out.push_str(&format!(
+            "{:<12} {:<8} {:>5} {:>10.3} {:>8.3} {:>10.3} {:>10.3} {:>10.3} {:>10.1e}\n",
+            s.scheduler,
+            s.workload,
+            s.n,
+            s.exec_s,
+            s.exec_sd_s,
+            s.comm_total_s,
+            s.comp_total_s,
+            s.predicted_s,
+            s.max_abs_error
+        ));
+    }
+    out.push_str(
+        "\nServer invocation ratio and inter-server communication ratio, as in Tables 4-5\n",
+    );
+    out.push_str(&format!("{:<12} {:<8}", "scheduler", "workload"));
+    for (i, _) in servers.iter().enumerate() {
+        out.push_str(&format!(" {:>9}", format!("server {i}")));
+    }
+    out.push_str(&format!(" {:>13}\n", "inter-server"));
+    for s in summaries {
+        out.push_str(&format!("{:<12} {:<8}", s.scheduler, s.workload));
+        for server in servers {
+            let share = s.server_ratio.get(server).copied().unwrap_or(0.0);
+            out.push_str(&format!(" {:>8.0}%", share * 100.0));
+        }
+        out.push_str(&format!(" {:>12.0}%\n", s.inter_server_ratio * 100.0));
+    }
+    out
+}

@@ -1,0 +1,335 @@
+//! `ninf`: start a local grid, look at it, call routines, and run the seed's demo.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use ninf_cli::demo::{self, DemoOptions};
+use ninf_cli::embedded::{EmbeddedGrid, Endpoints, GridOptions};
+use ninf_proto::v1;
+
+#[derive(Parser)]
+#[command(name = "ninf", version, about = "The Ninf global computing system")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start an embedded grid (metaserver, proxy, N servers) on loopback until Ctrl-C.
+    Up {
+        #[arg(long, default_value_t = 2)]
+        servers: usize,
+        /// Relative speeds (processors offered), e.g. 2,1; default 1 each.
+        #[arg(long, value_delimiter = ',')]
+        speeds: Vec<u32>,
+        #[arg(long, default_value = "flow")]
+        scheduler: String,
+        /// latest (the paper's predictor) or forecast (NWS-style).
+        #[arg(long, default_value = "latest")]
+        predictor: String,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Servers, their load and state, the network matrix and recent graphs.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Graphs to list.
+        #[arg(long, default_value_t = 10)]
+        graphs: u32,
+    },
+    /// Call a routine through the running grid: values for its IN/INOUT parameters in order
+    /// (numbers, JSON lists, or `random`).
+    Call {
+        routine: String,
+        values: Vec<String>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Start a grid of 3 servers and run the seed's workloads under SIMPLE and FLOW.
+    Demo {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_delimiter = ',', default_value = "simple,flow")]
+        schedulers: Vec<String>,
+        /// Order of the dgefa/dgesl pairs.
+        #[arg(long, default_value_t = 400)]
+        pairs_n: usize,
+        /// Order of the cascaded products.
+        #[arg(long, default_value_t = 200)]
+        cascade_n: usize,
+        #[arg(long, default_value_t = 3)]
+        trials: usize,
+        /// Relative speeds of the 3 servers.
+        #[arg(long, value_delimiter = ',', default_value = "2,1,1")]
+        speeds: Vec<u32>,
+    },
+}
+
+async fn ctrl_c() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn up(
+    servers: usize,
+    speeds: Vec<u32>,
+    scheduler: String,
+    predictor: String,
+    data_dir: PathBuf,
+) -> anyhow::Result<()> {
+    let mut processors = speeds;
+    if processors.is_empty() {
+        processors = vec![1; servers];
+    }
+    if processors.len() != servers {
+        anyhow::bail!(
+            "--speeds gives {} values for {servers} servers",
+            processors.len()
+        );
+    }
+    runtime()?.block_on(async move {
+        let mut options = GridOptions::new(processors, &data_dir);
+        options.scheduler = scheduler;
+        options.predictor = predictor;
+        let grid = EmbeddedGrid::start(options).await?;
+        println!("metaserver {}", grid.endpoints.metaserver);
+        println!("proxy      {}", grid.endpoints.proxy);
+        for (i, s) in grid.endpoints.servers.iter().enumerate() {
+            println!("server {i}   {s}");
+        }
+        println!("data       {}", data_dir.display());
+        println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
+        ctrl_c().await;
+        grid.stop().await;
+        println!("stopped");
+        anyhow::Ok(())
+    })
+}
+
+fn status(data_dir: PathBuf, json: bool, graphs: u32) -> anyhow::Result<()> {
+    let endpoints = Endpoints::read(&data_dir)?;
+    let status = runtime()?.block_on(async {
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://{}", endpoints.metaserver))?
+                .connect()
+                .await
+                .with_context(|| {
+                    format!("cannot reach the metaserver at {}", endpoints.metaserver)
+                })?;
+        let reply = v1::scheduling_client::SchedulingClient::new(channel)
+            .status(v1::StatusRequest {
+                recent_graphs: graphs,
+            })
+            .await
+            .map_err(|s| anyhow::anyhow!("metaserver: {}", s.message()))?;
+        anyhow::Ok(reply.into_inner())
+    })?;
+    if json {
+        let value = serde_json::json!({
+            "metaserver": endpoints.metaserver,
+            "proxy": endpoints.proxy,
+            "scheduler": status.scheduler,
+            "predictor": status.predictor,
+            "servers": status.servers.iter().map(|s| serde_json::json!({
+                "address": s.address, "up": s.up, "mflops": s.mflops,
+                "processors": s.processors, "load": s.load, "stored_bytes": s.stored_bytes,
+                "seconds_since_heartbeat": s.seconds_since_heartbeat,
+                "routines": s.functions,
+            })).collect::<Vec<_>>(),
+            "network": status.network.iter().map(|n| serde_json::json!({
+                "from": n.from, "to": n.to,
+                "throughput_bytes_per_second": n.throughput_bytes_per_second,
+                "latency_seconds": n.latency_seconds,
+            })).collect::<Vec<_>>(),
+            "graphs": status.graphs.iter().map(|g| serde_json::json!({
+                "id": g.graph_id, "label": g.label, "scheduler": g.scheduler, "tasks": g.tasks,
+                "state": g.state, "predicted_makespan_s": g.predicted_makespan,
+                "actual_makespan_s": g.actual_makespan, "inter_server_ratio": g.inter_server_ratio,
+                "error": g.error,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    println!(
+        "metaserver {} (scheduler {}, predictor {}), proxy {}",
+        endpoints.metaserver, status.scheduler, status.predictor, endpoints.proxy
+    );
+    println!(
+        "\n{:<22} {:<5} {:>8} {:>5} {:>6} {:>12} {:>10}",
+        "server", "state", "MFLOPS", "procs", "load", "stored (B)", "heartbeat"
+    );
+    for s in &status.servers {
+        println!(
+            "{:<22} {:<5} {:>8.0} {:>5} {:>6.1} {:>12} {:>9.1}s",
+            s.address,
+            if s.up { "up" } else { "down" },
+            s.mflops,
+            s.processors,
+            s.load,
+            s.stored_bytes,
+            s.seconds_since_heartbeat
+        );
+    }
+    println!("\nnetwork (latest samples)");
+    for n in &status.network {
+        println!(
+            "  {:<22} -> {:<22} {:>10.1} MB/s {:>8.3} ms",
+            n.from,
+            n.to,
+            n.throughput_bytes_per_second / 1e6,
+            n.latency_seconds * 1e3
+        );
+    }
+    println!("\nrecent graphs");
+    for g in &status.graphs {
+        println!(
+            "  #{:<5} {:<20} {:<12} {:>5} tasks {:<8} predicted {:.3}s actual {:.3}s inter-server {:.0}% {}",
+            g.graph_id,
+            g.label,
+            g.scheduler,
+            g.tasks,
+            g.state,
+            g.predicted_makespan,
+            g.actual_makespan,
+            g.inter_server_ratio * 100.0,
+            g.error
+        );
+    }
+    Ok(())
+}
+
+fn run_demo(
+    json: bool,
+    schedulers: Vec<String>,
+    pairs_n: usize,
+    cascade_n: usize,
+    trials: usize,
+    speeds: Vec<u32>,
+) -> anyhow::Result<()> {
+    let data_dir = std::env::temp_dir().join(format!("ninf-demo-{}", std::process::id()));
+    let runtime = runtime()?;
+    let grid = runtime.block_on(async {
+        let options = GridOptions::new(speeds, &data_dir);
+        EmbeddedGrid::start(options).await
+    })?;
+    if !json {
+        println!(
+            "embedded grid: metaserver {}, proxy {}, servers {}",
+            grid.endpoints.metaserver,
+            grid.endpoints.proxy,
+            grid.endpoints.servers.join(", ")
+        );
+    }
+    let options = DemoOptions {
+        schedulers,
+        pairs_n,
+        cascade_n,
+        trials,
+    };
+    let proxy = grid.endpoints.proxy.clone();
+    // The client library is synchronous: run it off the grid's runtime.
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| demo::run(&proxy, &options))
+            .join()
+            .map_err(|_| anyhow::anyhow!("the demo thread panicked"))?
+    });
+    let servers = grid.endpoints.servers.clone();
+    let leftover = grid.stored_bytes();
+    runtime.block_on(grid.stop());
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let summaries = outcome?;
+    if json {
+        for s in &summaries {
+            println!("{}", serde_json::to_string(s)?);
+        }
+    } else {
+        println!("\n{}", demo::render(&summaries, &servers));
+        println!(
+            "bytes left in server storage after the runs: {}",
+            leftover.iter().sum::<u64>()
+        );
+    }
+    let worst = summaries
+        .iter()
+        .map(|s| s.max_abs_error)
+        .fold(0.0, f64::max);
+    if !(worst < 1e-6) {
+        anyhow::bail!("results differ from the local computation by {worst}");
+    }
+    if leftover.iter().any(|&b| b > 0) {
+        anyhow::bail!("intermediates were left on the servers: {leftover:?} bytes");
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Up {
+            servers,
+            speeds,
+            scheduler,
+            predictor,
+            data_dir,
+        } => up(
+            servers,
+            speeds,
+            scheduler,
+            predictor,
+            data_dir.unwrap_or_else(ninf_cli::default_data_dir),
+        ),
+        Command::Status {
+            json,
+            data_dir,
+            graphs,
+        } => status(
+            data_dir.unwrap_or_else(ninf_cli::default_data_dir),
+            json,
+            graphs,
+        ),
+        Command::Call {
+            routine,
+            values,
+            data_dir,
+        } => {
+            let endpoints = Endpoints::read(&data_dir.unwrap_or_else(ninf_cli::default_data_dir))?;
+            let result = ninf_cli::quick_call::call(&endpoints.proxy, &routine, &values)?;
+            println!("{}", serde_json::to_string_pretty(&result)?);
+            Ok(())
+        }
+        Command::Demo {
+            json,
+            schedulers,
+            pairs_n,
+            cascade_n,
+            trials,
+            speeds,
+        } => run_demo(json, schedulers, pairs_n, cascade_n, trials, speeds),
+    }
+}

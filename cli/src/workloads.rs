@@ -1,0 +1,232 @@
+//! The seed's two workloads (seed 004 sections 4.3-4.5) as Ninf transactions, each checked
+//! against the same computation done locally with the same routines:
+//! - `pairs`: independent dgefa/dgesl pairs (client -> dgefa -> dgesl -> client), all in one
+//!   transaction so they run in parallel;
+//! - `cascade`: the 3-stage cascaded mmul of 8 matrices (4 products, then 2, then 1).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use ninf::grid::{GridClient, Plan, TxArg};
+use ninf::{CallError, ErrorKind};
+use serde::Serialize;
+
+/// A small deterministic generator (xorshift), so every run and every scheduler sees the
+/// same matrices.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A well-conditioned n-by-n matrix (column-major): random entries, heavy diagonal.
+fn dominant_matrix(n: usize, random: &mut Random) -> Vec<f64> {
+    let mut a: Vec<f64> = (0..n * n).map(|_| random.next() * 2.0 - 1.0).collect();
+    for i in 0..n {
+        a[i + i * n] += n as f64;
+    }
+    a
+}
+
+/// One run of a workload.
+#[derive(Debug, Clone)]
+pub struct WorkloadRun {
+    pub plan: Plan,
+    /// Wall-clock time of the transaction as the client saw it.
+    pub exec_seconds: f64,
+    /// Largest difference from the local computation.
+    pub max_abs_error: f64,
+}
+
+fn routine_error(e: String) -> CallError {
+    CallError::new(
+        ErrorKind::SessionFailed,
+        format!("local reference computation: {e}"),
+    )
+}
+
+fn max_abs_difference(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+}
+
+/// `pairs` dgefa/dgesl pairs of order `n` in one transaction.
+pub fn pairs(
+    grid: &GridClient,
+    n: usize,
+    pairs: usize,
+    seed: u64,
+) -> Result<WorkloadRun, CallError> {
+    let mut random = Random(seed | 1);
+    let matrices: Vec<Vec<f64>> = (0..pairs)
+        .map(|_| dominant_matrix(n, &mut random))
+        .collect();
+    let rhs: Vec<Vec<f64>> = (0..pairs)
+        .map(|_| (0..n).map(|_| random.next()).collect())
+        .collect();
+    let pivots = vec![0i32; n];
+    let mut solutions = rhs.clone();
+    let order = i32::try_from(n).map_err(|_| CallError::bad_argument("n is too large"))?;
+    let start = Instant::now();
+    let plan = grid.transaction(|tx| {
+        tx.set_label(&format!("pairs n={n}"));
+        for (a, x) in matrices.iter().zip(solutions.iter_mut()) {
+            let a = tx.scratch(a);
+            let ipvt = tx.scratch(&pivots);
+            let x = tx.buffer(x);
+            tx.call("dgefa", &[a.into(), order.into(), ipvt.into()])?;
+            tx.call("dgesl", &[a.into(), order.into(), ipvt.into(), x.into()])?;
+        }
+        Ok(())
+    })?;
+    let exec_seconds = start.elapsed().as_secs_f64();
+    let mut max_abs_error = 0.0f64;
+    for ((a, b), x) in matrices.iter().zip(&rhs).zip(&solutions) {
+        let mut lu = a.clone();
+        let mut ipvt = vec![0i32; n];
+        let mut local = b.clone();
+        ninf_routines::linpack::dgefa(&mut lu, order, &mut ipvt).map_err(routine_error)?;
+        ninf_routines::linpack::dgesl(&lu, order, &ipvt, &mut local).map_err(routine_error)?;
+        max_abs_error = max_abs_error.max(max_abs_difference(x, &local));
+    }
+    Ok(WorkloadRun {
+        plan,
+        exec_seconds,
+        max_abs_error,
+    })
+}
+
+/// The 3-stage cascaded product of 8 matrices of order `n` in one transaction.
+pub fn cascade(grid: &GridClient, n: usize, seed: u64) -> Result<WorkloadRun, CallError> {
+    let mut random = Random(seed | 1);
+    let scale = 1.0 / n as f64;
+    let inputs: Vec<Vec<f64>> = (0..8)
+        .map(|_| (0..n * n).map(|_| random.next() * 2.0 * scale).collect())
+        .collect();
+    let zeros = vec![0.0f64; n * n];
+    let mut result = vec![0.0f64; n * n];
+    let order = i32::try_from(n).map_err(|_| CallError::bad_argument("n is too large"))?;
+    let start = Instant::now();
+    let plan = grid.transaction(|tx| {
+        tx.set_label(&format!("cascade n={n}"));
+        let m: Vec<_> = inputs.iter().map(|a| tx.input(a)).collect();
+        let stage1: Vec<_> = (0..4).map(|_| tx.scratch(&zeros)).collect();
+        let stage2: Vec<_> = (0..2).map(|_| tx.scratch(&zeros)).collect();
+        let last = tx.buffer(&mut result);
+        let n = TxArg::from(order);
+        for i in 0..4 {
+            let args = [
+                n.clone(),
+                m[2 * i].into(),
+                m[2 * i + 1].into(),
+                stage1[i].into(),
+            ];
+            tx.call("mmul", &args)?;
+        }
+        for i in 0..2 {
+            let args = [
+                n.clone(),
+                stage1[2 * i].into(),
+                stage1[2 * i + 1].into(),
+                stage2[i].into(),
+            ];
+            tx.call("mmul", &args)?;
+        }
+        tx.call(
+            "mmul",
+            &[n, stage2[0].into(), stage2[1].into(), last.into()],
+        )?;
+        Ok(())
+    })?;
+    let exec_seconds = start.elapsed().as_secs_f64();
+    let product = |a: &[f64], b: &[f64]| -> Result<Vec<f64>, CallError> {
+        let mut c = vec![0.0; n * n];
+        ninf_routines::blas::mmul(order, a, b, &mut c).map_err(routine_error)?;
+        Ok(c)
+    };
+    let mut level: Vec<Vec<f64>> = inputs.clone();
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|pair| product(&pair[0], &pair[1]))
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(WorkloadRun {
+        plan,
+        exec_seconds,
+        max_abs_error: max_abs_difference(&result, &level[0]),
+    })
+}
+
+/// One line of the demo's tables: a (scheduler, workload) averaged over trials, shaped like
+/// seed 004's Tables 2-5.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub scheduler: String,
+    pub workload: String,
+    pub n: usize,
+    pub trials: usize,
+    /// Mean execution time (s), as the client saw it.
+    pub exec_s: f64,
+    pub exec_sd_s: f64,
+    /// Mean over trials of the summed communication time of the tasks (s): each task's time
+    /// outside its computation (sending, fetching, returning data).
+    pub comm_total_s: f64,
+    /// Mean over trials of the summed computation time of the tasks (s).
+    pub comp_total_s: f64,
+    /// Share of task invocations per server.
+    pub server_ratio: BTreeMap<String, f64>,
+    /// Share of the graph's edges that crossed servers (for pairs: the share of split pairs).
+    pub inter_server_ratio: f64,
+    pub predicted_s: f64,
+    pub max_abs_error: f64,
+}
+
+impl Summary {
+    pub fn of(scheduler: &str, workload: &str, n: usize, runs: &[WorkloadRun]) -> Summary {
+        let trials = runs.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&WorkloadRun) -> f64| runs.iter().map(f).sum::<f64>() / trials;
+        let exec = mean(&|r| r.exec_seconds);
+        let variance = mean(&|r| (r.exec_seconds - exec).powi(2));
+        let mut servers: BTreeMap<String, f64> = BTreeMap::new();
+        let mut invocations = 0usize;
+        for run in runs {
+            for t in &run.plan.tasks {
+                *servers.entry(t.server.clone()).or_default() += 1.0;
+                invocations += 1;
+            }
+        }
+        for share in servers.values_mut() {
+            *share /= invocations.max(1) as f64;
+        }
+        Summary {
+            scheduler: scheduler.to_string(),
+            workload: workload.to_string(),
+            n,
+            trials: runs.len(),
+            exec_s: exec,
+            exec_sd_s: variance.sqrt(),
+            comm_total_s: mean(&|r| {
+                r.plan
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        ((t.actual_finish - t.actual_start) - t.compute_seconds - t.queue_seconds)
+                            .max(0.0)
+                    })
+                    .sum()
+            }),
+            comp_total_s: mean(&|r| r.plan.tasks.iter().map(|t| t.compute_seconds).sum()),
+            server_ratio: servers,
+            inter_server_ratio: mean(&|r| r.plan.inter_server_ratio),
+            predicted_s: mean(&|r| r.plan.predicted_makespan),
+            max_abs_error: runs.iter().map(|r| r.max_abs_error).fold(0.0, f64::max),
+        }
+    }
+}
