@@ -1,0 +1,507 @@
+//! End to end on loopback with real processes: an embedded grid (metaserver on SQLite, proxy,
+//! compute servers running the real executables) and the client library's transactions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Once;
+use std::time::Duration;
+
+use ninf::grid::{GridClient, TxArg};
+use ninf_cli::embedded::{EmbeddedGrid, GridOptions};
+use ninf_cli::workloads;
+use ninf_compute_server::config::ModuleConfig;
+use ninf_proto::v1;
+
+/// The folder holding the built binaries (`target/<profile>`).
+fn binaries() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf()
+}
+
+fn ensure_executables() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "ninf-routines", "--bins"]);
+        if binaries().ends_with("release") {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building the executables failed"
+        );
+    });
+}
+
+fn module(name: &str) -> ModuleConfig {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    ModuleConfig {
+        executable: binaries().join(format!("ninf-exec-{name}")),
+        idl: root.join(format!("idl/examples/{name}.idl")),
+    }
+}
+
+/// A grid of servers offering these processors, with fixed speed figures so placements do
+/// not depend on a benchmark run.
+struct TestGrid {
+    runtime: tokio::runtime::Runtime,
+    grid: Option<EmbeddedGrid>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestGrid {
+    fn start(processors: Vec<u32>, configure: impl FnOnce(&mut GridOptions)) -> TestGrid {
+        ensure_executables();
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut options = GridOptions::new(processors, dir.path());
+        options.modules = vec![module("linpack"), module("selftest")];
+        options.mflops = Some(1000.0);
+        configure(&mut options);
+        let grid = runtime.block_on(EmbeddedGrid::start(options)).unwrap();
+        TestGrid {
+            runtime,
+            grid: Some(grid),
+            _dir: dir,
+        }
+    }
+
+    fn grid(&self) -> &EmbeddedGrid {
+        self.grid.as_ref().unwrap()
+    }
+
+    fn client(&self, scheduler: &str) -> GridClient {
+        GridClient::connect(&self.grid().endpoints.proxy)
+            .unwrap()
+            .with_scheduler(scheduler)
+    }
+
+    fn status(&self) -> v1::GridStatus {
+        self.runtime
+            .block_on(self.grid().metaserver.status(10))
+            .unwrap()
+    }
+
+    /// Storage on every server must be empty once transactions are over.
+    fn assert_no_leftovers(&self) {
+        assert_eq!(
+            self.grid().stored_bytes(),
+            vec![0; self.grid().servers.len()],
+            "intermediate data left on the servers"
+        );
+    }
+}
+
+impl Drop for TestGrid {
+    fn drop(&mut self) {
+        if let Some(grid) = self.grid.take() {
+            self.runtime.block_on(grid.stop());
+        }
+    }
+}
+
+fn matrix(n: usize, seed: u64) -> Vec<f64> {
+    (0..n * n)
+        .map(|i| ((i as u64 * 2654435761 + seed * 97) % 1000) as f64 / 1000.0)
+        .collect()
+}
+
+fn local_mmul(n: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let mut c = vec![0.0; n * n];
+    ninf_routines::blas::mmul(n as i32, a, b, &mut c).unwrap();
+    c
+}
+
+#[test]
+fn the_seeds_mmul_transaction_builds_its_three_node_graph_and_computes_g() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let client = grid.client("flow");
+    let n = 20usize;
+    let (a, b, c, d) = (matrix(n, 1), matrix(n, 2), matrix(n, 3), matrix(n, 4));
+    let (mut e, mut f, mut g) = (vec![0.0; n * n], vec![0.0; n * n], vec![0.0; n * n]);
+    let mut tx = client.transaction_begin();
+    let [ha, hb, hc, hd] = [&a, &b, &c, &d].map(|m| tx.input(m));
+    let [he, hf, hg] = [&mut e, &mut f, &mut g].map(|m| tx.buffer(m));
+    let nn = TxArg::from(n as i64);
+    tx.call("mmul", &[nn.clone(), ha.into(), hb.into(), he.into()])
+        .unwrap();
+    tx.call("mmul", &[nn.clone(), hc.into(), hd.into(), hf.into()])
+        .unwrap();
+    tx.call("mmul", &[nn, he.into(), hf.into(), hg.into()])
+        .unwrap();
+    let graph = tx.graph();
+    assert_eq!(graph.tasks, vec!["mmul#0", "mmul#1", "mmul#2"]);
+    let bytes = (8 * n * n) as u64;
+    assert_eq!(
+        graph.edges,
+        vec![
+            (0, "C".to_string(), 2, "A".to_string(), bytes),
+            (1, "C".to_string(), 2, "B".to_string(), bytes),
+        ]
+    );
+    let plan = tx.end().unwrap();
+    assert_eq!(plan.edges, vec![(0, 2), (1, 2)]);
+    assert_eq!(plan.tasks.len(), 3);
+    assert!(plan.tasks.iter().all(|t| !t.server.is_empty()));
+    let expected_e = local_mmul(n, &a, &b);
+    let expected_f = local_mmul(n, &c, &d);
+    assert_eq!(
+        e, expected_e,
+        "E comes back: the client passed it as a buffer"
+    );
+    assert_eq!(f, expected_f);
+    assert_eq!(g, local_mmul(n, &expected_e, &expected_f));
+    grid.assert_no_leftovers();
+    // The metaserver recorded the graph, its placements and their actual times.
+    let status = grid.status();
+    let record = &status.graphs[0];
+    assert_eq!(
+        (record.tasks, record.edges, record.state.as_str()),
+        (3, 2, "done")
+    );
+    let placements = grid
+        .runtime
+        .block_on(grid.grid().metaserver.db().placements(plan.graph_id))
+        .unwrap();
+    assert_eq!(placements.len(), 3);
+    for (p, t) in placements.iter().zip(&plan.tasks) {
+        assert_eq!(p.server_address, t.server);
+        assert!(p.actual_finish.unwrap() >= p.actual_start.unwrap());
+    }
+}
+
+#[test]
+fn flow_keeps_every_pair_on_one_server_and_every_scheduler_gives_the_same_numbers() {
+    let grid = TestGrid::start(vec![1, 1, 1], |_| {});
+    let n = 60;
+    let flow = workloads::pairs(&grid.client("flow"), n, 5, 7).unwrap();
+    assert_eq!(flow.plan.inter_server_ratio, 0.0);
+    for pair in flow.plan.tasks.chunks(2) {
+        assert_eq!(
+            pair[0].server, pair[1].server,
+            "{} and {} split",
+            pair[0].label, pair[1].label
+        );
+    }
+    assert_eq!(
+        flow.max_abs_error, 0.0,
+        "FLOW differs from the local computation"
+    );
+    // Round-robin deals dgefa and dgesl of a pair to different servers.
+    let round_robin = workloads::pairs(&grid.client("round-robin"), n, 5, 7).unwrap();
+    assert!(round_robin.plan.inter_server_ratio > 0.0);
+    for scheduler in ["simple", "round-robin", "random"] {
+        let run = workloads::pairs(&grid.client(scheduler), n, 5, 7).unwrap();
+        assert_eq!(
+            run.max_abs_error, 0.0,
+            "{scheduler} differs from the local computation"
+        );
+    }
+    let cascade_flow = workloads::cascade(&grid.client("flow"), 30, 3).unwrap();
+    let cascade_simple = workloads::cascade(&grid.client("simple"), 30, 3).unwrap();
+    assert_eq!(cascade_flow.max_abs_error, 0.0);
+    assert_eq!(cascade_simple.max_abs_error, 0.0);
+    assert_eq!(cascade_flow.plan.edges.len(), 6);
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn a_transaction_gives_the_same_results_as_the_calls_one_by_one() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let client = grid.client("simple");
+    let n = 40usize;
+    let a0: Vec<f64> = (0..n * n)
+        .map(|i| {
+            if i % (n + 1) == 0 {
+                n as f64
+            } else {
+                ((i * 7) % 11) as f64 / 11.0
+            }
+        })
+        .collect();
+    let b0: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    // One by one: each call is a graph of one task, data back at the client in between.
+    let (mut a1, mut ipvt1, mut x1) = (a0.clone(), vec![0i32; n], b0.clone());
+    let order = n as i32;
+    client
+        .call(
+            "dgefa",
+            &mut [(&mut a1).into(), order.into(), (&mut ipvt1).into()],
+        )
+        .unwrap();
+    client
+        .call(
+            "dgesl",
+            &mut [
+                (&a1).into(),
+                order.into(),
+                (&ipvt1).into(),
+                (&mut x1).into(),
+            ],
+        )
+        .unwrap();
+    // In one transaction: the factors flow server to server.
+    let (mut a2, mut ipvt2, mut x2) = (a0.clone(), vec![0i32; n], b0.clone());
+    client
+        .transaction(|tx| {
+            let (a, ipvt, x) = (
+                tx.buffer(&mut a2),
+                tx.buffer(&mut ipvt2),
+                tx.buffer(&mut x2),
+            );
+            tx.call("dgefa", &[a.into(), order.into(), ipvt.into()])?;
+            tx.call("dgesl", &[a.into(), order.into(), ipvt.into(), x.into()])?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(x1, x2);
+    assert_eq!(a1, a2, "the factors dgefa left in `a` come back too");
+    assert_eq!(ipvt1, ipvt2);
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn bad_calls_are_refused_where_they_are_made_and_nothing_runs() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let client = grid.client("flow");
+    let n = 10usize;
+    let a = matrix(n, 1);
+    let short = vec![0.0; n];
+    let mut c = vec![0.0; n * n];
+    let mut tx = client.transaction_begin();
+    let (ha, hs, hc) = (tx.input(&a), tx.input(&short), tx.buffer(&mut c));
+    let error = tx
+        .call(
+            "mmul",
+            &[TxArg::from(n as i64), ha.into(), hs.into(), hc.into()],
+        )
+        .unwrap_err();
+    assert_eq!(error.kind, ninf::ErrorKind::BadArgument);
+    assert!(
+        error
+            .message
+            .contains("argument `B` of `mmul` has 10 elements, expected 100"),
+        "{}",
+        error.message
+    );
+    // An input registered read-only cannot receive a result.
+    let error = tx
+        .call(
+            "mmul",
+            &[TxArg::from(n as i64), ha.into(), ha.into(), ha.into()],
+        )
+        .unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("argument `C` of `mmul` must be a mutable array"),
+        "{}",
+        error.message
+    );
+    let error = tx.call("no_such_routine", &[]).unwrap_err();
+    assert_eq!(error.kind, ninf::ErrorKind::FunctionNotFound, "{error}");
+    drop(tx);
+    // A routine that fails inside a transaction fails the transaction, names the task, and
+    // leaves nothing behind; the grid keeps serving.
+    let mut out = vec![0.0; n * n];
+    let error = client
+        .transaction(|tx| {
+            let (ha, hc) = (tx.input(&a), tx.buffer(&mut out));
+            tx.call(
+                "mmul",
+                &[TxArg::from(n as i64), ha.into(), ha.into(), hc.into()],
+            )?;
+            tx.call("fail", &[TxArg::from(3)])?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(error.message.contains("`fail#1`"), "{}", error.message);
+    grid.assert_no_leftovers();
+    let mut ok = vec![0.0; n * n];
+    client
+        .call(
+            "mmul",
+            &mut [
+                (n as i32).into(),
+                (&a).into(),
+                (&a).into(),
+                (&mut ok).into(),
+            ],
+        )
+        .unwrap();
+    assert_eq!(ok, local_mmul(n, &a, &a));
+    assert_eq!(
+        grid.status()
+            .graphs
+            .iter()
+            .filter(|g| g.state == "failed")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn the_metaserver_refuses_graphs_that_disagree_with_the_idl() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let task = |n: i64| v1::GraphTask {
+        label: format!("mmul n={n}"),
+        function: "mmul".into(),
+        scalars: [("n".to_string(), n)].into_iter().collect(),
+        processors: 1,
+        ..Default::default()
+    };
+    let schedule = |tasks: Vec<v1::GraphTask>, edges: Vec<v1::GraphEdge>| {
+        let request = v1::ScheduleRequest {
+            graph: Some(v1::TaskGraph { tasks, edges }),
+            ..Default::default()
+        };
+        grid.runtime
+            .block_on(grid.grid().metaserver.schedule(request))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let edge = |from: u32, to: u32, bytes: u64| v1::GraphEdge {
+        from_task: from,
+        from_parameter: 3,
+        to_task: to,
+        to_parameter: 1,
+        bytes,
+    };
+    assert_eq!(
+        schedule(vec![task(4), task(4)], vec![edge(0, 1, 128)]),
+        Ok(())
+    );
+    let sizes = schedule(vec![task(4), task(5)], vec![edge(0, 1, 128)]).unwrap_err();
+    assert!(
+        sizes.contains("the producer's `C` has 128 bytes but the consumer's `A` needs 200 bytes"),
+        "{sizes}"
+    );
+    let cycle = schedule(
+        vec![task(4), task(4)],
+        vec![edge(0, 1, 128), edge(1, 0, 128)],
+    )
+    .unwrap_err();
+    assert!(cycle.contains("cycle"), "{cycle}");
+    let stated = schedule(vec![task(4), task(4)], vec![edge(0, 1, 100)]).unwrap_err();
+    assert!(
+        stated.contains("the edge says 100 bytes but the interface gives 128"),
+        "{stated}"
+    );
+    let unknown = schedule(
+        vec![v1::GraphTask {
+            label: "x".into(),
+            function: "nope".into(),
+            ..Default::default()
+        }],
+        vec![],
+    )
+    .unwrap_err();
+    assert!(
+        unknown.contains("no server has registered `nope`"),
+        "{unknown}"
+    );
+    let wrong_direction = schedule(
+        vec![task(4), task(4)],
+        vec![v1::GraphEdge {
+            from_parameter: 1,
+            ..edge(0, 1, 128)
+        }],
+    )
+    .unwrap_err();
+    assert!(
+        wrong_direction.contains("`A` is not an OUT or INOUT array of mmul"),
+        "{wrong_direction}"
+    );
+    let missing_scalar = schedule(
+        vec![v1::GraphTask {
+            scalars: Default::default(),
+            ..task(4)
+        }],
+        vec![],
+    )
+    .unwrap_err();
+    assert!(missing_scalar.contains("`n`"), "{missing_scalar}");
+}
+
+#[test]
+fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks() {
+    let mut grid = TestGrid::start(vec![1, 1], |o| {
+        o.heartbeat_seconds = 0.1;
+        o.heartbeat_timeout_seconds = 0.5;
+    });
+    let addresses = grid.grid().endpoints.servers.clone();
+    let grid_mut = grid.grid.as_mut().unwrap();
+    grid.runtime
+        .block_on(grid_mut.restart_metaserver())
+        .unwrap();
+    // Straight from the DB, before any heartbeat reaches the new process.
+    let status = grid.status();
+    let known: Vec<&str> = status.servers.iter().map(|s| s.address.as_str()).collect();
+    assert_eq!(
+        known,
+        addresses.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert!(
+        status
+            .servers
+            .iter()
+            .all(|s| s.functions.contains(&"mmul".to_string()))
+    );
+    // Calls still work through the new metaserver.
+    let n = 8usize;
+    let a = matrix(n, 5);
+    let mut c = vec![0.0; n * n];
+    grid.client("flow")
+        .call(
+            "mmul",
+            &mut [(n as i32).into(), (&a).into(), (&a).into(), (&mut c).into()],
+        )
+        .unwrap();
+    assert_eq!(c, local_mmul(n, &a, &a));
+
+    // Server 1 stops its heartbeats: it is marked down and gets nothing, even from a
+    // scheduler that would otherwise alternate.
+    grid.grid().servers[1].silence();
+    let mut down = false;
+    for _ in 0..200 {
+        let status = grid.status();
+        if status
+            .servers
+            .iter()
+            .any(|s| s.address == addresses[1] && !s.up)
+        {
+            down = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(down, "the silent server was never marked down");
+    let mut outputs = vec![vec![0.0; n * n]; 4];
+    let plan = grid
+        .client("round-robin")
+        .transaction(|tx| {
+            let ha = tx.input(&a);
+            for out in outputs.iter_mut() {
+                let hc = tx.buffer(out);
+                tx.call(
+                    "mmul",
+                    &[TxArg::from(n as i64), ha.into(), ha.into(), hc.into()],
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        plan.tasks.iter().all(|t| t.server == addresses[0]),
+        "{plan}"
+    );
+    grid.assert_no_leftovers();
+}
