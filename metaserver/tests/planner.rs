@@ -1,0 +1,79 @@
+//! The placement record: a server given a task is predicted busier until the task ends.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use ninf_metaserver::Registry;
+use ninf_metaserver::planner::Planner;
+use ninf_proto::v1;
+use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
+
+fn registry() -> Registry {
+    let text = include_str!("../../idl/examples/linpack.idl");
+    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
+    let routines: Vec<v1::FunctionInterface> = module
+        .functions
+        .iter()
+        .map(v1::FunctionInterface::from)
+        .collect();
+    let mut registry = Registry::new(4, 5.0, 1000.0);
+    for (id, address) in [(1, "a:1"), (2, "b:1")] {
+        let info = v1::ServerInfo {
+            mflops: 1000.0,
+            processors: 1,
+            ..Default::default()
+        };
+        registry.register(id, address, info, &routines, 0.0);
+    }
+    registry
+}
+
+fn one_mmul() -> TaskGraph {
+    let mut graph = TaskGraph::default();
+    graph.add_task(Task {
+        label: "mmul#0".into(),
+        function: "mmul".into(),
+        flops: 2e9,
+        client_in_bytes: 1000,
+        client_out_bytes: 1000,
+        processors: 1,
+    });
+    graph
+}
+
+#[test]
+fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
+    let registry = registry();
+    let link = Link {
+        throughput: 1e9,
+        latency: 1e-4,
+    };
+    let mut planner = Planner::new(PredictorKind::LatestSample, link);
+    let graph = one_mmul();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let first = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
+    assert_eq!(first.servers, vec![0]);
+    planner.record(1, &graph, &first, &registry, 1.0);
+    let second = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.5)
+        .unwrap();
+    assert_eq!(
+        second.servers,
+        vec![1],
+        "server 0 is still running graph 1's task"
+    );
+    // Once graph 1 reports its end, server 0 is free again.
+    planner.finish(1, 1.6);
+    assert!(planner.active().is_empty());
+    let third = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.7)
+        .unwrap();
+    assert_eq!(third.servers, vec![0]);
+    // A placement whose predicted end has passed no longer counts either.
+    planner.record(3, &graph, &third, &registry, 1.7);
+    let later = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 4.9)
+        .unwrap();
+    assert_eq!(later.servers, vec![0]);
+}

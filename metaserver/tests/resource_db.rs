@@ -1,0 +1,229 @@
+//! The registry under a fake clock, and the resource DB across a reopen and with retention.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use ninf_metaserver::db::{
+    ActualRecord, GraphRecord, PlacementRecord, ResourceDb, Retention, StoredLink, StoredLoad,
+};
+use ninf_metaserver::{CLIENT, Registry};
+use ninf_proto::v1;
+use ninf_scheduling::{Link, Location};
+
+fn linpack() -> Vec<v1::FunctionInterface> {
+    let text = include_str!("../../idl/examples/linpack.idl");
+    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
+    module
+        .functions
+        .iter()
+        .map(v1::FunctionInterface::from)
+        .collect()
+}
+
+fn info(mflops: f64, processors: u32) -> v1::ServerInfo {
+    v1::ServerInfo {
+        mflops,
+        processors,
+        cpus: 2,
+        ..Default::default()
+    }
+}
+
+fn load(running: u32, queued: u32) -> v1::LoadSample {
+    v1::LoadSample {
+        running_jobs: running,
+        queued_jobs: queued,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_server_is_down_once_its_heartbeats_stop_and_up_when_they_resume() {
+    let mut registry = Registry::new(4, 5.0, 1000.0);
+    registry.register(1, "a:1", info(500.0, 2), &linpack(), 100.0);
+    registry.register(2, "b:1", info(0.0, 1), &linpack(), 100.0);
+    let view = registry.grid_view(104.0);
+    assert!(view.servers.iter().all(|s| s.up));
+    assert_eq!(view.servers[0].flops_per_processor, 500e6);
+    // No benchmark figure: the configured default.
+    assert_eq!(view.servers[1].flops_per_processor, 1000e6);
+    assert!(view.servers[0].functions.contains("dgefa"));
+    assert!(registry.heartbeat("a:1", Some(&load(1, 2)), 104.0));
+    let view = registry.grid_view(106.0);
+    assert_eq!((view.servers[0].up, view.servers[1].up), (true, false));
+    assert_eq!(registry.peers("a:1", 106.0), Vec::<String>::new());
+    assert_eq!(registry.peers("b:1", 106.0), vec!["a:1".to_string()]);
+    assert!(
+        !registry.heartbeat("c:1", None, 106.0),
+        "unknown servers are told to register"
+    );
+    assert!(registry.heartbeat("b:1", None, 107.0));
+    assert!(registry.grid_view(107.0).servers[1].up);
+}
+
+#[test]
+fn history_keeps_the_latest_samples_and_adds_the_proxys_measurements() {
+    let mut registry = Registry::new(3, 5.0, 1000.0);
+    registry.register(1, "a:1", info(500.0, 2), &linpack(), 0.0);
+    registry.register(2, "b:1", info(500.0, 2), &linpack(), 0.0);
+    for jobs in 0..5 {
+        registry.heartbeat("a:1", Some(&load(jobs, 0)), 1.0);
+    }
+    let link = |t: f64| Link {
+        throughput: t,
+        latency: 0.001,
+    };
+    registry.add_link("a:1", "b:1", link(1e6));
+    registry.add_link("a:1", "b:1", link(f64::NAN));
+    registry.add_link("a:1", "nowhere:1", link(3e6));
+    let history = registry.history(&[("b:1".to_string(), link(2e6))]);
+    assert_eq!(history.load[0], vec![2.0, 3.0, 4.0]);
+    assert!(history.load[1].is_empty());
+    assert_eq!(
+        history.links[&(Location::Server(0), Location::Server(1))],
+        vec![link(1e6)],
+        "the NaN sample was refused"
+    );
+    assert_eq!(
+        history.links[&(Location::Client, Location::Server(1))],
+        vec![link(2e6)]
+    );
+    assert_eq!(
+        history.links.len(),
+        2,
+        "paths to unregistered servers are not schedulable"
+    );
+    assert_eq!(registry.latest_links().len(), 2);
+    assert!(
+        registry
+            .latest_links()
+            .iter()
+            .all(|(from, _, _)| from != CLIENT)
+    );
+}
+
+#[test]
+fn a_bad_descriptor_is_refused_without_hiding_the_servers_other_routines() {
+    let mut registry = Registry::new(3, 5.0, 1000.0);
+    let mut routines = linpack();
+    routines[0].calc_order = "n +".into();
+    let rejected = registry.register(1, "a:1", info(1.0, 1), &routines, 0.0);
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].0, routines[0].name);
+    let server = registry.get("a:1").unwrap();
+    assert_eq!(server.routines.len(), routines.len() - 1);
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn registrations_and_history_survive_a_reopen_and_retention_bounds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("meta.db").display());
+    let rt = runtime();
+    rt.block_on(async {
+        let db = ResourceDb::open(&url).await.unwrap();
+        let id = db
+            .register("a:1", &info(750.0, 2), &linpack(), 10.0)
+            .await
+            .unwrap();
+        // Registering again replaces, keeping the id.
+        assert_eq!(
+            db.register("a:1", &info(800.0, 2), &linpack(), 11.0)
+                .await
+                .unwrap(),
+            id
+        );
+        for t in 0..5 {
+            let sample = StoredLoad {
+                time: 20.0 + f64::from(t),
+                load: f64::from(t),
+                load_average: 0.5,
+                free_memory_bytes: 1 << 30,
+                stored_bytes: 0,
+            };
+            db.heartbeat(id, sample).await.unwrap();
+        }
+        db.add_links(&[StoredLink {
+            from: "a:1".into(),
+            to: "b:1".into(),
+            throughput: 1e8,
+            latency: 1e-4,
+            time: 21.0,
+        }])
+        .await
+        .unwrap();
+        for g in 0..3u32 {
+            let graph = GraphRecord {
+                label: format!("g{g}"),
+                proxy: "p".into(),
+                scheduler: "flow".into(),
+                predictor: "latest".into(),
+                tasks: 1,
+                edges: 0,
+                created: 30.0,
+                predicted_makespan: 1.0,
+                inter_server_ratio: 0.0,
+            };
+            let placement = PlacementRecord {
+                task: 0,
+                label: "mmul#0".into(),
+                function: "mmul".into(),
+                server_address: "a:1".into(),
+                processors: 1,
+                predicted_start: 0.0,
+                predicted_finish: 1.0,
+            };
+            let graph_id = db.record_graph(&graph, &[placement]).await.unwrap();
+            let actual = ActualRecord {
+                task: 0,
+                start: 0.1,
+                finish: 0.9,
+                compute_seconds: 0.7,
+            };
+            db.record_actuals(graph_id, 0.95, "", &[actual])
+                .await
+                .unwrap();
+        }
+        db.close().await;
+    });
+    rt.block_on(async {
+        let db = ResourceDb::open(&url).await.unwrap();
+        let servers = db.servers().await.unwrap();
+        assert_eq!(servers.len(), 1);
+        assert_eq!(servers[0].address, "a:1");
+        assert_eq!(servers[0].info.mflops, 800.0);
+        assert_eq!(servers[0].last_heartbeat, 24.0);
+        assert_eq!(servers[0].routines.len(), linpack().len());
+        let recent: Vec<f64> = db
+            .recent_load(servers[0].id, 3)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.load)
+            .collect();
+        assert_eq!(recent, vec![2.0, 3.0, 4.0]);
+        let graphs = db.recent_graphs(10).await.unwrap();
+        assert_eq!(graphs.len(), 3);
+        assert_eq!(
+            (graphs[0].label.as_str(), graphs[0].state.as_str()),
+            ("g2", "done")
+        );
+        let placements = db.placements(graphs[0].graph_id).await.unwrap();
+        assert_eq!(placements[0].actual_finish, Some(0.9));
+        // Keep samples newer than t = 22.5 and the 2 latest graphs.
+        let retention = Retention {
+            samples: Duration::from_secs_f64(10.0),
+            graphs: 2,
+        };
+        db.prune(retention, 32.5).await.unwrap();
+        let (load, network, graphs, placements) = db.history_sizes().await.unwrap();
+        assert_eq!((load, network, graphs, placements), (2, 0, 2, 2));
+    });
+}
