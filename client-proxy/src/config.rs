@@ -36,6 +36,9 @@ pub struct ProxyConfig {
     /// Calls outstanding at once on one server; the rest of a graph's ready tasks wait here.
     #[serde(default = "default_in_flight")]
     pub max_in_flight_per_server: usize,
+    /// HTTP/2 connections the proxy keeps to each server.
+    #[serde(default = "default_connections")]
+    pub connections_per_server: usize,
     /// Largest request a client may send (a graph with its input data).
     #[serde(default = "default_max_request")]
     pub max_request_bytes: usize,
@@ -56,6 +59,9 @@ fn default_link_history() -> usize {
 fn default_in_flight() -> usize {
     16
 }
+fn default_connections() -> usize {
+    4
+}
 fn default_max_request() -> usize {
     1 << 30
 }
@@ -71,6 +77,7 @@ impl ProxyConfig {
             probe_bytes: default_probe_bytes(),
             link_history: default_link_history(),
             max_in_flight_per_server: default_in_flight(),
+            connections_per_server: default_connections(),
             max_request_bytes: default_max_request(),
         }
     }

@@ -35,11 +35,22 @@ use run_state::GraphRun;
 /// Largest reply a server may send the proxy (outputs of one call).
 const CALL_LIMIT: usize = 1 << 30;
 
-/// A connection to one server and the calls it may have outstanding.
+/// Connections to one server and the calls it may have outstanding. One HTTP/2 connection
+/// is driven by one task, which caps the calls per second it carries; tiny tasks need
+/// several.
 #[derive(Clone)]
 struct ServerConnection {
-    channel: Channel,
+    channels: Arc<Vec<Channel>>,
+    next: Arc<std::sync::atomic::AtomicUsize>,
     slots: Arc<Semaphore>,
+}
+
+impl ServerConnection {
+    /// The next connection, round robin.
+    fn channel(&self) -> Channel {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.channels[i % self.channels.len()].clone()
+    }
 }
 
 /// The proxy's state.
@@ -98,8 +109,12 @@ impl Proxy {
         if let Some(c) = servers.get(address) {
             return Ok(c.clone());
         }
+        let channels = (0..self.config.connections_per_server.max(1))
+            .map(|_| lazy_channel(address))
+            .collect::<Result<Vec<_>, _>>()?;
         let connection = ServerConnection {
-            channel: lazy_channel(address)?,
+            channels: Arc::new(channels),
+            next: Arc::default(),
             slots: Arc::new(Semaphore::new(self.config.max_in_flight_per_server.max(1))),
         };
         servers.insert(address.to_string(), connection.clone());
@@ -122,7 +137,7 @@ impl Proxy {
         let mut measured = 0;
         for address in &up {
             let connection = self.server(address)?;
-            match ninf_proto::probe::measure(connection.channel, self.config.probe_bytes).await {
+            match ninf_proto::probe::measure(connection.channel(), self.config.probe_bytes).await {
                 Ok(m) => {
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -245,7 +260,7 @@ impl Proxy {
         let Ok(connection) = self.server(server) else {
             return;
         };
-        let result = v1::storage_client::StorageClient::new(connection.channel)
+        let result = v1::storage_client::StorageClient::new(connection.channel())
             .delete_owner(v1::DeleteOwnerRequest {
                 owner: owner.to_string(),
             })
@@ -272,7 +287,7 @@ impl Proxy {
             makespan: start.elapsed().as_secs_f64(),
         };
         // Which producer output feeds each (task, parameter), and which outputs to keep.
-        let mut fed: HashMap<(usize, u32), (usize, u32)> = HashMap::new();
+        let mut fed: Vec<Vec<(u32, usize, u32)>> = vec![Vec::new(); n];
         let mut keep: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
         for edge in &graph.edges {
             let (from, to) = (edge.from_task as usize, edge.to_task as usize);
@@ -284,7 +299,7 @@ impl Proxy {
                     actuals,
                 ));
             }
-            fed.insert((to, edge.to_parameter), (from, edge.from_parameter));
+            fed[to].push((edge.to_parameter, from, edge.from_parameter));
             keep[from].insert(edge.from_parameter);
         }
         let returns: Vec<HashSet<u32>> = arguments
@@ -306,10 +321,7 @@ impl Proxy {
             for task in run.take_ready() {
                 let label = &graph.tasks[task].label;
                 let mut args = arguments[task].arguments.clone();
-                for (&(to, parameter), &(from, from_parameter)) in &fed {
-                    if to != task {
-                        continue;
-                    }
+                for &(parameter, from, from_parameter) in &fed[task] {
                     let Some(slot) = args.get_mut(parameter as usize) else {
                         failure = Some(Status::invalid_argument(format!(
                             "task {task} (`{label}`) has {} arguments, but an edge feeds \
@@ -344,9 +356,9 @@ impl Proxy {
                     }
                 };
                 calls.spawn(async move {
-                    let _slot = connection.slots.acquire_owned().await;
+                    let _slot = connection.slots.clone().acquire_owned().await;
                     let started = start.elapsed().as_secs_f64();
-                    let result = v1::invoke_client::InvokeClient::new(connection.channel)
+                    let result = v1::invoke_client::InvokeClient::new(connection.channel())
                         .max_decoding_message_size(CALL_LIMIT)
                         .max_encoding_message_size(CALL_LIMIT)
                         .call(call)
@@ -471,7 +483,7 @@ impl Proxy {
     /// Reads a stored object.
     async fn fetch(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {
         let connection = self.server(&object.server)?;
-        let mut stream = v1::storage_client::StorageClient::new(connection.channel)
+        let mut stream = v1::storage_client::StorageClient::new(connection.channel())
             .max_decoding_message_size(CALL_LIMIT)
             .get(v1::GetRequest {
                 object_id: object.object_id.clone(),
