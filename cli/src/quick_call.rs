@@ -139,10 +139,10 @@ pub fn call(proxy: &str, function: &str, values: &[String]) -> anyhow::Result<se
     };
     let mut outputs = serde_json::Map::new();
     for (i, p) in interface.parameters.iter().enumerate() {
-        if matches!(p.mode, Mode::Out | Mode::InOut) {
-            if let Some(a) = arrays.get(&i) {
-                outputs.insert(p.name.clone(), to_json(a));
-            }
+        if matches!(p.mode, Mode::Out | Mode::InOut)
+            && let Some(a) = arrays.get(&i)
+        {
+            outputs.insert(p.name.clone(), to_json(a));
         }
     }
     Ok(serde_json::json!({ "function": function, "status": outcome.status, "outputs": outputs }))

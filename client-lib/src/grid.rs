@@ -294,12 +294,12 @@ impl<'a> Transaction<'a> {
         let interface = self.client.describe(function)?;
         let index = self.tasks.len();
         for arg in args {
-            if let TxArg::Buffer(Buffer(b)) = arg {
-                if *b >= self.slots.len() {
-                    return Err(CallError::bad_argument(format!(
-                        "`{function}`: buffer {b} does not belong to this transaction"
-                    )));
-                }
+            if let TxArg::Buffer(Buffer(b)) = arg
+                && *b >= self.slots.len()
+            {
+                return Err(CallError::bad_argument(format!(
+                    "`{function}`: buffer {b} does not belong to this transaction"
+                )));
             }
         }
         let writable: Vec<bool> = args
@@ -354,19 +354,19 @@ impl<'a> Transaction<'a> {
                     .byte_size(p, &scalars)
                     .map_err(|e| CallError::bad_argument(format!("`{function}`: {e}")))?;
                 sizes.insert(parameter, bytes);
-                if matches!(p.mode, Mode::In | Mode::InOut) {
-                    if let Some((from, from_parameter)) = self.writer[*b] {
-                        // Produced by an earlier call: it flows server to server.
-                        source = None;
-                        fed_bytes += bytes;
-                        self.edges.push(v1::GraphEdge {
-                            from_task: from as u32,
-                            from_parameter,
-                            to_task: index as u32,
-                            to_parameter: parameter,
-                            bytes,
-                        });
-                    }
+                if matches!(p.mode, Mode::In | Mode::InOut)
+                    && let Some((from, from_parameter)) = self.writer[*b]
+                {
+                    // Produced by an earlier call: it flows server to server.
+                    source = None;
+                    fed_bytes += bytes;
+                    self.edges.push(v1::GraphEdge {
+                        from_task: from as u32,
+                        from_parameter,
+                        to_task: index as u32,
+                        to_parameter: parameter,
+                        bytes,
+                    });
                 }
                 if matches!(p.mode, Mode::Out | Mode::InOut) {
                     writes.push((*b, parameter));

@@ -136,12 +136,11 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                         next_network = tokio::time::Instant::now() + network;
                         let samples =
                             measure_peers(&state, &answer.peers, config.probe_bytes).await;
-                        if !samples.is_empty() {
-                            if let Err(status) =
+                        if !samples.is_empty()
+                            && let Err(status) =
                                 client.report_network(v1::NetworkReport { samples }).await
-                            {
-                                tracing::warn!(error = %status.message(), "network report refused");
-                            }
+                        {
+                            tracing::warn!(error = %status.message(), "network report refused");
                         }
                     }
                     tokio::time::sleep(heartbeat).await;

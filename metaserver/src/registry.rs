@@ -12,6 +12,14 @@ use ninf_scheduling::{GridView, History, Link, Location, ServerView};
 /// Where a network sample starts or ends when it is the client's site (a proxy).
 pub const CLIENT: &str = "client";
 
+/// A measurement the predictor can use: finite, positive throughput and latency >= 0.
+fn usable(link: &Link) -> bool {
+    link.throughput.is_finite()
+        && link.throughput > 0.0
+        && link.latency.is_finite()
+        && link.latency >= 0.0
+}
+
 /// One registered server.
 #[derive(Debug, Clone)]
 pub struct ServerEntry {
@@ -154,9 +162,7 @@ impl Registry {
 
     /// Records a network sample; `from` and `to` are addresses or [`CLIENT`].
     pub fn add_link(&mut self, from: &str, to: &str, link: Link) {
-        if !(link.throughput.is_finite() && link.throughput > 0.0)
-            || !(link.latency.is_finite() && link.latency >= 0.0)
-        {
+        if !usable(&link) {
             return;
         }
         let series = self
@@ -239,10 +245,10 @@ impl Registry {
             }
         }
         for (server, link) in client_links {
-            if let Some(b) = location(server) {
-                if link.throughput.is_finite() && link.throughput > 0.0 && link.latency >= 0.0 {
-                    links.entry((Location::Client, b)).or_default().push(*link);
-                }
+            if let Some(b) = location(server)
+                && usable(link)
+            {
+                links.entry((Location::Client, b)).or_default().push(*link);
             }
         }
         History {
