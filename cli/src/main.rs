@@ -70,19 +70,6 @@ enum Command {
     },
 }
 
-async fn ctrl_c() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
-}
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -118,7 +105,7 @@ fn up(
         }
         println!("data       {}", data_dir.display());
         println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
-        ctrl_c().await;
+        ninf_proto::shutdown::signal().await;
         grid.stop().await;
         println!("stopped");
         anyhow::Ok(())

@@ -4,6 +4,7 @@
 
 pub mod descriptor;
 pub mod probe;
+pub mod shutdown;
 pub mod values;
 
 /// Generated protobuf messages and gRPC services, package `ninf.v1`.
