@@ -21,24 +21,15 @@ pub fn run(proxy: &str, options: &DemoOptions) -> anyhow::Result<Vec<Summary>> {
     let mut summaries = Vec::new();
     for scheduler in &options.schedulers {
         let grid = GridClient::connect(proxy)?.with_scheduler(scheduler);
-        let mut runs = Vec::new();
-        for trial in 0..options.trials {
-            runs.push(workloads::pairs(
-                &grid,
-                options.pairs_n,
-                5,
-                11 + trial as u64,
-            )?);
-        }
+        // Each trial gets its own seed; every scheduler sees the same seeds.
+        let trials = |run: &dyn Fn(u64) -> Result<workloads::WorkloadRun, ninf::CallError>| {
+            (0..options.trials as u64)
+                .map(run)
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let runs = trials(&|trial| workloads::pairs(&grid, options.pairs_n, 5, 11 + trial))?;
         summaries.push(Summary::of(scheduler, "pairs", options.pairs_n, &runs));
-        let mut runs = Vec::new();
-        for trial in 0..options.trials {
-            runs.push(workloads::cascade(
-                &grid,
-                options.cascade_n,
-                23 + trial as u64,
-            )?);
-        }
+        let runs = trials(&|trial| workloads::cascade(&grid, options.cascade_n, 23 + trial))?;
         summaries.push(Summary::of(scheduler, "cascade", options.cascade_n, &runs));
     }
     Ok(summaries)

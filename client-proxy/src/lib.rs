@@ -455,7 +455,7 @@ impl Proxy {
         }
         // Outputs the client wants that other tasks also read were kept: fetch them now.
         for task in 0..n {
-            for &parameter in keep[task].intersection(&returns[task].iter().copied().collect()) {
+            for &parameter in keep[task].iter().filter(|p| returns[task].contains(p)) {
                 let Some(object) = objects.get(&(task, parameter)) else {
                     continue;
                 };
