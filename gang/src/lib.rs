@@ -1,16 +1,24 @@
 //! The gang-scheduling core of a compute server (seeds 000, 001): the time table
 //! ([`matrix::GangMatrix`], an Ousterhout matrix with alternative scheduling), admission by
 //! FCFS, FPFS or FPMPFS with WaitLimit ([`admission`]), jobs' global states, and the
-//! scheduler that ties them to a clock ([`scheduler::GangScheduler`]). Pure and
+//! scheduler that ties them to a clock ([`scheduler::GangScheduler`]); for distribution to
+//! node agents (seed 003), the time table as a cycle from an epoch ([`table`]), the agents'
+//! local scheduler ([`agent::NodeAgent`]) and their adaptive clock checks ([`sync`]). Pure and
 //! deterministic: no I/O, time only from a [`clock::Clock`]. The compute server drives real
 //! processes with it; the simulator runs the same code.
 
 pub mod admission;
+pub mod agent;
 pub mod clock;
 pub mod matrix;
 pub mod scheduler;
+pub mod sync;
+pub mod table;
 
 pub use admission::{AdmissionQueue, Policy, QueuedJob};
 pub use clock::{Clock, FakeClock, MonotonicClock};
 pub use matrix::{GangMatrix, JobId, JobState, MatrixError, Slot};
+pub use agent::{AgentCounters, NodeAgent, ProcessId, ProcessSwitch};
 pub use scheduler::{GangConfig, GangCounters, GangScheduler, Switch};
+pub use sync::{ClockSample, ClockSync, SyncConfig, SyncOutcome};
+pub use table::{TableJob, TableSlot, TimeTable};

@@ -300,4 +300,14 @@ impl GangMatrix {
     pub fn current_row(&self) -> Option<usize> {
         self.current
     }
+
+    /// Sets the row of the current slot (the distributed table keeps it by time).
+    pub fn set_current_row(&mut self, row: Option<usize>) {
+        self.current = row.filter(|&r| r < self.rows.len());
+    }
+
+    /// Whether `row` has a runnable job of its own (a row without one gets no slot).
+    pub fn has_runnable(&self, row: usize) -> bool {
+        row < self.rows.len() && self.runnable_in(row).next().is_some()
+    }
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::admission::{AdmissionQueue, Policy, QueuedJob};
 use crate::clock::Clock;
 use crate::matrix::{GangMatrix, JobId, JobState, MatrixError};
+use crate::table::{TableJob, TableSlot, TimeTable};
 
 /// How a server time-shares its processors.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -60,6 +61,8 @@ pub struct GangCounters {
     pub switches: u64,
     pub admitted: u64,
     pub finished: u64,
+    /// Time tables issued to node agents (distributed mode).
+    pub tables: u64,
 }
 
 /// The gang scheduler.
@@ -71,9 +74,14 @@ pub struct GangScheduler<C: Clock> {
     /// Jobs whose processes run now.
     running: BTreeSet<JobId>,
     slot_end: f64,
-    /// An event changed the table since the last tick.
+    /// An event changed the table since the last tick or issued table.
     dirty: bool,
     counters: GangCounters,
+    /// The last table issued to node agents (distributed mode).
+    issued: Option<TimeTable>,
+    /// The slot of the issued table in progress when the first event since then arrived:
+    /// its row's own jobs and its start time.
+    in_progress: Option<(Vec<JobId>, f64)>,
 }
 
 impl<C: Clock> GangScheduler<C> {
@@ -87,6 +95,8 @@ impl<C: Clock> GangScheduler<C> {
             slot_end: f64::NEG_INFINITY,
             dirty: false,
             counters: GangCounters::default(),
+            issued: None,
+            in_progress: None,
         }
     }
 
@@ -109,6 +119,7 @@ impl<C: Clock> GangScheduler<C> {
     /// A job arrives needing `processors`; returns the jobs that entered the table (it, or
     /// others, or none). Refuses a job no table of this size can ever hold.
     pub fn submit(&mut self, id: JobId, processors: u32) -> Result<Vec<JobId>, MatrixError> {
+        self.follow_issued_table();
         if processors == 0 {
             return Err(MatrixError::NoProcessors { job: id });
         }
@@ -151,6 +162,7 @@ impl<C: Clock> GangScheduler<C> {
     /// A job ended (or was killed, or cancelled while queued); returns the jobs that entered
     /// the table in its place.
     pub fn finish(&mut self, id: JobId) -> Vec<JobId> {
+        self.follow_issued_table();
         if self.matrix.remove(id).is_some() {
             self.running.remove(&id);
             self.counters.finished += 1;
@@ -163,6 +175,7 @@ impl<C: Clock> GangScheduler<C> {
 
     /// A job's processes all blocked (idle or stopped) or one became runnable again.
     pub fn set_state(&mut self, id: JobId, state: JobState) {
+        self.follow_issued_table();
         if self.matrix.set_state(id, state) {
             self.dirty = true;
         }
@@ -178,6 +191,106 @@ impl<C: Clock> GangScheduler<C> {
                 _ => None,
             })
             .collect()
+    }
+
+    /// In distributed mode the matrix's current row is wherever the issued table's clock has
+    /// got to; it must be brought up to date before an event changes the rows, so the next
+    /// table goes on from the same slot instead of restarting the rotation.
+    fn follow_issued_table(&mut self) {
+        if self.dirty {
+            return;
+        }
+        if let Some(table) = &self.issued {
+            let number = table.slot_number(self.clock.now());
+            let row = table.slot(number).map(|s| s.row);
+            self.matrix.set_current_row(row);
+            self.in_progress = row.map(|row| {
+                let own = self
+                    .matrix
+                    .jobs()
+                    .filter(|(_, p)| p.row == row)
+                    .map(|(id, _)| id)
+                    .collect();
+                (own, table.slot_start(number))
+            });
+        }
+    }
+
+    /// Whether the matrix changed since the last table was issued.
+    pub fn needs_table(&self) -> bool {
+        self.dirty || self.issued.is_none()
+    }
+
+    /// The last table issued.
+    pub fn issued_table(&self) -> Option<&TimeTable> {
+        self.issued.as_ref()
+    }
+
+    /// Issues the time table for the node agents (distributed mode, seed 003): the cycle of
+    /// slots over the rows with a runnable job, starting with the slot in progress so an event
+    /// does not restart the rotation. When that slot's row still runs, the new table keeps its
+    /// start as the epoch; otherwise the next slot starts now. Processes are left empty for
+    /// the server to fill in.
+    pub fn table(&mut self) -> TimeTable {
+        self.follow_issued_table();
+        let now = self.clock.now();
+        let rows = self.matrix.rows();
+        // The slot in progress goes on if its row still has a runnable job of its own;
+        // otherwise the rotation moves to the next row (after a removal the matrix points
+        // its current row just before the row that took the removed one's place).
+        let continuing = self.in_progress.take().and_then(|(own, started)| {
+            own.iter()
+                .filter_map(|&id| self.matrix.placement(id))
+                .find(|p| p.state.is_runnable())
+                .map(|p| (p.row, started))
+        });
+        let (start, epoch) = match continuing {
+            Some((row, started)) => (row, started),
+            None => (
+                self.matrix
+                    .current_row()
+                    .map_or(0, |c| (c + 1) % rows.max(1)),
+                now,
+            ),
+        };
+        let mut cycle = Vec::new();
+        for k in 0..rows {
+            let row = (start + k) % rows;
+            if self.matrix.has_runnable(row) {
+                let mut running = self.matrix.slot_for(row).running;
+                running.sort_unstable();
+                cycle.push(TableSlot { row, running });
+            }
+        }
+        let epoch = match cycle.first() {
+            Some(first) if first.row == start => epoch,
+            _ => now,
+        };
+        self.matrix.set_current_row(cycle.first().map(|s| s.row));
+        let jobs = self
+            .matrix
+            .jobs()
+            .map(|(id, p)| {
+                (
+                    id,
+                    TableJob {
+                        columns: p.columns.clone(),
+                        processes: Vec::new(),
+                    },
+                )
+            })
+            .collect();
+        let table = TimeTable {
+            version: self.counters.tables + 1,
+            epoch,
+            quantum: self.config.quantum,
+            cycle,
+            jobs,
+        };
+        self.counters.tables += 1;
+        self.dirty = false;
+        self.issued = Some(table.clone());
+        table
     }
 
     /// When `tick` must be called next at the latest (the current slot's end).
