@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/ninf/v1/bench.proto",
         "proto/ninf/v1/metaserver.proto",
         "proto/ninf/v1/proxy.proto",
+        "proto/ninf/v1/gang.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

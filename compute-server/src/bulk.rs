@@ -222,6 +222,9 @@ fn request_len(call_id: u64, function: &str, parts: &[Part]) -> usize {
     id + name + arguments
 }
 
+/// How long a job may wait for its bulk input before it counts as idle.
+const IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
 async fn call(
     state: &ServerState,
     request: v1::CallRequest,
@@ -246,6 +249,14 @@ async fn call(
     };
     let function = prepared.function;
     let name = function.name.clone();
+    if prepared.processors > 1 {
+        let status = Status::invalid_argument(format!(
+            "`{name}` runs on {} processors; parallel routines are called through Invoke.Call, not a bulk connection",
+            prepared.processors
+        ));
+        discard(reader, bulk_bytes).await?;
+        return Err(Failure::Answer(status));
+    }
 
     // Arguments that do not come in bulk are resolved first (storage fetches may fail);
     // bulk ones are read from the socket straight into the region below.
@@ -272,17 +283,41 @@ async fn call(
         return Err(Failure::Answer(status));
     }
 
-    let (mut checkout, queued) = match prepared.pool.checkout().await {
+    let queue_start = Instant::now();
+    let ticket = match state.gang.admit(&name, 1).await {
+        Ok(ticket) => ticket,
+        Err(e) => {
+            discard(reader, bulk_bytes).await?;
+            return Err(Failure::Answer(invoke::gang_status(&name, e)));
+        }
+    };
+    let queued = queue_start.elapsed();
+    let mut checkout = match prepared.pool.checkout() {
         Ok(c) => c,
         Err(e) => {
             discard(reader, bulk_bytes).await?;
             return Err(Failure::Answer(invoke::pool_status(&name, e)));
         }
     };
+    ticket.attach(checkout.pid().into_iter().collect(), true).await;
     let call_id = checkout.next_call_id();
     let len = request_len(call_id, &name, &parts);
     let written = match checkout.request_region(len) {
-        Ok(region) => write_request(region, call_id, &name, &parts, reader).await,
+        Ok(region) => {
+            // The executable waits for this input. If it is slow to come, the job is idle
+            // (seed 000): it gives its slots away until the input is complete.
+            let write = write_request(region, call_id, &name, &parts, reader);
+            tokio::pin!(write);
+            match tokio::time::timeout(IDLE_AFTER, &mut write).await {
+                Ok(written) => written,
+                Err(_) => {
+                    ticket.set_runnable(false);
+                    let written = write.await;
+                    ticket.set_runnable(true);
+                    written
+                }
+            }
+        }
         Err(e) => Err(e),
     };
     if let Err(e) = written {

@@ -52,6 +52,109 @@ pub struct ServerConfig {
     /// Payload of the throughput probes sent to peers.
     #[serde(default = "default_probe_bytes")]
     pub probe_bytes: usize,
+    /// How the processors are time-shared among jobs.
+    #[serde(default)]
+    pub gang: GangSettings,
+}
+
+/// The `[gang]` section: the time table, admission, and the node agents that follow it.
+///
+/// ```toml
+/// [gang]
+/// quantum_ms = 100
+/// max_rows = 4
+/// policy = "fpfs"
+/// wait_limit_seconds = 600
+/// stop_grace_seconds = 10
+/// nodes = 1
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GangSettings {
+    /// Slot length.
+    pub quantum_ms: f64,
+    /// Multiprogramming level: rows of the time table.
+    pub max_rows: usize,
+    /// Admission policy: `fcfs`, `fpfs` or `fpmpfs` (seed 001).
+    pub policy: ninf_gang::Policy,
+    pub wait_limit_seconds: f64,
+    /// A deadlocked job is killed this long after it was detected.
+    pub stop_grace_seconds: f64,
+    /// Node agents; the processors are split among them in contiguous blocks. Each follows
+    /// the table by its own clock.
+    pub nodes: usize,
+    /// Pin each process to its column's core.
+    pub pin: bool,
+    /// Run agents as `ninf-gang-agent` processes (found next to this program unless given);
+    /// otherwise, or when the program is missing, as threads of the server.
+    pub agent_processes: bool,
+    pub agent_executable: Option<PathBuf>,
+    /// Give the agents an emulated clock of their own (offset and rate), as agents on other
+    /// hosts would have: for testing the clock checks.
+    pub agent_clock_offset_ms: f64,
+    pub agent_clock_rate_ppm: f64,
+    /// Adaptive clock checks (seed 003): first and longest interval, and the offset change
+    /// that counts as drift.
+    pub sync_min_interval_seconds: f64,
+    pub sync_max_interval_seconds: f64,
+    pub drift_threshold_us: f64,
+    /// Also estimate the clocks' rate difference between checks.
+    pub compensate_rate: bool,
+}
+
+impl Default for GangSettings {
+    fn default() -> Self {
+        GangSettings {
+            quantum_ms: 100.0,
+            max_rows: 4,
+            policy: ninf_gang::Policy::Fpfs,
+            wait_limit_seconds: 600.0,
+            stop_grace_seconds: 10.0,
+            nodes: 1,
+            pin: true,
+            agent_processes: true,
+            agent_executable: None,
+            agent_clock_offset_ms: 0.0,
+            agent_clock_rate_ppm: 0.0,
+            sync_min_interval_seconds: 0.5,
+            sync_max_interval_seconds: 3600.0,
+            drift_threshold_us: 200.0,
+            compensate_rate: true,
+        }
+    }
+}
+
+impl GangSettings {
+    /// The gang core's configuration for `processors` columns.
+    pub fn core(&self, processors: u32) -> ninf_gang::GangConfig {
+        ninf_gang::GangConfig {
+            processors,
+            max_rows: self.max_rows.max(1),
+            quantum: (self.quantum_ms / 1000.0).max(0.001),
+            policy: self.policy,
+            wait_limit: self.wait_limit_seconds,
+            stop_grace: self.stop_grace_seconds.max(0.0),
+        }
+    }
+
+    pub fn sync(&self) -> ninf_gang::SyncConfig {
+        ninf_gang::SyncConfig {
+            min_interval: self.sync_min_interval_seconds.max(0.01),
+            max_interval: self
+                .sync_max_interval_seconds
+                .max(self.sync_min_interval_seconds.max(0.01)),
+            drift_threshold: self.drift_threshold_us.max(0.0) * 1e-6,
+            compensate_rate: self.compensate_rate,
+        }
+    }
+
+    /// The columns of each node: `processors` split into `nodes` contiguous blocks.
+    pub fn node_columns(&self, processors: u32) -> Vec<Vec<u32>> {
+        let nodes = (self.nodes.max(1) as u32).min(processors.max(1));
+        (0..nodes)
+            .map(|k| (k * processors / nodes..(k + 1) * processors / nodes).collect())
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -120,6 +223,7 @@ impl Default for ServerConfig {
             load_interval_seconds: default_load_interval(),
             metaserver: None,
             probe_bytes: default_probe_bytes(),
+            gang: GangSettings::default(),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! One call, from request to reply: find the routine, check what can be checked before any
-//! data moves (argument count, scalar values, the total input size against the server's
-//! limit), fetch arguments held on storage servers, run the routine in the module's pool,
-//! then return the outputs or keep them in this server's storage.
+//! data moves (argument count, scalar values, processors, the total input size against the
+//! server's limit), fetch arguments held on storage servers, wait for the job's place in the
+//! gang time table, run the routine on its processes (p ranks for a parallel routine), then
+//! return the outputs or keep them in this server's storage.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -12,7 +13,8 @@ use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tonic::{Code, Status};
 
-use crate::pool::{ExecutablePool, PoolError};
+use crate::gang::{GangError, JobTicket};
+use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
 use crate::state::ServerState;
 
 fn bad(message: String) -> Status {
@@ -26,6 +28,8 @@ pub struct Prepared<'a> {
     /// OUT/INOUT parameters to keep in this server's storage.
     pub keep: HashSet<u32>,
     pub timeout: Duration,
+    /// Processors (ranks) the job needs: 1, or the IDL's `Parallel` for this call.
+    pub processors: u32,
 }
 
 /// Finds the routine and checks the request against its interface and this server's
@@ -49,6 +53,15 @@ pub fn prepare<'a>(
     let cost = function
         .cost(&bindings)
         .map_err(|e| bad(format!("`{name}`: {e}")))?;
+    let processors = function
+        .processors(&bindings)
+        .map_err(|e| bad(format!("`{name}`: {e}")))?;
+    if processors == 0 || processors > u64::from(state.gang.processors) {
+        return Err(bad(format!(
+            "`{name}` would run on {processors} processors; this server has {}",
+            state.gang.processors
+        )));
+    }
     if cost.bytes_in > state.max_request_bytes || cost.bytes_out > state.max_request_bytes {
         return Err(Status::resource_exhausted(format!(
             "call of `{name}` would move {} bytes in and {} bytes out, over this server's limit of {} bytes per call",
@@ -92,6 +105,7 @@ pub fn prepare<'a>(
         pool: &module.pool,
         keep,
         timeout,
+        processors: processors as u32,
     })
 }
 
@@ -172,14 +186,17 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
     }
     let fetch_seconds = fetch_start.elapsed().as_secs_f64();
 
-    let compute_start = Instant::now();
-    let (success, queued) = prepared
-        .pool
-        .call(name, arguments, prepared.timeout)
+    let queue_start = Instant::now();
+    let ticket = state
+        .gang
+        .admit(name, prepared.processors)
         .await
-        .map_err(|e| pool_status(name, e))?;
-    let queue_seconds = queued.as_secs_f64();
-    let compute_seconds = compute_start.elapsed().as_secs_f64() - queue_seconds;
+        .map_err(|e| gang_status(name, e))?;
+    let queue_seconds = queue_start.elapsed().as_secs_f64();
+    let compute_start = Instant::now();
+    let success = run_job(state, &prepared, &ticket, arguments).await?;
+    let compute_seconds = compute_start.elapsed().as_secs_f64();
+    drop(ticket);
 
     let mut outputs = Vec::with_capacity(success.outputs.len());
     for output in success.outputs {
@@ -207,6 +224,87 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
             compute_seconds,
         }),
     })
+}
+
+/// Runs an admitted job on its processes: one executable for a sequential routine; for a
+/// parallel one, p executables of the module given the same arguments, each knowing its rank,
+/// with their messages through the broker. Rank 0's outputs are the call's.
+pub async fn run_job(
+    state: &ServerState,
+    prepared: &Prepared<'_>,
+    ticket: &JobTicket,
+    arguments: Vec<v1::ArgumentValue>,
+) -> Result<v1::ExecSuccess, Status> {
+    let name = &prepared.function.name;
+    let ranks = prepared.processors as usize;
+    let mut checkouts = prepared
+        .pool
+        .checkout_many(ranks)
+        .map_err(|e| pool_status(name, e))?;
+    let pids: Vec<u32> = checkouts.iter().filter_map(Checkout::pid).collect();
+    ticket.attach(pids, true).await;
+    if ranks == 1 {
+        let request = v1::ExecRequest {
+            call_id: 0,
+            function: name.clone(),
+            arguments,
+            spmd: None,
+        };
+        let mut checkout = checkouts.pop().ok_or_else(|| Status::internal("no process"))?;
+        let reply = checkout
+            .exchange(Outgoing::Message(request), false, prepared.timeout)
+            .await
+            .map_err(|e| pool_status(name, e))?;
+        return checkout.finish(reply).map_err(|e| pool_status(name, e));
+    }
+    state.broker.open(ticket.id, ranks as u32);
+    let exchanges = checkouts.iter_mut().enumerate().map(|(rank, checkout)| {
+        let request = v1::ExecRequest {
+            call_id: 0,
+            function: name.clone(),
+            arguments: arguments.clone(),
+            spmd: Some(v1::SpmdContext {
+                job: ticket.id,
+                rank: rank as u32,
+                size: ranks as u32,
+            }),
+        };
+        async move {
+            let reply = checkout
+                .exchange(Outgoing::Message(request), false, prepared.timeout)
+                .await;
+            state.broker.rank_done(ticket.id, rank as u32);
+            reply
+        }
+    });
+    let replies = futures_util::future::join_all(exchanges).await;
+    state.broker.close(ticket.id);
+    if let Some(reason) = ticket.killed() {
+        return Err(Status::aborted(format!("`{name}`: {reason}")));
+    }
+    let mut first = None;
+    for (rank, (checkout, reply)) in checkouts.into_iter().zip(replies).enumerate() {
+        let result = reply.and_then(|reply| checkout.finish(reply));
+        match (rank, result) {
+            (0, Ok(success)) => first = Some(success),
+            (_, Ok(_)) => {}
+            (_, Err(e)) => {
+                let status = pool_status(name, e);
+                return Err(Status::new(
+                    status.code(),
+                    format!("rank {rank} of {ranks}: {}", status.message()),
+                ));
+            }
+        }
+    }
+    first.ok_or_else(|| Status::internal(format!("`{name}`: rank 0 returned nothing")))
+}
+
+pub fn gang_status(function: &str, error: GangError) -> Status {
+    match error {
+        GangError::Table(e) => Status::invalid_argument(format!("`{function}`: {e}")),
+        GangError::Closed => Status::unavailable(format!("`{function}`: {error}")),
+    }
 }
 
 /// Values of the IN integer scalars, which array sizes and the cost depend on.

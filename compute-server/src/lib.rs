@@ -8,6 +8,7 @@
 pub mod benchmark;
 pub mod bulk;
 pub mod config;
+pub mod gang;
 pub mod invoke;
 pub mod monitor;
 pub mod pool;
@@ -54,6 +55,9 @@ pub async fn run(
     health
         .set_serving::<v1::monitor_server::MonitorServer<services::MonitorService>>()
         .await;
+    health
+        .set_serving::<v1::gang_control_server::GangControlServer<gang::service::GangControlService>>()
+        .await;
 
     // Messages carry whole arrays; allow the configured request size plus framing.
     let limit =
@@ -69,6 +73,26 @@ pub async fn run(
         })
     };
     let bulk_task = bulk.map(|listener| tokio::spawn(bulk::serve(listener, state.clone())));
+    // Agents reach the gang service on this server's own listener.
+    let agents = match listener.local_addr() {
+        Ok(address) => Some(gang::spawn_agents(
+            &state.gang.settings,
+            state.gang.processors,
+            &address.to_string(),
+        )),
+        Err(e) => {
+            tracing::error!(error = %e, "no address to give node agents; jobs are not time-shared");
+            None
+        }
+    };
+    let watchdog = gang::spawn_watchdog(state.gang.clone());
+    // Agents hold a stream open, which a graceful shutdown would wait for: stop them first.
+    let shutdown = async move {
+        shutdown.await;
+        if let Some(agents) = agents {
+            agents.stop().await;
+        }
+    };
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(HTTP2_WINDOW))
@@ -92,9 +116,13 @@ pub async fn run(
             v1::monitor_server::MonitorServer::new(services::MonitorService(state.clone()))
                 .max_decoding_message_size(PROBE_LIMIT),
         )
+        .add_service(v1::gang_control_server::GangControlServer::new(
+            gang::service::GangControlService(state.gang.clone()),
+        ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     sampler.abort();
+    watchdog.abort();
     if let Some(task) = bulk_task {
         task.abort();
     }

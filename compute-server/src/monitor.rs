@@ -33,5 +33,6 @@ pub fn sample(running_jobs: usize, queued_jobs: usize, stored_bytes: u64) -> v1:
         sampled_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64),
+        ..Default::default()
     }
 }

@@ -1,7 +1,8 @@
 //! Warm pools of executables, one per module. A call takes an idle process (or starts one),
 //! runs one request on it and gives it back. A process that crashed, broke the protocol or ran
 //! past its time limit is killed and dropped; the next call starts a fresh one, so a failure
-//! costs only its own call.
+//! costs only its own call. How many calls run at once is the gang scheduler's business
+//! (`crate::gang`): a call takes processes only once its job is in the time table.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +15,6 @@ use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::Semaphore;
 
 /// Why a call through the pool failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,9 +51,12 @@ struct Process {
 const MAX_REPLY_FRAME: usize = 2 << 30;
 
 impl Process {
-    fn spawn(path: &Path) -> std::io::Result<Process> {
+    fn spawn(path: &Path, spmd_socket: Option<&Path>) -> std::io::Result<Process> {
         let regions = HostRegions::create()?;
-        let command = ninf_executable::process::executable_command(path, &regions);
+        let mut command = ninf_executable::process::executable_command(path, &regions);
+        if let Some(socket) = spmd_socket {
+            command.env(ninf_executable::spmd::SOCKET_ENV, socket);
+        }
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
         let (stdin, stdout) =
             ninf_executable::process::take_pipes(child.stdin.take(), child.stdout.take())?;
@@ -150,47 +153,50 @@ fn signal_name(signal: i32) -> &'static str {
 pub struct ExecutablePool {
     module: String,
     path: PathBuf,
+    /// The message broker parallel ranks connect to.
+    spmd_socket: Option<PathBuf>,
     idle: std::sync::Mutex<Vec<Process>>,
-    slots: Semaphore,
+    /// Warm processes kept idle at most.
     size: usize,
     running: AtomicUsize,
-    queued: AtomicUsize,
     spawned: AtomicUsize,
     /// Process ids of executables running a call right now.
     busy: std::sync::Mutex<Vec<u32>>,
 }
 
 impl ExecutablePool {
-    /// A pool of at most `size` processes, `size` of them started now.
+    /// A pool keeping up to `size` idle processes, `warm` of them started now. Executables
+    /// learn the SPMD broker's socket from their environment.
     pub async fn start(
         module: &str,
         path: &Path,
+        warm: usize,
         size: usize,
+        spmd_socket: Option<&Path>,
     ) -> Result<Arc<ExecutablePool>, PoolError> {
         let pool = Arc::new(ExecutablePool {
             module: module.to_string(),
             path: path.to_path_buf(),
+            spmd_socket: spmd_socket.map(Path::to_path_buf),
             idle: std::sync::Mutex::new(Vec::new()),
-            slots: Semaphore::new(size.max(1)),
             size: size.max(1),
             running: AtomicUsize::new(0),
-            queued: AtomicUsize::new(0),
             spawned: AtomicUsize::new(0),
             busy: std::sync::Mutex::new(Vec::new()),
         });
-        let mut warm = Vec::new();
-        for _ in 0..pool.size {
-            warm.push(pool.spawn()?);
+        let mut started = Vec::new();
+        for _ in 0..warm.clamp(1, pool.size) {
+            started.push(pool.spawn()?);
         }
         if let Ok(mut idle) = pool.idle.lock() {
-            *idle = warm;
+            *idle = started;
         }
         Ok(pool)
     }
 
     fn spawn(&self) -> Result<Process, PoolError> {
         self.spawned.fetch_add(1, Ordering::Relaxed);
-        Process::spawn(&self.path).map_err(|e| PoolError::Spawn {
+        Process::spawn(&self.path, self.spmd_socket.as_deref()).map_err(|e| PoolError::Spawn {
             module: self.module.clone(),
             path: self.path.clone(),
             reason: e.to_string(),
@@ -199,10 +205,6 @@ impl ExecutablePool {
 
     pub fn running(&self) -> usize {
         self.running.load(Ordering::Relaxed)
-    }
-
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
     }
 
     /// Processes started since the pool was created (warm ones and replacements).
@@ -215,19 +217,8 @@ impl ExecutablePool {
         self.busy.lock().map(|b| b.clone()).unwrap_or_default()
     }
 
-    /// Waits for a free processor and takes an executable; also returns how long it waited.
-    pub async fn checkout(&self) -> Result<(Checkout<'_>, Duration), PoolError> {
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        let waiting = std::time::Instant::now();
-        let permit = self.slots.acquire().await;
-        let waited = waiting.elapsed();
-        self.queued.fetch_sub(1, Ordering::Relaxed);
-        let Ok(permit) = permit else {
-            return Err(PoolError::Crashed {
-                module: self.module.clone(),
-                reason: "the pool is shut down".into(),
-            });
-        };
+    /// Takes an idle executable, or starts one.
+    pub fn checkout(&self) -> Result<Checkout<'_>, PoolError> {
         let taken = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let process = match taken {
             Some(p) => p,
@@ -238,46 +229,32 @@ impl ExecutablePool {
             busy.push(pid);
         }
         self.running.fetch_add(1, Ordering::Relaxed);
-        Ok((
-            Checkout {
-                pool: self,
-                process: Some(process),
-                pid,
-                _permit: permit,
-            },
-            waited,
-        ))
+        Ok(Checkout {
+            pool: self,
+            process: Some(process),
+            pid,
+        })
     }
 
-    /// Runs one request, waiting for a free processor first; also returns how long it waited.
-    pub async fn call(
-        &self,
-        function: &str,
-        arguments: Vec<v1::ArgumentValue>,
-        timeout: Duration,
-    ) -> Result<(v1::ExecSuccess, Duration), PoolError> {
-        let (mut checkout, waited) = self.checkout().await?;
-        let request = v1::ExecRequest {
-            call_id: 0,
-            function: function.to_string(),
-            arguments,
-        };
-        let reply = checkout
-            .exchange(Outgoing::Message(request), false, timeout)
-            .await?;
-        let success = checkout.finish(reply)?;
-        Ok((success, waited))
+    /// Takes `n` executables (the ranks of a parallel job).
+    pub fn checkout_many(&self, n: usize) -> Result<Vec<Checkout<'_>>, PoolError> {
+        (0..n).map(|_| self.checkout()).collect()
     }
 
-    fn give_back(&self, process: Process) {
+    fn give_back(&self, mut process: Process) {
         if let Ok(mut idle) = self.idle.lock() {
-            idle.push(process);
+            if idle.len() < self.size {
+                idle.push(process);
+                return;
+            }
         }
+        // More processes than the pool keeps warm ran at once (time-shared jobs); let the
+        // extra one go.
+        let _ = process.child.start_kill();
     }
 
     /// Kills every idle process (on shutdown).
     pub async fn shutdown(&self) {
-        self.slots.close();
         let idle: Vec<Process> = self
             .idle
             .lock()
@@ -305,10 +282,14 @@ pub struct Checkout<'a> {
     pool: &'a ExecutablePool,
     process: Option<Process>,
     pid: Option<u32>,
-    _permit: tokio::sync::SemaphorePermit<'a>,
 }
 
 impl Checkout<'_> {
+    /// The executable's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
     /// A fresh call id for a prepared request.
     pub fn next_call_id(&mut self) -> u64 {
         match self.process.as_mut() {

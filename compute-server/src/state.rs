@@ -11,6 +11,7 @@ use ninf_proto::v1;
 use tonic::transport::Channel;
 
 use crate::config::ServerConfig;
+use crate::gang::{GangMaster, SpmdBroker};
 use crate::pool::ExecutablePool;
 use crate::storage::ObjectStore;
 
@@ -31,6 +32,10 @@ pub struct ServerState {
     pub max_request_bytes: u64,
     pub call_timeout: Duration,
     pub last_load: RwLock<v1::LoadSample>,
+    /// The gang scheduler every call goes through.
+    pub gang: Arc<GangMaster>,
+    /// Messages between the ranks of parallel jobs.
+    pub broker: Arc<SpmdBroker>,
     /// Connections to other servers' storage, for arguments held elsewhere.
     peers: tokio::sync::Mutex<HashMap<String, Channel>>,
 }
@@ -47,6 +52,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Pool(#[from] crate::pool::PoolError),
+    #[error("cannot open the message broker's socket: {0}")]
+    Broker(std::io::Error),
 }
 
 impl ServerState {
@@ -73,6 +80,9 @@ impl ServerState {
             }
         }
         let processors = config.processors();
+        let gang = GangMaster::new(config.gang.clone(), processors as u32);
+        let broker = SpmdBroker::start(gang.clone()).map_err(StartError::Broker)?;
+        let keep = processors * config.gang.max_rows.max(1);
         let mut modules = Vec::new();
         let mut functions = HashMap::new();
         for (executable, source) in sources {
@@ -89,8 +99,14 @@ impl ServerState {
                 }
                 functions.insert(f.name.clone(), modules.len());
             }
-            let pool = ExecutablePool::start(&interface.module, Path::new(&executable), processors)
-                .await?;
+            let pool = ExecutablePool::start(
+                &interface.module,
+                Path::new(&executable),
+                processors,
+                keep,
+                Some(broker.path()),
+            )
+            .await?;
             modules.push(ServedModule { interface, pool });
         }
         let spill_dir = config.storage.spill_dir.clone().unwrap_or_else(|| {
@@ -106,6 +122,8 @@ impl ServerState {
             max_request_bytes: config.max_request_bytes,
             call_timeout: Duration::from_secs_f64(config.call_timeout_seconds.max(0.001)),
             last_load: RwLock::new(crate::monitor::sample(0, 0, 0)),
+            gang,
+            broker,
             peers: tokio::sync::Mutex::new(HashMap::new()),
         };
         Ok(Arc::new(state))
@@ -118,10 +136,13 @@ impl ServerState {
 
     /// Takes a fresh load sample and remembers it.
     pub fn sample_load(&self) -> v1::LoadSample {
-        let running = self.modules.iter().map(|m| m.pool.running()).sum();
-        let queued = self.modules.iter().map(|m| m.pool.queued()).sum();
+        let (running, queued, rows, expected_wait) = self.gang.load();
         let (memory, spilled) = self.store.usage();
-        let sample = crate::monitor::sample(running, queued, memory + spilled);
+        let mut sample = crate::monitor::sample(running, queued, memory + spilled);
+        sample.processors = self.gang.processors;
+        sample.busy_rows = rows as u32;
+        sample.max_rows = self.gang.settings.max_rows as u32;
+        sample.expected_wait_seconds = expected_wait;
         if let Ok(mut last) = self.last_load.write() {
             *last = sample;
         }

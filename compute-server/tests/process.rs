@@ -195,17 +195,28 @@ fn sigterm_shuts_down_gracefully_and_stops_the_executables() {
     let server = ServerProcess::start(&[]);
     let client = Client::connect(&server.address).unwrap();
     client.call("noop", &mut [Arg::Integer(0)]).unwrap();
-    let executables = children(server.pid());
+    let children = children(server.pid());
+    let named = |name: &str| {
+        children
+            .iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|cmd| cmd.contains(name))
+            })
+            .count()
+    };
     assert_eq!(
-        executables.len(),
+        named("ninf-exec-"),
         6,
         "two warm processes for each of three modules"
     );
+    assert_eq!(named("ninf-gang-agent"), 1, "one node agent");
+    assert_eq!(children.len(), 7);
     let status = server.terminate();
     assert!(status.success(), "{status:?}");
-    for pid in executables {
+    for pid in children {
         let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|stat| !stat.contains(") Z "));
-        assert!(!alive, "executable {pid} outlived its server");
+        assert!(!alive, "child {pid} outlived its server");
     }
 }

@@ -419,7 +419,8 @@ async fn outputs_kept_on_one_server_feed_a_call_on_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_reports_load_and_health_is_serving() {
-    let server = TestServer::start(|_| {}).await;
+    // One row: the table space-shares, so a job that does not fit waits in the queue.
+    let server = TestServer::start(|c| c.gang.max_rows = 1).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
     let sleeper = tokio::spawn({
         let client = client.clone();
@@ -436,7 +437,7 @@ async fn monitor_reports_load_and_health_is_serving() {
     sleeper.await.unwrap().unwrap();
 
     // Two sleeps fill both processors; a third call must queue until one ends, and its
-    // timing says so (observed through the pool's state, not wall-clock thresholds).
+    // timing says so (observed through the gang queue, not wall-clock thresholds).
     let pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
     let request = |ms| v1::CallRequest {
         function: "sleep_ms".into(),
@@ -458,7 +459,7 @@ async fn monitor_reports_load_and_health_is_serving() {
         let client = client.clone();
         async move { client.call_request(request(0)).await }
     });
-    while pool.queued() < 1 {
+    while server.state.gang.load().1 < 1 {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let queued = |reply: v1::CallReply| reply.timing.unwrap().queue_seconds;

@@ -71,6 +71,7 @@ impl ExecutableProcess {
             call_id,
             function: function.to_string(),
             arguments,
+            spmd: None,
         };
         if request.encoded_len() >= SHARED_THRESHOLD {
             let written = self.regions.requests.write(&request);

@@ -449,6 +449,11 @@ pub fn handle(
     max_array_bytes: u64,
 ) -> v1::ExecReply {
     let call_id = request.call_id;
+    crate::spmd::enter(request.spmd.filter(|s| s.size > 0).map(|s| crate::spmd::Context {
+        job: s.job,
+        rank: s.rank as usize,
+        size: s.size as usize,
+    }));
     let result = (|| {
         let function = module
             .function(&request.function)
@@ -471,6 +476,7 @@ pub fn handle(
         let outputs = encode_outputs(function, &mut call)?;
         Ok(v1::ExecSuccess { outputs, status })
     })();
+    crate::spmd::enter(None);
     v1::ExecReply {
         call_id,
         result: Some(match result {

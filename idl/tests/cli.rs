@@ -82,7 +82,7 @@ fn cost_explains_bad_requests() {
     let cases: [(&[&str], &str); 5] = [
         (
             &["cost", "examples/linpack.idl", "dgetrf", "n=7"],
-            "module `linpack` has no function `dgetrf` (it has: dgefa, dgesl, dgesv, mmul)",
+            "module `linpack` has no function `dgetrf` (it has: dgefa, dgesl, dgesv, mmul, pmmul)",
         ),
         (
             &["cost", "examples/linpack.idl", "dgefa", "m=7"],

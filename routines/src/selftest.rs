@@ -33,3 +33,38 @@ pub fn segfault(_code: i32) {
         libc::raise(libc::SIGSEGV);
     }
 }
+
+/// Burns CPU: `work` rounds of a multiply-add chain the compiler cannot remove.
+pub fn spin(work: i64) -> Result<(), String> {
+    if work < 0 {
+        return Err(format!("work = {work} is negative"));
+    }
+    let mut x = std::hint::black_box(1.000_000_1_f64);
+    for _ in 0..work {
+        x = std::hint::black_box(x * 0.999_999_9 + 1e-9);
+    }
+    std::hint::black_box(x);
+    Ok(())
+}
+
+fn ranks(p: i32) -> Result<(usize, usize), String> {
+    let (rank, size) = (ninf_executable::spmd::rank(), ninf_executable::spmd::size());
+    if usize::try_from(p).ok() != Some(size) {
+        return Err(format!("called with p = {p} but running on {size} ranks"));
+    }
+    Ok((rank, size))
+}
+
+/// Every rank spins, then the ranks meet at a barrier.
+pub fn pspin(p: i32, work: i64) -> Result<(), String> {
+    ranks(p)?;
+    spin(work)?;
+    ninf_executable::spmd::barrier().map_err(|e| e.to_string())
+}
+
+/// Rank r waits for rank r+1 (mod p), which is itself waiting: nobody ever sends.
+pub fn pdeadlock(p: i32) -> Result<(), String> {
+    let (rank, size) = ranks(p)?;
+    ninf_executable::spmd::recv((rank + 1) % size).map_err(|e| e.to_string())?;
+    Ok(())
+}

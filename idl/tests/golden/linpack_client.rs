@@ -92,3 +92,28 @@ pub fn mmul(
         ],
     )
 }
+
+/// matrix product C = A B, SPMD over p processors: rank r computes a block of C's columns, rank 0 gathers them
+///
+/// IDL: `pmmul(IN int p, IN int n, IN double A[n][n], IN double B[n][n], OUT double C[n][n])`
+/// CalcOrder: `2 * n ^ 3`
+#[allow(non_snake_case, clippy::too_many_arguments)]
+pub fn pmmul(
+    caller: &mut (impl ::ninf::Caller + ?Sized),
+    p: i32,
+    n: i32,
+    A: &[f64],
+    B: &[f64],
+    C: &mut [f64],
+) -> ::std::result::Result<::ninf::CallOutcome, ::ninf::CallError> {
+    caller.call(
+        "pmmul",
+        &mut [
+            ::ninf::Arg::from(p),
+            ::ninf::Arg::from(n),
+            ::ninf::Arg::from(A),
+            ::ninf::Arg::from(B),
+            ::ninf::Arg::from(C),
+        ],
+    )
+}

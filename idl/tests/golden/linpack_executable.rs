@@ -22,6 +22,13 @@ Define mmul(IN int n, IN double A[n][n], IN double B[n][n], OUT double C[n][n])
     "matrix product C = A B"
     CalcOrder 2 * n ^ 3
     Calls "Rust" ninf_routines::blas::mmul(n, A, B, C);
+
+Define pmmul(IN int p, IN int n, IN double A[n][n], IN double B[n][n], OUT double C[n][n])
+    "matrix product C = A B, SPMD over p processors: rank r computes a block of C's columns, rank 0 gathers them"
+    Backend "MPI"
+    Parallel p
+    CalcOrder 2 * n ^ 3
+    Calls "Rust" ninf_routines::blas::pmmul(p, n, A, B, C);
 "#;
 
 fn main() -> ::std::process::ExitCode {
@@ -37,6 +44,7 @@ fn dispatch(
         "dgesl" => call_dgesl(args),
         "dgesv" => call_dgesv(args),
         "mmul" => call_mmul(args),
+        "pmmul" => call_pmmul(args),
         other => Err(::ninf_executable::RoutineError::function_not_found(other)),
     }
 }
@@ -108,5 +116,23 @@ fn call_mmul(
     let mut arg_C = args.take_array::<f64>(3)?;
     let status = ::ninf_executable::RoutineOutcome::into_status(ninf_routines::blas::mmul(arg_n, &arg_A, &arg_B, &mut arg_C));
     args.put_array(3, arg_C);
+    status
+}
+
+/// matrix product C = A B, SPMD over p processors: rank r computes a block of C's columns, rank 0 gathers them
+///
+/// IDL: `pmmul(IN int p, IN int n, IN double A[n][n], IN double B[n][n], OUT double C[n][n])`
+/// CalcOrder: `2 * n ^ 3`
+#[allow(non_snake_case, unused_mut, clippy::let_and_return, clippy::unit_arg)]
+fn call_pmmul(
+    args: &mut ::ninf_executable::CallArgs,
+) -> ::std::result::Result<i64, ::ninf_executable::RoutineError> {
+    let arg_p = args.scalar::<i32>(0)?;
+    let arg_n = args.scalar::<i32>(1)?;
+    let mut arg_A = args.take_array::<f64>(2)?;
+    let mut arg_B = args.take_array::<f64>(3)?;
+    let mut arg_C = args.take_array::<f64>(4)?;
+    let status = ::ninf_executable::RoutineOutcome::into_status(ninf_routines::blas::pmmul(arg_p, arg_n, &arg_A, &arg_B, &mut arg_C));
+    args.put_array(4, arg_C);
     status
 }

@@ -1,0 +1,73 @@
+//! `ninf-gang-agent`: the node agent of a compute server's gang scheduler (seed 003). The
+//! server starts one per node; it can as well run on another host and attach over the network.
+
+use clap::Parser;
+use ninf_compute_server::gang::agent::{self, AgentOptions};
+use ninf_compute_server::gang::clock::AgentClock;
+
+#[derive(Parser)]
+#[command(about = "Follows a compute server's gang time table on one node")]
+struct Args {
+    /// The server's gRPC address, host:port.
+    #[arg(long)]
+    server: String,
+    /// This node's name.
+    #[arg(long, default_value = "node-0")]
+    node: String,
+    /// The processors (table columns) of this node, e.g. `0,1`.
+    #[arg(long, value_delimiter = ',', required = true)]
+    columns: Vec<u32>,
+    /// Do not pin processes to cores.
+    #[arg(long)]
+    no_pin: bool,
+    /// Emulate a clock of another host: offset from the machine's clock.
+    #[arg(long, default_value_t = 0.0)]
+    clock_offset_ms: f64,
+    /// Emulate a clock of another host: rate error in parts per million.
+    #[arg(long, default_value_t = 0.0)]
+    clock_rate_ppm: f64,
+    #[arg(long, default_value_t = 0.5)]
+    sync_min_interval: f64,
+    #[arg(long, default_value_t = 3600.0)]
+    sync_max_interval: f64,
+    #[arg(long, default_value_t = 200.0)]
+    drift_threshold_us: f64,
+    /// Follow seed 003 exactly: no estimate of the clocks' rate difference.
+    #[arg(long)]
+    no_rate_estimate: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let options = AgentOptions {
+        server: args.server,
+        node: args.node,
+        columns: args.columns,
+        pin: !args.no_pin,
+        clock: AgentClock {
+            offset: args.clock_offset_ms * 1e-3,
+            rate_ppm: args.clock_rate_ppm,
+        },
+        sync: ninf_gang::SyncConfig {
+            min_interval: args.sync_min_interval,
+            max_interval: args.sync_max_interval,
+            drift_threshold: args.drift_threshold_us * 1e-6,
+            compensate_rate: !args.no_rate_estimate,
+        },
+        report_interval: std::time::Duration::from_secs(1),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        agent::run(options, ninf_proto::shutdown::signal()).await?;
+        Ok(())
+    })
+}

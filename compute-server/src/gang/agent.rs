@@ -1,0 +1,337 @@
+//! The node agent (seed 003): it attaches to its server's `GangControl` service, receives a
+//! time table whenever jobs arrive or leave, and follows the table's cycle by its own clock,
+//! stopping and continuing its node's processes (SIGSTOP/SIGCONT) at slot boundaries and
+//! pinning each to its column's core. Its clock's offset from the server's is checked with the
+//! adaptive interval of [`ninf_gang::ClockSync`]. It talks to the server only over gRPC, so an
+//! agent on another host works the same way; on one machine it runs as a `ninf-gang-agent`
+//! process or, failing that, as a thread of the server.
+//!
+//! The switching itself happens on a dedicated thread with 1 µs timer slack, which sleeps
+//! until the next boundary or the next table, whichever comes first.
+
+use std::future::Future;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ninf_gang::{ClockSample, ClockSync, NodeAgent, ProcessSwitch, SyncConfig, TimeTable};
+use ninf_proto::v1::{self, gang_control_client::GangControlClient};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
+
+use super::clock::{AgentClock, MachineClock, monotonic_ns};
+use super::wire::table_from_proto;
+use ninf_gang::Clock;
+
+/// How one agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// The server's gRPC address, `host:port`.
+    pub server: String,
+    pub node: String,
+    pub columns: Vec<u32>,
+    pub pin: bool,
+    pub clock: AgentClock,
+    pub sync: SyncConfig,
+    /// How often counters and continue times are reported (applied tables at once).
+    pub report_interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot reach the server at {server}: {reason}")]
+    Connect { server: String, reason: String },
+    #[error("the server refused the agent: {0}")]
+    Refused(String),
+    #[error("the switching thread could not start: {0}")]
+    Thread(std::io::Error),
+}
+
+/// What the switching thread shares with the reporting task.
+#[derive(Default)]
+struct Shared {
+    applied: u64,
+    resumes: Vec<v1::ResumeSample>,
+    switches: u64,
+    table_messages: u64,
+    signal_failures: u64,
+}
+
+const MAX_PENDING_RESUMES: usize = 200_000;
+
+enum ThreadCommand {
+    Install(TimeTable),
+    Stop,
+}
+
+/// Runs the agent until the server ends the stream or `shutdown` completes. On the way out
+/// every process it stopped is continued, so nothing stays frozen without its agent.
+pub async fn run(
+    options: AgentOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
+    let channel = connect(&options.server).await?;
+    let mut client = GangControlClient::new(channel);
+    let sync = Arc::new(Mutex::new(ClockSync::new(options.sync)));
+    check_clock(&mut client, &options.clock, &sync).await;
+
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (applied_tx, mut applied_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (commands, thread_rx) = mpsc::channel::<ThreadCommand>();
+    let thread = {
+        let (options, sync, shared) = (options.clone(), sync.clone(), shared.clone());
+        std::thread::Builder::new()
+            .name(format!("gang-{}", options.node))
+            .spawn(move || switching_thread(options, sync, shared, thread_rx, applied_tx))
+            .map_err(AgentError::Thread)?
+    };
+
+    let (outgoing, outgoing_rx) = tokio::sync::mpsc::unbounded_channel();
+    let _ = outgoing.send(v1::AgentMessage {
+        kind: Some(v1::agent_message::Kind::Hello(v1::AgentHello {
+            node: options.node.clone(),
+            columns: options.columns.clone(),
+        })),
+    });
+    let mut inbound = client
+        .attach(UnboundedReceiverStream::new(outgoing_rx))
+        .await
+        .map_err(|s| AgentError::Refused(s.message().to_string()))?
+        .into_inner();
+    tracing::info!(node = %options.node, columns = ?options.columns, "node agent attached");
+
+    let report = |shared: &Mutex<Shared>, sync: &Mutex<ClockSync>| {
+        let (checks, drifts, offset) = sync
+            .lock()
+            .map(|s| (s.checks(), s.drifts(), s.offset().unwrap_or(0.0)))
+            .unwrap_or_default();
+        let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+        v1::AgentMessage {
+            kind: Some(v1::agent_message::Kind::Report(v1::AgentReport {
+                applied_version: shared.applied,
+                resumes: std::mem::take(&mut shared.resumes),
+                table_messages: shared.table_messages,
+                switches: shared.switches,
+                clock_checks: checks,
+                clock_drifts: drifts,
+                clock_offset: offset,
+                signal_failures: shared.signal_failures,
+            })),
+        }
+    };
+
+    let mut ticker = tokio::time::interval(options.report_interval.max(Duration::from_millis(10)));
+    tokio::pin!(shutdown);
+    let mut failed_check = false;
+    loop {
+        let next_check = if failed_check {
+            Duration::from_secs(1)
+        } else {
+            let local = sync.lock().map(|s| s.next_check()).unwrap_or(0.0);
+            let machine = options.clock.machine_at(local);
+            Duration::from_secs_f64((machine - MachineClock.now()).clamp(0.0, 3600.0))
+        };
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::Table(table)) })) => {
+                    match table_from_proto(table) {
+                        Ok(table) => {
+                            if commands.send(ThreadCommand::Install(table)).is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "ignored a malformed time table"),
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::warn!(node = %options.node, error = %status.message(), "the server ended the agent's stream");
+                    break;
+                }
+            },
+            Some(()) = applied_rx.recv() => {
+                while applied_rx.try_recv().is_ok() {}
+                let _ = outgoing.send(report(&shared, &sync));
+            }
+            _ = ticker.tick() => {
+                let _ = outgoing.send(report(&shared, &sync));
+            }
+            _ = tokio::time::sleep(next_check) => {
+                failed_check = !check_clock(&mut client, &options.clock, &sync).await;
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    let _ = commands.send(ThreadCommand::Stop);
+    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    Ok(())
+}
+
+async fn connect(server: &str) -> Result<Channel, AgentError> {
+    let endpoint = Channel::from_shared(format!("http://{server}"))
+        .map_err(|e| AgentError::Connect {
+            server: server.to_string(),
+            reason: e.to_string(),
+        })?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2));
+    let mut last = String::new();
+    // The server may still be starting its listener.
+    for _ in 0..50 {
+        match endpoint.connect().await {
+            Ok(channel) => return Ok(channel),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(AgentError::Connect {
+        server: server.to_string(),
+        reason: last,
+    })
+}
+
+/// One clock check of three exchanges; the shortest round trip is kept. `false` if the
+/// server could not be asked.
+async fn check_clock(
+    client: &mut GangControlClient<Channel>,
+    clock: &AgentClock,
+    sync: &Mutex<ClockSync>,
+) -> bool {
+    let mut samples = Vec::with_capacity(3);
+    for _ in 0..3 {
+        let sent = clock.now();
+        match client.clock(v1::ClockRequest {}).await {
+            Ok(reply) => samples.push(ClockSample {
+                sent,
+                master: reply.into_inner().server_seconds,
+                received: clock.now(),
+            }),
+            Err(status) => {
+                tracing::debug!(error = %status.message(), "clock check failed");
+                break;
+            }
+        }
+    }
+    if samples.is_empty() {
+        return false;
+    }
+    if let Ok(mut sync) = sync.lock()
+        && let Some(outcome) = sync.record(&samples)
+        && outcome.drift
+    {
+        tracing::info!(
+            offset_us = outcome.offset * 1e6,
+            change_us = outcome.change * 1e6,
+            next_check_s = outcome.interval,
+            "clock drift corrected"
+        );
+    }
+    true
+}
+
+fn switching_thread(
+    options: AgentOptions,
+    sync: Arc<Mutex<ClockSync>>,
+    shared: Arc<Mutex<Shared>>,
+    commands: mpsc::Receiver<ThreadCommand>,
+    applied: tokio::sync::mpsc::UnboundedSender<()>,
+) {
+    // SAFETY: PR_SET_TIMERSLACK only changes how precisely this thread's timed sleeps end.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
+    let master_now = || {
+        let local = options.clock.now();
+        sync.lock().map_or(local, |s| s.to_master(local))
+    };
+    let mut core = NodeAgent::new(options.columns.iter().copied());
+    loop {
+        let wait = core.next_change(master_now()).map(|boundary| {
+            let local = sync.lock().map_or(boundary, |s| s.to_local(boundary));
+            let machine = options.clock.machine_at(local);
+            Duration::from_secs_f64((machine - MachineClock.now()).clamp(0.0, 3600.0))
+        });
+        let command = match wait {
+            Some(wait) => commands.recv_timeout(wait),
+            None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match command {
+            Ok(ThreadCommand::Install(table)) => {
+                let version = table.version;
+                let switch = core.install(table, master_now());
+                apply(&options, cores, &switch, &shared);
+                if let Ok(mut s) = shared.lock() {
+                    s.applied = version;
+                    s.table_messages = core.counters().table_messages;
+                    s.switches = core.counters().switches;
+                }
+                let _ = applied.send(());
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(switch) = core.follow(master_now()) {
+                    apply(&options, cores, &switch, &shared);
+                    if let Ok(mut s) = shared.lock() {
+                        s.switches = core.counters().switches;
+                    }
+                }
+            }
+            Ok(ThreadCommand::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    for &pid in core.stopped() {
+        super::signal(pid, libc::SIGCONT);
+    }
+}
+
+fn apply(options: &AgentOptions, cores: u32, switch: &ProcessSwitch, shared: &Mutex<Shared>) {
+    let mut failures = 0;
+    if options.pin {
+        for &(pid, column) in &switch.pin {
+            pin(pid, column % cores.max(1));
+        }
+    }
+    for &pid in &switch.stop {
+        if !super::signal(pid, libc::SIGSTOP) {
+            failures += 1;
+        }
+    }
+    let mut resumed = Vec::with_capacity(switch.resume.len());
+    for &(pid, job) in &switch.resume {
+        if !super::signal(pid, libc::SIGCONT) {
+            failures += 1;
+            continue;
+        }
+        if let Some(job) = job {
+            resumed.push(v1::ResumeSample {
+                version: switch.version,
+                slot: switch.slot,
+                job,
+                process: pid,
+                resumed_ns: monotonic_ns(),
+            });
+        }
+    }
+    let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+    shared.signal_failures += failures;
+    if shared.resumes.len() + resumed.len() <= MAX_PENDING_RESUMES {
+        shared.resumes.extend(resumed);
+    }
+}
+
+/// Pins a process to one core; failures (the process ended, or the core is not allowed in
+/// this cgroup) are harmless and only logged.
+fn pin(pid: u32, core: u32) {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write only into it, and
+    // sched_setaffinity reads it.
+    let result = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(core as usize, &mut set);
+        libc::sched_setaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if result != 0 {
+        tracing::debug!(pid, core, error = %std::io::Error::last_os_error(), "cannot pin a process");
+    }
+}

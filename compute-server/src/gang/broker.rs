@@ -1,0 +1,280 @@
+//! The message broker of parallel jobs: the ranks of a job (processes of one executable, SPMD)
+//! send and receive byte messages through it, over a Unix socket whose path the executables
+//! find in `NINF_SPMD_SOCKET`. Because every send and every receive passes here, the broker
+//! knows a job's global state (seed 000, chapter 6): when every rank still running waits to
+//! receive and no message it waits for is in flight, the job is deadlocked, and the gang
+//! master is told so (it loses its slots and is killed after the grace).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use ninf_gang::JobId;
+use ninf_proto::v1::{self, spmd_frame::Kind};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use super::master::GangMaster;
+
+/// Largest message between ranks.
+const MAX_MESSAGE: usize = 1 << 30;
+
+type Outbox = mpsc::UnboundedSender<Bytes>;
+
+struct Waiting {
+    from: u32,
+    outbox: Outbox,
+}
+
+struct JobChannels {
+    size: u32,
+    /// Messages sent and not yet received, by (from, to).
+    queues: HashMap<(u32, u32), VecDeque<Bytes>>,
+    /// Ranks blocked in a receive.
+    waiting: HashMap<u32, Waiting>,
+    /// Ranks whose call returned.
+    done: HashSet<u32>,
+    deadlocked: bool,
+}
+
+impl JobChannels {
+    fn deadlocked_now(&self) -> bool {
+        let live = self.size as usize - self.done.len();
+        live > 0
+            && self.waiting.len() == live
+            && self.waiting.iter().all(|(rank, w)| {
+                self.queues
+                    .get(&(w.from, *rank))
+                    .is_none_or(VecDeque::is_empty)
+            })
+    }
+}
+
+/// The broker of one server.
+pub struct SpmdBroker {
+    path: PathBuf,
+    jobs: Mutex<HashMap<JobId, JobChannels>>,
+    master: Arc<GangMaster>,
+    /// Messages passed, for status and tests.
+    delivered: AtomicU64,
+}
+
+fn encode(kind: Kind) -> Bytes {
+    let body = v1::SpmdFrame { kind: Some(kind) }.encode_to_vec();
+    let mut framed = Vec::with_capacity(body.len() + 4);
+    framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    framed.extend_from_slice(&body);
+    Bytes::from(framed)
+}
+
+fn deliver(outbox: &Outbox, from: u32, data: Bytes) {
+    let _ = outbox.send(encode(Kind::Deliver(v1::SpmdDeliver { from, data })));
+}
+
+impl SpmdBroker {
+    /// Listens on a fresh socket under the system's temporary folder.
+    pub fn start(master: Arc<GangMaster>) -> std::io::Result<Arc<SpmdBroker>> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "ninf-spmd-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)?;
+        let broker = Arc::new(SpmdBroker {
+            path,
+            jobs: Mutex::new(HashMap::new()),
+            master,
+            delivered: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&broker);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let Some(broker) = weak.upgrade() else { break };
+                tokio::spawn(async move { broker.connection(stream).await });
+            }
+        });
+        Ok(broker)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<JobId, JobChannels>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A parallel job of `size` ranks starts.
+    pub fn open(&self, job: JobId, size: u32) {
+        self.lock().insert(
+            job,
+            JobChannels {
+                size,
+                queues: HashMap::new(),
+                waiting: HashMap::new(),
+                done: HashSet::new(),
+                deadlocked: false,
+            },
+        );
+    }
+
+    /// A rank's call returned; the others may now be deadlocked waiting for it.
+    pub fn rank_done(&self, job: JobId, rank: u32) {
+        let deadlock = {
+            let mut jobs = self.lock();
+            let Some(channels) = jobs.get_mut(&job) else {
+                return;
+            };
+            channels.done.insert(rank);
+            channels.waiting.remove(&rank);
+            let now = channels.deadlocked_now();
+            let changed = now && !channels.deadlocked;
+            channels.deadlocked = now;
+            changed
+        };
+        if deadlock {
+            self.master.set_deadlocked(job, true);
+        }
+    }
+
+    /// The job ended: ranks still waiting are told so, and undelivered messages dropped.
+    pub fn close(&self, job: JobId) {
+        if let Some(channels) = self.lock().remove(&job) {
+            for (_, waiting) in channels.waiting {
+                let _ = waiting.outbox.send(encode(Kind::Abort(format!(
+                    "job {job} ended while this rank waited"
+                ))));
+            }
+        }
+    }
+
+    async fn connection(&self, stream: UnixStream) {
+        let (mut reader, mut writer) = stream.into_split();
+        let (outbox, mut frames) = mpsc::unbounded_channel::<Bytes>();
+        let writing = tokio::spawn(async move {
+            while let Some(frame) = frames.recv().await {
+                if writer.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            let mut header = [0u8; 4];
+            if reader.read_exact(&mut header).await.is_err() {
+                break;
+            }
+            let len = u32::from_le_bytes(header) as usize;
+            if len > MAX_MESSAGE {
+                tracing::warn!(len, "an executable sent an oversized message; dropping its connection");
+                break;
+            }
+            let mut body = vec![0u8; len];
+            if reader.read_exact(&mut body).await.is_err() {
+                break;
+            }
+            match v1::SpmdFrame::decode(Bytes::from(body)) {
+                Ok(v1::SpmdFrame {
+                    kind: Some(Kind::Send(send)),
+                }) => self.send(send),
+                Ok(v1::SpmdFrame {
+                    kind: Some(Kind::Recv(recv)),
+                }) => self.recv(recv, &outbox),
+                Ok(_) => tracing::warn!("an executable sent an unexpected frame"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "an executable sent an undecodable frame; dropping its connection");
+                    break;
+                }
+            }
+        }
+        drop(outbox);
+        let _ = writing.await;
+    }
+
+    fn send(&self, send: v1::SpmdSend) {
+        let mut jobs = self.lock();
+        let Some(channels) = jobs.get_mut(&send.job) else {
+            tracing::warn!(job = send.job, "a message for a job that is not running here was dropped");
+            return;
+        };
+        if send.to >= channels.size || send.from >= channels.size {
+            tracing::warn!(job = send.job, from = send.from, to = send.to, "a message between ranks the job does not have was dropped");
+            return;
+        }
+        match channels.waiting.get(&send.to) {
+            Some(w) if w.from == send.from => {
+                if let Some(w) = channels.waiting.remove(&send.to) {
+                    deliver(&w.outbox, send.from, send.data);
+                    self.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            _ => channels
+                .queues
+                .entry((send.from, send.to))
+                .or_default()
+                .push_back(send.data),
+        }
+    }
+
+    fn recv(&self, recv: v1::SpmdRecv, outbox: &Outbox) {
+        let deadlock = {
+            let mut jobs = self.lock();
+            let Some(channels) = jobs.get_mut(&recv.job) else {
+                let _ = outbox.send(encode(Kind::Abort(format!(
+                    "job {} is not running on this server",
+                    recv.job
+                ))));
+                return;
+            };
+            if recv.from >= channels.size {
+                let _ = outbox.send(encode(Kind::Abort(format!(
+                    "rank {} does not exist: the job has {} ranks",
+                    recv.from, channels.size
+                ))));
+                return;
+            }
+            let queued = channels
+                .queues
+                .get_mut(&(recv.from, recv.rank))
+                .and_then(VecDeque::pop_front);
+            match queued {
+                Some(data) => {
+                    deliver(outbox, recv.from, data);
+                    self.delivered.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                None => {
+                    channels.waiting.insert(
+                        recv.rank,
+                        Waiting {
+                            from: recv.from,
+                            outbox: outbox.clone(),
+                        },
+                    );
+                    let now = channels.deadlocked_now();
+                    let changed = now && !channels.deadlocked;
+                    channels.deadlocked = now;
+                    changed
+                }
+            }
+        };
+        if deadlock {
+            self.master.set_deadlocked(recv.job, true);
+        }
+    }
+}
+
+impl Drop for SpmdBroker {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

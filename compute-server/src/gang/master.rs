@@ -1,0 +1,504 @@
+//! The server's side of gang scheduling: every call becomes a job that waits in the gang
+//! core's admission queue, takes its place in the time table, and leaves it when the call
+//! ends. Each change issues a new table to the node agents (only then: switches need no
+//! message). The master also gathers the agents' reports (applied tables, switch skew,
+//! clock checks) and kills jobs that stayed deadlocked past their grace.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ninf_gang::{Clock, GangScheduler, JobId, JobState, MatrixError, TimeTable};
+use ninf_proto::v1;
+use tokio::sync::{oneshot, watch};
+
+use super::clock::MachineClock;
+use super::wire::table_to_proto;
+use crate::config::GangSettings;
+
+/// Why a job could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum GangError {
+    #[error(transparent)]
+    Table(#[from] MatrixError),
+    #[error("the server is shutting down")]
+    Closed,
+}
+
+/// A call's job, from admission to its end; dropping it takes the job out of the table (or
+/// the queue) and lets the next ones in.
+pub struct JobTicket {
+    master: Arc<GangMaster>,
+    pub id: JobId,
+}
+
+impl JobTicket {
+    /// Tells the agents which processes run the job (rank order) and whether it can run now
+    /// or still waits for its input. If a runnable job's slot is not the current one, waits
+    /// until the agents have stopped its processes, so they never run outside their slots.
+    pub async fn attach(&self, processes: Vec<u32>, runnable: bool) {
+        let wait_for = self.master.attach(self.id, processes, runnable);
+        if let Some(version) = wait_for {
+            self.master.wait_applied(version).await;
+        }
+    }
+
+    /// The job's input arrived (runnable) or it waits for input again (idle).
+    pub fn set_runnable(&self, runnable: bool) {
+        let state = if runnable {
+            JobState::Runnable
+        } else {
+            JobState::Idle
+        };
+        self.master.set_state(self.id, state);
+    }
+
+    /// Why the server killed the job, if it did.
+    pub fn killed(&self) -> Option<String> {
+        self.master
+            .lock()
+            .jobs
+            .get(&self.id)
+            .and_then(|j| j.killed.clone())
+    }
+}
+
+impl Drop for JobTicket {
+    fn drop(&mut self) {
+        self.master.finish(self.id);
+    }
+}
+
+struct JobRecord {
+    function: String,
+    processes: Vec<u32>,
+    /// Told when the job enters the table.
+    admitted: Option<oneshot::Sender<()>>,
+    admitted_at: Option<f64>,
+    killed: Option<String>,
+}
+
+struct NodeRecord {
+    columns: Vec<u32>,
+    attached: bool,
+    report: v1::AgentReport,
+}
+
+/// Earliest and latest continue time of one job's processes at one boundary.
+struct Spread {
+    first_ns: i64,
+    last_ns: i64,
+    count: usize,
+}
+
+const MAX_SKEWS: usize = 100_000;
+const MAX_OPEN_SPREADS: usize = 10_000;
+
+struct Inner {
+    scheduler: GangScheduler<MachineClock>,
+    next_job: JobId,
+    jobs: BTreeMap<JobId, JobRecord>,
+    nodes: BTreeMap<String, NodeRecord>,
+    spreads: BTreeMap<(u64, u64, JobId), Spread>,
+    skews_us: VecDeque<f64>,
+    deadlocks_killed: u64,
+    /// Mean seconds a job spends in the table (exponentially weighted).
+    mean_residence: f64,
+}
+
+/// The gang scheduler of one server with its node agents.
+pub struct GangMaster {
+    pub settings: GangSettings,
+    pub processors: u32,
+    inner: Mutex<Inner>,
+    tables: watch::Sender<Arc<v1::TimeTableMessage>>,
+    /// The oldest table version every attached agent has applied.
+    applied: watch::Sender<u64>,
+}
+
+impl GangMaster {
+    pub fn new(settings: GangSettings, processors: u32) -> Arc<GangMaster> {
+        let config = settings.core(processors.max(1));
+        let mut scheduler = GangScheduler::new(config, MachineClock);
+        let first = scheduler.table();
+        let (tables, _) = watch::channel(Arc::new(table_to_proto(&first)));
+        let (applied, _) = watch::channel(u64::MAX);
+        Arc::new(GangMaster {
+            settings,
+            processors: processors.max(1),
+            inner: Mutex::new(Inner {
+                scheduler,
+                next_job: 1,
+                jobs: BTreeMap::new(),
+                nodes: BTreeMap::new(),
+                spreads: BTreeMap::new(),
+                skews_us: VecDeque::new(),
+                deadlocks_killed: 0,
+                mean_residence: 0.0,
+            }),
+            tables,
+            applied,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The state stays consistent across every early return, so a panic elsewhere while
+        // holding the lock leaves nothing half-done worth refusing service for.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a job of `processors` for `function` and waits until it enters the table.
+    pub async fn admit(
+        self: &Arc<Self>,
+        function: &str,
+        processors: u32,
+    ) -> Result<JobTicket, GangError> {
+        let (ticket, admitted) = {
+            let mut inner = self.lock();
+            let id = inner.next_job;
+            inner.next_job += 1;
+            let started = inner.scheduler.submit(id, processors)?;
+            let (tx, rx) = oneshot::channel();
+            inner.jobs.insert(
+                id,
+                JobRecord {
+                    function: function.to_string(),
+                    processes: Vec::new(),
+                    admitted: Some(tx),
+                    admitted_at: None,
+                    killed: None,
+                },
+            );
+            notify_started(&mut inner, &started);
+            (
+                JobTicket {
+                    master: self.clone(),
+                    id,
+                },
+                rx,
+            )
+        };
+        // If this future is dropped while waiting, the ticket's drop cancels the job.
+        admitted.await.map_err(|_| GangError::Closed)?;
+        Ok(ticket)
+    }
+
+    fn attach(&self, id: JobId, processes: Vec<u32>, runnable: bool) -> Option<u64> {
+        let mut inner = self.lock();
+        if let Some(job) = inner.jobs.get_mut(&id) {
+            job.processes = processes;
+        }
+        let state = if runnable {
+            JobState::Runnable
+        } else {
+            JobState::Idle
+        };
+        inner.scheduler.set_state(id, state);
+        let table = self.issue(&mut inner);
+        let now = MachineClock.now();
+        (runnable && !table.running_at(now).contains(&id)).then_some(table.version)
+    }
+
+    fn set_state(&self, id: JobId, state: JobState) {
+        let mut inner = self.lock();
+        let current = inner.scheduler.matrix().placement(id).map(|p| p.state);
+        let same = match (current, state) {
+            (Some(JobState::Stopped { .. }), JobState::Stopped { .. }) => true,
+            (Some(a), b) => a == b,
+            (None, _) => true,
+        };
+        if !same {
+            inner.scheduler.set_state(id, state);
+            self.issue(&mut inner);
+        }
+    }
+
+    /// A parallel job's ranks all wait with nothing in flight (`true`), or one got a message
+    /// (`false`).
+    pub fn set_deadlocked(&self, id: JobId, deadlocked: bool) {
+        let state = if deadlocked {
+            JobState::Stopped {
+                since: MachineClock.now(),
+            }
+        } else {
+            JobState::Runnable
+        };
+        if deadlocked {
+            tracing::warn!(job = id, "every rank waits to receive with nothing in flight: deadlock");
+        }
+        self.set_state(id, state);
+    }
+
+    fn finish(&self, id: JobId) {
+        let mut inner = self.lock();
+        let now = MachineClock.now();
+        if let Some(job) = inner.jobs.remove(&id)
+            && let Some(at) = job.admitted_at
+        {
+            let residence = (now - at).max(0.0);
+            inner.mean_residence = if inner.mean_residence == 0.0 {
+                residence
+            } else {
+                0.9 * inner.mean_residence + 0.1 * residence
+            };
+        }
+        let started = inner.scheduler.finish(id);
+        notify_started(&mut inner, &started);
+        if inner.scheduler.needs_table() {
+            self.issue(&mut inner);
+        }
+    }
+
+    /// Issues the current table to the agents, with each job's processes.
+    fn issue(&self, inner: &mut Inner) -> TimeTable {
+        let mut table = inner.scheduler.table();
+        for (id, job) in table.jobs.iter_mut() {
+            if let Some(record) = inner.jobs.get(id) {
+                job.processes = record.processes.clone();
+            }
+        }
+        self.tables.send_replace(Arc::new(table_to_proto(&table)));
+        table
+    }
+
+    /// Waits until every attached agent has applied table `version` (at most a second: a
+    /// stuck agent must not stall calls).
+    async fn wait_applied(&self, version: u64) {
+        let mut applied = self.applied.subscribe();
+        let reached = applied.wait_for(|&v| v >= version);
+        if tokio::time::timeout(Duration::from_secs(1), reached)
+            .await
+            .is_err()
+        {
+            tracing::warn!(version, "node agents did not apply the table within 1 s");
+        }
+    }
+
+    /// The latest table, for an agent's stream.
+    pub fn tables(&self) -> watch::Receiver<Arc<v1::TimeTableMessage>> {
+        self.tables.subscribe()
+    }
+
+    /// An agent attached.
+    pub fn attach_node(&self, node: &str, columns: Vec<u32>) {
+        let mut inner = self.lock();
+        inner.nodes.insert(
+            node.to_string(),
+            NodeRecord {
+                columns,
+                attached: true,
+                report: v1::AgentReport::default(),
+            },
+        );
+        self.update_applied(&inner);
+    }
+
+    /// An agent's stream ended.
+    pub fn detach_node(&self, node: &str) {
+        let mut inner = self.lock();
+        if let Some(n) = inner.nodes.get_mut(node) {
+            n.attached = false;
+        }
+        self.update_applied(&inner);
+    }
+
+    fn update_applied(&self, inner: &Inner) {
+        let oldest = inner
+            .nodes
+            .values()
+            .filter(|n| n.attached)
+            .map(|n| n.report.applied_version)
+            .min()
+            .unwrap_or(u64::MAX);
+        self.applied.send_replace(oldest);
+    }
+
+    /// Takes an agent's report: its applied table, counters and continue times.
+    pub fn node_report(&self, node: &str, mut report: v1::AgentReport) {
+        let mut inner = self.lock();
+        let resumes = std::mem::take(&mut report.resumes);
+        for sample in resumes {
+            let Some(processes) = inner.jobs.get(&sample.job).map(|j| j.processes.len()) else {
+                continue;
+            };
+            if processes < 2 {
+                continue;
+            }
+            let key = (sample.version, sample.slot, sample.job);
+            let spread = inner.spreads.entry(key).or_insert(Spread {
+                first_ns: sample.resumed_ns,
+                last_ns: sample.resumed_ns,
+                count: 0,
+            });
+            spread.first_ns = spread.first_ns.min(sample.resumed_ns);
+            spread.last_ns = spread.last_ns.max(sample.resumed_ns);
+            spread.count += 1;
+            if spread.count >= processes {
+                let skew = (spread.last_ns - spread.first_ns) as f64 / 1000.0;
+                inner.spreads.remove(&key);
+                if inner.skews_us.len() >= MAX_SKEWS {
+                    inner.skews_us.pop_front();
+                }
+                inner.skews_us.push_back(skew);
+            }
+        }
+        while inner.spreads.len() > MAX_OPEN_SPREADS {
+            inner.spreads.pop_first();
+        }
+        if let Some(n) = inner.nodes.get_mut(node) {
+            n.report = report;
+        }
+        self.update_applied(&inner);
+    }
+
+    /// Kills the processes of jobs deadlocked past their grace; returns how many.
+    pub fn kill_deadlocked(&self) -> usize {
+        let mut inner = self.lock();
+        let grace = inner.scheduler.config.stop_grace;
+        let doomed: Vec<JobId> = inner
+            .scheduler
+            .stopped_beyond_grace()
+            .into_iter()
+            .filter(|id| inner.jobs.get(id).is_some_and(|j| j.killed.is_none()))
+            .collect();
+        for id in &doomed {
+            let Some(job) = inner.jobs.get_mut(id) else {
+                continue;
+            };
+            job.killed = Some(format!(
+                "all {} ranks of `{}` waited to receive with no message in flight (deadlock); killed after the {grace} s grace",
+                job.processes.len(),
+                job.function
+            ));
+            for &pid in &job.processes {
+                super::signal(pid, libc::SIGKILL);
+            }
+            tracing::warn!(job = id, function = %job.function, "killed a deadlocked job");
+        }
+        inner.deadlocks_killed += doomed.len() as u64;
+        doomed.len()
+    }
+
+    /// Jobs in the table, jobs queued, rows in use, and the expected wait of a new job.
+    pub fn load(&self) -> (usize, usize, usize, f64) {
+        let inner = self.lock();
+        let running = inner.scheduler.matrix().jobs().count();
+        let queued = inner.scheduler.queue().len();
+        let rows = inner.scheduler.matrix().rows();
+        (running, queued, rows, expected_wait(&inner))
+    }
+
+    pub fn status(&self) -> v1::GangStatus {
+        let inner = self.lock();
+        let config = inner.scheduler.config;
+        let matrix = inner.scheduler.matrix();
+        let counters = inner.scheduler.counters();
+        let function = |id: JobId| {
+            inner
+                .jobs
+                .get(&id)
+                .map(|j| j.function.clone())
+                .unwrap_or_default()
+        };
+        let mut jobs: Vec<v1::GangJob> = matrix
+            .jobs()
+            .map(|(id, p)| v1::GangJob {
+                job: id,
+                processors: p.columns.len() as u32,
+                admitted: true,
+                row: p.row as u32,
+                columns: p.columns.clone(),
+                state: match p.state {
+                    JobState::Runnable => "runnable",
+                    JobState::Idle => "idle",
+                    JobState::Stopped { .. } => "stopped",
+                }
+                .to_string(),
+                function: function(id),
+            })
+            .collect();
+        jobs.extend(inner.scheduler.queue().jobs().iter().map(|q| v1::GangJob {
+            job: q.id,
+            processors: q.processors,
+            admitted: false,
+            row: 0,
+            columns: Vec::new(),
+            state: "queued".to_string(),
+            function: function(q.id),
+        }));
+        let mut skews: Vec<f64> = inner.skews_us.iter().copied().collect();
+        skews.sort_by(f64::total_cmp);
+        let quantile = |q: f64| {
+            if skews.is_empty() {
+                0.0
+            } else {
+                skews[((skews.len() - 1) as f64 * q).round() as usize]
+            }
+        };
+        v1::GangStatus {
+            processors: config.processors,
+            max_rows: config.max_rows as u32,
+            rows: matrix.rows() as u32,
+            quantum: config.quantum,
+            policy: format!("{:?}", config.policy).to_lowercase(),
+            layout: matrix.layout(),
+            jobs,
+            queued: inner.scheduler.queue().len() as u32,
+            expected_wait_seconds: expected_wait(&inner),
+            tables_issued: counters.tables,
+            admitted: counters.admitted,
+            finished: counters.finished,
+            deadlocks_killed: inner.deadlocks_killed,
+            nodes: inner
+                .nodes
+                .iter()
+                .map(|(name, n)| v1::GangNode {
+                    node: name.clone(),
+                    columns: n.columns.clone(),
+                    applied_version: n.report.applied_version,
+                    table_messages: n.report.table_messages,
+                    switches: n.report.switches,
+                    clock_checks: n.report.clock_checks,
+                    clock_drifts: n.report.clock_drifts,
+                    clock_offset: n.report.clock_offset,
+                    signal_failures: n.report.signal_failures,
+                })
+                .collect(),
+            skew_samples: skews.len() as u64,
+            skew_p50_us: quantile(0.5),
+            skew_p99_us: quantile(0.99),
+            skew_max_us: skews.last().copied().unwrap_or(0.0),
+        }
+    }
+
+    /// Forgets the switch skews measured so far (benchmarks measure one setting at a time).
+    pub fn reset_skews(&self) {
+        let mut inner = self.lock();
+        inner.skews_us.clear();
+        inner.spreads.clear();
+    }
+}
+
+fn notify_started(inner: &mut Inner, started: &[JobId]) {
+    let now = MachineClock.now();
+    for id in started {
+        if let Some(job) = inner.jobs.get_mut(id) {
+            job.admitted_at = Some(now);
+            if let Some(tx) = job.admitted.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+}
+
+/// A new one-processor job starts at once if the table has room; otherwise it waits about a
+/// mean residence for each full round of the table ahead of it.
+fn expected_wait(inner: &Inner) -> f64 {
+    let matrix = inner.scheduler.matrix();
+    if matrix.fits(1) && inner.scheduler.queue().is_empty() {
+        return 0.0;
+    }
+    let capacity = (matrix.columns() as usize * matrix.max_rows()).max(1);
+    let ahead = inner.scheduler.queue().len() + 1;
+    inner.mean_residence * ahead.div_ceil(capacity) as f64
+}

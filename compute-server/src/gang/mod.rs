@@ -1,0 +1,169 @@
+//! Gang scheduling of a live compute server (seeds 000, 001, 003) around the pure core of
+//! `ninf-gang`: the [`master::GangMaster`] turns calls into jobs and issues time tables, node
+//! agents ([`agent`]) follow them by their own clocks and signal the processes, the
+//! [`service`] connects the two over gRPC, and the [`broker::SpmdBroker`] carries messages
+//! between the ranks of parallel jobs and detects their deadlocks.
+
+pub mod agent;
+pub mod broker;
+pub mod clock;
+pub mod master;
+pub mod service;
+pub mod wire;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use broker::SpmdBroker;
+pub use master::{GangError, GangMaster, JobTicket};
+
+use crate::config::GangSettings;
+
+/// Sends `signal` to a process; `false` if it could not be delivered (the process is gone).
+pub fn signal(pid: u32, signal: i32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill has no memory-safety preconditions; a positive pid names one process.
+    unsafe { libc::kill(pid, signal) == 0 }
+}
+
+/// The node agents a server started; dropping it stops them.
+pub struct Agents {
+    processes: Vec<tokio::process::Child>,
+    threads: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Agents {
+    /// Stops every agent (each continues the processes it had stopped on the way out).
+    pub async fn stop(mut self) {
+        for child in &mut self.processes {
+            if let Some(pid) = child.id() {
+                signal(pid, libc::SIGTERM);
+            }
+        }
+        for child in &mut self.processes {
+            if tokio::time::timeout(Duration::from_secs(2), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+            }
+        }
+        for stop in self.threads.drain(..) {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Where `ninf-gang-agent` is: configured, next to this program, or (for test binaries in
+/// `target/<profile>/deps`) one folder up.
+fn agent_executable(settings: &GangSettings) -> Option<PathBuf> {
+    if let Some(path) = &settings.agent_executable {
+        return path.is_file().then(|| path.clone());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.to_path_buf(), dir.parent()?.to_path_buf()]
+        .into_iter()
+        .map(|d| d.join("ninf-gang-agent"))
+        .find(|p| p.is_file())
+}
+
+/// Starts one agent per node for the server at `server` (`host:port`).
+pub fn spawn_agents(settings: &GangSettings, processors: u32, server: &str) -> Agents {
+    let mut agents = Agents {
+        processes: Vec::new(),
+        threads: Vec::new(),
+    };
+    let executable = settings
+        .agent_processes
+        .then(|| agent_executable(settings))
+        .flatten();
+    if settings.agent_processes && executable.is_none() {
+        tracing::warn!("ninf-gang-agent not found next to this program; running node agents as threads");
+    }
+    let sync = settings.sync();
+    for (k, columns) in settings.node_columns(processors).into_iter().enumerate() {
+        let node = format!("node-{k}");
+        let list = columns
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        if let Some(exe) = &executable {
+            let mut command = tokio::process::Command::new(exe);
+            command
+                .arg("--server")
+                .arg(server)
+                .arg("--node")
+                .arg(&node)
+                .arg("--columns")
+                .arg(&list)
+                .arg("--clock-offset-ms")
+                .arg((settings.agent_clock_offset_ms * (k as f64 + 1.0)).to_string())
+                .arg("--clock-rate-ppm")
+                .arg((settings.agent_clock_rate_ppm * (k as f64 + 1.0)).to_string())
+                .arg("--sync-min-interval")
+                .arg(sync.min_interval.to_string())
+                .arg("--sync-max-interval")
+                .arg(sync.max_interval.to_string())
+                .arg("--drift-threshold-us")
+                .arg((sync.drift_threshold * 1e6).to_string())
+                .kill_on_drop(true);
+            if !settings.pin {
+                command.arg("--no-pin");
+            }
+            if !sync.compensate_rate {
+                command.arg("--no-rate-estimate");
+            }
+            match command.spawn() {
+                Ok(child) => {
+                    agents.processes.push(child);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %exe.display(), "cannot start ninf-gang-agent; running the agent as a thread")
+                }
+            }
+        }
+        let options = agent::AgentOptions {
+            server: server.to_string(),
+            node,
+            columns,
+            pin: settings.pin,
+            clock: clock::AgentClock {
+                offset: settings.agent_clock_offset_ms * 1e-3 * (k as f64 + 1.0),
+                rate_ppm: settings.agent_clock_rate_ppm * (k as f64 + 1.0),
+            },
+            sync,
+            report_interval: Duration::from_secs(1),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = agent::run(options, shutdown).await {
+                tracing::error!(error = %e, "node agent stopped");
+            }
+        });
+        agents.threads.push(stop);
+    }
+    agents
+}
+
+/// Kills deadlocked jobs past their grace, checking a few times per second.
+pub fn spawn_watchdog(master: Arc<GangMaster>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            ticker.tick().await;
+            master.kill_deadlocked();
+        }
+    })
+}

@@ -1,0 +1,92 @@
+//! `GangControl`: node agents attach here to receive time tables and report back, check their
+//! clocks, and anyone may read the table's status.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ninf_gang::Clock;
+use ninf_proto::v1;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::clock::MachineClock;
+use super::master::GangMaster;
+
+pub struct GangControlService(pub Arc<GangMaster>);
+
+type CommandStream = Pin<Box<dyn Stream<Item = Result<v1::AgentCommand, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl v1::gang_control_server::GangControl for GangControlService {
+    type AttachStream = CommandStream;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<CommandStream>, Status> {
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(v1::AgentMessage {
+                kind: Some(v1::agent_message::Kind::Hello(hello)),
+            }) => hello,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "an agent's first message must be its hello",
+                ));
+            }
+        };
+        if let Some(&bad) = hello.columns.iter().find(|&&c| c >= self.0.processors) {
+            return Err(Status::invalid_argument(format!(
+                "agent `{}` claims column {bad}; this server has {} processors",
+                hello.node, self.0.processors
+            )));
+        }
+        let master = self.0.clone();
+        let node = hello.node.clone();
+        master.attach_node(&node, hello.columns);
+        tracing::info!(node = %node, "node agent attached");
+
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<v1::AgentCommand, Status>>(4);
+        let mut tables = master.tables();
+        let forward = tokio::spawn(async move {
+            loop {
+                let table = (**tables.borrow_and_update()).clone();
+                let command = v1::AgentCommand {
+                    kind: Some(v1::agent_command::Kind::Table(table)),
+                };
+                if tx.send(Ok(command)).await.is_err() || tables.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = inbound.message().await {
+                if let Some(v1::agent_message::Kind::Report(report)) = message.kind {
+                    master.node_report(&node, report);
+                }
+            }
+            forward.abort();
+            master.detach_node(&node);
+            tracing::info!(node = %node, "node agent detached");
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn clock(
+        &self,
+        _request: Request<v1::ClockRequest>,
+    ) -> Result<Response<v1::ClockReply>, Status> {
+        Ok(Response::new(v1::ClockReply {
+            server_seconds: MachineClock.now(),
+        }))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<v1::GangStatusRequest>,
+    ) -> Result<Response<v1::GangStatus>, Status> {
+        Ok(Response::new(self.0.status()))
+    }
+}
