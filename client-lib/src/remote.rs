@@ -181,8 +181,10 @@ impl NinfClient {
         args: &mut [Arg<'_>],
     ) -> Result<CallOutcome, CallError> {
         let interface = self.describe(function).await?;
-        // Large arrays go over the server's bulk-data connection when it has one.
+        // Large arrays go over the server's bulk-data connection when it has one (for
+        // sequential routines: the ranks of a parallel one all need the arguments).
         if array_bytes(args) >= BULK_THRESHOLD
+            && matches!(interface.parallelism, ninf_idl::Parallelism::Sequential)
             && let Some(address) = self.bulk_address().await
         {
             return self.call_bulk(&interface, args, &address).await;

@@ -299,7 +299,9 @@ async fn call(
             return Err(Failure::Answer(invoke::pool_status(&name, e)));
         }
     };
-    ticket.attach(checkout.pid().into_iter().collect(), true).await;
+    ticket
+        .attach(checkout.pid().into_iter().collect(), true)
+        .await;
     let call_id = checkout.next_call_id();
     let len = request_len(call_id, &name, &parts);
     let written = match checkout.request_region(len) {

@@ -250,7 +250,9 @@ pub async fn run_job(
             arguments,
             spmd: None,
         };
-        let mut checkout = checkouts.pop().ok_or_else(|| Status::internal("no process"))?;
+        let mut checkout = checkouts
+            .pop()
+            .ok_or_else(|| Status::internal("no process"))?;
         let reply = checkout
             .exchange(Outgoing::Message(request), false, prepared.timeout)
             .await

@@ -242,11 +242,11 @@ impl ExecutablePool {
     }
 
     fn give_back(&self, mut process: Process) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < self.size {
-                idle.push(process);
-                return;
-            }
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < self.size
+        {
+            idle.push(process);
+            return;
         }
         // More processes than the pool keeps warm ran at once (time-shared jobs); let the
         // extra one go.

@@ -449,11 +449,16 @@ pub fn handle(
     max_array_bytes: u64,
 ) -> v1::ExecReply {
     let call_id = request.call_id;
-    crate::spmd::enter(request.spmd.filter(|s| s.size > 0).map(|s| crate::spmd::Context {
-        job: s.job,
-        rank: s.rank as usize,
-        size: s.size as usize,
-    }));
+    crate::spmd::enter(
+        request
+            .spmd
+            .filter(|s| s.size > 0)
+            .map(|s| crate::spmd::Context {
+                job: s.job,
+                rank: s.rank as usize,
+                size: s.size as usize,
+            }),
+    );
     let result = (|| {
         let function = module
             .function(&request.function)

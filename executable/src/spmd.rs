@@ -1,8 +1,8 @@
 //! Message passing among the ranks of a parallel routine (IDL `Parallel p Backend "MPI"`).
 //! A parallel call runs as p processes of the executable, SPMD: each gets the same arguments
 //! and knows its [`rank`] and the job's [`size`]; rank 0's outputs are the call's. Ranks
-//! exchange byte messages with [`send`] (asynchronous: it returns once the broker has the
-//! message) and [`recv`] (blocks until the message from that rank arrives). Messages go
+//! exchange byte messages with [`send`] (it returns once the broker has the message, not
+//! when the receiver takes it) and [`recv`] (blocks until the message from that rank arrives). Messages go
 //! through the compute server's broker on a Unix socket, which sees every send and receive
 //! and so can tell when all ranks wait with nothing in flight.
 //!
@@ -125,7 +125,7 @@ fn current(to: usize) -> Result<Context, SpmdError> {
 /// Sends `data` to rank `to` of this job.
 pub fn send(to: usize, data: &[u8]) -> Result<(), SpmdError> {
     let context = current(to)?;
-    with_connection(|writer, _| {
+    with_connection(|writer, reader| {
         write(
             writer,
             Kind::Send(v1::SpmdSend {
@@ -134,8 +134,23 @@ pub fn send(to: usize, data: &[u8]) -> Result<(), SpmdError> {
                 to: to as u32,
                 data: bytes::Bytes::copy_from_slice(data),
             }),
-        )
+        )?;
+        match read(reader)? {
+            Kind::Sent(_) => Ok(()),
+            Kind::Abort(reason) => Err(SpmdError::Aborted(reason)),
+            _ => Err(SpmdError::Broker("unexpected frame from the broker".into())),
+        }
     })
+}
+
+fn read(reader: &mut BufReader<UnixStream>) -> Result<Kind, SpmdError> {
+    let body = frame::read_frame(reader, DEFAULT_MAX_FRAME)
+        .map_err(|e| SpmdError::Broker(e.to_string()))?
+        .ok_or_else(|| SpmdError::Broker("the broker closed the connection".into()))?;
+    v1::SpmdFrame::decode(body.as_slice())
+        .map_err(|e| SpmdError::Broker(format!("undecodable frame: {e}")))?
+        .kind
+        .ok_or_else(|| SpmdError::Broker("empty frame from the broker".into()))
 }
 
 /// Waits for the next message from rank `from` of this job.
@@ -150,18 +165,10 @@ pub fn recv(from: usize) -> Result<Vec<u8>, SpmdError> {
                 from: from as u32,
             }),
         )?;
-        let body = frame::read_frame(reader, DEFAULT_MAX_FRAME)
-            .map_err(|e| SpmdError::Broker(e.to_string()))?
-            .ok_or_else(|| SpmdError::Broker("the broker closed the connection".into()))?;
-        match v1::SpmdFrame::decode(body.as_slice()) {
-            Ok(v1::SpmdFrame {
-                kind: Some(Kind::Deliver(message)),
-            }) => Ok(message.data.to_vec()),
-            Ok(v1::SpmdFrame {
-                kind: Some(Kind::Abort(reason)),
-            }) => Err(SpmdError::Aborted(reason)),
-            Ok(_) => Err(SpmdError::Broker("unexpected frame from the broker".into())),
-            Err(e) => Err(SpmdError::Broker(format!("undecodable frame: {e}"))),
+        match read(reader)? {
+            Kind::Deliver(message) => Ok(message.data.to_vec()),
+            Kind::Abort(reason) => Err(SpmdError::Aborted(reason)),
+            _ => Err(SpmdError::Broker("unexpected frame from the broker".into())),
         }
     })
 }

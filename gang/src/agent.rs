@@ -149,11 +149,7 @@ impl NodeAgent {
         let (version, slot, running): (u64, u64, BTreeSet<JobId>) = match &self.table {
             Some(t) => {
                 let slot = t.slot_number(now);
-                (
-                    t.version,
-                    slot,
-                    t.running_at(now).iter().copied().collect(),
-                )
+                (t.version, slot, t.running_at(now).iter().copied().collect())
             }
             None => (0, 0, BTreeSet::new()),
         };

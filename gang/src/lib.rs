@@ -16,9 +16,9 @@ pub mod sync;
 pub mod table;
 
 pub use admission::{AdmissionQueue, Policy, QueuedJob};
+pub use agent::{AgentCounters, NodeAgent, ProcessId, ProcessSwitch};
 pub use clock::{Clock, FakeClock, MonotonicClock};
 pub use matrix::{GangMatrix, JobId, JobState, MatrixError, Slot};
-pub use agent::{AgentCounters, NodeAgent, ProcessId, ProcessSwitch};
 pub use scheduler::{GangConfig, GangCounters, GangScheduler, Switch};
 pub use sync::{ClockSample, ClockSync, SyncConfig, SyncOutcome};
 pub use table::{TableJob, TableSlot, TimeTable};

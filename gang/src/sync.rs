@@ -126,9 +126,7 @@ impl ClockSync {
     pub fn to_local(&self, master: f64) -> f64 {
         // Solves local + offset + rate (local − last) = master.
         match self.offset {
-            Some(offset) => {
-                (master - offset + self.rate * self.last_check) / (1.0 + self.rate)
-            }
+            Some(offset) => (master - offset + self.rate * self.last_check) / (1.0 + self.rate),
             None => master,
         }
     }
@@ -189,7 +187,8 @@ impl ClockSync {
         if drift {
             self.drifts += 1;
             let drift_free = now - self.drift_free_since;
-            self.interval = (drift_free / 10.0).clamp(self.config.min_interval, self.config.max_interval);
+            self.interval =
+                (drift_free / 10.0).clamp(self.config.min_interval, self.config.max_interval);
             self.drift_free_since = now;
         } else if self.offset.is_some() {
             self.interval = (self.interval * 2.0).min(self.config.max_interval);

@@ -284,7 +284,9 @@ fn a_drifting_node_stays_within_a_millisecond_with_few_checks() {
         ..SyncConfig::default()
     };
     let (worst, checks, drifts, switches) = follow_for_twelve_hours(paper);
-    eprintln!("seed 003 rule: worst {worst:.6} s, {checks} checks, {drifts} drifts, {switches} switches");
+    eprintln!(
+        "seed 003 rule: worst {worst:.6} s, {checks} checks, {drifts} drifts, {switches} switches"
+    );
     assert_eq!(switches, 432_001);
     assert!(worst < 1e-3, "worst boundary error {worst:.6} s");
     assert!(checks * 20 < switches, "{checks} checks");

@@ -329,7 +329,11 @@ fn pin(pid: u32, core: u32) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
         libc::CPU_SET(core as usize, &mut set);
-        libc::sched_setaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        libc::sched_setaffinity(
+            pid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
     };
     if result != 0 {
         tracing::debug!(pid, core, error = %std::io::Error::last_os_error(), "cannot pin a process");

@@ -175,7 +175,10 @@ impl SpmdBroker {
             }
             let len = u32::from_le_bytes(header) as usize;
             if len > MAX_MESSAGE {
-                tracing::warn!(len, "an executable sent an oversized message; dropping its connection");
+                tracing::warn!(
+                    len,
+                    "an executable sent an oversized message; dropping its connection"
+                );
                 break;
             }
             let mut body = vec![0u8; len];
@@ -185,7 +188,10 @@ impl SpmdBroker {
             match v1::SpmdFrame::decode(Bytes::from(body)) {
                 Ok(v1::SpmdFrame {
                     kind: Some(Kind::Send(send)),
-                }) => self.send(send),
+                }) => {
+                    let reply = self.send(send);
+                    let _ = outbox.send(encode(reply));
+                }
                 Ok(v1::SpmdFrame {
                     kind: Some(Kind::Recv(recv)),
                 }) => self.recv(recv, &outbox),
@@ -200,29 +206,39 @@ impl SpmdBroker {
         let _ = writing.await;
     }
 
-    fn send(&self, send: v1::SpmdSend) {
-        let mut jobs = self.lock();
-        let Some(channels) = jobs.get_mut(&send.job) else {
-            tracing::warn!(job = send.job, "a message for a job that is not running here was dropped");
-            return;
-        };
-        if send.to >= channels.size || send.from >= channels.size {
-            tracing::warn!(job = send.job, from = send.from, to = send.to, "a message between ranks the job does not have was dropped");
-            return;
-        }
-        match channels.waiting.get(&send.to) {
-            Some(w) if w.from == send.from => {
-                if let Some(w) = channels.waiting.remove(&send.to) {
-                    deliver(&w.outbox, send.from, send.data);
-                    self.delivered.fetch_add(1, Ordering::Relaxed);
-                }
+    /// Takes a message; answers the sender with `sent`, or why it was refused.
+    fn send(&self, send: v1::SpmdSend) -> Kind {
+        let revived = {
+            let mut jobs = self.lock();
+            let Some(channels) = jobs.get_mut(&send.job) else {
+                return Kind::Abort(format!("job {} is not running on this server", send.job));
+            };
+            if send.to >= channels.size || send.from >= channels.size {
+                return Kind::Abort(format!(
+                    "no rank {} in a job of {} ranks",
+                    send.to.max(send.from),
+                    channels.size
+                ));
             }
-            _ => channels
-                .queues
-                .entry((send.from, send.to))
-                .or_default()
-                .push_back(send.data),
+            match channels.waiting.get(&send.to) {
+                Some(w) if w.from == send.from => {
+                    if let Some(w) = channels.waiting.remove(&send.to) {
+                        deliver(&w.outbox, send.from, send.data);
+                        self.delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                _ => channels
+                    .queues
+                    .entry((send.from, send.to))
+                    .or_default()
+                    .push_back(send.data),
+            }
+            std::mem::replace(&mut channels.deadlocked, false)
+        };
+        if revived {
+            self.master.set_deadlocked(send.job, false);
         }
+        Kind::Sent(true)
     }
 
     fn recv(&self, recv: v1::SpmdRecv, outbox: &Outbox) {

@@ -224,7 +224,10 @@ impl GangMaster {
             JobState::Runnable
         };
         if deadlocked {
-            tracing::warn!(job = id, "every rank waits to receive with nothing in flight: deadlock");
+            tracing::warn!(
+                job = id,
+                "every rank waits to receive with nothing in flight: deadlock"
+            );
         }
         self.set_state(id, state);
     }
@@ -400,6 +403,13 @@ impl GangMaster {
                 .map(|j| j.function.clone())
                 .unwrap_or_default()
         };
+        let processes = |id: JobId| {
+            inner
+                .jobs
+                .get(&id)
+                .map(|j| j.processes.clone())
+                .unwrap_or_default()
+        };
         let mut jobs: Vec<v1::GangJob> = matrix
             .jobs()
             .map(|(id, p)| v1::GangJob {
@@ -415,6 +425,7 @@ impl GangMaster {
                 }
                 .to_string(),
                 function: function(id),
+                processes: processes(id),
             })
             .collect();
         jobs.extend(inner.scheduler.queue().jobs().iter().map(|q| v1::GangJob {
@@ -425,6 +436,7 @@ impl GangMaster {
             columns: Vec::new(),
             state: "queued".to_string(),
             function: function(q.id),
+            processes: Vec::new(),
         }));
         let mut skews: Vec<f64> = inner.skews_us.iter().copied().collect();
         skews.sort_by(f64::total_cmp);

@@ -85,7 +85,9 @@ pub fn spawn_agents(settings: &GangSettings, processors: u32, server: &str) -> A
         .then(|| agent_executable(settings))
         .flatten();
     if settings.agent_processes && executable.is_none() {
-        tracing::warn!("ninf-gang-agent not found next to this program; running node agents as threads");
+        tracing::warn!(
+            "ninf-gang-agent not found next to this program; running node agents as threads"
+        );
     }
     let sync = settings.sync();
     for (k, columns) in settings.node_columns(processors).into_iter().enumerate() {

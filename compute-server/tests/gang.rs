@@ -1,0 +1,406 @@
+//! Gang scheduling with real processes: jobs alternate slots (their processes are stopped
+//! and continued in turns, by node agents on emulated clocks of their own), a job waiting for
+//! its input gives its slot away, a deadlocked parallel job is detected and killed, killing a
+//! job frees its columns, parallel routines compute right, and the server keeps serving
+//! throughout. Observations are of process states and counters, never of elapsed time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestServer;
+use ninf::{Arg, NinfClient};
+use ninf_proto::v1;
+use ninf_proto::v1::call_argument::Source;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn status(server: &TestServer) -> v1::GangStatus {
+    let mut client =
+        v1::gang_control_client::GangControlClient::connect(format!("http://{}", server.address))
+            .await
+            .unwrap();
+    client
+        .status(v1::GangStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Waits (polling the status, up to 20 s) until `ready` holds.
+async fn wait_for(
+    server: &TestServer,
+    what: &str,
+    ready: impl Fn(&v1::GangStatus) -> bool,
+) -> v1::GangStatus {
+    for _ in 0..2000 {
+        let s = status(server).await;
+        if ready(&s) {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// The state letter of a process in /proc (`R`, `S`, `T` for stopped...).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+fn jobs_of<'a>(s: &'a v1::GangStatus, function: &str) -> Vec<&'a v1::GangJob> {
+    s.jobs.iter().filter(|j| j.function == function).collect()
+}
+
+/// CPU-bound work of a few seconds for a debug-built executable.
+const LONG_WORK: i64 = 400_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_parallel_jobs_alternate_slots_on_agents_with_their_own_clocks() {
+    let server = TestServer::start(|c| {
+        c.gang.quantum_ms = 50.0;
+        c.gang.nodes = 2;
+        // Node k's clock is 300 (k + 1) ms ahead of the server's.
+        c.gang.agent_clock_offset_ms = 300.0;
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let spin = |client: NinfClient| async move {
+        client
+            .call("pspin", &mut [Arg::Integer(2), Arg::Integer(LONG_WORK)])
+            .await
+    };
+    let first = tokio::spawn(spin(client.clone()));
+    let second = tokio::spawn(spin(client.clone()));
+    let s = wait_for(&server, "two pspin jobs with their processes", |s| {
+        let jobs = jobs_of(s, "pspin");
+        jobs.len() == 2 && jobs.iter().all(|j| j.processes.len() == 2)
+    })
+    .await;
+    assert_eq!(s.rows, 2, "{:?}", s.layout);
+    let jobs = jobs_of(&s, "pspin");
+    let (a, b) = (jobs[0].processes.clone(), jobs[1].processes.clone());
+
+    // Sample process states: each job must be seen running while the other is stopped, and
+    // a job's two processes are always in the same state (gang: they run and stop together,
+    // up to the instants of a switch).
+    let mut a_only = 0;
+    let mut b_only = 0;
+    for _ in 0..400 {
+        let stopped = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('T'));
+        let running = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('R'));
+        if running(&a) && stopped(&b) {
+            a_only += 1;
+        }
+        if running(&b) && stopped(&a) {
+            b_only += 1;
+        }
+        if a_only > 3 && b_only > 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    assert!(
+        a_only > 3 && b_only > 3,
+        "jobs alternate: {a_only} samples with only the first running, {b_only} with only the second"
+    );
+
+    // The server keeps serving: a one-processor call gets a row of its own meanwhile.
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+
+    let s = status(&server).await;
+    assert_eq!(s.nodes.len(), 2);
+    for (k, node) in s.nodes.iter().enumerate() {
+        let expected = -0.3 * (k as f64 + 1.0);
+        assert!(
+            (node.clock_offset - expected).abs() < 0.01,
+            "{}: offset {} s, expected {expected} s",
+            node.node,
+            node.clock_offset
+        );
+        assert!(node.clock_checks >= 1);
+        assert!(node.switches > 0, "{} never switched", node.node);
+        assert!(
+            node.table_messages <= s.tables_issued,
+            "tables are sent on changes only"
+        );
+    }
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    assert!(
+        s.skew_samples > 0,
+        "switch skew across the two agents was measured"
+    );
+    assert_eq!(s.rows, 0);
+    server.stop().await;
+}
+
+fn echo_request(n: i64) -> v1::CallRequest {
+    v1::CallRequest {
+        function: "echo".into(),
+        arguments: vec![
+            v1::CallArgument {
+                source: Some(Source::Value(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::IntValue(n)),
+                })),
+            },
+            v1::CallArgument {
+                source: Some(Source::Bulk(v1::BulkArray {
+                    element_type: v1::ElementType::Double as i32,
+                    bytes: 8 * n as u64,
+                })),
+            },
+            v1::CallArgument { source: None },
+        ],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_for_input_gives_its_slot_away_until_the_input_arrives() {
+    let server = TestServer::start(|c| {
+        c.gang.quantum_ms = 50.0;
+        c.gang.max_rows = 2;
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+
+    // A bulk call whose caller sends only half its array, then pauses.
+    let n = 1 << 16;
+    let x: Vec<f64> = (0..n).map(|i| i as f64 * 0.5).collect();
+    let payload: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut stream = tokio::net::TcpStream::connect(&server.state.info.bulk_address)
+        .await
+        .unwrap();
+    let body = echo_request(n as i64).encode_to_vec();
+    stream
+        .write_all(&(body.len() as u32).to_le_bytes())
+        .await
+        .unwrap();
+    stream.write_all(&body).await.unwrap();
+    stream
+        .write_all(&payload[..payload.len() / 2])
+        .await
+        .unwrap();
+    let s = wait_for(&server, "the echo job idle", |s| {
+        jobs_of(s, "echo")
+            .first()
+            .is_some_and(|j| j.state == "idle")
+    })
+    .await;
+    let echo_pid = jobs_of(&s, "echo")[0].processes[0];
+
+    // A parallel job needing both processors gets the second row; the idle job's row is
+    // skipped, so the parallel job is never stopped, while the idle one stays stopped.
+    let spin = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .call(
+                    "pspin",
+                    &mut [Arg::Integer(2), Arg::Integer(LONG_WORK / 10)],
+                )
+                .await
+        }
+    });
+    let s = wait_for(&server, "the pspin job started", |s| {
+        jobs_of(s, "pspin")
+            .first()
+            .is_some_and(|j| j.processes.len() == 2)
+    })
+    .await;
+    assert_eq!(s.rows, 2, "{:?}", s.layout);
+    let spin_pids = jobs_of(&s, "pspin")[0].processes.clone();
+    let mut samples = 0;
+    for _ in 0..60 {
+        if spin.is_finished() {
+            break;
+        }
+        let states: Vec<Option<char>> = spin_pids.iter().map(|&p| process_state(p)).collect();
+        assert!(
+            !states.contains(&Some('T')),
+            "the runnable job was stopped while the only other job was idle: {states:?}"
+        );
+        assert_eq!(
+            process_state(echo_pid),
+            Some('T'),
+            "the idle job is stopped"
+        );
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(samples > 0);
+    spin.await.unwrap().unwrap();
+
+    // The rest of the input arrives: the job becomes runnable and completes.
+    stream
+        .write_all(&payload[payload.len() / 2..])
+        .await
+        .unwrap();
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await.unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+    stream.read_exact(&mut body).await.unwrap();
+    let reply = v1::BulkReply::decode(body.as_slice()).unwrap();
+    let Some(v1::bulk_reply::Result::Reply(reply)) = reply.result else {
+        panic!("the echo failed: {reply:?}");
+    };
+    let bytes = match &reply.outputs[0].result {
+        Some(v1::call_output::Result::Bulk(b)) => b.bytes as usize,
+        other => panic!("unexpected output {other:?}"),
+    };
+    let mut echoed = vec![0u8; bytes];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(echoed, payload);
+    wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlocked_parallel_job_is_detected_and_killed_after_its_grace() {
+    let server = TestServer::start(|c| c.gang.stop_grace_seconds = 0.2).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let error = client
+        .call("pdeadlock", &mut [Arg::Integer(2)])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("deadlock") && error.contains("all 2 ranks of `pdeadlock`"),
+        "{error}"
+    );
+    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    assert_eq!(s.deadlocks_killed, 1);
+    // The server goes on: parallel and sequential calls work.
+    client
+        .call("pspin", &mut [Arg::Integer(2), Arg::Integer(1000)])
+        .await
+        .unwrap();
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_job_mid_slot_frees_its_columns() {
+    let server = TestServer::start(|c| c.gang.quantum_ms = 50.0).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let victim = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .call("pspin", &mut [Arg::Integer(2), Arg::Integer(LONG_WORK)])
+                .await
+        }
+    });
+    let other = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .call(
+                    "pspin",
+                    &mut [Arg::Integer(2), Arg::Integer(LONG_WORK / 20)],
+                )
+                .await
+        }
+    });
+    let s = wait_for(&server, "two pspin jobs", |s| {
+        let jobs = jobs_of(s, "pspin");
+        jobs.len() == 2 && jobs.iter().all(|j| j.processes.len() == 2)
+    })
+    .await;
+    assert_eq!(s.rows, 2);
+    // The first job to arrive is the long one only if it was admitted first; find it by
+    // killing the one the other call does not finish with.
+    let doomed = jobs_of(&s, "pspin")[0].clone();
+    for &pid in &doomed.processes {
+        assert!(ninf_compute_server::gang::signal(pid, libc_sigkill()));
+    }
+    let results = [victim.await.unwrap(), other.await.unwrap()];
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].contains("rank"), "{}", failures[0]);
+    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    assert_eq!((s.rows, s.queued), (0, 0));
+    assert!(s.layout.is_empty());
+    // Both columns are free again: a two-processor job runs at once.
+    client
+        .call("pspin", &mut [Arg::Integer(2), Arg::Integer(1000)])
+        .await
+        .unwrap();
+    server.stop().await;
+}
+
+fn libc_sigkill() -> i32 {
+    9
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_matrix_product_matches_the_sequential_one() {
+    let server = TestServer::start(|_| {}).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let n = 67;
+    let a: Vec<f64> = (0..n * n)
+        .map(|i| ((i * 7919) % 1000) as f64 / 999.0)
+        .collect();
+    let b: Vec<f64> = (0..n * n)
+        .map(|i| ((i * 104_729) % 997) as f64 / 996.0)
+        .collect();
+    let mut sequential = vec![0.0; n * n];
+    client
+        .call(
+            "mmul",
+            &mut [
+                Arg::Integer(n as i64),
+                Arg::from(&a),
+                Arg::from(&b),
+                Arg::from(&mut sequential),
+            ],
+        )
+        .await
+        .unwrap();
+    let mut parallel = vec![0.0; n * n];
+    client
+        .call(
+            "pmmul",
+            &mut [
+                Arg::Integer(2),
+                Arg::Integer(n as i64),
+                Arg::from(&a),
+                Arg::from(&b),
+                Arg::from(&mut parallel),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(parallel, sequential, "same blocks, same arithmetic");
+    let delivered = server.state.broker.delivered();
+    assert!(delivered >= 1, "rank 1's block went through the broker");
+
+    // More ranks than processors is refused before anything runs.
+    let error = client
+        .call(
+            "pmmul",
+            &mut [
+                Arg::Integer(3),
+                Arg::Integer(n as i64),
+                Arg::from(&a),
+                Arg::from(&b),
+                Arg::from(&mut parallel),
+            ],
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("`pmmul` would run on 3 processors; this server has 2"),
+        "{error}"
+    );
+    server.stop().await;
+}
