@@ -1,9 +1,11 @@
 //! The `ninf` command's library: the embedded local grid ([`embedded`]), the seed's workloads
 //! ([`workloads`]), the demo that runs them under several schedulers ([`demo`]), and the
-//! shell-friendly call ([`quick_call`]).
+//! shell-friendly call ([`quick_call`]), and the gang scheduler's benchmarks
+//! ([`gang_bench`]).
 
 pub mod demo;
 pub mod embedded;
+pub mod gang_bench;
 pub mod quick_call;
 pub mod workloads;
 

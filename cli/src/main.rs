@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ninf_cli::demo::{self, DemoOptions};
 use ninf_cli::embedded::{EmbeddedGrid, Endpoints, GridOptions};
+use ninf_cli::gang_bench::{self, AllocationOptions, OverheadOptions};
 use ninf_proto::v1;
 
 #[derive(Parser)]
@@ -67,6 +68,52 @@ enum Command {
         /// Relative speeds of the 3 servers.
         #[arg(long, value_delimiter = ',', default_value = "2,1,1")]
         speeds: Vec<u32>,
+    },
+    /// Gang scheduling overhead: K CPU-bound jobs using every processor, one after another
+    /// and time-shared; also switches, table messages, clock checks and switch skew.
+    GangBench {
+        #[arg(long, default_value_t = 100.0)]
+        quantum_ms: f64,
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Seconds one job takes alone.
+        #[arg(long, default_value_t = 2.0)]
+        job_seconds: f64,
+        /// Processors of the server (default: this machine's cores).
+        #[arg(long)]
+        processors: Option<u32>,
+        /// Node agents (default: one per processor).
+        #[arg(long)]
+        nodes: Option<usize>,
+        /// Alternating batch and gang runs; times are medians.
+        #[arg(long, default_value_t = 1)]
+        trials: usize,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Admission policies on a real run: short jobs of sizes 1..P with Poisson arrivals on a
+    /// space-shared table; utilisation and mean response time.
+    GangAlloc {
+        /// fcfs, fpfs or fpmpfs.
+        #[arg(long, default_value = "fpfs")]
+        policy: String,
+        #[arg(long, default_value_t = 200)]
+        jobs: usize,
+        #[arg(long, default_value_t = 0.8)]
+        load: f64,
+        /// Mean run time of a job, milliseconds.
+        #[arg(long, default_value_t = 100.0)]
+        mean_ms: f64,
+        #[arg(long)]
+        processors: Option<u32>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
 }
 
@@ -318,5 +365,100 @@ fn main() -> anyhow::Result<()> {
             trials,
             speeds,
         } => run_demo(json, schedulers, pairs_n, cascade_n, trials, speeds),
+        Command::GangBench {
+            quantum_ms,
+            jobs,
+            job_seconds,
+            processors,
+            nodes,
+            trials,
+            json,
+            data_dir,
+        } => {
+            let options = OverheadOptions {
+                quantum_ms,
+                jobs,
+                job_seconds,
+                processors,
+                nodes,
+                trials,
+                data_dir: bench_dir(data_dir),
+            };
+            let result = runtime()?.block_on(gang_bench::overhead(options))?;
+            if json {
+                println!("{}", serde_json::to_string(&result)?);
+            } else {
+                println!(
+                    "quantum {} ms, {} jobs on {} processors ({} agents): batch {:.3} s, gang {:.3} s, overhead {:.2}%, slowdown {:.2}x (last job {:.2}x)",
+                    result.quantum_ms,
+                    result.jobs,
+                    result.processors,
+                    result.nodes,
+                    result.t_batch_s,
+                    result.t_gang_s,
+                    result.overhead * 100.0,
+                    result.slowdown,
+                    result.slowdown_max
+                );
+                println!(
+                    "switches {}, table messages {} ({:.4} per switch; one message per switch would be {}), clock checks {} ({:.0}/hour)",
+                    result.switches,
+                    result.table_messages,
+                    result.table_messages_per_switch,
+                    result.centralised_messages,
+                    result.clock_checks,
+                    result.clock_checks_per_hour
+                );
+                println!(
+                    "switch skew over {} boundaries: p50 {:.1} us, p99 {:.1} us, max {:.1} us",
+                    result.skew_samples, result.skew_p50_us, result.skew_p99_us, result.skew_max_us
+                );
+            }
+            Ok(())
+        }
+        Command::GangAlloc {
+            policy,
+            jobs,
+            load,
+            mean_ms,
+            processors,
+            seed,
+            json,
+            data_dir,
+        } => {
+            let policy: ninf_gang::Policy =
+                policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+            let options = AllocationOptions {
+                policy,
+                jobs,
+                load,
+                mean_seconds: mean_ms / 1000.0,
+                processors,
+                seed,
+                data_dir: bench_dir(data_dir),
+            };
+            let result = runtime()?.block_on(gang_bench::allocation(options))?;
+            if json {
+                println!("{}", serde_json::to_string(&result)?);
+            } else {
+                println!(
+                    "{}: {} jobs on {} processors at load {}: utilisation {:.1}%, mean response {:.3} s, mean wait {:.3} s, makespan {:.1} s",
+                    result.policy,
+                    result.jobs,
+                    result.processors,
+                    result.load,
+                    result.utilization * 100.0,
+                    result.mean_response_s,
+                    result.mean_wait_s,
+                    result.makespan_s
+                );
+            }
+            Ok(())
+        }
     }
+}
+
+fn bench_dir(data_dir: Option<PathBuf>) -> PathBuf {
+    data_dir
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("ninf-bench-{}", std::process::id())))
 }

@@ -241,6 +241,7 @@ fn switching_thread(
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
     }
+    real_time_priority();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
     let master_now = || {
         let local = options.clock.now();
@@ -282,6 +283,24 @@ fn switching_thread(
     }
     for &pid in core.stopped() {
         super::signal(pid, libc::SIGCONT);
+    }
+}
+
+/// The switching thread must run the moment a boundary comes, even when every core is busy
+/// with the jobs it time-shares: ask for a real-time priority (it sleeps nearly all the
+/// time, so it cannot starve anyone). Without the privilege it stays a normal thread and
+/// switches later under load.
+fn real_time_priority() {
+    let param = libc::sched_param { sched_priority: 50 };
+    // SAFETY: pthread_self is always valid for the calling thread and `param` outlives the
+    // call.
+    let result =
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if result != 0 {
+        tracing::info!(
+            error = %std::io::Error::from_raw_os_error(result),
+            "no real-time priority for the switching thread; switches may lag under load"
+        );
     }
 }
 

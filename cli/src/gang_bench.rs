@@ -1,0 +1,420 @@
+//! `ninf gang-bench` and `ninf gang-alloc`: measurements of the gang scheduler on a real
+//! compute server of this machine, with its node agents as processes.
+//!
+//! - The overhead benchmark runs K CPU-bound jobs, each using every processor (`pspin`), once
+//!   one after another (T_batch) and once all at the same time, time-shared by the gang
+//!   scheduler (T_gang): O = (T_gang − T_batch) / T_batch. It also reports switches, table
+//!   messages, clock checks and the switch skew between a job's processes.
+//! - The allocation benchmark submits a few hundred short jobs of random sizes with Poisson
+//!   arrivals to a space-shared table (one row, as in seed 001) under one admission policy,
+//!   and reports utilisation and mean response time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ninf::{Arg, NinfClient};
+use ninf_compute_server::config::{GangSettings, ModuleConfig};
+use ninf_compute_server::{ServerConfig, ServerState};
+use ninf_proto::v1;
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+/// A compute server serving `selftest` inside this process (its executables and agents are
+/// processes), for benchmarks.
+pub struct BenchServer {
+    pub address: String,
+    pub state: Arc<ServerState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BenchServer {
+    pub async fn start(
+        processors: u32,
+        gang: GangSettings,
+        data_dir: &Path,
+    ) -> anyhow::Result<BenchServer> {
+        let exe = std::env::current_exe()?;
+        let bin = exe.parent().context("the program has no folder")?;
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create {}", data_dir.display()))?;
+        let idl = data_dir.join("selftest.idl");
+        std::fs::write(&idl, include_str!("../../idl/examples/selftest.idl"))?;
+        let config = ServerConfig {
+            processors: Some(processors as usize),
+            modules: vec![ModuleConfig {
+                executable: bin.join("ninf-exec-selftest"),
+                idl,
+            }],
+            gang,
+            ..ServerConfig::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?.to_string();
+        let info = v1::ServerInfo {
+            processors,
+            ..Default::default()
+        };
+        let state = ServerState::start(&config, address.clone(), info)
+            .await
+            .context("starting the benchmark server")?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let state = state.clone();
+            async move {
+                let shutdown = async {
+                    let _ = stopped.await;
+                };
+                if let Err(e) = ninf_compute_server::run(
+                    listener,
+                    None,
+                    state,
+                    Duration::from_secs(1),
+                    shutdown,
+                )
+                .await
+                {
+                    tracing::error!(error = %e, "benchmark server stopped");
+                }
+            }
+        });
+        let server = BenchServer {
+            address,
+            state,
+            stop: Some(stop),
+            task,
+        };
+        server.wait_for_agents().await?;
+        Ok(server)
+    }
+
+    /// Waits until every node agent has attached and applied a table.
+    async fn wait_for_agents(&self) -> anyhow::Result<()> {
+        let expected = self
+            .state
+            .gang
+            .settings
+            .node_columns(self.state.gang.processors)
+            .len();
+        for _ in 0..500 {
+            let status = self.state.gang.status();
+            if status.nodes.len() == expected && status.nodes.iter().all(|n| n.applied_version > 0)
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        anyhow::bail!("the node agents did not attach within 10 s")
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.task.await;
+    }
+}
+
+/// One setting of the overhead benchmark.
+#[derive(Debug, Clone)]
+pub struct OverheadOptions {
+    pub quantum_ms: f64,
+    pub jobs: usize,
+    /// Seconds one job takes alone (the work is calibrated to it).
+    pub job_seconds: f64,
+    /// Processors of the server (default: the machine's cores).
+    pub processors: Option<u32>,
+    /// Node agents (default: one per processor, so a job's processes span agents).
+    pub nodes: Option<usize>,
+    /// Batch and gang runs alternate this many times; times are medians.
+    pub trials: usize,
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OverheadResult {
+    pub quantum_ms: f64,
+    pub jobs: usize,
+    pub processors: u32,
+    pub nodes: usize,
+    pub trials: usize,
+    /// Iterations of `pspin` per rank in each job.
+    pub work: i64,
+    /// Mean time of one job run alone (from the batch run).
+    pub solo_s: f64,
+    pub t_batch_s: f64,
+    pub t_gang_s: f64,
+    pub overhead: f64,
+    /// Mean time from submission to completion of a job under time sharing, over its solo
+    /// time (2 jobs: ideally a little under 2.0, as the first ends a slot early).
+    pub slowdown: f64,
+    /// The same for the last job to finish (2 jobs: ideally 2.0).
+    pub slowdown_max: f64,
+    /// Boundaries at which the agents stopped or continued processes (summed over agents).
+    pub switches: u64,
+    /// Time tables received by the agents (summed over agents).
+    pub table_messages: u64,
+    pub table_messages_per_switch: f64,
+    /// What a design sending one message per switch to each agent would have sent.
+    pub centralised_messages: u64,
+    pub clock_checks: u64,
+    pub clock_checks_per_hour: f64,
+    pub skew_samples: u64,
+    pub skew_p50_us: f64,
+    pub skew_p99_us: f64,
+    pub skew_max_us: f64,
+}
+
+fn counters(status: &v1::GangStatus) -> (u64, u64, u64) {
+    status.nodes.iter().fold((0, 0, 0), |(s, t, c), n| {
+        (s + n.switches, t + n.table_messages, c + n.clock_checks)
+    })
+}
+
+async fn spin(client: &NinfClient, processors: u32, work: i64) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    client
+        .call(
+            "pspin",
+            &mut [Arg::Integer(i64::from(processors)), Arg::Integer(work)],
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("pspin: {e}"))?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult> {
+    let processors = options
+        .processors
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()) as u32);
+    let nodes = options.nodes.unwrap_or(processors as usize).max(1);
+    let jobs = options.jobs.max(1);
+    let gang = GangSettings {
+        quantum_ms: options.quantum_ms,
+        max_rows: jobs,
+        nodes,
+        ..GangSettings::default()
+    };
+    let server = BenchServer::start(processors, gang, &options.data_dir).await?;
+    let client = NinfClient::connect(&server.address).await?;
+    let started = Instant::now();
+
+    // Calibrate the work so one job takes about `job_seconds` alone.
+    spin(&client, processors, 1_000_000).await?;
+    let probe = 50_000_000;
+    let took = spin(&client, processors, probe).await?;
+    let work = ((probe as f64) * options.job_seconds / took.max(1e-3)).max(1000.0) as i64;
+
+    let before = server.state.gang.status();
+    server.state.gang.reset_skews();
+    let (switches0, tables0, checks0) = counters(&before);
+    let trials = options.trials.max(1);
+    let (mut batches, mut gangs, mut means, mut maxima) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..trials {
+        let batch_start = Instant::now();
+        for _ in 0..jobs {
+            spin(&client, processors, work).await?;
+        }
+        let t_batch = batch_start.elapsed().as_secs_f64();
+        let gang_start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..jobs {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                spin(&client, processors, work).await
+            }));
+        }
+        let mut job_times = Vec::new();
+        for task in tasks {
+            job_times.push(task.await??);
+        }
+        let t_gang = gang_start.elapsed().as_secs_f64();
+        let solo = t_batch / jobs as f64;
+        batches.push(t_batch);
+        gangs.push(t_gang);
+        means.push(job_times.iter().sum::<f64>() / job_times.len() as f64 / solo);
+        maxima.push(job_times.iter().copied().fold(0.0, f64::max) / solo);
+    }
+    let (t_batch, t_gang) = (median(&batches), median(&gangs));
+    // Let the agents' next reports (once a second) carry the last switches and skews.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let after = server.state.gang.status();
+    let (switches1, tables1, checks1) = counters(&after);
+    let elapsed_hours = started.elapsed().as_secs_f64() / 3600.0;
+    server.stop().await;
+
+    let solo = t_batch / jobs as f64;
+    let switches = switches1.saturating_sub(switches0);
+    let table_messages = tables1.saturating_sub(tables0);
+    Ok(OverheadResult {
+        quantum_ms: options.quantum_ms,
+        jobs,
+        processors,
+        nodes,
+        trials,
+        work,
+        solo_s: solo,
+        t_batch_s: t_batch,
+        t_gang_s: t_gang,
+        overhead: (t_gang - t_batch) / t_batch,
+        slowdown: median(&means),
+        slowdown_max: median(&maxima),
+        switches,
+        table_messages,
+        table_messages_per_switch: if switches == 0 {
+            0.0
+        } else {
+            table_messages as f64 / switches as f64
+        },
+        centralised_messages: switches,
+        clock_checks: checks1.saturating_sub(checks0),
+        clock_checks_per_hour: checks1 as f64 / elapsed_hours.max(1e-9),
+        skew_samples: after.skew_samples,
+        skew_p50_us: after.skew_p50_us,
+        skew_p99_us: after.skew_p99_us,
+        skew_max_us: after.skew_max_us,
+    })
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The allocation benchmark's setting.
+#[derive(Debug, Clone)]
+pub struct AllocationOptions {
+    pub policy: ninf_gang::Policy,
+    pub jobs: usize,
+    /// Offered load: mean processor demand × mean run time / (processors × mean interarrival).
+    pub load: f64,
+    /// Mean run time of a job alone, seconds.
+    pub mean_seconds: f64,
+    pub processors: Option<u32>,
+    pub seed: u64,
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocationResult {
+    pub policy: String,
+    pub jobs: usize,
+    pub processors: u32,
+    pub load: f64,
+    pub makespan_s: f64,
+    /// Processor-seconds of the jobs' run times over processors × makespan.
+    pub utilization: f64,
+    pub mean_response_s: f64,
+    pub mean_wait_s: f64,
+}
+
+/// A small deterministic generator (SplitMix64) so a seed gives the same job stream.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn exponential(&mut self, mean: f64) -> f64 {
+        -mean * (1.0 - self.next()).ln()
+    }
+}
+
+pub async fn allocation(options: AllocationOptions) -> anyhow::Result<AllocationResult> {
+    let processors = options
+        .processors
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()) as u32);
+    let gang = GangSettings {
+        max_rows: 1,
+        policy: options.policy,
+        nodes: 1,
+        ..GangSettings::default()
+    };
+    let server = BenchServer::start(processors, gang, &options.data_dir).await?;
+    let client = NinfClient::connect(&server.address).await?;
+    spin(&client, 1, 1_000_000).await?;
+    let probe = 20_000_000;
+    let took = spin(&client, 1, probe).await?;
+    let per_second = probe as f64 / took.max(1e-3);
+
+    // Sizes uniform over 1..=P, run times exponential, arrivals Poisson at the offered load.
+    let mut random = Random(options.seed);
+    let mean_size = (1.0 + f64::from(processors)) / 2.0;
+    let interarrival =
+        mean_size * options.mean_seconds / (f64::from(processors) * options.load.max(1e-3));
+    let mut at = 0.0;
+    let mut stream = Vec::with_capacity(options.jobs);
+    for _ in 0..options.jobs {
+        at += random.exponential(interarrival);
+        let size = 1 + (random.next() * f64::from(processors)) as u32;
+        let seconds = random.exponential(options.mean_seconds).max(0.005);
+        stream.push((at, size.min(processors), seconds));
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for &(arrival, size, seconds) in &stream {
+        let delay = Duration::from_secs_f64(arrival).saturating_sub(start.elapsed());
+        tokio::time::sleep(delay).await;
+        let client = client.clone();
+        let work = (seconds * per_second) as i64;
+        tasks.push(tokio::spawn(async move {
+            let submitted = Instant::now();
+            let reply = client
+                .call_request(v1::CallRequest {
+                    function: "pspin".into(),
+                    arguments: [i64::from(size), work]
+                        .into_iter()
+                        .map(|v| v1::CallArgument {
+                            source: Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+                                value: Some(v1::argument_value::Value::IntValue(v)),
+                            })),
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| anyhow::anyhow!("pspin: {e}"))?;
+            let timing = reply.timing.unwrap_or_default();
+            anyhow::Ok((
+                submitted.elapsed().as_secs_f64(),
+                timing.queue_seconds,
+                timing.compute_seconds,
+            ))
+        }));
+    }
+    let mut responses = Vec::new();
+    let mut waits = Vec::new();
+    let mut busy = 0.0;
+    for (task, &(_, size, _)) in tasks.into_iter().zip(&stream) {
+        let (response, wait, compute) = task.await??;
+        responses.push(response);
+        waits.push(wait);
+        busy += f64::from(size) * compute;
+    }
+    let makespan = start.elapsed().as_secs_f64();
+    server.stop().await;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    Ok(AllocationResult {
+        policy: format!("{:?}", options.policy).to_lowercase(),
+        jobs: options.jobs,
+        processors,
+        load: options.load,
+        makespan_s: makespan,
+        utilization: busy / (f64::from(processors) * makespan),
+        mean_response_s: mean(&responses),
+        mean_wait_s: mean(&waits),
+    })
+}
