@@ -165,6 +165,9 @@ pub struct OverheadResult {
     pub skew_p50_us: f64,
     pub skew_p99_us: f64,
     pub skew_max_us: f64,
+    /// Continues caused by a table arriving mid-slot, not by a boundary.
+    pub install_skew_samples: u64,
+    pub install_skew_p99_us: f64,
 }
 
 fn counters(status: &v1::GangStatus) -> (u64, u64, u64) {
@@ -275,6 +278,8 @@ pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult
         skew_p50_us: after.skew_p50_us,
         skew_p99_us: after.skew_p99_us,
         skew_max_us: after.skew_max_us,
+        install_skew_samples: after.install_skew_samples,
+        install_skew_p99_us: after.install_skew_p99_us,
     })
 }
 

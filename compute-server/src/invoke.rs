@@ -243,7 +243,11 @@ pub async fn run_job(
         .map_err(|e| pool_status(name, e))?;
     let pids: Vec<u32> = checkouts.iter().filter_map(Checkout::pid).collect();
     ticket.attach(pids, true).await;
-    if ranks == 1 {
+    let parallel = matches!(
+        prepared.function.parallelism,
+        ninf_idl::Parallelism::Parallel { .. }
+    );
+    if ranks == 1 && !parallel {
         let request = v1::ExecRequest {
             call_id: 0,
             function: name.clone(),

@@ -197,7 +197,10 @@ pub fn recv_f64(from: usize) -> Result<Vec<f64>, SpmdError> {
 /// Waits until every rank has reached this point (rank 0 collects a token from each rank,
 /// then releases them).
 pub fn barrier() -> Result<(), SpmdError> {
-    let context = context().ok_or(SpmdError::NotParallel)?;
+    let Some(context) = context() else {
+        // A sequential call is a job of one rank: nobody to wait for.
+        return Ok(());
+    };
     if context.rank == 0 {
         for from in 1..context.size {
             recv(from)?;

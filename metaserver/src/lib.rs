@@ -249,7 +249,7 @@ impl Metaserver {
                 id,
                 StoredLoad {
                     time: now,
-                    load: f64::from(load.running_jobs) + f64::from(load.queued_jobs),
+                    load: registry::demand(&load),
                     load_average: load.load_average_1m,
                     free_memory_bytes: load.free_memory_bytes,
                     stored_bytes: load.stored_bytes,

@@ -124,9 +124,7 @@ impl Registry {
         let server = &mut self.servers[i];
         server.last_heartbeat = now;
         if let Some(sample) = sample {
-            server
-                .load
-                .push_back(f64::from(sample.running_jobs) + f64::from(sample.queued_jobs));
+            server.load.push_back(demand(sample));
             while server.load.len() > history {
                 server.load.pop_front();
             }
@@ -264,5 +262,18 @@ impl Registry {
     /// Index of a server by address.
     pub fn index_of(&self, address: &str) -> Option<usize> {
         self.by_address.get(address).copied()
+    }
+}
+
+/// The load a sample stands for, in processors wanted, which is what the predictor divides a
+/// server's processors by. A gang-scheduled server reports its time table: k busy rows of P
+/// processors are k·P wanted, so a job needing all P processors is predicted 1/(k+1) of them
+/// (each row gets one slot in k+1), plus one for each queued job. A server without a table
+/// counts its running and queued jobs.
+pub fn demand(sample: &v1::LoadSample) -> f64 {
+    if sample.processors > 0 {
+        f64::from(sample.busy_rows) * f64::from(sample.processors) + f64::from(sample.queued_jobs)
+    } else {
+        f64::from(sample.running_jobs) + f64::from(sample.queued_jobs)
     }
 }

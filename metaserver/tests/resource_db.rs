@@ -79,6 +79,21 @@ fn history_keeps_the_latest_samples_and_adds_the_proxys_measurements() {
     registry.add_link("a:1", "nowhere:1", link(3e6));
     let history = registry.history(&[("b:1".to_string(), link(2e6))]);
     assert_eq!(history.load[0], vec![2.0, 3.0, 4.0]);
+    // A gang-scheduled server's sample: 2 busy rows of 2 processors and one queued job.
+    let gang = v1::LoadSample {
+        running_jobs: 3,
+        queued_jobs: 1,
+        processors: 2,
+        busy_rows: 2,
+        max_rows: 4,
+        ..Default::default()
+    };
+    registry.heartbeat("b:1", Some(&gang), 2.0);
+    assert_eq!(
+        registry.history(&[]).load[1],
+        vec![5.0],
+        "demand in processors: rows x processors + queued"
+    );
     assert!(history.load[1].is_empty());
     assert_eq!(
         history.links[&(Location::Server(0), Location::Server(1))],

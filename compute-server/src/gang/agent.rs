@@ -262,7 +262,7 @@ fn switching_thread(
             Ok(ThreadCommand::Install(table)) => {
                 let version = table.version;
                 let switch = core.install(table, master_now());
-                apply(&options, cores, &switch, &shared);
+                apply(&options, cores, &switch, &shared, false);
                 if let Ok(mut s) = shared.lock() {
                     s.applied = version;
                     s.table_messages = core.counters().table_messages;
@@ -272,7 +272,7 @@ fn switching_thread(
             }
             Err(RecvTimeoutError::Timeout) => {
                 if let Some(switch) = core.follow(master_now()) {
-                    apply(&options, cores, &switch, &shared);
+                    apply(&options, cores, &switch, &shared, true);
                     if let Ok(mut s) = shared.lock() {
                         s.switches = core.counters().switches;
                     }
@@ -304,7 +304,13 @@ fn real_time_priority() {
     }
 }
 
-fn apply(options: &AgentOptions, cores: u32, switch: &ProcessSwitch, shared: &Mutex<Shared>) {
+fn apply(
+    options: &AgentOptions,
+    cores: u32,
+    switch: &ProcessSwitch,
+    shared: &Mutex<Shared>,
+    at_boundary: bool,
+) {
     let mut failures = 0;
     if options.pin {
         for &(pid, column) in &switch.pin {
@@ -329,6 +335,7 @@ fn apply(options: &AgentOptions, cores: u32, switch: &ProcessSwitch, shared: &Mu
                 job,
                 process: pid,
                 resumed_ns: monotonic_ns(),
+                at_boundary,
             });
         }
     }

@@ -99,8 +99,11 @@ struct Inner {
     next_job: JobId,
     jobs: BTreeMap<JobId, JobRecord>,
     nodes: BTreeMap<String, NodeRecord>,
-    spreads: BTreeMap<(u64, u64, JobId), Spread>,
+    spreads: BTreeMap<(u64, u64, JobId, bool), Spread>,
+    /// Switch skews at slot boundaries, microseconds.
     skews_us: VecDeque<f64>,
+    /// Skews when a table was installed mid-slot.
+    install_skews_us: VecDeque<f64>,
     deadlocks_killed: u64,
     /// Mean seconds a job spends in the table (exponentially weighted).
     mean_residence: f64,
@@ -133,6 +136,7 @@ impl GangMaster {
                 nodes: BTreeMap::new(),
                 spreads: BTreeMap::new(),
                 skews_us: VecDeque::new(),
+                install_skews_us: VecDeque::new(),
                 deadlocks_killed: 0,
                 mean_residence: 0.0,
             }),
@@ -327,7 +331,7 @@ impl GangMaster {
             if processes < 2 {
                 continue;
             }
-            let key = (sample.version, sample.slot, sample.job);
+            let key = (sample.version, sample.slot, sample.job, sample.at_boundary);
             let spread = inner.spreads.entry(key).or_insert(Spread {
                 first_ns: sample.resumed_ns,
                 last_ns: sample.resumed_ns,
@@ -339,10 +343,15 @@ impl GangMaster {
             if spread.count >= processes {
                 let skew = (spread.last_ns - spread.first_ns) as f64 / 1000.0;
                 inner.spreads.remove(&key);
-                if inner.skews_us.len() >= MAX_SKEWS {
-                    inner.skews_us.pop_front();
+                let series = if sample.at_boundary {
+                    &mut inner.skews_us
+                } else {
+                    &mut inner.install_skews_us
+                };
+                if series.len() >= MAX_SKEWS {
+                    series.pop_front();
                 }
-                inner.skews_us.push_back(skew);
+                series.push_back(skew);
             }
         }
         while inner.spreads.len() > MAX_OPEN_SPREADS {
@@ -438,15 +447,20 @@ impl GangMaster {
             function: function(q.id),
             processes: Vec::new(),
         }));
-        let mut skews: Vec<f64> = inner.skews_us.iter().copied().collect();
-        skews.sort_by(f64::total_cmp);
-        let quantile = |q: f64| {
-            if skews.is_empty() {
+        let sorted = |series: &VecDeque<f64>| {
+            let mut v: Vec<f64> = series.iter().copied().collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let quantile = |v: &[f64], q: f64| {
+            if v.is_empty() {
                 0.0
             } else {
-                skews[((skews.len() - 1) as f64 * q).round() as usize]
+                v[((v.len() - 1) as f64 * q).round() as usize]
             }
         };
+        let skews = sorted(&inner.skews_us);
+        let install_skews = sorted(&inner.install_skews_us);
         v1::GangStatus {
             processors: config.processors,
             max_rows: config.max_rows as u32,
@@ -477,9 +491,11 @@ impl GangMaster {
                 })
                 .collect(),
             skew_samples: skews.len() as u64,
-            skew_p50_us: quantile(0.5),
-            skew_p99_us: quantile(0.99),
+            skew_p50_us: quantile(&skews, 0.5),
+            skew_p99_us: quantile(&skews, 0.99),
             skew_max_us: skews.last().copied().unwrap_or(0.0),
+            install_skew_samples: install_skews.len() as u64,
+            install_skew_p99_us: quantile(&install_skews, 0.99),
         }
     }
 
@@ -487,6 +503,7 @@ impl GangMaster {
     pub fn reset_skews(&self) {
         let mut inner = self.lock();
         inner.skews_us.clear();
+        inner.install_skews_us.clear();
         inner.spreads.clear();
     }
 }
