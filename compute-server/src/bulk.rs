@@ -316,6 +316,7 @@ async fn call(
                     ticket.set_runnable(false);
                     let written = write.await;
                     ticket.set_runnable(true);
+                    ticket.wait_for_slot().await;
                     written
                 }
             }

@@ -34,13 +34,21 @@ pub struct JobTicket {
 
 impl JobTicket {
     /// Tells the agents which processes run the job (rank order) and whether it can run now
-    /// or still waits for its input. If a runnable job's slot is not the current one, waits
-    /// until the agents have stopped its processes, so they never run outside their slots.
+    /// or still waits for its input. A runnable job then waits for its first slot: its
+    /// processes have no input yet, so withholding the input until the slot keeps them from
+    /// running outside it without any signal; from then on the agents stop and continue them.
     pub async fn attach(&self, processes: Vec<u32>, runnable: bool) {
-        let wait_for = self.master.attach(self.id, processes, runnable);
-        if let Some(version) = wait_for {
-            self.master.wait_applied(version).await;
+        self.master.attach(self.id, processes, runnable);
+        if runnable {
+            self.wait_for_slot().await;
         }
+    }
+
+    /// Waits for the job's slot, and from then on has the agents stop and continue its
+    /// processes (the caller sends the input right after).
+    pub async fn wait_for_slot(&self) {
+        self.master.wait_for_slot(self.id).await;
+        self.master.mark_started(self.id);
     }
 
     /// The job's input arrived (runnable) or it waits for input again (idle).
@@ -71,6 +79,8 @@ impl Drop for JobTicket {
 
 struct JobRecord {
     function: String,
+    /// Its processes have their input: the agents must stop them outside its slots.
+    started: bool,
     processes: Vec<u32>,
     /// Told when the job enters the table.
     admitted: Option<oneshot::Sender<()>>,
@@ -114,9 +124,13 @@ pub struct GangMaster {
     pub settings: GangSettings,
     pub processors: u32,
     inner: Mutex<Inner>,
+    /// The last table sent to the agents.
     tables: watch::Sender<Arc<v1::TimeTableMessage>>,
-    /// The oldest table version every attached agent has applied.
-    applied: watch::Sender<u64>,
+    /// The last table issued.
+    current: watch::Sender<Arc<TimeTable>>,
+    /// The last table issued as the agents need it: only jobs whose input was sent (the
+    /// others cannot run anyway), with their processes.
+    agents_view: watch::Sender<Arc<TimeTable>>,
 }
 
 impl GangMaster {
@@ -125,8 +139,9 @@ impl GangMaster {
         let mut scheduler = GangScheduler::new(config, MachineClock);
         let first = scheduler.table();
         let (tables, _) = watch::channel(Arc::new(table_to_proto(&first)));
-        let (applied, _) = watch::channel(u64::MAX);
-        Arc::new(GangMaster {
+        let (agents_view, _) = watch::channel(Arc::new(first.clone()));
+        let (current, _) = watch::channel(Arc::new(first));
+        let master = Arc::new(GangMaster {
             settings,
             processors: processors.max(1),
             inner: Mutex::new(Inner {
@@ -141,8 +156,11 @@ impl GangMaster {
                 mean_residence: 0.0,
             }),
             tables,
-            applied,
-        })
+            current,
+            agents_view,
+        });
+        tokio::spawn(send_tables(Arc::downgrade(&master)));
+        master
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -167,6 +185,7 @@ impl GangMaster {
                 id,
                 JobRecord {
                     function: function.to_string(),
+                    started: false,
                     processes: Vec::new(),
                     admitted: Some(tx),
                     admitted_at: None,
@@ -187,7 +206,7 @@ impl GangMaster {
         Ok(ticket)
     }
 
-    fn attach(&self, id: JobId, processes: Vec<u32>, runnable: bool) -> Option<u64> {
+    fn attach(&self, id: JobId, processes: Vec<u32>, runnable: bool) {
         let mut inner = self.lock();
         if let Some(job) = inner.jobs.get_mut(&id) {
             job.processes = processes;
@@ -198,9 +217,55 @@ impl GangMaster {
             JobState::Idle
         };
         inner.scheduler.set_state(id, state);
-        let table = self.issue(&mut inner);
-        let now = MachineClock.now();
-        (runnable && !table.running_at(now).contains(&id)).then_some(table.version)
+        self.issue(&mut inner);
+    }
+
+    fn mark_started(&self, id: JobId) {
+        let mut inner = self.lock();
+        if let Some(job) = inner.jobs.get_mut(&id) {
+            job.started = true;
+        }
+        // A new version even if the matrix did not change: the agents' view did.
+        self.issue(&mut inner);
+    }
+
+    /// Waits until a slot in which `id` runs is in progress (or the job left the table).
+    async fn wait_for_slot(&self, id: JobId) {
+        let mut current = self.current.subscribe();
+        loop {
+            let table = current.borrow_and_update().clone();
+            if !table.jobs.contains_key(&id) {
+                return;
+            }
+            let now = MachineClock.now();
+            if table.running_at(now).contains(&id) {
+                return;
+            }
+            let number = table.slot_number(now);
+            let len = table.cycle.len() as u64;
+            let next = (1..=len)
+                .find(|k| {
+                    table
+                        .slot(number + k)
+                        .is_some_and(|s| s.running.contains(&id))
+                })
+                .map(|k| table.slot_start(number + k));
+            match next {
+                Some(start) => {
+                    let wait = Duration::from_secs_f64((start - now).clamp(0.0, 3600.0));
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        changed = current.changed() => if changed.is_err() { return },
+                    }
+                }
+                // Not runnable now: wait for a table in which it is.
+                None => {
+                    if current.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     fn set_state(&self, id: JobId, state: JobState) {
@@ -256,29 +321,23 @@ impl GangMaster {
         }
     }
 
-    /// Issues the current table to the agents, with each job's processes.
-    fn issue(&self, inner: &mut Inner) -> TimeTable {
+    /// Issues the current table, and the agents' view of it (see [`send_tables`] for when
+    /// they get it).
+    fn issue(&self, inner: &mut Inner) {
         let mut table = inner.scheduler.table();
         for (id, job) in table.jobs.iter_mut() {
             if let Some(record) = inner.jobs.get(id) {
                 job.processes = record.processes.clone();
             }
         }
-        self.tables.send_replace(Arc::new(table_to_proto(&table)));
-        table
-    }
-
-    /// Waits until every attached agent has applied table `version` (at most a second: a
-    /// stuck agent must not stall calls).
-    async fn wait_applied(&self, version: u64) {
-        let mut applied = self.applied.subscribe();
-        let reached = applied.wait_for(|&v| v >= version);
-        if tokio::time::timeout(Duration::from_secs(1), reached)
-            .await
-            .is_err()
-        {
-            tracing::warn!(version, "node agents did not apply the table within 1 s");
+        let started = |id: &JobId| inner.jobs.get(id).is_some_and(|j| j.started);
+        let mut view = table.clone();
+        view.jobs.retain(|id, _| started(id));
+        for slot in &mut view.cycle {
+            slot.running.retain(started);
         }
+        self.agents_view.send_replace(Arc::new(view));
+        self.current.send_replace(Arc::new(table));
     }
 
     /// The latest table, for an agent's stream.
@@ -297,7 +356,6 @@ impl GangMaster {
                 report: v1::AgentReport::default(),
             },
         );
-        self.update_applied(&inner);
     }
 
     /// An agent's stream ended.
@@ -306,18 +364,6 @@ impl GangMaster {
         if let Some(n) = inner.nodes.get_mut(node) {
             n.attached = false;
         }
-        self.update_applied(&inner);
-    }
-
-    fn update_applied(&self, inner: &Inner) {
-        let oldest = inner
-            .nodes
-            .values()
-            .filter(|n| n.attached)
-            .map(|n| n.report.applied_version)
-            .min()
-            .unwrap_or(u64::MAX);
-        self.applied.send_replace(oldest);
     }
 
     /// Takes an agent's report: its applied table, counters and continue times.
@@ -360,7 +406,6 @@ impl GangMaster {
         if let Some(n) = inner.nodes.get_mut(node) {
             n.report = report;
         }
-        self.update_applied(&inner);
     }
 
     /// Kills the processes of jobs deadlocked past their grace; returns how many.
@@ -505,6 +550,72 @@ impl GangMaster {
         inner.skews_us.clear();
         inner.install_skews_us.clear();
         inner.spreads.clear();
+    }
+}
+
+/// The processes agents following `table` hold stopped at time `t`.
+fn held(table: &TimeTable, t: f64) -> std::collections::BTreeSet<u32> {
+    let running = table.running_at(t);
+    table
+        .jobs
+        .iter()
+        .filter(|(id, _)| !running.contains(id))
+        .flat_map(|(_, job)| job.processes.iter().copied())
+        .collect()
+}
+
+/// Sends the agents' view of the table when they need it, and only then. A table that
+/// changes what they hold now goes at once. One that only changes later slots goes shortly
+/// before the next boundary, unless a newer one has replaced it by then: jobs that come and go
+/// within a slot (most calls) never cost a message. Tables that never hold anything the old
+/// one did not are not sent at all.
+async fn send_tables(master: std::sync::Weak<GangMaster>) {
+    let (mut views, mut sent) = match master.upgrade() {
+        Some(m) => (m.agents_view.subscribe(), m.agents_view.borrow().clone()),
+        None => return,
+    };
+    loop {
+        let view = views.borrow_and_update().clone();
+        let Some(m) = master.upgrade() else { return };
+        let now = MachineClock.now();
+        let margin = (view.quantum / 4.0).clamp(0.001, 0.005);
+        let deadline = if view.version == sent.version {
+            None
+        } else if held(&view, now) != held(&sent, now) {
+            Some(now)
+        } else {
+            match (view.next_change(now), sent.next_change(now)) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(f64::INFINITY).min(b.unwrap_or(f64::INFINITY)) - margin),
+            }
+        };
+        drop(m);
+        let send = match deadline {
+            None => false,
+            Some(at) if at <= now => true,
+            Some(at) => {
+                let wait = Duration::from_secs_f64((at - now).min(3600.0));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => true,
+                    changed = views.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        if send {
+            let Some(m) = master.upgrade() else { return };
+            let latest = m.agents_view.borrow().clone();
+            m.tables.send_replace(Arc::new(table_to_proto(&latest)));
+            sent = latest;
+            continue;
+        }
+        if views.changed().await.is_err() {
+            return;
+        }
     }
 }
 
