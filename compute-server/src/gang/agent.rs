@@ -146,7 +146,8 @@ pub async fn run(
                 Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(status) => {
-                    tracing::warn!(node = %options.node, error = %status.message(), "the server ended the agent's stream");
+                    // What a server that shuts down or dies looks like from here.
+                    tracing::info!(node = %options.node, error = %status.message(), "the server ended the agent's stream");
                     break;
                 }
             },
