@@ -18,6 +18,7 @@ use ninf::{Arg, NinfClient};
 use ninf_compute_server::config::{GangSettings, ModuleConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_proto::v1;
+use ninf_sim::random::Random;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
@@ -320,24 +321,6 @@ pub struct AllocationResult {
     pub mean_wait_s: f64,
 }
 
-/// A small deterministic generator (SplitMix64) so a seed gives the same job stream.
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn exponential(&mut self, mean: f64) -> f64 {
-        -mean * (1.0 - self.next()).ln()
-    }
-}
-
 pub async fn allocation(options: AllocationOptions) -> anyhow::Result<AllocationResult> {
     let processors = options
         .processors
@@ -356,7 +339,7 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
     let per_second = probe as f64 / took.max(1e-3);
 
     // Sizes uniform over 1..=P, run times exponential, arrivals Poisson at the offered load.
-    let mut random = Random(options.seed);
+    let mut random = Random::new(options.seed);
     let mean_size = (1.0 + f64::from(processors)) / 2.0;
     let interarrival =
         mean_size * options.mean_seconds / (f64::from(processors) * options.load.max(1e-3));
@@ -364,7 +347,7 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
     let mut stream = Vec::with_capacity(options.jobs);
     for _ in 0..options.jobs {
         at += random.exponential(interarrival);
-        let size = 1 + (random.next() * f64::from(processors)) as u32;
+        let size = random.integer(1, processors);
         let seconds = random.exponential(options.mean_seconds).max(0.005);
         stream.push((at, size.min(processors), seconds));
     }

@@ -1,12 +1,13 @@
 //! The `ninf` command's library: the embedded local grid ([`embedded`]), the seed's workloads
 //! ([`workloads`]), the demo that runs them under several schedulers ([`demo`]), and the
-//! shell-friendly call ([`quick_call`]), and the gang scheduler's benchmarks
-//! ([`gang_bench`]).
+//! shell-friendly call ([`quick_call`]), the gang scheduler's benchmarks ([`gang_bench`]), and
+//! the scheduling simulator's front end ([`simulate`]).
 
 pub mod demo;
 pub mod embedded;
 pub mod gang_bench;
 pub mod quick_call;
+pub mod simulate;
 pub mod workloads;
 
 use std::path::PathBuf;

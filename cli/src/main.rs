@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use ninf_cli::demo::{self, DemoOptions};
 use ninf_cli::embedded::{EmbeddedGrid, Endpoints, GridOptions};
 use ninf_cli::gang_bench::{self, AllocationOptions, OverheadOptions};
+use ninf_cli::simulate::{self, SimOptions, Workload};
 use ninf_proto::v1;
 
 #[derive(Parser)]
@@ -92,6 +93,33 @@ enum Command {
         json: bool,
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+    /// Simulate a workload under scheduling policies (the live gang core's FCFS, FPFS,
+    /// FPMPFS, and EASY backfilling) at one or more loads, averaged over seeds.
+    Sim {
+        /// cenju3 (seed 001's workload) or swf:PATH.
+        #[arg(long, default_value = "cenju3")]
+        workload: String,
+        /// One or more of fcfs, fpfs, fpmpfs, easy.
+        #[arg(long, value_delimiter = ',', default_value = "fpfs")]
+        policy: Vec<String>,
+        /// Offered loads (generated workloads).
+        #[arg(long, value_delimiter = ',', default_value = "0.8")]
+        load: Vec<f64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Seeds to average over (seed, seed+1, ...).
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        #[arg(long, default_value_t = 600.0)]
+        wait_limit: f64,
+        #[arg(long)]
+        processors: Option<u32>,
+        /// Jobs of a generated workload.
+        #[arg(long)]
+        jobs: Option<usize>,
+        #[arg(long)]
+        json: bool,
     },
     /// Admission policies on a real run: short jobs of sizes 1..P with Poisson arrivals on a
     /// space-shared table; utilisation and mean response time.
@@ -418,6 +446,51 @@ fn main() -> anyhow::Result<()> {
                     result.install_skew_samples,
                     result.install_skew_p99_us
                 );
+            }
+            Ok(())
+        }
+        Command::Sim {
+            workload,
+            policy,
+            load,
+            seed,
+            seeds,
+            wait_limit,
+            processors,
+            jobs,
+            json,
+        } => {
+            let workload: Workload = workload.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+            let options = SimOptions {
+                policies: policy,
+                loads: load,
+                seed,
+                seeds,
+                wait_limit,
+                processors,
+                jobs,
+            };
+            for r in simulate::run(&workload, &options)? {
+                if json {
+                    println!("{}", serde_json::to_string(&r)?);
+                } else {
+                    println!(
+                        "{} {:<7} load {:<5} {} jobs on {} processors, {} seeds: utilisation {:.1}% ± {:.1}, mean response {:.1} s ± {:.1}, wait {:.1} s, bounded slowdown {:.2} ({:.3} s)",
+                        r.workload,
+                        r.policy,
+                        r.load.map_or("-".to_string(), |l| l.to_string()),
+                        r.jobs,
+                        r.processors,
+                        r.seeds,
+                        r.utilization * 100.0,
+                        r.utilization_ci95 * 100.0,
+                        r.mean_response_s,
+                        r.mean_response_ci95,
+                        r.mean_wait_s,
+                        r.mean_bounded_slowdown,
+                        r.sim_wall_s
+                    );
+                }
             }
             Ok(())
         }

@@ -1,0 +1,162 @@
+//! `ninf sim`: runs the scheduling simulator (`ninf-sim`) over a workload for each policy and
+//! load asked, over several seeds, and reports the means with 95% confidence intervals.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use ninf_sim::swf;
+use ninf_sim::{Job, Metrics, simulate};
+use serde::Serialize;
+
+/// Workloads by name.
+pub enum Workload {
+    /// Seed 001's: 8 PEs (the Cenju-3), 500 jobs, demand uniform 1..8, mean run 32 s.
+    Cenju3,
+    Swf(std::path::PathBuf),
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Workload, String> {
+        match s {
+            "cenju3" | "seed001" => Ok(Workload::Cenju3),
+            other => match other.strip_prefix("swf:") {
+                Some(path) => Ok(Workload::Swf(path.into())),
+                None if ["hetero-a", "hetero-b", "dqt", "lublin"].contains(&other) => Err(format!(
+                    "workload `{other}` is not generated yet (available: cenju3, swf:PATH)"
+                )),
+                None => Err(format!(
+                    "unknown workload `{other}` (available: cenju3, swf:PATH)"
+                )),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub policies: Vec<String>,
+    pub loads: Vec<f64>,
+    pub seed: u64,
+    pub seeds: u64,
+    pub wait_limit: f64,
+    /// Processors of the machine (default: the workload's).
+    pub processors: Option<u32>,
+    pub jobs: Option<usize>,
+}
+
+/// Means over the seeds of one (policy, load).
+#[derive(Debug, Clone, Serialize)]
+pub struct SimResult {
+    pub workload: String,
+    pub policy: String,
+    /// Offered load for generated workloads; absent for SWF files.
+    pub load: Option<f64>,
+    pub processors: u32,
+    pub seeds: u64,
+    pub jobs: usize,
+    pub utilization: f64,
+    pub utilization_ci95: f64,
+    pub mean_response_s: f64,
+    pub mean_response_ci95: f64,
+    pub mean_wait_s: f64,
+    pub mean_bounded_slowdown: f64,
+    pub mean_turnaround_s: f64,
+    /// Wall-clock seconds the simulations took (all seeds).
+    pub sim_wall_s: f64,
+}
+
+/// Mean and the half-width of its 95% confidence interval (normal approximation).
+fn mean_ci(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n.max(1.0);
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, 1.96 * (variance / n).sqrt())
+}
+
+pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimResult>> {
+    let (name, swf_jobs, default_processors) = match workload {
+        Workload::Cenju3 => ("cenju3".to_string(), None, 8),
+        Workload::Swf(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let parsed =
+                swf::parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+            let (jobs, skipped) = parsed.jobs();
+            if skipped > 0 {
+                tracing::warn!(
+                    skipped,
+                    "SWF records without run time or processors skipped"
+                );
+            }
+            let widest = jobs.iter().map(|j| j.processors).max().unwrap_or(1);
+            let declared = parsed.header.iter().find_map(|h| {
+                h.trim()
+                    .strip_prefix("MaxProcs:")
+                    .and_then(|v| v.trim().parse::<u32>().ok())
+            });
+            (
+                format!("swf:{}", path.display()),
+                Some(jobs),
+                declared.unwrap_or(widest).max(widest),
+            )
+        }
+    };
+    let processors = options.processors.unwrap_or(default_processors);
+    let loads: Vec<Option<f64>> = if swf_jobs.is_some() {
+        vec![None]
+    } else {
+        options.loads.iter().copied().map(Some).collect()
+    };
+    let mut results = Vec::new();
+    for policy in &options.policies {
+        for &load in &loads {
+            let started = Instant::now();
+            let mut runs: Vec<Metrics> = Vec::new();
+            let seeds = if swf_jobs.is_some() {
+                1
+            } else {
+                options.seeds.max(1)
+            };
+            for k in 0..seeds {
+                let jobs: Vec<Job> = match &swf_jobs {
+                    Some(jobs) => jobs.clone(),
+                    None => ninf_sim::workload::seed001(
+                        processors,
+                        options.jobs.unwrap_or(500),
+                        32.0,
+                        load.unwrap_or(0.5),
+                        options.seed + k,
+                    ),
+                };
+                let mut chosen = ninf_sim::policy_by_name(policy, processors, options.wait_limit)
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                let outcomes = simulate(&jobs, processors, chosen.as_mut())?;
+                runs.push(Metrics::of(&outcomes, processors));
+            }
+            let field = |f: fn(&Metrics) -> f64| mean_ci(&runs.iter().map(f).collect::<Vec<_>>());
+            let (utilization, utilization_ci95) = field(|m| m.utilization);
+            let (mean_response_s, mean_response_ci95) = field(|m| m.mean_response_s);
+            results.push(SimResult {
+                workload: name.clone(),
+                policy: policy.clone(),
+                load,
+                processors,
+                seeds,
+                jobs: runs.first().map_or(0, |m| m.jobs),
+                utilization,
+                utilization_ci95,
+                mean_response_s,
+                mean_response_ci95,
+                mean_wait_s: field(|m| m.mean_wait_s).0,
+                mean_bounded_slowdown: field(|m| m.mean_bounded_slowdown).0,
+                mean_turnaround_s: field(|m| m.mean_turnaround_s).0,
+                sim_wall_s: started.elapsed().as_secs_f64(),
+            });
+        }
+    }
+    Ok(results)
+}

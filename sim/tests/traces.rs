@@ -1,0 +1,231 @@
+//! Hand-computed traces with exact start times, SWF round trips, and properties every policy
+//! must keep on random workloads.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use ninf_sim::policy::{Easy, GangAdmission};
+use ninf_sim::swf::{self, SwfError};
+use ninf_sim::{Job, Metrics, SimError, simulate};
+use proptest::prelude::*;
+
+fn job(id: u64, submit: f64, processors: u32, run: f64) -> Job {
+    Job {
+        id,
+        submit,
+        run,
+        processors,
+        requested: run,
+    }
+}
+
+fn starts(jobs: &[Job], processors: u32, policy: &mut dyn ninf_sim::SpacePolicy) -> Vec<f64> {
+    simulate(jobs, processors, policy)
+        .unwrap()
+        .iter()
+        .map(|o| o.start)
+        .collect()
+}
+
+fn gang(policy: ninf_gang::Policy, processors: u32, wait_limit: f64) -> GangAdmission {
+    GangAdmission::new(policy, processors, wait_limit)
+}
+
+/// 4 processors. J1 takes 3; J2 needs 2 and must wait; J3 needs 1, which is free.
+#[test]
+fn fpfs_starts_a_later_job_that_fits_and_fcfs_does_not() {
+    let jobs = [
+        job(1, 0.0, 3, 10.0),
+        job(2, 1.0, 2, 5.0),
+        job(3, 2.0, 1, 4.0),
+    ];
+    use ninf_gang::Policy::*;
+    assert_eq!(
+        starts(&jobs, 4, &mut gang(Fcfs, 4, 600.0)),
+        vec![0.0, 10.0, 10.0]
+    );
+    assert_eq!(
+        starts(&jobs, 4, &mut gang(Fpfs, 4, 600.0)),
+        vec![0.0, 10.0, 2.0]
+    );
+    assert_eq!(
+        starts(&jobs, 4, &mut gang(Fpmpfs, 4, 600.0)),
+        vec![0.0, 10.0, 2.0]
+    );
+}
+
+/// J2 has waited past its WaitLimit (5 s) when J3 arrives at t = 7: the FPFS scan stops at
+/// J2, so J3 waits although a processor is free, until J1 ends.
+#[test]
+fn a_job_past_its_wait_limit_stops_the_fpfs_scan() {
+    let jobs = [
+        job(1, 0.0, 3, 10.0),
+        job(2, 1.0, 2, 20.0),
+        job(3, 7.0, 1, 1.0),
+    ];
+    use ninf_gang::Policy::Fpfs;
+    assert_eq!(
+        starts(&jobs, 4, &mut gang(Fpfs, 4, 5.0)),
+        vec![0.0, 10.0, 10.0]
+    );
+    assert_eq!(
+        starts(&jobs, 4, &mut gang(Fpfs, 4, 600.0)),
+        vec![0.0, 10.0, 7.0]
+    );
+}
+
+/// 4 processors. J2 needs all 4 and gets a reservation at t = 10 (J1's end). J3 ends by then,
+/// so it is backfilled at once; J4 would not, so it waits for J2.
+#[test]
+fn easy_backfills_only_jobs_that_do_not_delay_the_reservation() {
+    let jobs = [
+        job(1, 0.0, 2, 10.0),
+        job(2, 1.0, 4, 5.0),
+        job(3, 2.0, 2, 5.0),
+        job(4, 3.0, 2, 20.0),
+    ];
+    assert_eq!(
+        starts(&jobs, 4, &mut Easy::default()),
+        vec![0.0, 10.0, 2.0, 15.0]
+    );
+    use ninf_gang::Policy::Fcfs;
+    assert_eq!(
+        starts(&jobs, 4, &mut gang(Fcfs, 4, 600.0)),
+        vec![0.0, 10.0, 15.0, 15.0],
+        "the head starts at the same time under both"
+    );
+    // A job using processors left over at the reservation may run past it.
+    let jobs = [
+        job(1, 0.0, 2, 10.0),
+        job(2, 1.0, 3, 5.0),
+        job(3, 2.0, 1, 50.0),
+    ];
+    assert_eq!(starts(&jobs, 4, &mut Easy::default()), vec![0.0, 10.0, 2.0]);
+}
+
+#[test]
+fn bad_workloads_are_refused_with_the_job_named() {
+    let error = simulate(&[job(7, 0.0, 9, 1.0)], 8, &mut Easy::default()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "job 7 needs 9 processors; the machine has 8"
+    );
+    let error = simulate(&[job(3, 0.0, 1, f64::NAN)], 8, &mut Easy::default()).unwrap_err();
+    assert!(matches!(error, SimError::BadJob { id: 3, .. }), "{error}");
+}
+
+#[test]
+fn swf_round_trips_and_names_bad_fields() {
+    let text = "; Version: 2.2\n; MaxProcs: 8\n\
+        1 0 5 100 4 -1 -1 4 120 -1 1 3 1 -1 1 -1 -1 -1\n\
+        2 10.5 0 3600 8 3000 2048 8 7200 -1 1 4 1 2 1 1 1 0\n";
+    let workload = swf::parse(text).unwrap();
+    assert_eq!(workload.header, vec![" Version: 2.2", " MaxProcs: 8"]);
+    assert_eq!(workload.records.len(), 2);
+    assert_eq!(workload.records[1].submit_time, 10.5);
+    assert_eq!(workload.records[1].requested_time, 7200.0);
+    assert_eq!(workload.records[0].used_memory, -1.0);
+    let written = swf::write(&workload);
+    assert_eq!(written, text);
+    assert_eq!(swf::parse(&written).unwrap(), workload);
+    let (jobs, skipped) = workload.jobs();
+    assert_eq!(skipped, 0);
+    assert_eq!(
+        (jobs[0].processors, jobs[0].run, jobs[0].requested),
+        (4, 100.0, 120.0)
+    );
+
+    let error = swf::parse("; x\n1 0 5 abc 4 -1 -1 4 120 -1 1 3 1 -1 1 -1 -1 -1\n").unwrap_err();
+    assert_eq!(
+        error,
+        SwfError::NotANumber {
+            line: 2,
+            column: 7,
+            field: 4,
+            name: "run time",
+            text: "abc".into()
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "2:7: field 4 (`run time`): `abc` is not a number"
+    );
+    assert_eq!(
+        swf::parse("1 2 3\n").unwrap_err(),
+        SwfError::FieldCount { line: 1, found: 3 }
+    );
+}
+
+#[test]
+fn the_seed001_workload_has_the_papers_shape_and_is_reproducible() {
+    let jobs = ninf_sim::workload::seed001(8, 500, 32.0, 0.5, 7);
+    assert_eq!(jobs, ninf_sim::workload::seed001(8, 500, 32.0, 0.5, 7));
+    assert!(jobs.iter().all(|j| (1..=8).contains(&j.processors)));
+    let mean_run = jobs.iter().map(|j| j.run).sum::<f64>() / 500.0;
+    assert!((mean_run - 32.0).abs() < 5.0, "{mean_run}");
+    // Offered load = total work / (processors × arrival span) ≈ 0.5.
+    let work: f64 = jobs.iter().map(|j| j.run * f64::from(j.processors)).sum();
+    let offered = work / (8.0 * jobs[499].submit);
+    assert!((offered - 0.5).abs() < 0.1, "{offered}");
+}
+
+#[test]
+fn policies_are_chosen_by_name_and_unknown_ones_are_named() {
+    for name in ["fcfs", "fpfs", "fpmpfs", "easy"] {
+        assert_eq!(
+            ninf_sim::policy_by_name(name, 8, 600.0).unwrap().name(),
+            name
+        );
+    }
+    let error = ninf_sim::policy_by_name("mctbm", 8, 600.0).err().unwrap();
+    assert_eq!(
+        error,
+        "policy `mctbm` is not simulated yet (simulated: fcfs, fpfs, fpmpfs, easy)"
+    );
+    let error = ninf_sim::policy_by_name("sjf", 8, 600.0).err().unwrap();
+    assert!(error.starts_with("unknown policy `sjf`"), "{error}");
+}
+
+fn policies(processors: u32) -> Vec<Box<dyn ninf_sim::SpacePolicy>> {
+    ["fcfs", "fpfs", "fpmpfs", "easy"]
+        .iter()
+        .map(|name| ninf_sim::policy_by_name(name, processors, 60.0).unwrap())
+        .collect()
+}
+
+proptest! {
+    /// No policy over-commits the machine, every job runs exactly its run time after its
+    /// arrival, and all jobs finish.
+    #[test]
+    fn policies_keep_the_machine_and_the_work_intact(
+        raw in proptest::collection::vec((0u32..200, 1u32..=8, 0u32..100), 1..40)
+    ) {
+        let jobs: Vec<Job> = raw
+            .iter()
+            .enumerate()
+            .map(|(i, &(submit, p, run))| job(i as u64 + 1, f64::from(submit), p, f64::from(run)))
+            .collect();
+        for mut policy in policies(8) {
+            let outcomes = simulate(&jobs, 8, policy.as_mut()).unwrap();
+            prop_assert_eq!(outcomes.len(), jobs.len());
+            let mut events: Vec<(f64, i64)> = Vec::new();
+            for (o, j) in outcomes.iter().zip(&jobs) {
+                prop_assert_eq!(o.id, j.id);
+                prop_assert!(o.start >= j.submit);
+                prop_assert_eq!(o.end - o.start, j.run);
+                if j.run > 0.0 {
+                    events.push((o.start, i64::from(o.processors)));
+                    events.push((o.end, -i64::from(o.processors)));
+                }
+            }
+            // Ends before starts at the same instant.
+            events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let mut used = 0;
+            for (_, delta) in events {
+                used += delta;
+                prop_assert!(used <= 8, "{} over-committed", policy.name());
+            }
+            let metrics = Metrics::of(&outcomes, 8);
+            prop_assert!(metrics.utilization <= 1.0 + 1e-9);
+        }
+    }
+}
