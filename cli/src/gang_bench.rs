@@ -319,6 +319,12 @@ pub struct AllocationResult {
     pub utilization: f64,
     pub mean_response_s: f64,
     pub mean_wait_s: f64,
+    /// The same job stream (arrivals, sizes, nominal run times) through the simulator with
+    /// the same policy code: how far the live run is from the model.
+    pub sim_utilization: f64,
+    pub sim_mean_response_s: f64,
+    /// (live − simulated) / simulated mean response time.
+    pub response_gap: f64,
 }
 
 pub async fn allocation(options: AllocationOptions) -> anyhow::Result<AllocationResult> {
@@ -395,14 +401,37 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
     let makespan = start.elapsed().as_secs_f64();
     server.stop().await;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let jobs: Vec<ninf_sim::Job> = stream
+        .iter()
+        .enumerate()
+        .map(|(i, &(arrival, size, seconds))| ninf_sim::Job {
+            id: i as u64 + 1,
+            submit: arrival,
+            run: seconds,
+            processors: size,
+            requested: seconds,
+        })
+        .collect();
+    let policy_name = format!("{:?}", options.policy).to_lowercase();
+    let mut policy = ninf_sim::policy_by_name(&policy_name, processors, 600.0)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let simulated = ninf_sim::Metrics::of(
+        &ninf_sim::simulate(&jobs, processors, policy.as_mut())?,
+        processors,
+    );
+    let live_response = mean(&responses);
     Ok(AllocationResult {
-        policy: format!("{:?}", options.policy).to_lowercase(),
+        policy: policy_name,
         jobs: options.jobs,
         processors,
         load: options.load,
         makespan_s: makespan,
         utilization: busy / (f64::from(processors) * makespan),
-        mean_response_s: mean(&responses),
+        mean_response_s: live_response,
         mean_wait_s: mean(&waits),
+        sim_utilization: simulated.utilization,
+        sim_mean_response_s: simulated.mean_response_s,
+        response_gap: (live_response - simulated.mean_response_s)
+            / simulated.mean_response_s.max(1e-9),
     })
 }

@@ -118,6 +118,9 @@ enum Command {
         /// Jobs of a generated workload.
         #[arg(long)]
         jobs: Option<usize>,
+        /// Also write utilization.svg and response.svg (against load) into this folder.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -458,6 +461,7 @@ fn main() -> anyhow::Result<()> {
             wait_limit,
             processors,
             jobs,
+            plot,
             json,
         } => {
             let workload: Workload = workload.parse().map_err(|e: String| anyhow::anyhow!(e))?;
@@ -470,7 +474,13 @@ fn main() -> anyhow::Result<()> {
                 processors,
                 jobs,
             };
-            for r in simulate::run(&workload, &options)? {
+            let results = simulate::run(&workload, &options)?;
+            if let Some(dir) = plot {
+                for path in simulate::plot(&results, &dir)? {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            for r in results {
                 if json {
                     println!("{}", serde_json::to_string(&r)?);
                 } else {
@@ -520,7 +530,7 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&result)?);
             } else {
                 println!(
-                    "{}: {} jobs on {} processors at load {}: utilisation {:.1}%, mean response {:.3} s, mean wait {:.3} s, makespan {:.1} s",
+                    "{}: {} jobs on {} processors at load {}: utilisation {:.1}%, mean response {:.3} s, mean wait {:.3} s, makespan {:.1} s; simulated: utilisation {:.1}%, mean response {:.3} s ({:+.1}%)",
                     result.policy,
                     result.jobs,
                     result.processors,
@@ -528,7 +538,10 @@ fn main() -> anyhow::Result<()> {
                     result.utilization * 100.0,
                     result.mean_response_s,
                     result.mean_wait_s,
-                    result.makespan_s
+                    result.makespan_s,
+                    result.sim_utilization * 100.0,
+                    result.sim_mean_response_s,
+                    result.response_gap * 100.0
                 );
             }
             Ok(())

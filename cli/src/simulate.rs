@@ -160,3 +160,60 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
     }
     Ok(results)
 }
+
+/// Writes `utilization.svg` and `response.svg` into `dir`: one line per policy against load.
+pub fn plot(
+    results: &[SimResult],
+    dir: &std::path::Path,
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use ninf_sim::plot::{Chart, Series};
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut policies: Vec<&str> = Vec::new();
+    for r in results {
+        if !policies.contains(&r.policy.as_str()) {
+            policies.push(&r.policy);
+        }
+    }
+    let workload = results.first().map_or("", |r| r.workload.as_str());
+    let series = |value: fn(&SimResult) -> f64| {
+        policies
+            .iter()
+            .map(|p| Series {
+                name: p.to_string(),
+                points: results
+                    .iter()
+                    .filter(|r| r.policy == *p)
+                    .filter_map(|r| r.load.map(|l| (l, value(r))))
+                    .collect(),
+            })
+            .collect()
+    };
+    let charts = [
+        (
+            "utilization.svg",
+            Chart {
+                title: format!("Utilisation vs load ({workload})"),
+                x_label: "offered load".into(),
+                y_label: "utilisation (%)".into(),
+                series: series(|r| r.utilization * 100.0),
+            },
+        ),
+        (
+            "response.svg",
+            Chart {
+                title: format!("Mean response time vs load ({workload})"),
+                x_label: "offered load".into(),
+                y_label: "mean response time (s)".into(),
+                series: series(|r| r.mean_response_s),
+            },
+        ),
+    ];
+    let mut written = Vec::new();
+    for (name, chart) in charts {
+        let path = dir.join(name);
+        std::fs::write(&path, chart.svg())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}

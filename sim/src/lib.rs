@@ -6,6 +6,7 @@
 
 pub mod engine;
 pub mod metrics;
+pub mod plot;
 pub mod policy;
 pub mod random;
 pub mod swf;

@@ -229,3 +229,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn charts_are_svg_with_a_line_and_a_legend_entry_per_series() {
+    use ninf_sim::plot::{Chart, Series};
+    let chart = Chart {
+        title: "Response <time>".into(),
+        x_label: "load".into(),
+        y_label: "seconds".into(),
+        series: vec![
+            Series {
+                name: "fcfs".into(),
+                points: vec![(0.1, 36.0), (0.5, 89.0), (0.95, 1437.0)],
+            },
+            Series {
+                name: "fpfs".into(),
+                points: vec![(0.1, 35.0), (0.5, 67.0), (0.95, 876.0)],
+            },
+        ],
+    };
+    let svg = chart.svg();
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert_eq!(
+        svg.matches("stroke-width=\"2\"/>").count(),
+        4,
+        "two lines, two legend keys"
+    );
+    assert_eq!(svg.matches("<circle").count(), 6);
+    assert!(svg.contains(">fcfs</text>") && svg.contains(">fpfs</text>"));
+    assert!(svg.contains("Response &lt;time&gt;"), "labels are escaped");
+    assert!(
+        svg.contains(">1500</text>"),
+        "the y axis reaches a round value above the data"
+    );
+}
