@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::TestServer;
+use common::{TestServer, echo_request};
 use ninf::{Arg, ErrorKind, NinfClient};
-use ninf_proto::v1::{self, call_argument::Source};
+use ninf_proto::v1;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -141,27 +141,6 @@ async fn receive(stream: &mut TcpStream) -> v1::BulkReply {
     let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
     stream.read_exact(&mut body).await.unwrap();
     v1::BulkReply::decode(body.as_slice()).unwrap()
-}
-
-fn echo_request(n: i64, bytes: u64) -> v1::CallRequest {
-    v1::CallRequest {
-        function: "echo".into(),
-        arguments: vec![
-            v1::CallArgument {
-                source: Some(Source::Value(v1::ArgumentValue {
-                    value: Some(v1::argument_value::Value::IntValue(n)),
-                })),
-            },
-            v1::CallArgument {
-                source: Some(Source::Bulk(v1::BulkArray {
-                    element_type: v1::ElementType::Double as i32,
-                    bytes,
-                })),
-            },
-            v1::CallArgument { source: None },
-        ],
-        ..Default::default()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

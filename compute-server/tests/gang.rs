@@ -13,7 +13,6 @@ use std::time::Duration;
 use common::TestServer;
 use ninf::{Arg, NinfClient};
 use ninf_proto::v1;
-use ninf_proto::v1::call_argument::Source;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -139,27 +138,6 @@ async fn two_parallel_jobs_alternate_slots_on_agents_with_their_own_clocks() {
     server.stop().await;
 }
 
-fn echo_request(n: i64) -> v1::CallRequest {
-    v1::CallRequest {
-        function: "echo".into(),
-        arguments: vec![
-            v1::CallArgument {
-                source: Some(Source::Value(v1::ArgumentValue {
-                    value: Some(v1::argument_value::Value::IntValue(n)),
-                })),
-            },
-            v1::CallArgument {
-                source: Some(Source::Bulk(v1::BulkArray {
-                    element_type: v1::ElementType::Double as i32,
-                    bytes: 8 * n as u64,
-                })),
-            },
-            v1::CallArgument { source: None },
-        ],
-        ..Default::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_waiting_for_input_gives_its_slot_away_until_the_input_arrives() {
     let server = TestServer::start(|c| {
@@ -176,7 +154,7 @@ async fn a_job_waiting_for_input_gives_its_slot_away_until_the_input_arrives() {
     let mut stream = tokio::net::TcpStream::connect(&server.state.info.bulk_address)
         .await
         .unwrap();
-    let body = echo_request(n as i64).encode_to_vec();
+    let body = common::echo_request(n as i64, 8 * n as u64).encode_to_vec();
     stream
         .write_all(&(body.len() as u32).to_le_bytes())
         .await

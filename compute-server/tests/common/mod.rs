@@ -173,3 +173,25 @@ impl Drop for ServerProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A call of `echo(n, x)` whose `x` comes in bulk (`bytes` bytes announced).
+pub fn echo_request(n: i64, bytes: u64) -> v1::CallRequest {
+    v1::CallRequest {
+        function: "echo".into(),
+        arguments: vec![
+            v1::CallArgument {
+                source: Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::IntValue(n)),
+                })),
+            },
+            v1::CallArgument {
+                source: Some(v1::call_argument::Source::Bulk(v1::BulkArray {
+                    element_type: v1::ElementType::Double as i32,
+                    bytes,
+                })),
+            },
+            v1::CallArgument { source: None },
+        ],
+        ..Default::default()
+    }
+}
