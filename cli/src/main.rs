@@ -95,12 +95,13 @@ enum Command {
         data_dir: Option<PathBuf>,
     },
     /// Simulate a workload under scheduling policies (the live gang core's FCFS, FPFS,
-    /// FPMPFS, and EASY backfilling) at one or more loads, averaged over seeds.
+    /// FPMPFS and time-sharing, and EASY backfilling) at one or more loads, averaged over
+    /// seeds.
     Sim {
         /// cenju3 (seed 001's workload) or swf:PATH.
         #[arg(long, default_value = "cenju3")]
         workload: String,
-        /// One or more of fcfs, fpfs, fpmpfs, easy.
+        /// One or more of fcfs, fpfs, fpmpfs, easy, gang.
         #[arg(long, value_delimiter = ',', default_value = "fpfs")]
         policy: Vec<String>,
         /// Offered loads (generated workloads).
@@ -121,6 +122,12 @@ enum Command {
         /// Also write utilization.svg and response.svg (against load) into this folder.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Policy `gang`: slot length in seconds.
+        #[arg(long, default_value_t = 0.1)]
+        quantum: f64,
+        /// Policy `gang`: rows of the time table (multiprogramming level).
+        #[arg(long, default_value_t = 4)]
+        rows: usize,
         #[arg(long)]
         json: bool,
     },
@@ -462,6 +469,8 @@ fn main() -> anyhow::Result<()> {
             processors,
             jobs,
             plot,
+            quantum,
+            rows,
             json,
         } => {
             let workload: Workload = workload.parse().map_err(|e: String| anyhow::anyhow!(e))?;
@@ -473,6 +482,8 @@ fn main() -> anyhow::Result<()> {
                 wait_limit,
                 processors,
                 jobs,
+                quantum,
+                rows,
             };
             let results = simulate::run(&workload, &options)?;
             if let Some(dir) = plot {

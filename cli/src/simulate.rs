@@ -43,6 +43,9 @@ pub struct SimOptions {
     /// Processors of the machine (default: the workload's).
     pub processors: Option<u32>,
     pub jobs: Option<usize>,
+    /// Gang time-sharing: slot length (seconds) and rows of the time table.
+    pub quantum: f64,
+    pub rows: usize,
 }
 
 /// Means over the seeds of one (policy, load).
@@ -132,9 +135,18 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                         options.seed + k,
                     ),
                 };
-                let mut chosen = ninf_sim::policy_by_name(policy, processors, options.wait_limit)
-                    .map_err(|e| anyhow::anyhow!(e))?;
-                let outcomes = simulate(&jobs, processors, chosen.as_mut())?;
+                let outcomes = if policy == "gang" {
+                    let mut config = ninf_gang::GangConfig::new(processors);
+                    config.quantum = options.quantum;
+                    config.max_rows = options.rows.max(1);
+                    config.wait_limit = options.wait_limit;
+                    ninf_sim::simulate_gang(&jobs, config)?
+                } else {
+                    let mut chosen =
+                        ninf_sim::policy_by_name(policy, processors, options.wait_limit)
+                            .map_err(|e| anyhow::anyhow!(e))?;
+                    simulate(&jobs, processors, chosen.as_mut())?
+                };
                 runs.push(Metrics::of(&outcomes, processors));
             }
             let field = |f: fn(&Metrics) -> f64| mean_ci(&runs.iter().map(f).collect::<Vec<_>>());

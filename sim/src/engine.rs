@@ -18,6 +18,8 @@ pub struct Outcome {
     pub start: f64,
     pub end: f64,
     pub processors: u32,
+    /// Its run time alone (time-shared jobs take longer from start to end).
+    pub run: f64,
 }
 
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -168,6 +170,7 @@ pub fn simulate(
                 start: now,
                 end: now + job.run,
                 processors: job.processors,
+                run: job.run,
             });
         }
         if completions.is_empty() && next == order.len() && policy.waiting() > 0 {

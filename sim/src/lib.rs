@@ -1,6 +1,7 @@
 //! A discrete-event scheduling simulator (issue 7) that runs the live system's policy code:
 //! the gang core's FCFS, FPFS and FPMPFS admission (with WaitLimit) on its own time table,
-//! next to EASY backfilling as the standard baseline. Workloads come from Standard Workload
+//! next to EASY backfilling as the standard baseline, and gang time-sharing with the core's
+//! scheduler itself on a fake clock ([`timeshare`]). Workloads come from Standard Workload
 //! Format files ([`swf`]) or from generators of the papers' workloads ([`workload`]); the
 //! engine ([`engine`]) is event-driven on a virtual clock and deterministic for a seed.
 
@@ -10,9 +11,11 @@ pub mod plot;
 pub mod policy;
 pub mod random;
 pub mod swf;
+pub mod timeshare;
 pub mod workload;
 
 pub use engine::{Outcome, SimError, simulate};
 pub use metrics::Metrics;
 pub use policy::{Policy as SpacePolicy, policy_by_name};
+pub use timeshare::simulate_gang;
 pub use workload::Job;

@@ -48,16 +48,13 @@ impl Metrics {
         };
         let work: f64 = outcomes
             .iter()
-            .map(|o| f64::from(o.processors) * (o.end - o.start))
+            .map(|o| f64::from(o.processors) * o.run)
             .sum();
         let mut responses: Vec<f64> = outcomes.iter().map(|o| o.end - o.submit).collect();
         let mut waits: Vec<f64> = outcomes.iter().map(|o| o.start - o.submit).collect();
         let slowdown: f64 = outcomes
             .iter()
-            .map(|o| {
-                let run = o.end - o.start;
-                ((o.end - o.submit) / run.max(SLOWDOWN_THRESHOLD)).max(1.0)
-            })
+            .map(|o| ((o.end - o.submit) / o.run.max(SLOWDOWN_THRESHOLD)).max(1.0))
             .sum();
         let mean_response = responses.iter().sum::<f64>() / n;
         Metrics {

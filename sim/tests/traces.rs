@@ -181,6 +181,8 @@ fn policies_are_chosen_by_name_and_unknown_ones_are_named() {
         error,
         "policy `mctbm` is not simulated yet (simulated: fcfs, fpfs, fpmpfs, easy)"
     );
+    let error = ninf_sim::policy_by_name("gang", 8, 600.0).err().unwrap();
+    assert!(error.contains("simulate_gang"), "{error}");
     let error = ninf_sim::policy_by_name("sjf", 8, 600.0).err().unwrap();
     assert!(error.starts_with("unknown policy `sjf`"), "{error}");
 }
@@ -263,4 +265,65 @@ fn charts_are_svg_with_a_line_and_a_legend_entry_per_series() {
         svg.contains(">1500</text>"),
         "the y axis reaches a round value above the data"
     );
+}
+
+fn gang_config(processors: u32, rows: usize, quantum: f64) -> ninf_gang::GangConfig {
+    let mut config = ninf_gang::GangConfig::new(processors);
+    config.max_rows = rows;
+    config.quantum = quantum;
+    config
+}
+
+/// Two identical 1 s jobs on one processor with 0.1 s slots alternate: the first ends after
+/// 19 slots, the second after 20.
+#[test]
+fn gang_time_sharing_alternates_identical_jobs_slot_by_slot() {
+    let jobs = [job(1, 0.0, 1, 1.0), job(2, 0.0, 1, 1.0)];
+    let outcomes = ninf_sim::simulate_gang(&jobs, gang_config(1, 2, 0.1)).unwrap();
+    assert!((outcomes[0].end - 1.9).abs() < 1e-9, "{:?}", outcomes[0]);
+    assert!((outcomes[1].end - 2.0).abs() < 1e-9, "{:?}", outcomes[1]);
+    assert_eq!(outcomes[0].start, 0.0);
+    assert!(
+        (outcomes[1].start - 0.1).abs() < 1e-9,
+        "the second first runs in the second slot"
+    );
+}
+
+/// A short job arriving behind a long one gets every other 0.5 s slot instead of waiting
+/// for the long one to end (space-shared FCFS: it would end at 11 s).
+#[test]
+fn gang_time_sharing_lets_a_short_job_through_a_long_one() {
+    let jobs = [job(1, 0.0, 1, 10.0), job(2, 1.0, 1, 1.0)];
+    let outcomes = ninf_sim::simulate_gang(&jobs, gang_config(1, 2, 0.5)).unwrap();
+    assert_eq!(outcomes[1].start, 1.0);
+    assert!((outcomes[1].end - 2.5).abs() < 1e-9, "{:?}", outcomes[1]);
+    assert!((outcomes[0].end - 11.0).abs() < 1e-9, "{:?}", outcomes[0]);
+    use ninf_gang::Policy::Fcfs;
+    let fcfs = simulate(&jobs, 1, &mut gang(Fcfs, 1, 600.0)).unwrap();
+    assert_eq!(fcfs[1].end, 11.0);
+    // One row: the gang core space-shares, exactly as FCFS/FPFS.
+    let one_row = ninf_sim::simulate_gang(&jobs, gang_config(1, 1, 0.5)).unwrap();
+    assert_eq!(one_row[1].start, 10.0);
+}
+
+proptest! {
+    /// Time-shared, every job still finishes, never before it could have run alone, and
+    /// never starts before it arrives.
+    #[test]
+    fn gang_time_sharing_finishes_every_job(
+        raw in proptest::collection::vec((0u32..100, 1u32..=4, 0u32..20), 1..25),
+        rows in 1usize..4,
+    ) {
+        let jobs: Vec<Job> = raw
+            .iter()
+            .enumerate()
+            .map(|(i, &(submit, p, run))| job(i as u64 + 1, f64::from(submit), p, f64::from(run)))
+            .collect();
+        let outcomes = ninf_sim::simulate_gang(&jobs, gang_config(4, rows, 0.5)).unwrap();
+        prop_assert_eq!(outcomes.len(), jobs.len());
+        for (o, j) in outcomes.iter().zip(&jobs) {
+            prop_assert!(o.start >= j.submit);
+            prop_assert!(o.end - j.submit >= j.run - 1e-6, "{:?} {:?}", o, j);
+        }
+    }
 }
