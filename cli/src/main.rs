@@ -101,7 +101,7 @@ enum Command {
         /// cenju3 (seed 001's workload) or swf:PATH.
         #[arg(long, default_value = "cenju3")]
         workload: String,
-        /// One or more of fcfs, fpfs, fpmpfs, easy, gang.
+        /// One or more of fcfs, fpfs, fpmpfs, easy, conservative, gang.
         #[arg(long, value_delimiter = ',', default_value = "fpfs")]
         policy: Vec<String>,
         /// Offered loads (generated workloads).

@@ -102,6 +102,82 @@ fn easy_backfills_only_jobs_that_do_not_delay_the_reservation() {
     assert_eq!(starts(&jobs, 4, &mut Easy::default()), vec![0.0, 10.0, 2.0]);
 }
 
+/// 4 processors. J1 holds 2 until 10. J2 needs all 4 (reserved at 10..15), J3 needs 2 for
+/// 20 s (reserved after J2, at 15), and J4 needs 2 for 5 s: it fits now and ends before 10,
+/// so it starts at once.
+#[test]
+fn conservative_backfilling_protects_every_reservation() {
+    use ninf_sim::policy::Conservative;
+    let jobs = [
+        job(1, 0.0, 2, 10.0),
+        job(2, 1.0, 4, 5.0),
+        job(3, 2.0, 2, 20.0),
+        job(4, 3.0, 2, 5.0),
+    ];
+    assert_eq!(
+        starts(&jobs, 4, &mut Conservative::default()),
+        vec![0.0, 10.0, 15.0, 3.0]
+    );
+    // 5 processors: J1 holds 3 until 10; J2 needs all 5 (reserved at 10..12); J3 (2 for
+    // 10 s) would fit now but run past 10, delaying J2, so it is reserved at 12; J4 (2 for
+    // 1 s) fits now and ends before 10, so it starts at 3.
+    let jobs = [
+        job(1, 0.0, 3, 10.0),
+        job(2, 1.0, 5, 2.0),
+        job(3, 2.0, 2, 10.0),
+        job(4, 3.0, 2, 1.0),
+    ];
+    assert_eq!(
+        starts(&jobs, 5, &mut Conservative::default()),
+        vec![0.0, 10.0, 12.0, 3.0]
+    );
+    // EASY reserves only for the head, but with no processors left over at 10 it keeps J3
+    // waiting too: the same answer here.
+    assert_eq!(
+        starts(&jobs, 5, &mut Easy::default()),
+        vec![0.0, 10.0, 12.0, 3.0]
+    );
+}
+
+/// Jobs of no length at a late time (where 1e-9 s is below the clock's resolution) still
+/// hold their processor for an instant: two of them on one processor do not start together.
+#[test]
+fn zero_length_jobs_late_in_a_trace_do_not_share_a_processor() {
+    use ninf_sim::policy::Conservative;
+    let jobs = [
+        job(1, 1e7, 1, 0.0),
+        job(2, 1e7, 1, 0.0),
+        job(3, 1e7, 1, 5.0),
+    ];
+    let outcomes = simulate(&jobs, 1, &mut Conservative::default()).unwrap();
+    assert_eq!(outcomes.len(), 3);
+    assert!(outcomes.iter().all(|o| o.start == 1e7));
+}
+
+/// Where the two differ. 4 processors; J1 holds 3 until 10. J2 (2 for 10 s) is the head,
+/// reserved at 10..20; J3 (all 4 for 5 s) is reserved at 20..25 under conservative. J4 (1
+/// for 25 s) arrives at 3 with one processor free. EASY protects only the head: J4 fits in
+/// the processors left over at J2's start, so it runs at once and pushes J3 back to 28.
+/// Conservative protects J3 too and starts J4 only at 25.
+#[test]
+fn easy_may_delay_a_later_reservation_and_conservative_does_not() {
+    use ninf_sim::policy::Conservative;
+    let jobs = [
+        job(1, 0.0, 3, 10.0),
+        job(2, 1.0, 2, 10.0),
+        job(3, 2.0, 4, 5.0),
+        job(4, 3.0, 1, 25.0),
+    ];
+    assert_eq!(
+        starts(&jobs, 4, &mut Easy::default()),
+        vec![0.0, 10.0, 28.0, 3.0]
+    );
+    assert_eq!(
+        starts(&jobs, 4, &mut Conservative::default()),
+        vec![0.0, 10.0, 20.0, 25.0]
+    );
+}
+
 #[test]
 fn bad_workloads_are_refused_with_the_job_named() {
     let error = simulate(&[job(7, 0.0, 9, 1.0)], 8, &mut Easy::default()).unwrap_err();
@@ -170,7 +246,7 @@ fn the_seed001_workload_has_the_papers_shape_and_is_reproducible() {
 
 #[test]
 fn policies_are_chosen_by_name_and_unknown_ones_are_named() {
-    for name in ["fcfs", "fpfs", "fpmpfs", "easy"] {
+    for name in ["fcfs", "fpfs", "fpmpfs", "easy", "conservative"] {
         assert_eq!(
             ninf_sim::policy_by_name(name, 8, 600.0).unwrap().name(),
             name
@@ -179,7 +255,7 @@ fn policies_are_chosen_by_name_and_unknown_ones_are_named() {
     let error = ninf_sim::policy_by_name("mctbm", 8, 600.0).err().unwrap();
     assert_eq!(
         error,
-        "policy `mctbm` is not simulated yet (simulated: fcfs, fpfs, fpmpfs, easy)"
+        "policy `mctbm` is not simulated yet (simulated: fcfs, fpfs, fpmpfs, easy, conservative)"
     );
     let error = ninf_sim::policy_by_name("gang", 8, 600.0).err().unwrap();
     assert!(error.contains("simulate_gang"), "{error}");
@@ -188,7 +264,7 @@ fn policies_are_chosen_by_name_and_unknown_ones_are_named() {
 }
 
 fn policies(processors: u32) -> Vec<Box<dyn ninf_sim::SpacePolicy>> {
-    ["fcfs", "fpfs", "fpmpfs", "easy"]
+    ["fcfs", "fpfs", "fpmpfs", "easy", "conservative"]
         .iter()
         .map(|name| ninf_sim::policy_by_name(name, processors, 60.0).unwrap())
         .collect()
