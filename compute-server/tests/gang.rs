@@ -120,6 +120,7 @@ async fn two_parallel_jobs_alternate_slots_on_agents_with_their_own_clocks() {
             node.node,
             node.clock_offset
         );
+        assert!(node.attached, "{} is attached", node.node);
         assert!(node.clock_checks >= 1);
         assert!(node.switches > 0, "{} never switched", node.node);
         assert!(

@@ -533,6 +533,7 @@ impl GangMaster {
                     clock_drifts: n.report.clock_drifts,
                     clock_offset: n.report.clock_offset,
                     signal_failures: n.report.signal_failures,
+                    attached: n.attached,
                 })
                 .collect(),
             skew_samples: skews.len() as u64,
