@@ -98,10 +98,10 @@ enum Command {
     /// FPMPFS and time-sharing, and EASY backfilling) at one or more loads, averaged over
     /// seeds.
     Sim {
-        /// cenju3 (seed 001's workload) or swf:PATH.
+        /// cenju3 (seed 001), dqt (seed 000 Table 7.1) or swf:PATH.
         #[arg(long, default_value = "cenju3")]
         workload: String,
-        /// One or more of fcfs, fpfs, fpmpfs, easy, conservative, gang.
+        /// One or more of fcfs, fpfs, fpmpfs, easy, conservative, gang, dqt-{max,min,apa,ff,ff-apa}, fair-dqt-{...}.
         #[arg(long, value_delimiter = ',', default_value = "fpfs")]
         policy: Vec<String>,
         /// Offered loads (generated workloads).
@@ -122,9 +122,13 @@ enum Command {
         /// Also write utilization.svg and response.svg (against load) into this folder.
         #[arg(long)]
         plot: Option<PathBuf>,
-        /// Policy `gang`: slot length in seconds.
-        #[arg(long, default_value_t = 0.1)]
-        quantum: f64,
+        /// Policies `gang` and `dqt-*`: slot length in seconds (default 1 for the `dqt`
+        /// workload, 0.1 otherwise).
+        #[arg(long)]
+        quantum: Option<f64>,
+        /// Policies `dqt-*`: children per node of the queue tree.
+        #[arg(long, default_value_t = 2)]
+        width: u32,
         /// Policy `gang`: rows of the time table (multiprogramming level).
         #[arg(long, default_value_t = 4)]
         rows: usize,
@@ -470,6 +474,7 @@ fn main() -> anyhow::Result<()> {
             jobs,
             plot,
             quantum,
+            width,
             rows,
             json,
         } => {
@@ -484,6 +489,7 @@ fn main() -> anyhow::Result<()> {
                 jobs,
                 quantum,
                 rows,
+                width,
             };
             let results = simulate::run(&workload, &options)?;
             if let Some(dir) = plot {

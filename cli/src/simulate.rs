@@ -12,21 +12,30 @@ use serde::Serialize;
 pub enum Workload {
     /// Seed 001's: 8 PEs (the Cenju-3), 500 jobs, demand uniform 1..8, mean run 32 s.
     Cenju3,
+    /// Seed 000's DQT workload: 128 processors, power-of-two sizes ∝ 1/size, run times
+    /// uniform 500..19,999 units, arrivals over 10^6 units.
+    Dqt,
     Swf(std::path::PathBuf),
 }
+
+/// Seed 000's simulated time (units of one slot).
+const DQT_HORIZON: f64 = 1e6;
+
+const AVAILABLE: &str = "cenju3, dqt, swf:PATH";
 
 impl std::str::FromStr for Workload {
     type Err = String;
     fn from_str(s: &str) -> Result<Workload, String> {
         match s {
             "cenju3" | "seed001" => Ok(Workload::Cenju3),
+            "dqt" | "seed000" => Ok(Workload::Dqt),
             other => match other.strip_prefix("swf:") {
                 Some(path) => Ok(Workload::Swf(path.into())),
-                None if ["hetero-a", "hetero-b", "dqt", "lublin"].contains(&other) => Err(format!(
-                    "workload `{other}` is not generated yet (available: cenju3, swf:PATH)"
+                None if ["hetero-a", "hetero-b", "lublin"].contains(&other) => Err(format!(
+                    "workload `{other}` is not generated yet (available: {AVAILABLE})"
                 )),
                 None => Err(format!(
-                    "unknown workload `{other}` (available: cenju3, swf:PATH)"
+                    "unknown workload `{other}` (available: {AVAILABLE})"
                 )),
             },
         }
@@ -43,9 +52,13 @@ pub struct SimOptions {
     /// Processors of the machine (default: the workload's).
     pub processors: Option<u32>,
     pub jobs: Option<usize>,
-    /// Gang time-sharing: slot length (seconds) and rows of the time table.
-    pub quantum: f64,
+    /// Gang and DQT time-sharing: slot length (seconds; default 1 for the `dqt` workload,
+    /// whose times are in slots, and 0.1 otherwise).
+    pub quantum: Option<f64>,
+    /// Gang: rows of the time table.
     pub rows: usize,
+    /// DQT: children per tree node.
+    pub width: u32,
 }
 
 /// Means over the seeds of one (policy, load).
@@ -67,6 +80,63 @@ pub struct SimResult {
     pub mean_turnaround_s: f64,
     /// Wall-clock seconds the simulations took (all seeds).
     pub sim_wall_s: f64,
+    /// Generated workloads: the work offered over processors × arrival span, as measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_factor: Option<f64>,
+    /// DQT policies: the largest total queue length of a branch seen (over all seeds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tqlb: Option<usize>,
+}
+
+/// One simulation's measures.
+struct Run {
+    metrics: Metrics,
+    max_tqlb: Option<usize>,
+}
+
+/// A DQT policy name: `dqt-ALLOCATION` or `fair-dqt-ALLOCATION`.
+fn dqt_policy(name: &str) -> Option<Result<(ninf_gang::Allocation, bool), String>> {
+    let (fair, allocation) = match name.strip_prefix("fair-dqt-") {
+        Some(rest) => (true, rest),
+        None => (false, name.strip_prefix("dqt-")?),
+    };
+    Some(allocation.parse().map(|a| (a, fair)))
+}
+
+fn simulate_one(
+    policy: &str,
+    jobs: &[Job],
+    processors: u32,
+    quantum: f64,
+    options: &SimOptions,
+) -> anyhow::Result<Run> {
+    if let Some(parsed) = dqt_policy(policy) {
+        let (allocation, fair) = parsed.map_err(|e| anyhow::anyhow!(e))?;
+        let config =
+            ninf_gang::DqtConfig::for_processors(processors, options.width, allocation, fair)?;
+        let run = ninf_sim::simulate_dqt(jobs, config, quantum)?;
+        let mut metrics = Metrics::of(&run.outcomes, processors);
+        metrics.utilization = run.utilization;
+        return Ok(Run {
+            metrics,
+            max_tqlb: Some(run.max_tqlb),
+        });
+    }
+    let outcomes = if policy == "gang" {
+        let mut config = ninf_gang::GangConfig::new(processors);
+        config.quantum = quantum;
+        config.max_rows = options.rows.max(1);
+        config.wait_limit = options.wait_limit;
+        ninf_sim::simulate_gang(jobs, config)?
+    } else {
+        let mut chosen = ninf_sim::policy_by_name(policy, processors, options.wait_limit)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        simulate(jobs, processors, chosen.as_mut())?
+    };
+    Ok(Run {
+        metrics: Metrics::of(&outcomes, processors),
+        max_tqlb: None,
+    })
 }
 
 /// Mean and the half-width of its 95% confidence interval (normal approximation).
@@ -83,6 +153,7 @@ fn mean_ci(values: &[f64]) -> (f64, f64) {
 pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimResult>> {
     let (name, swf_jobs, default_processors) = match workload {
         Workload::Cenju3 => ("cenju3".to_string(), None, 8),
+        Workload::Dqt => ("dqt".to_string(), None, 128),
         Workload::Swf(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
@@ -119,35 +190,45 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
         for &load in &loads {
             let started = Instant::now();
             let mut runs: Vec<Metrics> = Vec::new();
+            let mut max_tqlb: Option<usize> = None;
+            let mut factors: Vec<f64> = Vec::new();
             let seeds = if swf_jobs.is_some() {
                 1
             } else {
                 options.seeds.max(1)
             };
             for k in 0..seeds {
-                let jobs: Vec<Job> = match &swf_jobs {
-                    Some(jobs) => jobs.clone(),
-                    None => ninf_sim::workload::seed001(
+                let seed = options.seed + k;
+                let load = load.unwrap_or(0.5);
+                let jobs: Vec<Job> = match (&swf_jobs, workload) {
+                    (Some(jobs), _) => jobs.clone(),
+                    (None, Workload::Dqt) => {
+                        let mut jobs =
+                            ninf_sim::workload::seed000(processors, load, DQT_HORIZON, seed);
+                        if let Some(n) = options.jobs {
+                            jobs.truncate(n);
+                        }
+                        let span = jobs.last().map_or(DQT_HORIZON, |j| j.submit);
+                        factors.push(ninf_sim::workload::workload_factor(&jobs, processors, span));
+                        jobs
+                    }
+                    (None, _) => ninf_sim::workload::seed001(
                         processors,
                         options.jobs.unwrap_or(500),
                         32.0,
-                        load.unwrap_or(0.5),
-                        options.seed + k,
+                        load,
+                        seed,
                     ),
                 };
-                let outcomes = if policy == "gang" {
-                    let mut config = ninf_gang::GangConfig::new(processors);
-                    config.quantum = options.quantum;
-                    config.max_rows = options.rows.max(1);
-                    config.wait_limit = options.wait_limit;
-                    ninf_sim::simulate_gang(&jobs, config)?
-                } else {
-                    let mut chosen =
-                        ninf_sim::policy_by_name(policy, processors, options.wait_limit)
-                            .map_err(|e| anyhow::anyhow!(e))?;
-                    simulate(&jobs, processors, chosen.as_mut())?
-                };
-                runs.push(Metrics::of(&outcomes, processors));
+                let quantum = options.quantum.unwrap_or(match workload {
+                    Workload::Dqt => 1.0,
+                    _ => 0.1,
+                });
+                let run = simulate_one(policy, &jobs, processors, quantum, options)?;
+                if let Some(m) = run.max_tqlb {
+                    max_tqlb = Some(max_tqlb.map_or(m, |x| x.max(m)));
+                }
+                runs.push(run.metrics);
             }
             let field = |f: fn(&Metrics) -> f64| mean_ci(&runs.iter().map(f).collect::<Vec<_>>());
             let (utilization, utilization_ci95) = field(|m| m.utilization);
@@ -167,6 +248,9 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 mean_bounded_slowdown: field(|m| m.mean_bounded_slowdown).0,
                 mean_turnaround_s: field(|m| m.mean_turnaround_s).0,
                 sim_wall_s: started.elapsed().as_secs_f64(),
+                workload_factor: (!factors.is_empty())
+                    .then(|| factors.iter().sum::<f64>() / factors.len() as f64),
+                max_tqlb,
             });
         }
     }

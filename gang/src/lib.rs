@@ -10,6 +10,7 @@
 pub mod admission;
 pub mod agent;
 pub mod clock;
+pub mod dqt;
 pub mod matrix;
 pub mod scheduler;
 pub mod sync;
@@ -18,6 +19,7 @@ pub mod table;
 pub use admission::{AdmissionQueue, Policy, QueuedJob};
 pub use agent::{AgentCounters, NodeAgent, ProcessId, ProcessSwitch};
 pub use clock::{Clock, FakeClock, MonotonicClock};
+pub use dqt::{Allocation, DqtConfig, DqtError, QueueTree, SlotRun};
 pub use matrix::{GangMatrix, JobId, JobState, MatrixError, Slot};
 pub use scheduler::{GangConfig, GangCounters, GangScheduler, Switch};
 pub use sync::{ClockSample, ClockSync, SyncConfig, SyncOutcome};

@@ -5,6 +5,7 @@
 //! Format files ([`swf`]) or from generators of the papers' workloads ([`workload`]); the
 //! engine ([`engine`]) is event-driven on a virtual clock and deterministic for a seed.
 
+pub mod dqt;
 pub mod engine;
 pub mod metrics;
 pub mod plot;
@@ -14,6 +15,7 @@ pub mod swf;
 pub mod timeshare;
 pub mod workload;
 
+pub use dqt::{DqtRun, simulate_dqt};
 pub use engine::{Outcome, SimError, simulate};
 pub use metrics::Metrics;
 pub use policy::{Policy as SpacePolicy, policy_by_name};

@@ -262,17 +262,7 @@ impl Policy for Conservative {
 pub const IMPLEMENTED: [&str; 5] = ["fcfs", "fpfs", "fpmpfs", "easy", "conservative"];
 
 /// Names the issue lists that are not simulated yet.
-const PLANNED: [&str; 9] = [
-    "dqt-max",
-    "dqt-min",
-    "dqt-apa",
-    "dqt-ff",
-    "dqt-ff-apa",
-    "mct",
-    "mctb",
-    "mctm",
-    "mctbm",
-];
+const PLANNED: [&str; 4] = ["mct", "mctb", "mctm", "mctbm"];
 
 pub fn policy_by_name(
     name: &str,

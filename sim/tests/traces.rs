@@ -403,3 +403,70 @@ proptest! {
         }
     }
 }
+
+mod dqt {
+    use ninf_gang::{Allocation, DqtConfig};
+    use ninf_sim::{Job, simulate_dqt};
+    use proptest::prelude::*;
+
+    fn job(id: u64, submit: f64, run: f64, processors: u32) -> Job {
+        Job {
+            id,
+            submit,
+            run,
+            processors,
+            requested: run,
+        }
+    }
+
+    #[test]
+    fn two_halves_and_a_whole_share_the_machine_by_rounds() {
+        // 4 processors. A 4-processor job (2 s) and two 2-processor jobs (1 s, 3 s) at 0.
+        // Rounds: root runs the big job (slot 0); then the halves run side by side (slot 1):
+        // the 1-second job ends. Slot 2: the big job ends. Slots 3-4: the last half job alone.
+        let config = DqtConfig::for_processors(4, 2, Allocation::Apa, false).unwrap();
+        let jobs = [
+            job(1, 0.0, 2.0, 4),
+            job(2, 0.0, 1.0, 2),
+            job(3, 0.0, 3.0, 2),
+        ];
+        let run = simulate_dqt(&jobs, config, 1.0).unwrap();
+        let ends: Vec<(u64, f64, f64)> = run
+            .outcomes
+            .iter()
+            .map(|o| (o.id, o.start, o.end))
+            .collect();
+        assert_eq!(ends, vec![(1, 0.0, 3.0), (2, 1.0, 2.0), (3, 1.0, 5.0)]);
+        assert_eq!(run.max_tqlb, 2);
+        // A 3-processor job takes a 4-processor partition.
+        let run = simulate_dqt(&[job(1, 0.5, 2.0, 3)], config, 1.0).unwrap();
+        assert_eq!((run.outcomes[0].start, run.outcomes[0].end), (1.0, 3.0));
+        assert!(simulate_dqt(&[job(1, 0.0, 1.0, 5)], config, 1.0).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+        /// Every job finishes, after exactly as many slots of running as its run time needs,
+        /// never before it arrives; utilisation never exceeds the machine.
+        #[test]
+        fn every_job_gets_exactly_its_work(
+            specs in proptest::collection::vec((0u32..40, 1u32..6, 0u32..4), 1..40),
+            allocation in 0usize..5,
+            fair in any::<bool>(),
+        ) {
+            let jobs: Vec<Job> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, &(at, run, log))| job(i as u64 + 1, f64::from(at), f64::from(run), 1 << log))
+                .collect();
+            let config = DqtConfig::for_processors(8, 2, Allocation::ALL[allocation], fair).unwrap();
+            let run = simulate_dqt(&jobs, config, 1.0).unwrap();
+            prop_assert_eq!(run.outcomes.len(), jobs.len());
+            for (o, j) in run.outcomes.iter().zip(&jobs) {
+                prop_assert!(o.start >= j.submit);
+                prop_assert!(o.end - o.start >= j.run - 1e-9);
+            }
+            prop_assert!(run.utilization <= 1.0 + 1e-9);
+        }
+    }
+}
