@@ -15,13 +15,16 @@ pub enum Workload {
     /// Seed 000's DQT workload: 128 processors, power-of-two sizes ∝ 1/size, run times
     /// uniform 500..19,999 units, arrivals over 10^6 units.
     Dqt,
+    /// Seed 002's heterogeneous workload: 512 fast + 512 slow resources, 100,000 jobs, (a)
+    /// mostly small or (b) mostly large power-of-two sizes.
+    Hetero(ninf_sim::hetero::SizeMix),
     Swf(std::path::PathBuf),
 }
 
 /// Seed 000's simulated time (units of one slot).
 const DQT_HORIZON: f64 = 1e6;
 
-const AVAILABLE: &str = "cenju3, dqt, swf:PATH";
+const AVAILABLE: &str = "cenju3, dqt, hetero-a, hetero-b, swf:PATH";
 
 impl std::str::FromStr for Workload {
     type Err = String;
@@ -29,9 +32,11 @@ impl std::str::FromStr for Workload {
         match s {
             "cenju3" | "seed001" => Ok(Workload::Cenju3),
             "dqt" | "seed000" => Ok(Workload::Dqt),
+            "hetero-a" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::Small)),
+            "hetero-b" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::Large)),
             other => match other.strip_prefix("swf:") {
                 Some(path) => Ok(Workload::Swf(path.into())),
-                None if ["hetero-a", "hetero-b", "lublin"].contains(&other) => Err(format!(
+                None if ["lublin"].contains(&other) => Err(format!(
                     "workload `{other}` is not generated yet (available: {AVAILABLE})"
                 )),
                 None => Err(format!(
@@ -59,6 +64,9 @@ pub struct SimOptions {
     pub rows: usize,
     /// DQT: children per tree node.
     pub width: u32,
+    /// MCT policies: the migration cost the scheduler predicts, seconds per GB (the actual
+    /// cost is seed 002's measured model, about 24.7 s/GB).
+    pub migration_cost: f64,
 }
 
 /// Means over the seeds of one (policy, load).
@@ -86,12 +94,33 @@ pub struct SimResult {
     /// DQT policies: the largest total queue length of a branch seen (over all seeds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tqlb: Option<usize>,
+    /// Heterogeneous policies: the mean turnaround broken down as in seed 002's Fig. 8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<HeteroSummary>,
+}
+
+/// Seed 002's breakdown of turnaround (means over jobs and seeds).
+#[derive(Debug, Clone, Serialize)]
+pub struct HeteroSummary {
+    pub run_s: f64,
+    pub migration_s: f64,
+    /// Waiting while some kind had enough idle resources ("wait A").
+    pub wait_idle_present_s: f64,
+    /// Waiting while none had ("wait B").
+    pub wait_no_resources_s: f64,
+    /// Jobs that migrated at least once, per seed.
+    pub migrated_jobs: f64,
+    /// Share of busy resource-time on the fast kind.
+    pub fast_share: f64,
+    /// Mean turnaround over MCT's on the same jobs (when `mct` is among the policies run).
+    pub normalized_turnaround: Option<f64>,
 }
 
 /// One simulation's measures.
 struct Run {
     metrics: Metrics,
     max_tqlb: Option<usize>,
+    hetero: Option<ninf_sim::HeteroRun>,
 }
 
 /// A DQT policy name: `dqt-ALLOCATION` or `fair-dqt-ALLOCATION`.
@@ -120,7 +149,13 @@ fn simulate_one(
         return Ok(Run {
             metrics,
             max_tqlb: Some(run.max_tqlb),
+            hetero: None,
         });
+    }
+    if policy.parse::<ninf_sim::HeteroPolicy>().is_ok() {
+        anyhow::bail!(
+            "policy `{policy}` schedules a heterogeneous machine; use --workload hetero-a or hetero-b"
+        );
     }
     let outcomes = if policy == "gang" {
         let mut config = ninf_gang::GangConfig::new(processors);
@@ -136,6 +171,45 @@ fn simulate_one(
     Ok(Run {
         metrics: Metrics::of(&outcomes, processors),
         max_tqlb: None,
+        hetero: None,
+    })
+}
+
+/// Seed 002's machine: half the processors fast, half slow.
+fn hetero_machine(processors: u32, migration_cost: f64) -> anyhow::Result<ninf_sim::HeteroMachine> {
+    use ninf_sim::hetero::MigrationModel;
+    let actual = MigrationModel::seed002();
+    if !(migration_cost.is_finite() && migration_cost >= actual.seconds_per_gb() - 0.5) {
+        anyhow::bail!(
+            "--migration-cost {migration_cost} s/GB is below the actual {:.1} s/GB; the model predicts the worst case, so it may only over-estimate",
+            actual.seconds_per_gb()
+        );
+    }
+    let predicted = actual.scaled_to(migration_cost.max(actual.seconds_per_gb()));
+    Ok(ninf_sim::HeteroMachine {
+        units: [processors / 2, processors - processors / 2],
+        actual,
+        predicted,
+    })
+}
+
+fn simulate_hetero_one(
+    policy: &str,
+    jobs: &[ninf_sim::HeteroJob],
+    processors: u32,
+    options: &SimOptions,
+) -> anyhow::Result<Run> {
+    let chosen: ninf_sim::HeteroPolicy = policy
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("{e}; the hetero workloads run only these"))?;
+    let machine = hetero_machine(processors, options.migration_cost)?;
+    let run = ninf_sim::simulate_hetero(jobs, machine, chosen)?;
+    let mut metrics = Metrics::of(&run.as_outcomes(), processors);
+    metrics.utilization = run.utilization;
+    Ok(Run {
+        metrics,
+        max_tqlb: None,
+        hetero: Some(run),
     })
 }
 
@@ -154,6 +228,15 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
     let (name, swf_jobs, default_processors) = match workload {
         Workload::Cenju3 => ("cenju3".to_string(), None, 8),
         Workload::Dqt => ("dqt".to_string(), None, 128),
+        Workload::Hetero(mix) => (
+            match mix {
+                ninf_sim::hetero::SizeMix::Small => "hetero-a",
+                ninf_sim::hetero::SizeMix::Large => "hetero-b",
+            }
+            .to_string(),
+            None,
+            1024,
+        ),
         Workload::Swf(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
@@ -192,6 +275,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
             let mut runs: Vec<Metrics> = Vec::new();
             let mut max_tqlb: Option<usize> = None;
             let mut factors: Vec<f64> = Vec::new();
+            let mut hetero_runs: Vec<ninf_sim::HeteroRun> = Vec::new();
             let seeds = if swf_jobs.is_some() {
                 1
             } else {
@@ -200,6 +284,22 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
             for k in 0..seeds {
                 let seed = options.seed + k;
                 let load = load.unwrap_or(0.5);
+                if let Workload::Hetero(mix) = workload {
+                    let jobs = ninf_sim::hetero::seed002(
+                        *mix,
+                        options.jobs.unwrap_or(100_000),
+                        processors / 2,
+                        processors / 2,
+                        load,
+                        seed,
+                    );
+                    let mut run = simulate_hetero_one(policy, &jobs, processors, options)?;
+                    if let Some(h) = run.hetero.take() {
+                        hetero_runs.push(h);
+                    }
+                    runs.push(run.metrics);
+                    continue;
+                }
                 let jobs: Vec<Job> = match (&swf_jobs, workload) {
                     (Some(jobs), _) => jobs.clone(),
                     (None, Workload::Dqt) => {
@@ -251,10 +351,49 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 workload_factor: (!factors.is_empty())
                     .then(|| factors.iter().sum::<f64>() / factors.len() as f64),
                 max_tqlb,
+                breakdown: summarise_hetero(&hetero_runs),
             });
         }
     }
+    normalise_to_mct(&mut results);
     Ok(results)
+}
+
+fn summarise_hetero(runs: &[ninf_sim::HeteroRun]) -> Option<HeteroSummary> {
+    if runs.is_empty() {
+        return None;
+    }
+    let n = runs.len() as f64;
+    let mean = |f: fn(&ninf_sim::HeteroRun) -> f64| runs.iter().map(f).sum::<f64>() / n;
+    Some(HeteroSummary {
+        run_s: mean(|r| r.mean.run),
+        migration_s: mean(|r| r.mean.migration),
+        wait_idle_present_s: mean(|r| r.mean.wait_idle_present),
+        wait_no_resources_s: mean(|r| r.mean.wait_no_resources),
+        migrated_jobs: mean(|r| r.migrated_jobs as f64),
+        fast_share: mean(|r| r.fast_share),
+        normalized_turnaround: None,
+    })
+}
+
+/// Seed 002 reports turnaround relative to MCT's on the same workload and load.
+fn normalise_to_mct(results: &mut [SimResult]) {
+    let baselines: Vec<(String, Option<f64>, f64)> = results
+        .iter()
+        .filter(|r| r.policy == "mct")
+        .map(|r| (r.workload.clone(), r.load, r.mean_turnaround_s))
+        .collect();
+    for r in results.iter_mut() {
+        let base = baselines
+            .iter()
+            .find(|(w, l, _)| *w == r.workload && *l == r.load)
+            .map(|b| b.2);
+        if let (Some(summary), Some(base)) = (r.breakdown.as_mut(), base)
+            && base > 0.0
+        {
+            summary.normalized_turnaround = Some(r.mean_turnaround_s / base);
+        }
+    }
 }
 
 /// Writes `utilization.svg` and `response.svg` into `dir`: one line per policy against load.

@@ -51,11 +51,7 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
     let machine = config.processors();
     let policy = policy_name(&config);
     if !(quantum.is_finite() && quantum > 0.0) {
-        return Err(SimError::BadJob {
-            id: 0,
-            what: "quantum",
-            value: quantum,
-        });
+        return Err(SimError::BadQuantum(quantum));
     }
     for job in jobs {
         if job.processors == 0 || job.processors > machine {
@@ -65,13 +61,7 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
                 machine,
             });
         }
-        if !(job.run.is_finite() && job.run >= 0.0 && job.submit.is_finite() && job.submit >= 0.0) {
-            return Err(SimError::BadJob {
-                id: job.id,
-                what: "run or submit time",
-                value: job.run,
-            });
-        }
+        crate::engine::check_times(job)?;
     }
     let mut order: Vec<&Job> = jobs.iter().collect();
     order.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.id.cmp(&b.id)));

@@ -30,11 +30,12 @@ pub enum SimError {
         processors: u32,
         machine: u32,
     },
-    #[error("job {id} has {what} {value}, which is not a finite non-negative number")]
+    #[error("job {id} has {what} {value}; it must be {expected}")]
     BadJob {
         id: u64,
         what: &'static str,
         value: f64,
+        expected: &'static str,
     },
     #[error("policy `{policy}` started job {id} needing {processors} processors with {free} free")]
     Overcommit {
@@ -43,10 +44,31 @@ pub enum SimError {
         processors: u32,
         free: u32,
     },
+    #[error("the quantum must be a positive number of seconds, not {0}")]
+    BadQuantum(f64),
     #[error("policy `{policy}` started job {id}, which is not waiting")]
     NotWaiting { policy: String, id: u64 },
     #[error("policy `{policy}` leaves {waiting} jobs waiting on an idle machine")]
     Stuck { policy: String, waiting: usize },
+}
+
+/// Refuses a job whose submit, run or requested time is negative or not a number.
+pub(crate) fn check_times(job: &Job) -> Result<(), SimError> {
+    for (what, value) in [
+        ("submit time", job.submit),
+        ("run time", job.run),
+        ("requested time", job.requested),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(SimError::BadJob {
+                id: job.id,
+                what,
+                value,
+                expected: "a finite non-negative number",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A completion in the event queue, earliest first, then by id.
@@ -87,19 +109,7 @@ pub fn simulate(
                 machine: processors,
             });
         }
-        for (what, value) in [
-            ("submit time", job.submit),
-            ("run time", job.run),
-            ("requested time", job.requested),
-        ] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(SimError::BadJob {
-                    id: job.id,
-                    what,
-                    value,
-                });
-            }
-        }
+        check_times(job)?;
     }
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| {

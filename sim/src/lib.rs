@@ -7,6 +7,7 @@
 
 pub mod dqt;
 pub mod engine;
+pub mod hetero;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
@@ -17,6 +18,7 @@ pub mod workload;
 
 pub use dqt::{DqtRun, simulate_dqt};
 pub use engine::{Outcome, SimError, simulate};
+pub use hetero::{HeteroJob, HeteroMachine, HeteroPolicy, HeteroRun, simulate_hetero};
 pub use metrics::Metrics;
 pub use policy::{Policy as SpacePolicy, policy_by_name};
 pub use timeshare::simulate_gang;

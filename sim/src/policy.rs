@@ -258,11 +258,9 @@ impl Policy for Conservative {
     }
 }
 
-/// Policies by their lower-case names.
+/// Space-sharing policies by their lower-case names (time-sharing ones, `gang` and the DQT's,
+/// and the heterogeneous `mct` family have their own drivers).
 pub const IMPLEMENTED: [&str; 5] = ["fcfs", "fpfs", "fpmpfs", "easy", "conservative"];
-
-/// Names the issue lists that are not simulated yet.
-const PLANNED: [&str; 4] = ["mct", "mctb", "mctm", "mctbm"];
 
 pub fn policy_by_name(
     name: &str,
@@ -278,10 +276,6 @@ pub fn policy_by_name(
         ),
         _ => match name.parse::<ninf_gang::Policy>() {
             Ok(policy) => Ok(Box::new(GangAdmission::new(policy, processors, wait_limit))),
-            Err(_) if PLANNED.contains(&name) => Err(format!(
-                "policy `{name}` is not simulated yet (simulated: {})",
-                IMPLEMENTED.join(", ")
-            )),
             Err(_) => Err(format!(
                 "unknown policy `{name}` (simulated: {})",
                 IMPLEMENTED.join(", ")

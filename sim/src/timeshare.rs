@@ -24,13 +24,7 @@ pub fn simulate_gang(jobs: &[Job], config: GangConfig) -> Result<Vec<Outcome>, S
                 machine: config.processors,
             });
         }
-        if !(job.run.is_finite() && job.run >= 0.0 && job.submit.is_finite() && job.submit >= 0.0) {
-            return Err(SimError::BadJob {
-                id: job.id,
-                what: "run or submit time",
-                value: job.run,
-            });
-        }
+        crate::engine::check_times(job)?;
     }
     let mut order: Vec<&Job> = jobs.iter().collect();
     order.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.id.cmp(&b.id)));
