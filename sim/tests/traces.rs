@@ -255,7 +255,7 @@ fn policies_are_chosen_by_name_and_unknown_ones_are_named() {
     let error = ninf_sim::policy_by_name("mctbm", 8, 600.0).err().unwrap();
     assert_eq!(
         error,
-        "policy `mctbm` is not simulated yet (simulated: fcfs, fpfs, fpmpfs, easy, conservative)"
+        "unknown policy `mctbm` (simulated: fcfs, fpfs, fpmpfs, easy, conservative)"
     );
     let error = ninf_sim::policy_by_name("gang", 8, 600.0).err().unwrap();
     assert!(error.contains("simulate_gang"), "{error}");
