@@ -98,7 +98,8 @@ enum Command {
     /// FPMPFS and time-sharing, and EASY backfilling) at one or more loads, averaged over
     /// seeds.
     Sim {
-        /// cenju3 (seed 001), dqt (seed 000 Table 7.1) or swf:PATH.
+        /// cenju3 (seed 001), dqt (seed 000 Table 7.1), hetero-a or hetero-b (seed 002), lublin
+        /// (Lublin-Feitelson model) or swf:PATH.
         #[arg(long, default_value = "cenju3")]
         workload: String,
         /// One or more of fcfs, fpfs, fpmpfs, easy, conservative, gang, dqt-{max,min,apa,ff,ff-apa}, fair-dqt-{...}.

@@ -18,13 +18,15 @@ pub enum Workload {
     /// Seed 002's heterogeneous workload: 512 fast + 512 slow resources, 100,000 jobs, (a)
     /// mostly small or (b) mostly large power-of-two sizes.
     Hetero(ninf_sim::hetero::SizeMix),
+    /// The Lublin-Feitelson model: 128 processors, 10,000 jobs, arrivals scaled to the load.
+    Lublin,
     Swf(std::path::PathBuf),
 }
 
 /// Seed 000's simulated time (units of one slot).
 const DQT_HORIZON: f64 = 1e6;
 
-const AVAILABLE: &str = "cenju3, dqt, hetero-a, hetero-b, swf:PATH";
+const AVAILABLE: &str = "cenju3, dqt, hetero-a, hetero-b, lublin, swf:PATH";
 
 impl std::str::FromStr for Workload {
     type Err = String;
@@ -34,11 +36,9 @@ impl std::str::FromStr for Workload {
             "dqt" | "seed000" => Ok(Workload::Dqt),
             "hetero-a" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::Small)),
             "hetero-b" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::Large)),
+            "lublin" => Ok(Workload::Lublin),
             other => match other.strip_prefix("swf:") {
                 Some(path) => Ok(Workload::Swf(path.into())),
-                None if ["lublin"].contains(&other) => Err(format!(
-                    "workload `{other}` is not generated yet (available: {AVAILABLE})"
-                )),
                 None => Err(format!(
                     "unknown workload `{other}` (available: {AVAILABLE})"
                 )),
@@ -228,6 +228,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
     let (name, swf_jobs, default_processors) = match workload {
         Workload::Cenju3 => ("cenju3".to_string(), None, 8),
         Workload::Dqt => ("dqt".to_string(), None, 128),
+        Workload::Lublin => ("lublin".to_string(), None, 128),
         Workload::Hetero(mix) => (
             match mix {
                 ninf_sim::hetero::SizeMix::Small => "hetero-a",
@@ -312,6 +313,12 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                         factors.push(ninf_sim::workload::workload_factor(&jobs, processors, span));
                         jobs
                     }
+                    (None, Workload::Lublin) => ninf_sim::lublin::lublin(
+                        processors,
+                        options.jobs.unwrap_or(10_000),
+                        load,
+                        seed,
+                    ),
                     (None, _) => ninf_sim::workload::seed001(
                         processors,
                         options.jobs.unwrap_or(500),

@@ -8,6 +8,7 @@
 pub mod dqt;
 pub mod engine;
 pub mod hetero;
+pub mod lublin;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
