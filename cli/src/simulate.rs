@@ -94,6 +94,9 @@ pub struct SimResult {
     /// DQT policies: the largest total queue length of a branch seen (over all seeds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tqlb: Option<usize>,
+    /// DQT policies: each seed's largest, averaged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tqlb_mean: Option<f64>,
     /// Heterogeneous policies: the mean turnaround broken down as in seed 002's Fig. 8.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<HeteroSummary>,
@@ -275,6 +278,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
             let started = Instant::now();
             let mut runs: Vec<Metrics> = Vec::new();
             let mut max_tqlb: Option<usize> = None;
+            let mut tqlbs: Vec<f64> = Vec::new();
             let mut factors: Vec<f64> = Vec::new();
             let mut hetero_runs: Vec<ninf_sim::HeteroRun> = Vec::new();
             let seeds = if swf_jobs.is_some() {
@@ -334,6 +338,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 let run = simulate_one(policy, &jobs, processors, quantum, options)?;
                 if let Some(m) = run.max_tqlb {
                     max_tqlb = Some(max_tqlb.map_or(m, |x| x.max(m)));
+                    tqlbs.push(m as f64);
                 }
                 runs.push(run.metrics);
             }
@@ -358,6 +363,8 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 workload_factor: (!factors.is_empty())
                     .then(|| factors.iter().sum::<f64>() / factors.len() as f64),
                 max_tqlb,
+                max_tqlb_mean: (!tqlbs.is_empty())
+                    .then(|| tqlbs.iter().sum::<f64>() / tqlbs.len() as f64),
                 breakdown: summarise_hetero(&hetero_runs),
             });
         }
@@ -451,6 +458,67 @@ pub fn plot(
         ),
     ];
     let mut written = Vec::new();
+    // Seed 002's Fig. 8 style: turnaround normalised to MCT's, broken down, one bar per policy.
+    let mut cases: Vec<(String, Option<f64>)> = Vec::new();
+    for r in results.iter().filter(|r| r.breakdown.is_some()) {
+        if !cases.contains(&(r.workload.clone(), r.load)) {
+            cases.push((r.workload.clone(), r.load));
+        }
+    }
+    for (workload, load) in cases {
+        let group: Vec<&SimResult> = results
+            .iter()
+            .filter(|r| r.workload == workload && r.load == load)
+            .collect();
+        let Some(base) = group
+            .iter()
+            .find(|r| r.policy == "mct")
+            .map(|r| r.mean_turnaround_s)
+            .filter(|t| *t > 0.0)
+        else {
+            continue;
+        };
+        let bars = group
+            .iter()
+            .filter_map(|r| {
+                r.breakdown.as_ref().map(|b| {
+                    (
+                        r.policy.to_uppercase(),
+                        [
+                            b.run_s,
+                            b.migration_s,
+                            b.wait_idle_present_s,
+                            b.wait_no_resources_s,
+                        ]
+                        .iter()
+                        .map(|v| v / base)
+                        .collect(),
+                    )
+                })
+            })
+            .collect();
+        let chart = ninf_sim::plot::BarChart {
+            title: format!(
+                "Turnaround normalised to MCT ({workload}, load {})",
+                load.map_or("-".to_string(), |l| l.to_string())
+            ),
+            y_label: "turnaround / MCT's".into(),
+            parts: vec![
+                "run".into(),
+                "migration".into(),
+                "wait, idle present".into(),
+                "wait, none free".into(),
+            ],
+            bars,
+        };
+        let path = dir.join(format!(
+            "turnaround-{workload}-load{}.svg",
+            load.map_or("-".to_string(), |l| l.to_string())
+        ));
+        std::fs::write(&path, chart.svg())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
     for (name, chart) in charts {
         let path = dir.join(name);
         std::fs::write(&path, chart.svg())

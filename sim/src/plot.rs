@@ -185,3 +185,108 @@ impl Chart {
         out
     }
 }
+
+/// Stacked bars: one bar per group, one segment per part (seed 002's turnaround breakdown).
+#[derive(Debug, Clone)]
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    /// The parts' names, bottom to top.
+    pub parts: Vec<String>,
+    /// Each bar's label and its parts' values (same order as `parts`).
+    pub bars: Vec<(String, Vec<f64>)>,
+}
+
+impl BarChart {
+    /// The chart as an SVG document.
+    pub fn svg(&self) -> String {
+        let y_max = self
+            .bars
+            .iter()
+            .map(|(_, values)| values.iter().sum::<f64>())
+            .fold(0.0, f64::max);
+        let y_step = tick_step(y_max);
+        let y_top = ((y_max / y_step).ceil() * y_step).max(y_step);
+        let plot_w = WIDTH - LEFT - RIGHT;
+        let plot_h = HEIGHT - TOP - BOTTOM;
+        let sy = |y: f64| TOP + plot_h - y / y_top * plot_h;
+        let slot = plot_w / self.bars.len().max(1) as f64;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+            LEFT + plot_w / 2.0,
+            escape(&self.title)
+        );
+        let mut y = 0.0;
+        while y <= y_top + y_step / 2.0 {
+            let _ = writeln!(
+                out,
+                r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
+                LEFT + plot_w,
+                sy(y),
+                LEFT - 6.0,
+                sy(y) + 4.0,
+                format_tick(y)
+            );
+            y += y_step;
+        }
+        let _ = writeln!(
+            out,
+            r#"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="black"/>"#,
+            TOP + plot_h,
+            LEFT + plot_w
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="16" y="{0}" text-anchor="middle" transform="rotate(-90 16 {0})">{1}</text>"#,
+            TOP + plot_h / 2.0,
+            escape(&self.y_label)
+        );
+        for (i, (label, values)) in self.bars.iter().enumerate() {
+            let x = LEFT + slot * i as f64 + slot * 0.2;
+            let mut base = 0.0;
+            for (k, value) in values.iter().enumerate() {
+                let colour = COLOURS[k % COLOURS.len()];
+                let _ = writeln!(
+                    out,
+                    r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{colour}"/>"#,
+                    sy(base + value),
+                    slot * 0.6,
+                    (sy(base) - sy(base + value)).max(0.0)
+                );
+                base += value;
+            }
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"#,
+                x + slot * 0.3,
+                TOP + plot_h + 19.0,
+                escape(label),
+                x + slot * 0.3,
+                sy(base) - 4.0,
+                format_tick((base * 1000.0).round() / 1000.0)
+            );
+        }
+        for (k, part) in self.parts.iter().enumerate() {
+            let ly = TOP + 10.0 + 20.0 * k as f64;
+            let lx = LEFT + plot_w + 15.0;
+            let _ = writeln!(
+                out,
+                r#"<rect x="{lx}" y="{}" width="14" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+                ly - 5.0,
+                COLOURS[k % COLOURS.len()],
+                lx + 20.0,
+                ly + 4.0,
+                escape(part)
+            );
+        }
+        out.push_str("</svg>\n");
+        out
+    }
+}
