@@ -84,6 +84,9 @@ pub struct SimResult {
     pub mean_response_s: f64,
     pub mean_response_ci95: f64,
     pub mean_wait_s: f64,
+    /// 95th percentiles over the jobs (averaged over seeds).
+    pub p95_response_s: f64,
+    pub p95_wait_s: f64,
     pub mean_bounded_slowdown: f64,
     pub mean_turnaround_s: f64,
     /// Wall-clock seconds the simulations took (all seeds).
@@ -357,6 +360,8 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 mean_response_s,
                 mean_response_ci95,
                 mean_wait_s: field(|m| m.mean_wait_s).0,
+                p95_response_s: field(|m| m.p95_response_s).0,
+                p95_wait_s: field(|m| m.p95_wait_s).0,
                 mean_bounded_slowdown: field(|m| m.mean_bounded_slowdown).0,
                 mean_turnaround_s: field(|m| m.mean_turnaround_s).0,
                 sim_wall_s: started.elapsed().as_secs_f64(),
