@@ -21,7 +21,7 @@
 use serde::Serialize;
 
 use crate::engine::{Outcome, SimError};
-use crate::random::Random;
+use crate::random::{Random, WeightedSizes};
 
 /// The two kinds of resource.
 pub const FAST: usize = 0;
@@ -808,7 +808,7 @@ fn summarise(
 /// `docs/experiments.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum SizeMix {
-    /// (a) mostly small jobs: a power of two 2^k with probability ∝ 2^-k.
+    /// (a) mostly small jobs: a power of two 2^k with probability ∝ 4^-k.
     Small,
     /// (b) mostly large jobs: probability ∝ 2^k.
     Large,
@@ -827,23 +827,11 @@ pub fn seed002(
     seed: u64,
 ) -> Vec<HeteroJob> {
     let mut random = Random::new(seed);
-    let sizes: Vec<u32> = (0..32)
-        .map(|k| 1u32 << k)
-        .take_while(|&s| s <= widest.max(1))
-        .collect();
-    let weights: Vec<f64> = sizes
-        .iter()
-        .map(|&s| match mix {
-            SizeMix::Small => 1.0 / (f64::from(s) * f64::from(s)),
-            SizeMix::Large => f64::from(s),
-        })
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let mean_size: f64 = sizes
-        .iter()
-        .zip(&weights)
-        .map(|(&s, w)| f64::from(s) * w / total)
-        .sum();
+    let sizes = WeightedSizes::powers_of_two(widest, |s| match mix {
+        SizeMix::Small => 1.0 / (f64::from(s) * f64::from(s)),
+        SizeMix::Large => f64::from(s),
+    });
+    let mean_size = sizes.mean();
     let longest = 1440.0 * 60.0;
     let max_acceleration = 10.0f64;
     // E[t / X] for t uniform on (0, longest] and X uniform on [1, 10].
@@ -853,15 +841,7 @@ pub fn seed002(
     (0..jobs)
         .map(|i| {
             at += random.exponential(interval);
-            let mut pick = random.uniform() * total;
-            let mut resources = sizes[sizes.len() - 1];
-            for (&s, &w) in sizes.iter().zip(&weights) {
-                if pick < w {
-                    resources = s;
-                    break;
-                }
-                pick -= w;
-            }
+            let resources = sizes.draw(&mut random);
             let slow_run = (1.0 - random.uniform()) * longest;
             let acceleration = 1.0 + random.uniform() * (max_acceleration - 1.0);
             let memory_mb = (1.0 - random.uniform()) * 4096.0 * f64::from(resources);

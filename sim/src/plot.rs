@@ -59,6 +59,54 @@ fn format_tick(value: f64) -> String {
     }
 }
 
+/// The parts every chart shares: the document, the title, the y grid with its ticks, the
+/// axes and the y label. Returns the open document and the y scale.
+fn frame(title: &str, y_label: &str, y_max: f64) -> (String, impl Fn(f64) -> f64) {
+    let y_step = tick_step(y_max);
+    let y_top = ((y_max / y_step).ceil() * y_step).max(y_step);
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let sy = move |y: f64| TOP + plot_h - y / y_top * plot_h;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        LEFT + plot_w / 2.0,
+        escape(title)
+    );
+    let _ = writeln!(
+        out,
+        r#"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="black"/>"#,
+        TOP + plot_h,
+        LEFT + plot_w
+    );
+    let mut y = 0.0;
+    while y <= y_top + y_step / 2.0 {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
+            LEFT + plot_w,
+            sy(y),
+            LEFT - 6.0,
+            sy(y) + 4.0,
+            format_tick(y)
+        );
+        y += y_step;
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="16" y="{0}" text-anchor="middle" transform="rotate(-90 16 {0})">{1}</text>"#,
+        TOP + plot_h / 2.0,
+        escape(y_label)
+    );
+    (out, sy)
+}
+
 impl Chart {
     /// The chart as an SVG document.
     pub fn svg(&self) -> String {
@@ -75,45 +123,10 @@ impl Chart {
         if x_max <= x_min {
             x_max = x_min + 1.0;
         }
-        let y_step = tick_step(y_max);
-        let y_top = ((y_max / y_step).ceil() * y_step).max(y_step);
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
         let sx = |x: f64| LEFT + (x - x_min) / (x_max - x_min) * plot_w;
-        let sy = |y: f64| TOP + plot_h - y / y_top * plot_h;
-
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-            LEFT + plot_w / 2.0,
-            escape(&self.title)
-        );
-        // Axes and ticks.
-        let _ = writeln!(
-            out,
-            r#"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="black"/>"#,
-            TOP + plot_h,
-            LEFT + plot_w
-        );
-        let mut y = 0.0;
-        while y <= y_top + y_step / 2.0 {
-            let _ = writeln!(
-                out,
-                r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
-                LEFT + plot_w,
-                sy(y),
-                LEFT - 6.0,
-                sy(y) + 4.0,
-                format_tick(y)
-            );
-            y += y_step;
-        }
+        let (mut out, sy) = frame(&self.title, &self.y_label, y_max);
         let x_step = tick_step(x_max - x_min);
         let mut x = (x_min / x_step).ceil() * x_step;
         while x <= x_max + x_step / 1000.0 {
@@ -134,12 +147,6 @@ impl Chart {
             LEFT + plot_w / 2.0,
             HEIGHT - 12.0,
             escape(&self.x_label)
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="16" y="{0}" text-anchor="middle" transform="rotate(-90 16 {0})">{1}</text>"#,
-            TOP + plot_h / 2.0,
-            escape(&self.y_label)
         );
         // Lines, markers and the legend.
         for (k, series) in self.series.iter().enumerate() {
@@ -205,49 +212,10 @@ impl BarChart {
             .iter()
             .map(|(_, values)| values.iter().sum::<f64>())
             .fold(0.0, f64::max);
-        let y_step = tick_step(y_max);
-        let y_top = ((y_max / y_step).ceil() * y_step).max(y_step);
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
-        let sy = |y: f64| TOP + plot_h - y / y_top * plot_h;
         let slot = plot_w / self.bars.len().max(1) as f64;
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-            LEFT + plot_w / 2.0,
-            escape(&self.title)
-        );
-        let mut y = 0.0;
-        while y <= y_top + y_step / 2.0 {
-            let _ = writeln!(
-                out,
-                r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
-                LEFT + plot_w,
-                sy(y),
-                LEFT - 6.0,
-                sy(y) + 4.0,
-                format_tick(y)
-            );
-            y += y_step;
-        }
-        let _ = writeln!(
-            out,
-            r#"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="black"/>"#,
-            TOP + plot_h,
-            LEFT + plot_w
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="16" y="{0}" text-anchor="middle" transform="rotate(-90 16 {0})">{1}</text>"#,
-            TOP + plot_h / 2.0,
-            escape(&self.y_label)
-        );
+        let (mut out, sy) = frame(&self.title, &self.y_label, y_max);
         for (i, (label, values)) in self.bars.iter().enumerate() {
             let x = LEFT + slot * i as f64 + slot * 0.2;
             let mut base = 0.0;

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::random::Random;
+use crate::random::{Random, WeightedSizes};
 
 /// A rigid job: it needs `processors` for `run` seconds from its start.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -49,32 +49,16 @@ pub fn seed001(processors: u32, jobs: usize, mean_run: f64, load: f64, seed: u64
 /// `horizon` at the interval of its formula T = size × length / (P × W).
 pub fn seed000(processors: u32, load: f64, horizon: f64, seed: u64) -> Vec<Job> {
     let mut random = Random::new(seed);
-    let sizes: Vec<u32> = (0..32)
-        .map(|k| 1u32 << k)
-        .take_while(|&s| s < processors.max(2))
-        .collect();
-    let weights: Vec<f64> = sizes.iter().map(|&s| 1.0 / f64::from(s)).collect();
-    let total: f64 = weights.iter().sum();
-    let mean_size = sizes
-        .iter()
-        .zip(&weights)
-        .map(|(&s, w)| f64::from(s) * w / total)
-        .sum::<f64>();
+    // Sizes below the machine's: s < P, that is s ≤ P − 1.
+    let sizes = WeightedSizes::powers_of_two(processors.max(2) - 1, |s| 1.0 / f64::from(s));
+    let mean_size = sizes.mean();
     let (shortest, longest) = (500u32, 19_999u32);
     let mean_length = f64::from(shortest + longest) / 2.0;
     let interval = mean_size * mean_length / (f64::from(processors) * load.max(1e-6));
     let mut jobs = Vec::new();
     let mut at = random.exponential(interval);
     while at < horizon {
-        let mut pick = random.uniform() * total;
-        let mut size = sizes[sizes.len() - 1];
-        for (&s, &w) in sizes.iter().zip(&weights) {
-            if pick < w {
-                size = s;
-                break;
-            }
-            pick -= w;
-        }
+        let size = sizes.draw(&mut random);
         let run = f64::from(random.integer(shortest, longest));
         jobs.push(Job {
             id: jobs.len() as u64 + 1,

@@ -409,14 +409,9 @@ mod dqt {
     use ninf_sim::{Job, simulate_dqt};
     use proptest::prelude::*;
 
+    /// The file's `job` with this module's argument order (run before processors).
     fn job(id: u64, submit: f64, run: f64, processors: u32) -> Job {
-        Job {
-            id,
-            submit,
-            run,
-            processors,
-            requested: run,
-        }
+        super::job(id, submit, processors, run)
     }
 
     #[test]
