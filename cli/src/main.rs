@@ -140,6 +140,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The metaserver's schedulers on random layered task graphs over a modelled platform
+    /// (nothing runs): makespan over HEFT's, schedule length ratio, scheduling time.
+    DagBench {
+        /// Graph sizes (tasks).
+        #[arg(long, value_delimiter = ',', default_value = "50,100,200,500")]
+        tasks: Vec<usize>,
+        /// Communication-to-computation ratios.
+        #[arg(long, value_delimiter = ',', default_value = "0.1,1,10")]
+        ccr: Vec<f64>,
+        /// Graphs (and platforms) per setting.
+        #[arg(long, default_value_t = 10)]
+        graphs: u64,
+        /// Servers per platform.
+        #[arg(long, default_value_t = 6)]
+        servers: usize,
+        #[arg(long, value_delimiter = ',', default_value = "simple,flow,heft,search")]
+        schedulers: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Admission policies on a real run: short jobs of sizes 1..P with Poisson arrivals on a
     /// space-shared table; utilisation and mean response time.
     GangAlloc {
@@ -523,6 +545,42 @@ fn main() -> anyhow::Result<()> {
                         r.mean_wait_s,
                         r.mean_bounded_slowdown,
                         r.sim_wall_s
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::DagBench {
+            tasks,
+            ccr,
+            graphs,
+            servers,
+            schedulers,
+            seed,
+            json,
+        } => {
+            let options = ninf_cli::dag_bench::DagBenchOptions {
+                tasks,
+                ccr,
+                graphs,
+                servers,
+                schedulers,
+                seed,
+            };
+            for r in ninf_cli::dag_bench::run(&options)? {
+                if json {
+                    println!("{}", serde_json::to_string(&r)?);
+                } else {
+                    println!(
+                        "{:>4} tasks, CCR {:<4} {:<7} makespan/HEFT {:.3}  SLR {:.2}  best in {}/{}  {:.1} ms",
+                        r.tasks,
+                        r.ccr,
+                        r.scheduler,
+                        r.makespan_over_heft,
+                        r.slr,
+                        r.best,
+                        r.graphs,
+                        r.schedule_ms
                     );
                 }
             }

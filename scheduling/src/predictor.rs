@@ -62,6 +62,8 @@ pub trait Predictor {
     fn place(&mut self, server: ServerId, processors: u32, start: f64, finish: f64) -> PlacementId;
     /// Forgets a recorded placement.
     fn withdraw(&mut self, placement: PlacementId);
+    /// An independent copy, for schedulers that try whole schedules before choosing one.
+    fn fork(&self) -> Box<dyn Predictor>;
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -254,6 +256,10 @@ impl Predictor for LoadPredictor {
             list.push((id, placement));
         }
         id
+    }
+
+    fn fork(&self) -> Box<dyn Predictor> {
+        Box::new(self.clone())
     }
 
     fn withdraw(&mut self, placement: PlacementId) {

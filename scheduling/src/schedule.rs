@@ -167,6 +167,39 @@ pub fn finish_schedule(
     assemble(graph, servers, placed, predictor)
 }
 
+/// The predicted makespan of an assignment under the common model, leaving the predictor as
+/// it was (every placement made while timing it is withdrawn).
+pub fn evaluate(
+    graph: &TaskGraph,
+    order: &[TaskId],
+    predecessors: &[Vec<(TaskId, u64)>],
+    servers: &[ServerId],
+    predictor: &mut dyn Predictor,
+) -> f64 {
+    let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
+    let mut ids = Vec::with_capacity(order.len());
+    let mut makespan = 0.0f64;
+    for &task in order {
+        let server = servers[task];
+        let timing = predict(graph, predecessors, task, server, &placed, predictor);
+        ids.push(predictor.place(
+            server,
+            graph.tasks[task].processors,
+            timing.start,
+            timing.finish,
+        ));
+        placed[task] = Some((server, timing));
+        let back = predictor
+            .link(Location::Server(server), Location::Client)
+            .transfer_time(graph.tasks[task].client_out_bytes);
+        makespan = makespan.max(timing.finish + back);
+    }
+    for id in ids {
+        predictor.withdraw(id);
+    }
+    makespan
+}
+
 /// The schedule from per-task placements and timings.
 pub fn assemble(
     graph: &TaskGraph,

@@ -264,10 +264,10 @@ fn invalid_graphs_are_refused_with_the_reason() {
         graph.validate().unwrap_err().to_string(),
         "edge 0 goes from task `a` to itself"
     );
-    let error = by_name("heft", 0).err().unwrap();
+    let error = by_name("cpop", 0).err().unwrap();
     assert_eq!(
         error.to_string(),
-        "unknown scheduler `heft` (known: simple, flow, round-robin, random)"
+        "unknown scheduler `cpop` (known: simple, flow, heft, search, round-robin, random)"
     );
 }
 
@@ -314,6 +314,9 @@ impl Predictor for Unbounded {
     }
     fn withdraw(&mut self, placement: usize) {
         self.0.withdraw(placement)
+    }
+    fn fork(&self) -> Box<dyn Predictor> {
+        Box::new(Unbounded(self.0.clone()))
     }
 }
 

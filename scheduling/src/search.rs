@@ -1,0 +1,208 @@
+//! `search`, our own scheduler: start from the best of SIMPLE, FLOW, HEFT and each server
+//! alone, then improve by
+//! local search under the full model of the metaserver's knowledge, and keep a change only if
+//! the whole graph's predicted makespan drops.
+//!
+//! Every candidate is timed by the common model ([`evaluate`]), so each decision accounts
+//! for everything the predictor knows:
+//! - each server's measured (or forecast) load and the other transactions already placed;
+//! - the time-sharing slowdown when this graph's own tasks overlap on a busy server;
+//! - where every intermediate result lives, and what moving it costs on that link;
+//! - the proxy's links for arguments in and results out.
+//!
+//! The list schedulers only see these one task (or one path) at a time. The search moves:
+//! - **single tasks**, in decreasing upward rank (the critical ones first), to every other
+//!   server that serves their routine;
+//! - **whole clusters**: tasks joined by edges on the same server, as FLOW's paths are. They
+//!   move to every server that serves all their routines, which a single-task move cannot
+//!   reach when splitting a cluster costs more than it saves.
+//!
+//! It stops when a full round of moves improves nothing, or at an evaluation budget that
+//! shrinks with the graph's size, so a 500-task graph still schedules in well under a second.
+
+use crate::flow::Flow;
+use crate::graph::{GraphError, TaskGraph, TaskId};
+use crate::grid::{GridView, ServerId};
+use crate::heft::{Heft, rank_order, upward_ranks};
+use crate::predictor::Predictor;
+use crate::schedule::{Prepared, Schedule, Scheduler, evaluate, finish_schedule};
+use crate::simple::Simple;
+
+/// Relative gain below which a move is not worth taking (rounding noise).
+const MIN_GAIN: f64 = 1e-9;
+
+#[derive(Debug, Default)]
+pub struct LocalSearch;
+
+/// How many whole-graph timings a graph of `tasks` tasks may use.
+fn budget(tasks: usize) -> usize {
+    (400_000 / tasks.max(1).pow(2)).clamp(60, 4_000)
+}
+
+/// Tasks joined by edges whose ends are on the same server, as lists of tasks.
+fn clusters(graph: &TaskGraph, servers: &[ServerId]) -> Vec<Vec<TaskId>> {
+    let n = graph.tasks.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    for e in &graph.edges {
+        if e.from < n && e.to < n && servers[e.from] == servers[e.to] {
+            let (a, b) = (root(&mut parent, e.from), root(&mut parent, e.to));
+            if a != b {
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut groups: std::collections::BTreeMap<usize, Vec<TaskId>> = Default::default();
+    for t in 0..n {
+        let r = root(&mut parent, t);
+        groups.entry(r).or_default().push(t);
+    }
+    groups.into_values().filter(|g| g.len() > 1).collect()
+}
+
+impl Scheduler for LocalSearch {
+    fn name(&self) -> &'static str {
+        "search"
+    }
+
+    fn schedule(
+        &mut self,
+        graph: &TaskGraph,
+        grid: &GridView,
+        predictor: &mut dyn Predictor,
+    ) -> Result<Schedule, GraphError> {
+        let prepared = Prepared::new(graph, grid)?;
+        let (order, predecessors) = (&prepared.order, &prepared.predecessors);
+        // Starting points: each list scheduler on its own copy of the predictor.
+        let mut best: Option<(Vec<ServerId>, f64)> = None;
+        let starts: [Box<dyn Scheduler>; 3] = [Box::new(Simple), Box::new(Flow), Box::new(Heft)];
+        for mut start in starts {
+            let mut scratch = predictor.fork();
+            let servers = start.schedule(graph, grid, scratch.as_mut())?.servers;
+            let makespan = evaluate(graph, order, predecessors, &servers, predictor);
+            if best.as_ref().is_none_or(|(_, m)| makespan < *m) {
+                best = Some((servers, makespan));
+            }
+        }
+        // And every server alone, where one serves every routine: when data is expensive
+        // to move, keeping all of it in one place can beat any list schedule.
+        for s in 0..grid.servers.len() {
+            let all = (0..graph.tasks.len()).all(|t| prepared.serves[prepared.function_of[t]][s]);
+            if !all {
+                continue;
+            }
+            let servers = vec![s; graph.tasks.len()];
+            let makespan = evaluate(graph, order, predecessors, &servers, predictor);
+            if best.as_ref().is_none_or(|(_, m)| makespan < *m) {
+                best = Some((servers, makespan));
+            }
+        }
+        let Some((mut servers, mut makespan)) = best else {
+            return Ok(finish_schedule(graph, order, Vec::new(), predictor));
+        };
+        let rank = upward_ranks(graph, &prepared, grid, predictor);
+        let by_rank = rank_order(&prepared, &rank);
+        let mut left = budget(graph.tasks.len());
+        let mut improved = true;
+        while improved && left > 0 {
+            improved = false;
+            for &t in &by_rank {
+                let current = servers[t];
+                for &s in &prepared.capable[prepared.function_of[t]] {
+                    if s == current || left == 0 {
+                        continue;
+                    }
+                    servers[t] = s;
+                    left -= 1;
+                    let m = evaluate(graph, order, predecessors, &servers, predictor);
+                    if m < makespan * (1.0 - MIN_GAIN) {
+                        makespan = m;
+                        improved = true;
+                        break;
+                    }
+                    servers[t] = current;
+                }
+            }
+            for cluster in clusters(graph, &servers) {
+                let current = servers[cluster[0]];
+                let targets: Vec<ServerId> = (0..grid.servers.len())
+                    .filter(|&s| {
+                        s != current
+                            && cluster
+                                .iter()
+                                .all(|&t| prepared.serves[prepared.function_of[t]][s])
+                    })
+                    .collect();
+                for s in targets {
+                    if left == 0 {
+                        break;
+                    }
+                    for &t in &cluster {
+                        servers[t] = s;
+                    }
+                    left -= 1;
+                    let m = evaluate(graph, order, predecessors, &servers, predictor);
+                    if m < makespan * (1.0 - MIN_GAIN) {
+                        makespan = m;
+                        improved = true;
+                        break;
+                    }
+                    for &t in &cluster {
+                        servers[t] = current;
+                    }
+                }
+            }
+        }
+        Ok(finish_schedule(graph, order, servers, predictor))
+    }
+}
+
+/// The best assignment by trying them all (for tests on small graphs): at most `limit`
+/// assignments, else `None`.
+pub fn exhaustive(
+    graph: &TaskGraph,
+    grid: &GridView,
+    predictor: &mut dyn Predictor,
+    limit: usize,
+) -> Result<Option<(Vec<ServerId>, f64)>, GraphError> {
+    let prepared = Prepared::new(graph, grid)?;
+    let choices: Vec<&Vec<ServerId>> = (0..graph.tasks.len())
+        .map(|t| &prepared.capable[prepared.function_of[t]])
+        .collect();
+    let mut total: usize = 1;
+    for c in &choices {
+        total = match total.checked_mul(c.len()) {
+            Some(v) if v <= limit => v,
+            _ => return Ok(None),
+        };
+    }
+    let mut digits = vec![0usize; choices.len()];
+    let mut best: Option<(Vec<ServerId>, f64)> = None;
+    for _ in 0..total {
+        let servers: Vec<ServerId> = digits.iter().zip(&choices).map(|(&d, c)| c[d]).collect();
+        let m = evaluate(
+            graph,
+            &prepared.order,
+            &prepared.predecessors,
+            &servers,
+            predictor,
+        );
+        if best.as_ref().is_none_or(|(_, b)| m < *b) {
+            best = Some((servers, m));
+        }
+        for (d, c) in digits.iter_mut().zip(&choices) {
+            *d += 1;
+            if *d < c.len() {
+                break;
+            }
+            *d = 0;
+        }
+    }
+    Ok(best)
+}
