@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod gang_bench;
 pub mod quick_call;
 pub mod simulate;
+pub mod testbed;
 pub mod workloads;
 
 use std::path::PathBuf;

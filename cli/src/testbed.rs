@@ -1,0 +1,459 @@
+//! A wide-area testbed on one machine (issue 5): each site is a Linux network namespace
+//! joined to a router namespace by a veth pair, and the bandwidth of each pair of sites is
+//! shaped both ways by `htb` classes on the router's interfaces (the kernel here has no
+//! `netem`). Sites get 10.77.k.2/24 (k = 1, 2, ... in the profile's order), the router
+//! 10.77.k.1. Profiles are TOML (`cli/profiles/*.toml`, or a file).
+//!
+//! Set-up first tears down anything left by an earlier run with the same prefix, so it is
+//! idempotent; tear-down kills every process in the namespaces and deletes them, which also
+//! deletes their veth pairs. [`Testbed`] tears down when dropped, so a failed run leaves
+//! nothing behind. Everything needs root; without it set-up says so.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// A site's part in the experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The client, its proxy and the metaserver.
+    Client,
+    /// A compute server.
+    Server,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Site {
+    pub name: String,
+    pub role: Role,
+    /// Processors a server offers (its speed relative to the others).
+    #[serde(default = "one")]
+    pub processors: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub between: [String; 2],
+    /// Rate each way, Mbit/s.
+    pub mbit: f64,
+    /// The path's round trip in the modelled setting (recorded; not emulated).
+    #[serde(default)]
+    pub latency_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    #[serde(rename = "site")]
+    pub sites: Vec<Site>,
+    #[serde(rename = "link", default)]
+    pub links: Vec<LinkSpec>,
+}
+
+/// The profiles shipped with `ninf`.
+const SHIPPED: [(&str, &str); 2] = [
+    ("paper", include_str!("../profiles/paper.toml")),
+    ("lan", include_str!("../profiles/lan.toml")),
+];
+
+impl Profile {
+    /// A shipped profile by name, or a TOML file by path.
+    pub fn load(name_or_path: &str) -> anyhow::Result<Profile> {
+        let (origin, text) = match SHIPPED.iter().find(|(n, _)| *n == name_or_path) {
+            Some((name, text)) => (format!("profile `{name}`"), text.to_string()),
+            None => (
+                name_or_path.to_string(),
+                std::fs::read_to_string(name_or_path).with_context(|| {
+                    format!(
+                        "`{name_or_path}` is neither a shipped profile (paper, lan) nor a readable file"
+                    )
+                })?,
+            ),
+        };
+        Profile::parse(&text).with_context(|| format!("in {origin}"))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Profile> {
+        let profile: Profile = toml::from_str(text)?;
+        profile.check()?;
+        Ok(profile)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.sites.iter().filter(|s| s.role == Role::Client).count() != 1 {
+            bail!("a profile needs exactly one site with role = \"client\"");
+        }
+        if !self.sites.iter().any(|s| s.role == Role::Server) {
+            bail!("a profile needs at least one site with role = \"server\"");
+        }
+        if self.sites.len() > 200 {
+            bail!("at most 200 sites");
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for site in &self.sites {
+            let valid = !site.name.is_empty()
+                && site.name.len() <= 8
+                && site
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+            if !valid {
+                bail!(
+                    "site name `{}` must be 1-8 lower-case letters or digits",
+                    site.name
+                );
+            }
+            if !seen.insert(site.name.as_str()) {
+                bail!("site `{}` appears twice", site.name);
+            }
+        }
+        for link in &self.links {
+            for end in &link.between {
+                if !seen.contains(end.as_str()) {
+                    bail!("link {:?} names unknown site `{end}`", link.between);
+                }
+            }
+            if link.between[0] == link.between[1] {
+                bail!("link {:?} joins a site to itself", link.between);
+            }
+            if !(link.mbit.is_finite() && link.mbit > 0.0) {
+                bail!(
+                    "link {:?} has rate {} Mbit/s; it must be positive",
+                    link.between,
+                    link.mbit
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub fn client(&self) -> &Site {
+        self.sites
+            .iter()
+            .find(|s| s.role == Role::Client)
+            .unwrap_or(&self.sites[0])
+    }
+
+    pub fn servers(&self) -> impl Iterator<Item = &Site> {
+        self.sites.iter().filter(|s| s.role == Role::Server)
+    }
+
+    /// The shaped rate between two sites, if the profile sets one.
+    pub fn rate(&self, a: &str, b: &str) -> Option<f64> {
+        self.links
+            .iter()
+            .find(|l| {
+                (l.between[0] == a && l.between[1] == b) || (l.between[0] == b && l.between[1] == a)
+            })
+            .map(|l| l.mbit)
+    }
+}
+
+/// The testbed of one profile under one name prefix.
+#[derive(Debug)]
+pub struct Testbed {
+    pub prefix: String,
+    pub profile: Profile,
+    /// Whether dropping this tears the testbed down.
+    armed: bool,
+}
+
+/// Runs `ip`/`tc`-style commands; stops at the first failure with its output.
+fn run(args: &[String]) -> anyhow::Result<()> {
+    let output = Command::new(&args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("cannot run `{}`", args[0]))?;
+    if !output.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn words(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+impl Testbed {
+    pub fn new(prefix: &str, profile: Profile) -> Testbed {
+        Testbed {
+            prefix: prefix.to_string(),
+            profile,
+            armed: false,
+        }
+    }
+
+    pub fn router(&self) -> String {
+        format!("{}-router", self.prefix)
+    }
+
+    /// The namespace of a site.
+    pub fn namespace(&self, site: &str) -> String {
+        format!("{}-{site}", self.prefix)
+    }
+
+    /// 1-based index of a site in the profile.
+    fn index(&self, site: &str) -> usize {
+        self.profile
+            .sites
+            .iter()
+            .position(|s| s.name == site)
+            .map_or(0, |i| i + 1)
+    }
+
+    /// A site's address.
+    pub fn address(&self, site: &str) -> String {
+        format!("10.77.{}.2", self.index(site))
+    }
+
+    /// veth names: at most 15 bytes, unique per prefix (a short hash) and site.
+    fn veth(&self, k: usize, side: char) -> String {
+        let hash = self
+            .prefix
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        format!("v{:04x}{k}{side}", hash & 0xffff)
+    }
+
+    /// Every command that builds the testbed, in order.
+    pub fn plan_up(&self) -> Vec<Vec<String>> {
+        let router = self.router();
+        let mut plan = vec![
+            words(&format!("ip netns add {router}")),
+            words(&format!("ip -n {router} link set lo up")),
+            words(&format!(
+                "ip netns exec {router} sysctl -q -w net.ipv4.ip_forward=1"
+            )),
+        ];
+        for (i, site) in self.profile.sites.iter().enumerate() {
+            let k = i + 1;
+            let ns = self.namespace(&site.name);
+            let (inner, outer) = (self.veth(k, 's'), self.veth(k, 'r'));
+            plan.extend([
+                words(&format!("ip netns add {ns}")),
+                words(&format!("ip -n {ns} link set lo up")),
+                words(&format!("ip link add {inner} type veth peer name {outer}")),
+                words(&format!("ip link set {inner} netns {ns}")),
+                words(&format!("ip link set {outer} netns {router}")),
+                words(&format!("ip -n {ns} addr add 10.77.{k}.2/24 dev {inner}")),
+                words(&format!(
+                    "ip -n {router} addr add 10.77.{k}.1/24 dev {outer}"
+                )),
+                words(&format!("ip -n {ns} link set {inner} up")),
+                words(&format!("ip -n {router} link set {outer} up")),
+                words(&format!("ip -n {ns} route add default via 10.77.{k}.1")),
+            ]);
+        }
+        // Shaping: traffic to site Y leaves the router on Y's veth; one htb class per source
+        // site with a profile rate, chosen by source address. Unlisted pairs are unshaped.
+        for (i, to) in self.profile.sites.iter().enumerate() {
+            let outer = self.veth(i + 1, 'r');
+            plan.push(words(&format!(
+                "ip netns exec {router} tc qdisc add dev {outer} root handle 1: htb default 999"
+            )));
+            plan.push(words(&format!(
+                "ip netns exec {router} tc class add dev {outer} parent 1: classid 1:999 htb rate 10gbit"
+            )));
+            for (j, from) in self.profile.sites.iter().enumerate() {
+                if let Some(mbit) = self.profile.rate(&from.name, &to.name) {
+                    let class = 10 + j;
+                    let kbit = (mbit * 1000.0).round().max(8.0) as u64;
+                    plan.push(words(&format!(
+                        "ip netns exec {router} tc class add dev {outer} parent 1: classid 1:{class} htb rate {kbit}kbit ceil {kbit}kbit"
+                    )));
+                    plan.push(words(&format!(
+                        "ip netns exec {router} tc filter add dev {outer} parent 1: protocol ip prio 1 u32 match ip src 10.77.{}.0/24 flowid 1:{class}",
+                        j + 1
+                    )));
+                }
+            }
+        }
+        plan
+    }
+
+    /// Namespaces of this prefix that exist now.
+    pub fn existing(&self) -> Vec<String> {
+        let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
+            return Vec::new();
+        };
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Builds the testbed (after tearing down any earlier one with this prefix). The
+    /// returned testbed tears itself down when dropped.
+    pub fn up(mut self) -> anyhow::Result<Testbed> {
+        if !is_root() {
+            bail!(
+                "the testbed needs root (network namespaces and traffic control); run it as root"
+            );
+        }
+        self.down()?;
+        self.armed = true;
+        for command in self.plan_up() {
+            run(&command)?;
+        }
+        Ok(self)
+    }
+
+    /// Kills every process in this prefix's namespaces and deletes them. Idempotent.
+    pub fn down(&self) -> anyhow::Result<()> {
+        let namespaces = self.existing();
+        for ns in &namespaces {
+            kill_all_in(ns);
+        }
+        for ns in &namespaces {
+            run(&words(&format!("ip netns delete {ns}")))?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the testbed after this value is dropped (for `ninf testbed up`).
+    pub fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// A command running `program` inside `site`'s namespace.
+    pub fn command(&self, site: &str, program: &std::path::Path) -> Command {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.namespace(site)])
+            .arg(program);
+        command
+    }
+
+    /// Each site's address, by name.
+    pub fn addresses(&self) -> BTreeMap<String, String> {
+        self.profile
+            .sites
+            .iter()
+            .map(|s| (s.name.clone(), self.address(&s.name)))
+            .collect()
+    }
+}
+
+/// SIGKILL every process in a namespace (twice: a dying parent may start one more).
+fn kill_all_in(ns: &str) {
+    for _ in 0..2 {
+        let Ok(output) = Command::new("ip").args(["netns", "pids", ns]).output() else {
+            return;
+        };
+        let pids: Vec<i32> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) with a pid the kernel just listed; no memory is involved.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if self.armed
+            && let Err(e) = self.down()
+        {
+            tracing::warn!(error = %e, prefix = %self.prefix, "testbed tear-down failed");
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_profiles_parse_and_bad_ones_are_named() {
+        let paper = Profile::load("paper").unwrap();
+        assert_eq!(paper.client().name, "client");
+        assert_eq!(
+            paper.servers().map(|s| s.processors).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
+        assert_eq!(paper.rate("b", "a"), Some(8.0));
+        assert!(Profile::load("lan").is_ok());
+        let missing = Profile::load("/nonexistent/x.toml").unwrap_err();
+        assert!(format!("{missing:#}").contains("neither a shipped profile"));
+        let bad = Profile::parse(
+            "name = \"x\"\n[[site]]\nname = \"c\"\nrole = \"client\"\n[[site]]\nname = \"s\"\nrole = \"server\"\n[[link]]\nbetween = [\"c\", \"z\"]\nmbit = 1.0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "link [\"c\", \"z\"] names unknown site `z`"
+        );
+        let no_server = Profile::parse("name = \"x\"\n[[site]]\nname = \"c\"\nrole = \"client\"\n")
+            .unwrap_err();
+        assert!(
+            no_server
+                .to_string()
+                .contains("at least one site with role = \"server\"")
+        );
+    }
+
+    #[test]
+    fn the_plan_shapes_each_pair_both_ways() {
+        let bed = Testbed::new("tbx", Profile::load("paper").unwrap());
+        let plan: Vec<String> = bed.plan_up().iter().map(|c| c.join(" ")).collect();
+        assert_eq!(plan[0], "ip netns add tbx-router");
+        assert!(plan.contains(&"ip netns add tbx-a".to_string()));
+        assert_eq!(bed.address("b"), "10.77.3.2");
+        // Client (site 1) to A (site 2): on A's router-side veth, class for source 10.77.1.0.
+        let veth_a = bed.veth(2, 'r');
+        assert!(plan.iter().any(|c| c.contains(&format!(
+            "dev {veth_a} parent 1: classid 1:10 htb rate 2000kbit"
+        ))));
+        assert!(plan.iter().any(|c| c.contains(&format!(
+            "dev {veth_a} parent 1: protocol ip prio 1 u32 match ip src 10.77.1.0/24 flowid 1:10"
+        ))));
+        // And back: A to the client on the client's veth.
+        let veth_c = bed.veth(1, 'r');
+        assert!(plan.iter().any(|c| c.contains(&format!(
+            "dev {veth_c} parent 1: classid 1:11 htb rate 2000kbit"
+        ))));
+        // A to B at 8 Mbit/s.
+        let veth_b = bed.veth(3, 'r');
+        assert!(plan.iter().any(|c| c.contains(&format!(
+            "dev {veth_b} parent 1: classid 1:11 htb rate 8000kbit"
+        ))));
+        assert!(veth_a.len() <= 15);
+    }
+}
