@@ -7,6 +7,7 @@
 pub mod dag_bench;
 pub mod demo;
 pub mod embedded;
+pub mod experiment;
 pub mod gang_bench;
 pub mod quick_call;
 pub mod simulate;

@@ -140,6 +140,41 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedAction,
+    },
+    /// Experiments on the testbed: `wan` reproduces seed 004's Tables 2-5.
+    Experiment {
+        #[command(subcommand)]
+        kind: ExperimentKind,
+    },
+    /// The client side of `experiment wan`, run inside the client's site.
+    #[command(hide = true)]
+    ExperimentClient {
+        #[arg(long)]
+        proxy: String,
+        #[arg(long)]
+        metaserver: String,
+        #[arg(long)]
+        servers: usize,
+        #[arg(long, value_delimiter = ',')]
+        schedulers: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        workloads: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        #[arg(long)]
+        trials: usize,
+        #[arg(long)]
+        settle_seconds: f64,
+        #[arg(long)]
+        profile: String,
+        /// site=address of each server.
+        #[arg(long, value_delimiter = ',')]
+        sites: Vec<String>,
+    },
     /// The metaserver's schedulers on random layered task graphs over a modelled platform
     /// (nothing runs): makespan over HEFT's, schedule length ratio, scheduling time.
     DagBench {
@@ -226,6 +261,52 @@ fn up(
         println!("stopped");
         anyhow::Ok(())
     })
+}
+
+#[derive(Subcommand)]
+enum TestbedAction {
+    /// Builds the testbed of a profile (tearing down an earlier one first) and leaves it up.
+    Up {
+        /// `paper`, `lan` or a profile file.
+        #[arg(long, default_value = "paper")]
+        profile: String,
+        #[arg(long, default_value = "ninf-tb")]
+        prefix: String,
+    },
+    /// Kills everything in the testbed's sites and deletes them.
+    Down {
+        #[arg(long, default_value = "ninf-tb")]
+        prefix: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExperimentKind {
+    /// Seed 004's experiment: the pairs and cascade workloads under each scheduler.
+    Wan {
+        #[arg(long, default_value = "paper")]
+        profile: String,
+        #[arg(long, value_delimiter = ',', default_value = "simple,flow")]
+        scheduler: Vec<String>,
+        /// pairs, cascade or both.
+        #[arg(long, value_delimiter = ',', default_value = "pairs,cascade")]
+        workload: Vec<String>,
+        /// Matrix orders (the seed: pairs 100,300,500,700; cascade 100,200,300).
+        #[arg(long, value_delimiter = ',', default_value = "100,300")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 10)]
+        trials: usize,
+        #[arg(long, default_value = "ninf-tb")]
+        prefix: String,
+        /// Also write results.jsonl, results.md and wan-*.svg here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Longest wait for the servers to register and measure the network.
+        #[arg(long, default_value_t = 120.0)]
+        settle_seconds: f64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn status(data_dir: PathBuf, json: bool, graphs: u32) -> anyhow::Result<()> {
@@ -550,6 +631,106 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Testbed { action } => {
+            use ninf_cli::testbed::{Profile, Testbed};
+            match action {
+                TestbedAction::Up { profile, prefix } => {
+                    let bed = Testbed::new(&prefix, Profile::load(&profile)?).up()?;
+                    for (site, address) in bed.addresses() {
+                        println!("{site}: {address} (namespace {})", bed.namespace(&site));
+                    }
+                    bed.disarm();
+                }
+                TestbedAction::Down { prefix } => {
+                    let bed = Testbed::new(&prefix, Profile::load("lan")?);
+                    let existing = bed.existing();
+                    bed.down()?;
+                    println!("removed {} namespaces", existing.len());
+                }
+            }
+            Ok(())
+        }
+        Command::Experiment { kind } => match kind {
+            ExperimentKind::Wan {
+                profile,
+                scheduler,
+                workload,
+                sizes,
+                trials,
+                prefix,
+                out,
+                settle_seconds,
+                json,
+            } => {
+                let bin_dir = std::env::current_exe()?
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default();
+                let options = ninf_cli::experiment::WanOptions {
+                    profile,
+                    schedulers: scheduler,
+                    workloads: workload,
+                    sizes,
+                    trials,
+                    prefix,
+                    bin_dir,
+                    settle_seconds,
+                };
+                let results = ninf_cli::experiment::run(&options)?;
+                if let Some(dir) = out {
+                    std::fs::create_dir_all(&dir)?;
+                    let lines: Vec<String> = results
+                        .iter()
+                        .map(serde_json::to_string)
+                        .collect::<Result<_, _>>()?;
+                    std::fs::write(dir.join("results.jsonl"), lines.join("\n") + "\n")?;
+                    std::fs::write(
+                        dir.join("results.md"),
+                        ninf_cli::experiment::markdown(&results),
+                    )?;
+                    for path in ninf_cli::experiment::plot(&results, &dir)? {
+                        eprintln!("wrote {}", path.display());
+                    }
+                }
+                if json {
+                    for r in &results {
+                        println!("{}", serde_json::to_string(r)?);
+                    }
+                } else {
+                    print!("{}", ninf_cli::experiment::markdown(&results));
+                }
+                Ok(())
+            }
+        },
+        Command::ExperimentClient {
+            proxy,
+            metaserver,
+            servers,
+            schedulers,
+            workloads,
+            sizes,
+            trials,
+            settle_seconds,
+            profile,
+            sites,
+        } => ninf_cli::experiment::client(&ninf_cli::experiment::ClientOptions {
+            proxy,
+            metaserver,
+            servers,
+            schedulers,
+            workloads,
+            sizes,
+            trials,
+            settle_seconds,
+            profile,
+            sites: sites
+                .iter()
+                .filter_map(|s| {
+                    s.split_once('=')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                })
+                .collect(),
+        }),
         Command::DagBench {
             tasks,
             ccr,
