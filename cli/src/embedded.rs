@@ -231,7 +231,7 @@ impl EmbeddedGrid {
         };
         grid.wait_until_up(grid.servers.len()).await?;
         grid.proxy
-            .probe_servers()
+            .probe_servers(std::time::Duration::ZERO)
             .await
             .map_err(|s| anyhow::anyhow!("probing servers: {}", s.message()))?;
         std::fs::write(

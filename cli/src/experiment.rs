@@ -29,7 +29,8 @@ pub struct WanOptions {
     pub profile: String,
     pub schedulers: Vec<String>,
     pub workloads: Vec<String>,
-    pub sizes: Vec<usize>,
+    /// Matrix orders for every workload; `None`: the seed's ([`workloads::seed_sizes`]).
+    pub sizes: Option<Vec<usize>>,
     pub trials: usize,
     /// Namespace prefix.
     pub prefix: String,
@@ -53,8 +54,8 @@ pub struct WanResult {
     pub comp_total_s: f64,
     pub server_ratio: std::collections::BTreeMap<String, f64>,
     pub inter_server_ratio: f64,
-    /// Mean predicted makespan, and the mean relative error of each task's predicted duration
-    /// against its actual one.
+    /// Mean predicted makespan, and the mean relative error |predicted - actual| / actual of
+    /// each task's finish time, counted from the graph's start.
     pub predicted_makespan_s: f64,
     pub task_time_error: f64,
     pub max_abs_error: f64,
@@ -70,10 +71,10 @@ impl WanResult {
         let mut errors = Vec::new();
         for run in runs {
             for t in &run.plan.tasks {
-                let predicted = t.predicted_finish - t.predicted_start;
-                let actual = t.actual_finish - t.actual_start;
-                if actual > 0.0 {
-                    errors.push(((predicted - actual) / actual).abs());
+                // Finish times from the graph's start: the proxy issues a task before its
+                // inputs move, so a start time means different things on the two sides.
+                if t.actual_finish > 0.0 {
+                    errors.push(((t.predicted_finish - t.actual_finish) / t.actual_finish).abs());
                 }
             }
         }
@@ -186,18 +187,18 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     let mut command = bed.command(&client, &proxy_bin);
     command.arg("--config").arg(work.join("proxy.toml"));
     running.push(start(command, "proxy")?);
-    let servers: Vec<(String, u32)> = bed
+    let servers: Vec<(String, u32, f64)> = bed
         .profile
         .servers()
-        .map(|s| (s.name.clone(), s.processors))
+        .map(|s| (s.name.clone(), s.processors, bed.profile.slowdown(s)))
         .collect();
-    for (name, processors) in &servers {
+    for (name, processors, slowdown) in &servers {
         let address = format!("{}:{SERVER_PORT}", bed.address(name));
         let config = work.join(format!("server-{name}.toml"));
         write(
             &config,
             &format!(
-                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {processors}\nprobe_bytes = 262144\n"
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {processors}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n"
             ),
         )?;
         let mut command = bed.command(name, &server_bin);
@@ -211,15 +212,6 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
         .args(["--servers", &servers.len().to_string()])
         .args(["--schedulers", &options.schedulers.join(",")])
         .args(["--workloads", &options.workloads.join(",")])
-        .args([
-            "--sizes",
-            &options
-                .sizes
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ])
         .args(["--trials", &options.trials.to_string()])
         .args(["--settle-seconds", &options.settle_seconds.to_string()])
         .args(["--profile", &bed.profile.name]);
@@ -229,6 +221,10 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
         .map(|s| format!("{}={}", s.name, bed.address(&s.name)))
         .collect();
     command.args(["--sites", &sites.join(",")]);
+    if let Some(sizes) = &options.sizes {
+        let sizes: Vec<String> = sizes.iter().map(usize::to_string).collect();
+        command.args(["--sizes", &sizes.join(",")]);
+    }
     command.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let output = command.output().context("cannot run the client part")?;
     drop(running);
@@ -252,12 +248,32 @@ pub struct ClientOptions {
     pub servers: usize,
     pub schedulers: Vec<String>,
     pub workloads: Vec<String>,
+    /// Matrix orders for every workload; empty: the seed's.
     pub sizes: Vec<usize>,
     pub trials: usize,
     pub settle_seconds: f64,
     pub profile: String,
     /// (site, address) of each server.
     pub sites: Vec<(String, String)>,
+}
+
+/// What the metaserver knows, on standard error: each server's speed and each measured path.
+fn describe(status: &ninf_proto::v1::GridStatus) {
+    for server in &status.servers {
+        eprintln!(
+            "server {}: {:.1} MFLOPS x {} processors, load {:.2}",
+            server.address, server.mflops, server.processors, server.load
+        );
+    }
+    for path in &status.network {
+        eprintln!(
+            "path {} -> {}: {:.2} Mbit/s, {:.1} ms",
+            path.from,
+            path.to,
+            path.throughput_bytes_per_second * 8e-6,
+            path.latency_seconds * 1e3
+        );
+    }
 }
 
 /// Waits until `servers` servers are up and the network among them has been measured.
@@ -278,6 +294,7 @@ async fn settle(metaserver: &str, servers: usize, limit: Duration) -> anyhow::Re
             let up = status.servers.iter().filter(|s| s.up).count();
             let measured = status.network.len();
             if up >= servers && measured >= servers * servers.saturating_sub(1) {
+                describe(&status);
                 return Ok(());
             }
         }
@@ -302,7 +319,12 @@ pub fn client(options: &ClientOptions) -> anyhow::Result<()> {
     for scheduler in &options.schedulers {
         let grid = ninf::grid::GridClient::connect(&options.proxy)?.with_scheduler(scheduler);
         for workload in &options.workloads {
-            for &n in &options.sizes {
+            let sizes = if options.sizes.is_empty() {
+                workloads::seed_sizes(workload).to_vec()
+            } else {
+                options.sizes.clone()
+            };
+            for n in sizes {
                 let mut runs = Vec::with_capacity(options.trials);
                 for trial in 0..options.trials as u64 {
                     let run = match workload.as_str() {

@@ -286,14 +286,16 @@ enum ExperimentKind {
     Wan {
         #[arg(long, default_value = "paper")]
         profile: String,
-        #[arg(long, value_delimiter = ',', default_value = "simple,flow")]
+        /// Schedulers to compare; `seed-simple` and `seed-flow` are the seed's own.
+        #[arg(long, value_delimiter = ',', default_value = "seed-simple,seed-flow")]
         scheduler: Vec<String>,
         /// pairs, cascade or both.
         #[arg(long, value_delimiter = ',', default_value = "pairs,cascade")]
         workload: Vec<String>,
-        /// Matrix orders (the seed: pairs 100,300,500,700; cascade 100,200,300).
-        #[arg(long, value_delimiter = ',', default_value = "100,300")]
-        sizes: Vec<usize>,
+        /// Matrix orders for every workload; by default the seed's: pairs 100,300,500,700
+        /// and cascade 100,200,300.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Option<Vec<usize>>,
         #[arg(long, default_value_t = 10)]
         trials: usize,
         #[arg(long, default_value = "ninf-tb")]

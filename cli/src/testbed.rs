@@ -30,13 +30,25 @@ pub enum Role {
 pub struct Site {
     pub name: String,
     pub role: Role,
-    /// Processors a server offers (its speed relative to the others).
+    /// Processors a server offers.
     #[serde(default = "one")]
     pub processors: u32,
+    /// How many times slower than the host a server's processors are in the modelled
+    /// setting (before the profile's `speedup`); see `ninf_executable::slowdown`.
+    #[serde(default = "unit")]
+    pub cpu_slowdown: f64,
+    /// The site's shared access link, Mbit/s each way: every path into or out of the site
+    /// shares it. None: each path is limited only by its own rate.
+    #[serde(default)]
+    pub uplink_mbit: Option<f64>,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn unit() -> f64 {
+    1.0
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -54,6 +66,11 @@ pub struct LinkSpec {
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,
+    /// Runs the modelled setting this many times faster: every rate is multiplied and every
+    /// processor slowdown divided by it, so every time shrinks by it and every ratio of times
+    /// stays. Lets a setting of minutes-long calls be measured in tens of seconds.
+    #[serde(default = "unit")]
+    pub speedup: f64,
     #[serde(rename = "site")]
     pub sites: Vec<Site>,
     #[serde(rename = "link", default)]
@@ -117,6 +134,30 @@ impl Profile {
                 bail!("site `{}` appears twice", site.name);
             }
         }
+        if !(self.speedup.is_finite() && self.speedup > 0.0) {
+            bail!("speedup is {}; it must be positive", self.speedup);
+        }
+        for site in &self.sites {
+            if site.role == Role::Server
+                && !(site.cpu_slowdown.is_finite() && site.cpu_slowdown / self.speedup >= 1.0)
+            {
+                bail!(
+                    "site `{}` has cpu_slowdown {} and the profile speedup {}: the slowdown run ({}) must be at least 1",
+                    site.name,
+                    site.cpu_slowdown,
+                    self.speedup,
+                    site.cpu_slowdown / self.speedup
+                );
+            }
+            if let Some(mbit) = site.uplink_mbit
+                && !(mbit.is_finite() && mbit > 0.0)
+            {
+                bail!(
+                    "site `{}` has uplink {mbit} Mbit/s; it must be positive",
+                    site.name
+                );
+            }
+        }
         for link in &self.links {
             for end in &link.between {
                 if !seen.contains(end.as_str()) {
@@ -148,15 +189,30 @@ impl Profile {
         self.sites.iter().filter(|s| s.role == Role::Server)
     }
 
-    /// The shaped rate between two sites, if the profile sets one.
+    /// The shaped rate between two sites as run (after `speedup`), if the profile sets one.
     pub fn rate(&self, a: &str, b: &str) -> Option<f64> {
         self.links
             .iter()
             .find(|l| {
                 (l.between[0] == a && l.between[1] == b) || (l.between[0] == b && l.between[1] == a)
             })
-            .map(|l| l.mbit)
+            .map(|l| l.mbit * self.speedup)
     }
+
+    /// A site's access link as run (after `speedup`).
+    pub fn uplink(&self, site: &Site) -> Option<f64> {
+        site.uplink_mbit.map(|mbit| mbit * self.speedup)
+    }
+
+    /// A server's processor slowdown as run (after `speedup`).
+    pub fn slowdown(&self, site: &Site) -> f64 {
+        (site.cpu_slowdown / self.speedup).max(1.0)
+    }
+}
+
+/// A rate in whole kbit/s as `tc` takes it.
+fn kbit(mbit: f64) -> u64 {
+    (mbit * 1000.0).round().max(8.0) as u64
 }
 
 /// The testbed of one profile under one name prefix.
@@ -272,6 +328,10 @@ impl Testbed {
         }
         // Shaping: traffic to site Y leaves the router on Y's veth; one htb class per source
         // site with a profile rate, chosen by source address. Unlisted pairs are unshaped.
+        // A site's access link is a parent class over all of them (traffic into the site)
+        // and an htb on the site's own veth (traffic out of it). Under an access link the
+        // per-source classes are assured only an equal share of it and borrow the rest up
+        // to their own rate, so together they never exceed the access link.
         for (i, to) in self.profile.sites.iter().enumerate() {
             let outer = self.veth(i + 1, 'r');
             plan.push(words(&format!(
@@ -280,18 +340,53 @@ impl Testbed {
             plan.push(words(&format!(
                 "ip netns exec {router} tc class add dev {outer} parent 1: classid 1:999 htb rate 10gbit"
             )));
+            let access = self.profile.uplink(to);
+            let sources = self
+                .profile
+                .sites
+                .iter()
+                .filter(|from| self.profile.rate(&from.name, &to.name).is_some())
+                .count()
+                .max(1);
+            let parent = match access {
+                Some(mbit) => {
+                    plan.push(words(&format!(
+                        "ip netns exec {router} tc class add dev {outer} parent 1: classid 1:1 htb rate {}kbit ceil {}kbit",
+                        kbit(mbit),
+                        kbit(mbit)
+                    )));
+                    "1:1"
+                }
+                None => "1:",
+            };
             for (j, from) in self.profile.sites.iter().enumerate() {
                 if let Some(mbit) = self.profile.rate(&from.name, &to.name) {
                     let class = 10 + j;
-                    let kbit = (mbit * 1000.0).round().max(8.0) as u64;
+                    let ceil = kbit(access.map_or(mbit, |a| a.min(mbit)));
+                    let assured = match access {
+                        Some(a) => kbit(a.min(mbit) / sources as f64),
+                        None => ceil,
+                    };
                     plan.push(words(&format!(
-                        "ip netns exec {router} tc class add dev {outer} parent 1: classid 1:{class} htb rate {kbit}kbit ceil {kbit}kbit"
+                        "ip netns exec {router} tc class add dev {outer} parent {parent} classid 1:{class} htb rate {assured}kbit ceil {ceil}kbit"
                     )));
                     plan.push(words(&format!(
                         "ip netns exec {router} tc filter add dev {outer} parent 1: protocol ip prio 1 u32 match ip src 10.77.{}.0/24 flowid 1:{class}",
                         j + 1
                     )));
                 }
+            }
+            if let Some(mbit) = access {
+                let inner = self.veth(i + 1, 's');
+                let ns = self.namespace(&to.name);
+                plan.push(words(&format!(
+                    "ip netns exec {ns} tc qdisc add dev {inner} root handle 1: htb default 1"
+                )));
+                plan.push(words(&format!(
+                    "ip netns exec {ns} tc class add dev {inner} parent 1: classid 1:1 htb rate {}kbit ceil {}kbit",
+                    kbit(mbit),
+                    kbit(mbit)
+                )));
             }
         }
         plan
@@ -408,7 +503,9 @@ mod tests {
             paper.servers().map(|s| s.processors).collect::<Vec<_>>(),
             vec![2, 1]
         );
-        assert_eq!(paper.rate("b", "a"), Some(8.0));
+        // 8 Mbit/s in the modelled setting, run 5x faster.
+        assert_eq!(paper.rate("b", "a"), Some(40.0));
+        assert_eq!(paper.slowdown(&paper.sites[1]), 400.0);
         assert!(Profile::load("lan").is_ok());
         let missing = Profile::load("/nonexistent/x.toml").unwrap_err();
         assert!(format!("{missing:#}").contains("neither a shipped profile"));
@@ -436,10 +533,11 @@ mod tests {
         assert_eq!(plan[0], "ip netns add tbx-router");
         assert!(plan.contains(&"ip netns add tbx-a".to_string()));
         assert_eq!(bed.address("b"), "10.77.3.2");
-        // Client (site 1) to A (site 2): on A's router-side veth, class for source 10.77.1.0.
+        // Client (site 1) to A (site 2): on A's router-side veth, class for source 10.77.1.0,
+        // 2 Mbit/s run 5x faster.
         let veth_a = bed.veth(2, 'r');
         assert!(plan.iter().any(|c| c.contains(&format!(
-            "dev {veth_a} parent 1: classid 1:10 htb rate 2000kbit"
+            "dev {veth_a} parent 1: classid 1:10 htb rate 10000kbit"
         ))));
         assert!(plan.iter().any(|c| c.contains(&format!(
             "dev {veth_a} parent 1: protocol ip prio 1 u32 match ip src 10.77.1.0/24 flowid 1:10"
@@ -447,13 +545,63 @@ mod tests {
         // And back: A to the client on the client's veth.
         let veth_c = bed.veth(1, 'r');
         assert!(plan.iter().any(|c| c.contains(&format!(
-            "dev {veth_c} parent 1: classid 1:11 htb rate 2000kbit"
+            "dev {veth_c} parent 1: classid 1:11 htb rate 10000kbit"
         ))));
-        // A to B at 8 Mbit/s.
+        // A to B at 8 Mbit/s, run at 40.
         let veth_b = bed.veth(3, 'r');
         assert!(plan.iter().any(|c| c.contains(&format!(
-            "dev {veth_b} parent 1: classid 1:11 htb rate 8000kbit"
+            "dev {veth_b} parent 1: classid 1:11 htb rate 40000kbit"
         ))));
         assert!(veth_a.len() <= 15);
+    }
+
+    #[test]
+    fn speedup_scales_rates_and_slowdowns_and_access_links_cap_a_site() {
+        let profile = Profile::parse(
+            "name = \"x\"\nspeedup = 4.0\n\
+             [[site]]\nname = \"c\"\nrole = \"client\"\nuplink_mbit = 3.0\n\
+             [[site]]\nname = \"a\"\nrole = \"server\"\ncpu_slowdown = 100.0\n\
+             [[site]]\nname = \"b\"\nrole = \"server\"\ncpu_slowdown = 6.0\n\
+             [[link]]\nbetween = [\"c\", \"a\"]\nmbit = 2.0\n\
+             [[link]]\nbetween = [\"c\", \"b\"]\nmbit = 1.0\n",
+        )
+        .unwrap();
+        assert_eq!(profile.rate("a", "c"), Some(8.0));
+        assert_eq!(profile.slowdown(&profile.sites[1]), 25.0);
+        assert_eq!(profile.slowdown(&profile.sites[2]), 1.5);
+        assert_eq!(profile.uplink(&profile.sites[0]), Some(12.0));
+        let bed = Testbed::new("tby", profile);
+        let plan: Vec<String> = bed.plan_up().iter().map(|c| c.join(" ")).collect();
+        // Into the client's site: a 12 Mbit/s parent; A's class (8 Mbit/s) and B's (4) are
+        // each assured half of what they may reach and borrow the rest from the parent.
+        let veth_c = bed.veth(1, 'r');
+        assert!(plan.contains(&format!(
+            "ip netns exec tby-router tc class add dev {veth_c} parent 1: classid 1:1 htb rate 12000kbit ceil 12000kbit"
+        )));
+        assert!(plan.contains(&format!(
+            "ip netns exec tby-router tc class add dev {veth_c} parent 1:1 classid 1:11 htb rate 4000kbit ceil 8000kbit"
+        )));
+        assert!(plan.contains(&format!(
+            "ip netns exec tby-router tc class add dev {veth_c} parent 1:1 classid 1:12 htb rate 2000kbit ceil 4000kbit"
+        )));
+        // Out of the client's site: everything leaves through a 12 Mbit/s class.
+        let inner = bed.veth(1, 's');
+        assert!(plan.contains(&format!(
+            "ip netns exec tby-c tc class add dev {inner} parent 1: classid 1:1 htb rate 12000kbit ceil 12000kbit"
+        )));
+        // A has no access link: its classes hang from the root at their own rate.
+        let veth_a = bed.veth(2, 'r');
+        assert!(plan.contains(&format!(
+            "ip netns exec tby-router tc class add dev {veth_a} parent 1: classid 1:10 htb rate 8000kbit ceil 8000kbit"
+        )));
+        let too_fast = Profile::parse(
+            "name = \"x\"\nspeedup = 10.0\n[[site]]\nname = \"c\"\nrole = \"client\"\n\
+             [[site]]\nname = \"a\"\nrole = \"server\"\ncpu_slowdown = 5.0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            too_fast.to_string(),
+            "site `a` has cpu_slowdown 5 and the profile speedup 10: the slowdown run (0.5) must be at least 1"
+        );
     }
 }

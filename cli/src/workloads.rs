@@ -11,6 +11,15 @@ use ninf::grid::{GridClient, Plan, TxArg};
 use ninf::{CallError, ErrorKind};
 use serde::Serialize;
 
+/// The matrix orders seed 004 measured each workload at (none for an unknown workload).
+pub fn seed_sizes(workload: &str) -> &'static [usize] {
+    match workload {
+        "pairs" => &[100, 300, 500, 700],
+        "cascade" => &[100, 200, 300],
+        _ => &[],
+    }
+}
+
 /// A small deterministic generator (xorshift), so every run and every scheduler sees the
 /// same matrices.
 struct Random(u64);

@@ -121,8 +121,10 @@ impl Proxy {
         Ok(connection)
     }
 
-    /// Step 2: measures the path to every server the metaserver lists as up.
-    pub async fn probe_servers(&self) -> Result<usize, Status> {
+    /// Step 2: measures the path to every server the metaserver lists as up whose latest
+    /// measurement is `max_age` old or older (never measured counts as too old); returns how
+    /// many it measured.
+    pub async fn probe_servers(&self, max_age: Duration) -> Result<usize, Status> {
         let status = self
             .scheduling()
             .status(v1::StatusRequest { recent_graphs: 0 })
@@ -135,14 +137,15 @@ impl Proxy {
             .map(|s| s.address)
             .collect();
         let mut measured = 0;
+        let max_age_ms = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
         for address in &up {
+            if !Self::lock(&self.links).due(address, unix_ms(), max_age_ms) {
+                continue;
+            }
             let connection = self.server(address)?;
             match ninf_proto::probe::measure(connection.channel(), self.config.probe_bytes).await {
                 Ok(m) => {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as i64);
-                    Self::lock(&self.links).add(address, m, now);
+                    Self::lock(&self.links).add(address, m, unix_ms());
                     measured += 1;
                 }
                 Err(status) => {
@@ -177,6 +180,11 @@ impl Proxy {
                 "the graph has {n} tasks but {} argument lists",
                 arguments.len()
             )));
+        }
+        // A path is measured before its first use: a server that registered after the
+        // last probe round would otherwise be scheduled on the default link's guess.
+        if let Err(status) = self.probe_servers(Duration::MAX).await {
+            tracing::debug!(error = %status.message(), "cannot probe new servers");
         }
         // Step 4: the metaserver checks the graph against the IDL and places it.
         let asked = Instant::now();
@@ -520,14 +528,22 @@ struct Failed {
     makespan: f64,
 }
 
-/// Measures the paths to the servers every `probe_seconds` for as long as the task runs.
+/// Now, in Unix milliseconds.
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Measures the path to each server every `probe_seconds` for as long as the task runs, and
+/// a newly registered server's within a second.
 pub fn spawn_probes(proxy: Arc<Proxy>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let period = Duration::from_secs_f64(proxy.config.probe_seconds.max(0.05));
-        let mut ticker = tokio::time::interval(period);
+        let mut ticker = tokio::time::interval(period.min(Duration::from_secs(1)));
         loop {
             ticker.tick().await;
-            if let Err(status) = proxy.probe_servers().await {
+            if let Err(status) = proxy.probe_servers(period).await {
                 tracing::debug!(error = %status.message(), "cannot probe servers");
             }
         }

@@ -62,6 +62,15 @@ impl LinkRecord {
     pub fn latest(&self, server: &str) -> Option<PathMeasurement> {
         self.samples.get(server)?.back().map(|(m, _)| *m)
     }
+
+    /// Whether a server's path needs measuring at `now_ms`: never measured, or last
+    /// measured `max_age_ms` or longer ago.
+    pub fn due(&self, server: &str, now_ms: i64, max_age_ms: i64) -> bool {
+        self.samples
+            .get(server)
+            .and_then(|series| series.back())
+            .is_none_or(|&(_, at)| now_ms.saturating_sub(at) >= max_age_ms)
+    }
 }
 
 #[cfg(test)]
@@ -73,6 +82,20 @@ mod tests {
             throughput_bytes_per_second: throughput,
             latency_seconds: 0.001,
         }
+    }
+
+    #[test]
+    fn a_path_is_due_when_never_measured_or_old() {
+        let mut record = LinkRecord::new(3);
+        assert!(record.due("s:1", 5_000, 1_000));
+        record.add("s:1", m(1e6), 5_000);
+        assert!(!record.due("s:1", 5_999, 1_000));
+        assert!(record.due("s:1", 6_000, 1_000));
+        assert!(
+            !record.due("s:1", 1_000_000, i64::MAX),
+            "measured once is enough"
+        );
+        assert!(record.due("s:2", 1_000_000, i64::MAX));
     }
 
     #[test]

@@ -55,6 +55,16 @@ pub struct ServerConfig {
     /// How the processors are time-shared among jobs.
     #[serde(default)]
     pub gang: GangSettings,
+    /// Emulate processors this many times slower than the host's (1: the host's speed).
+    /// Every call holds its processor for the extra time and the benchmark reports the
+    /// emulated speed; testbeds use it to model slower machines (see
+    /// `ninf_executable::slowdown`).
+    #[serde(default = "default_cpu_slowdown")]
+    pub cpu_slowdown: f64,
+}
+
+fn default_cpu_slowdown() -> f64 {
+    1.0
 }
 
 /// The `[gang]` section: the time table, admission, and the node agents that follow it.
@@ -224,6 +234,7 @@ impl Default for ServerConfig {
             metaserver: None,
             probe_bytes: default_probe_bytes(),
             gang: GangSettings::default(),
+            cpu_slowdown: default_cpu_slowdown(),
         }
     }
 }
@@ -250,12 +261,27 @@ impl ServerConfig {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+        config.check().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         for module in &mut config.modules {
             module.executable = base.join(&module.executable);
             module.idl = base.join(&module.idl);
         }
         Ok(config)
+    }
+
+    /// Checks the values serde cannot: the slowdown is a finite number of at least 1.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.cpu_slowdown.is_finite() && self.cpu_slowdown >= 1.0) {
+            return Err(format!(
+                "cpu_slowdown is {}; it must be a number of at least 1",
+                self.cpu_slowdown
+            ));
+        }
+        Ok(())
     }
 
     /// Processors offered: the configured number or the machine's cores.

@@ -51,11 +51,21 @@ struct Process {
 const MAX_REPLY_FRAME: usize = 2 << 30;
 
 impl Process {
-    fn spawn(path: &Path, spmd_socket: Option<&Path>) -> std::io::Result<Process> {
+    fn spawn(
+        path: &Path,
+        spmd_socket: Option<&Path>,
+        cpu_slowdown: f64,
+    ) -> std::io::Result<Process> {
         let regions = HostRegions::create()?;
         let mut command = ninf_executable::process::executable_command(path, &regions);
         if let Some(socket) = spmd_socket {
             command.env(ninf_executable::spmd::SOCKET_ENV, socket);
+        }
+        if cpu_slowdown > 1.0 {
+            command.env(
+                ninf_executable::slowdown::SLOWDOWN_ENV,
+                cpu_slowdown.to_string(),
+            );
         }
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
         let (stdin, stdout) =
@@ -155,6 +165,8 @@ pub struct ExecutablePool {
     path: PathBuf,
     /// The message broker parallel ranks connect to.
     spmd_socket: Option<PathBuf>,
+    /// Emulated processor slowdown passed to every executable.
+    cpu_slowdown: f64,
     idle: std::sync::Mutex<Vec<Process>>,
     /// Warm processes kept idle at most.
     size: usize,
@@ -166,18 +178,20 @@ pub struct ExecutablePool {
 
 impl ExecutablePool {
     /// A pool keeping up to `size` idle processes, `warm` of them started now. Executables
-    /// learn the SPMD broker's socket from their environment.
+    /// learn the SPMD broker's socket and their emulated slowdown from their environment.
     pub async fn start(
         module: &str,
         path: &Path,
         warm: usize,
         size: usize,
         spmd_socket: Option<&Path>,
+        cpu_slowdown: f64,
     ) -> Result<Arc<ExecutablePool>, PoolError> {
         let pool = Arc::new(ExecutablePool {
             module: module.to_string(),
             path: path.to_path_buf(),
             spmd_socket: spmd_socket.map(Path::to_path_buf),
+            cpu_slowdown,
             idle: std::sync::Mutex::new(Vec::new()),
             size: size.max(1),
             running: AtomicUsize::new(0),
@@ -196,10 +210,12 @@ impl ExecutablePool {
 
     fn spawn(&self) -> Result<Process, PoolError> {
         self.spawned.fetch_add(1, Ordering::Relaxed);
-        Process::spawn(&self.path, self.spmd_socket.as_deref()).map_err(|e| PoolError::Spawn {
-            module: self.module.clone(),
-            path: self.path.clone(),
-            reason: e.to_string(),
+        Process::spawn(&self.path, self.spmd_socket.as_deref(), self.cpu_slowdown).map_err(|e| {
+            PoolError::Spawn {
+                module: self.module.clone(),
+                path: self.path.clone(),
+                reason: e.to_string(),
+            }
         })
     }
 

@@ -105,6 +105,7 @@ impl ServerState {
                 processors,
                 keep,
                 Some(broker.path()),
+                config.cpu_slowdown,
             )
             .await?;
             modules.push(ServedModule { interface, pool });

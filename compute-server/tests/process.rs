@@ -180,6 +180,54 @@ fn a_bad_configuration_is_a_clear_error() {
     assert!(stderr.contains("bad.toml"), "{stderr}");
 }
 
+#[test]
+fn a_processor_slowdown_below_one_is_refused_by_server_and_executable() {
+    let dir = std::env::temp_dir().join(format!("ninf-bad-slowdown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("slow.toml");
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\ncpu_slowdown = 0.5\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ninf-server"))
+        .args(["--no-benchmark", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("slow.toml: cpu_slowdown is 0.5; it must be a number of at least 1"),
+        "{stderr}"
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ninf-server"))
+        .args([
+            "--no-benchmark",
+            "--cpu-slowdown=-2",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cpu_slowdown is -2"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // An executable given a bad slowdown says so and exits before serving.
+    common::ensure_executables();
+    let output = std::process::Command::new(common::binaries().join("ninf-exec-linpack"))
+        .env("NINF_EXEC_CPU_SLOWDOWN", "fast")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("NINF_EXEC_CPU_SLOWDOWN is `fast`; it must be a number of at least 1"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Children of a process, from /proc.
 fn children(pid: u32) -> Vec<u32> {
     let path = format!("/proc/{pid}/task/{pid}/children");

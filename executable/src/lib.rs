@@ -9,6 +9,7 @@ pub mod frame;
 pub mod process;
 pub mod runtime;
 pub mod shared;
+pub mod slowdown;
 pub mod spmd;
 
 pub use num_complex;

@@ -446,8 +446,9 @@ pub fn handle(
     module: &ModuleInterface,
     dispatch: Dispatch,
     request: v1::ExecRequest,
-    max_array_bytes: u64,
+    limits: &Limits,
 ) -> v1::ExecReply {
+    let max_array_bytes = limits.max_array_bytes;
     let call_id = request.call_id;
     crate::spmd::enter(
         request
@@ -464,7 +465,16 @@ pub fn handle(
             .function(&request.function)
             .ok_or_else(|| RoutineError::function_not_found(&request.function))?;
         let mut call = decode_arguments(function, request.arguments, max_array_bytes)?;
-        let status = match catch_unwind(AssertUnwindSafe(|| dispatch(&function.name, &mut call))) {
+        let cpu_before = crate::slowdown::process_cpu_time();
+        let outcome = catch_unwind(AssertUnwindSafe(|| dispatch(&function.name, &mut call)));
+        if limits.cpu_slowdown > 1.0 {
+            let used = crate::slowdown::process_cpu_time().saturating_sub(cpu_before);
+            crate::slowdown::hold(
+                crate::slowdown::hold_for(used, limits.cpu_slowdown),
+                crate::slowdown::sleep_measured,
+            );
+        }
+        let status = match outcome {
             Ok(result) => result?,
             Err(panic) => {
                 let message = panic
@@ -504,21 +514,36 @@ fn error_reply(kind: ExecErrorKind, message: String) -> v1::ExecReply {
     }
 }
 
-/// Limits of one executable.
+/// Limits and settings of one executable.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_frame: usize,
     pub max_array_bytes: u64,
+    /// Emulated processor slowdown (1: none); see [`crate::slowdown`].
+    pub cpu_slowdown: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame: DEFAULT_MAX_FRAME,
+            max_array_bytes: DEFAULT_MAX_ARRAY_BYTES,
+            cpu_slowdown: 1.0,
+        }
+    }
 }
 
 impl Limits {
-    /// Defaults, overridden by `NINF_EXEC_MAX_FRAME` and `NINF_EXEC_MAX_ARRAY_BYTES`.
-    pub fn from_env() -> Limits {
+    /// Defaults, overridden by `NINF_EXEC_MAX_FRAME`, `NINF_EXEC_MAX_ARRAY_BYTES` and
+    /// `NINF_EXEC_CPU_SLOWDOWN`; a slowdown that is not a number of at least 1 is an error.
+    pub fn from_env() -> Result<Limits, String> {
         let get = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        Limits {
+        let slowdown = std::env::var(crate::slowdown::SLOWDOWN_ENV).ok();
+        Ok(Limits {
             max_frame: get("NINF_EXEC_MAX_FRAME").map_or(DEFAULT_MAX_FRAME, |v| v as usize),
             max_array_bytes: get("NINF_EXEC_MAX_ARRAY_BYTES").unwrap_or(DEFAULT_MAX_ARRAY_BYTES),
-        }
+            cpu_slowdown: crate::slowdown::parse(slowdown.as_deref())?,
+        })
     }
 }
 
@@ -556,7 +581,7 @@ pub fn serve(
         };
         let reply = match decoded {
             Ok(body) => match v1::ExecRequest::decode(body) {
-                Ok(request) => handle(module, dispatch, request, limits.max_array_bytes),
+                Ok(request) => handle(module, dispatch, request, &limits),
                 Err(e) => error_reply(
                     ExecErrorKind::MalformedRequest,
                     format!("malformed request: {e}"),
@@ -603,15 +628,15 @@ pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> Exit
     };
     let reader = BufReader::with_capacity(1 << 16, io::stdin().lock());
     let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let limits = match Limits::from_env() {
+        Ok(limits) => limits,
+        Err(message) => {
+            eprintln!("ninf executable `{}`: {message}", module.module);
+            return ExitCode::FAILURE;
+        }
+    };
     let mut regions = ExecutableRegions::from_env();
-    match serve(
-        &module,
-        dispatch,
-        reader,
-        writer,
-        Limits::from_env(),
-        regions.as_mut(),
-    ) {
+    match serve(&module, dispatch, reader, writer, limits, regions.as_mut()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ninf executable `{}`: {e}", module.module);

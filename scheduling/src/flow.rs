@@ -16,7 +16,7 @@
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
 use crate::predictor::{PlacementId, Predictor};
-use crate::schedule::{Prepared, Schedule, Scheduler, Timing, finish_schedule, predict};
+use crate::schedule::{Prepared, Schedule, Scheduler, Timing, finish_schedule, predict, record};
 
 #[derive(Debug, Default)]
 pub struct Flow;
@@ -61,6 +61,30 @@ pub fn heaviest_path(
     path
 }
 
+/// The heaviest path among unplaced tasks and the servers serving every routine on it; when
+/// none does, the path is shortened to its longest prefix that some server serves.
+pub fn next_path(
+    graph: &TaskGraph,
+    prepared: &Prepared,
+    placed: &[bool],
+) -> (Vec<TaskId>, Vec<ServerId>) {
+    let mut path = heaviest_path(graph, &prepared.order, &prepared.predecessors, placed);
+    loop {
+        let found: Vec<ServerId> = prepared.capable[prepared.function_of[path[0]]]
+            .iter()
+            .copied()
+            .filter(|&s| {
+                path.iter()
+                    .all(|&t| prepared.serves[prepared.function_of[t]][s])
+            })
+            .collect();
+        if !found.is_empty() || path.len() == 1 {
+            return (path, found);
+        }
+        path.pop();
+    }
+}
+
 impl Scheduler for Flow {
     fn name(&self) -> &'static str {
         "flow"
@@ -81,22 +105,7 @@ impl Scheduler for Flow {
         let mut tentative: Vec<PlacementId> = Vec::new();
         let mut remaining = n;
         while remaining > 0 {
-            let mut path = heaviest_path(graph, order, predecessors, &done);
-            // Servers serving every routine on the path, shortening it until one does.
-            let candidates = loop {
-                let found: Vec<ServerId> = prepared.capable[prepared.function_of[path[0]]]
-                    .iter()
-                    .copied()
-                    .filter(|&s| {
-                        path.iter()
-                            .all(|&t| prepared.serves[prepared.function_of[t]][s])
-                    })
-                    .collect();
-                if !found.is_empty() || path.len() == 1 {
-                    break found;
-                }
-                path.pop();
-            };
+            let (path, candidates) = next_path(graph, &prepared, &done);
             let mut best: Option<(ServerId, Vec<Timing>)> = None;
             for server in candidates {
                 // Path tasks are entered into the table while the path is timed on this
@@ -126,12 +135,15 @@ impl Scheduler for Flow {
                 });
             };
             for (&t, timing) in path.iter().zip(timings) {
-                tentative.push(predictor.place(
-                    server,
-                    graph.tasks[t].processors,
-                    timing.start,
-                    timing.finish,
-                ));
+                record(
+                    graph,
+                    predecessors,
+                    t,
+                    (server, timing),
+                    &placed,
+                    predictor,
+                    &mut tentative,
+                );
                 placed[t] = Some((server, timing));
                 servers[t] = server;
                 done[t] = true;

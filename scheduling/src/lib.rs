@@ -1,6 +1,6 @@
 //! The metaserver's decision logic, pure and deterministic (no I/O, no clock): Network Task
 //! graphs, the resource state predictor, and the scheduler SPI with SIMPLE and FLOW from
-//! seed 004, HEFT, our own local search (`search`), plus round-robin and random baselines. The metaserver runs it on live data; the
+//! seed 004 (as the seed ran them, and transfer-aware), HEFT, our own local search (`search`), plus round-robin and random baselines. The metaserver runs it on live data; the
 //! simulator runs the same code. Formulas: docs/scheduling.md.
 
 pub mod baseline;
@@ -13,6 +13,7 @@ pub mod predictor;
 pub mod random_dag;
 pub mod schedule;
 pub mod search;
+pub mod seed;
 pub mod simple;
 
 pub use graph::{Edge, GraphError, Task, TaskGraph, TaskId};
@@ -21,10 +22,21 @@ pub use predictor::{History, LoadPredictor, Predictor, PredictorKind};
 pub use schedule::{Schedule, Scheduler, Timing};
 
 /// Names of the schedulers a configuration may choose.
-pub const SCHEDULERS: [&str; 6] = ["simple", "flow", "heft", "search", "round-robin", "random"];
+pub const SCHEDULERS: [&str; 8] = [
+    "simple",
+    "flow",
+    "seed-simple",
+    "seed-flow",
+    "heft",
+    "search",
+    "round-robin",
+    "random",
+];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("unknown scheduler `{0}` (known: simple, flow, heft, search, round-robin, random)")]
+#[error(
+    "unknown scheduler `{0}` (known: simple, flow, seed-simple, seed-flow, heft, search, round-robin, random)"
+)]
 pub struct UnknownScheduler(pub String);
 
 /// The scheduler a configuration names (`scheduler = "flow"`); `seed` drives `random`.
@@ -32,6 +44,8 @@ pub fn by_name(name: &str, seed: u64) -> Result<Box<dyn Scheduler>, UnknownSched
     Ok(match name {
         "simple" => Box::new(simple::Simple),
         "flow" => Box::new(flow::Flow),
+        "seed-simple" => Box::new(seed::SeedSimple),
+        "seed-flow" => Box::new(seed::SeedFlow),
         "heft" => Box::new(heft::Heft),
         "search" => Box::new(search::LocalSearch),
         "round-robin" => Box::new(baseline::RoundRobin::default()),

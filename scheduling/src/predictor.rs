@@ -58,6 +58,23 @@ pub trait Predictor {
     }
     /// Predicted performance of the path from one place to another.
     fn link(&self, from: Location, to: Location) -> Link;
+    /// Seconds to move `bytes` from one place to another when the move starts at `at`. The
+    /// default ignores other transfers; [`LoadPredictor`] shares the path's throughput
+    /// equally with the transfers recorded on it at `at`.
+    fn transfer_time(&self, from: Location, to: Location, bytes: u64, _at: f64) -> f64 {
+        self.link(from, to).transfer_time(bytes)
+    }
+    /// Records a transfer on the path over `[start, finish)`, so later transfers share it;
+    /// `None` when the predictor does not track transfers (or there is nothing to record).
+    fn place_transfer(
+        &mut self,
+        _from: Location,
+        _to: Location,
+        _start: f64,
+        _finish: f64,
+    ) -> Option<PlacementId> {
+        None
+    }
     /// Records that a task runs on `server` over `[start, finish)`.
     fn place(&mut self, server: ServerId, processors: u32, start: f64, finish: f64) -> PlacementId;
     /// Forgets a recorded placement.
@@ -73,7 +90,16 @@ struct Placement {
     start: f64,
     finish: f64,
     active: bool,
+    /// Set for a transfer: the path it uses (it occupies no server).
+    path: Option<(Location, Location)>,
 }
+
+/// Transfers recorded on one path: (id, start, finish).
+type PathBookings = HashMap<
+    (Location, Location),
+    Vec<(PlacementId, f64, f64)>,
+    std::hash::BuildHasherDefault<PairHasher>,
+>;
 
 /// The paper's predictor: measured load plus the record of placements.
 #[derive(Debug, Clone)]
@@ -86,6 +112,8 @@ pub struct LoadPredictor {
     placements: Vec<Placement>,
     /// Each server's active placements, stored contiguously: a load query scans only these.
     by_server: Vec<Vec<(PlacementId, Placement)>>,
+    /// Active transfers by directed path.
+    by_path: PathBookings,
 }
 
 /// How the predictor turns monitoring history into the present state.
@@ -140,6 +168,7 @@ impl LoadPredictor {
             default_link,
             placements: Vec::new(),
             by_server: vec![Vec::new(); n],
+            by_path: PathBookings::default(),
         }
     }
 
@@ -195,6 +224,15 @@ impl LoadPredictor {
             .sum();
         self.base_load.get(server).copied().unwrap_or(0.0) + f64::from(placed)
     }
+
+    /// Transfers recorded on the path from `from` to `to` that are moving at `at`.
+    pub fn transfers_at(&self, from: Location, to: Location, at: f64) -> usize {
+        self.by_path.get(&(from, to)).map_or(0, |list| {
+            list.iter()
+                .filter(|&&(_, start, finish)| start <= at && at < finish)
+                .count()
+        })
+    }
 }
 
 impl Predictor for LoadPredictor {
@@ -242,6 +280,45 @@ impl Predictor for LoadPredictor {
             .unwrap_or(self.default_link)
     }
 
+    /// Transfers that start together share the path equally: a move starting while k others
+    /// are recorded on the path gets 1/(k+1) of its throughput for its whole length. For k
+    /// equal moves started together the last is predicted to end when all of them actually
+    /// end; the first ones are predicted early.
+    fn transfer_time(&self, from: Location, to: Location, bytes: u64, at: f64) -> f64 {
+        if bytes == 0 || from == to {
+            return 0.0;
+        }
+        let link = self.link(from, to);
+        let sharing = self.transfers_at(from, to, at) as f64 + 1.0;
+        link.latency + bytes as f64 * sharing / link.throughput.max(f64::MIN_POSITIVE)
+    }
+
+    fn place_transfer(
+        &mut self,
+        from: Location,
+        to: Location,
+        start: f64,
+        finish: f64,
+    ) -> Option<PlacementId> {
+        if from == to || finish.partial_cmp(&start) != Some(std::cmp::Ordering::Greater) {
+            return None;
+        }
+        let id = self.placements.len();
+        self.placements.push(Placement {
+            server: usize::MAX,
+            processors: 0,
+            start,
+            finish,
+            active: true,
+            path: Some((from, to)),
+        });
+        self.by_path
+            .entry((from, to))
+            .or_default()
+            .push((id, start, finish));
+        Some(id)
+    }
+
     fn place(&mut self, server: ServerId, processors: u32, start: f64, finish: f64) -> PlacementId {
         let id = self.placements.len();
         let placement = Placement {
@@ -250,6 +327,7 @@ impl Predictor for LoadPredictor {
             start,
             finish,
             active: true,
+            path: None,
         };
         self.placements.push(placement);
         if let Some(list) = self.by_server.get_mut(server) {
@@ -265,7 +343,11 @@ impl Predictor for LoadPredictor {
     fn withdraw(&mut self, placement: PlacementId) {
         if let Some(p) = self.placements.get_mut(placement) {
             p.active = false;
-            if let Some(list) = self.by_server.get_mut(p.server) {
+            if let Some(path) = p.path {
+                if let Some(list) = self.by_path.get_mut(&path) {
+                    list.retain(|&(id, _, _)| id != placement);
+                }
+            } else if let Some(list) = self.by_server.get_mut(p.server) {
                 list.retain(|&(id, _)| id != placement);
             }
         }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, Location, ServerId};
-use crate::predictor::Predictor;
+use crate::predictor::{PlacementId, Predictor};
 
 /// Predicted start and finish of a task, in seconds from the schedule's start.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -106,9 +106,24 @@ impl Prepared {
     }
 }
 
-/// When `task` would start and finish on `server`: its inputs must arrive (from the client,
-/// and from the servers of its placed producers after they finish), then it computes at the
-/// predicted speed. Producers not yet placed are not waited for.
+/// When the proxy would issue `task`: once every placed producer has finished (it issues a
+/// task when its inputs exist). Producers not yet placed are not waited for.
+pub fn issue_time(
+    predecessors: &[Vec<(TaskId, u64)>],
+    task: TaskId,
+    placed: &[Option<(ServerId, Timing)>],
+) -> f64 {
+    predecessors[task]
+        .iter()
+        .filter_map(|&(producer, _)| placed.get(producer).copied().flatten())
+        .map(|(_, timing)| timing.finish)
+        .fold(0.0, f64::max)
+}
+
+/// When `task` would start and finish on `server`. The proxy issues it once its placed
+/// producers have finished; its inputs then move to the server all at once, from the client
+/// and from the producers' servers, each over its path as the predictor expects it shared;
+/// it computes at the predicted speed once the last input is in.
 pub fn predict(
     graph: &TaskGraph,
     predecessors: &[Vec<(TaskId, u64)>],
@@ -119,16 +134,13 @@ pub fn predict(
 ) -> Timing {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let mut ready = predictor
-        .link(Location::Client, here)
-        .transfer_time(t.client_in_bytes);
+    let issue = issue_time(predecessors, task, placed);
+    let mut ready =
+        issue + predictor.transfer_time(Location::Client, here, t.client_in_bytes, issue);
     for &(producer, bytes) in &predecessors[task] {
-        if let Some(Some((from, timing))) = placed.get(producer) {
-            let arrival = timing.finish
-                + predictor
-                    .link(Location::Server(*from), here)
-                    .transfer_time(bytes);
-            ready = ready.max(arrival);
+        if let Some(Some((from, _))) = placed.get(producer) {
+            let from = Location::Server(*from);
+            ready = ready.max(issue + predictor.transfer_time(from, here, bytes, issue));
         }
     }
     let speed = predictor.speed(server, t.processors, ready);
@@ -143,8 +155,49 @@ pub fn predict(
     }
 }
 
-/// Times a complete assignment in topological order, reporting each placement to the
-/// predictor as it goes, and builds the schedule.
+/// Records with the predictor a task placed on `server` with `timing` (from [`predict`]) and
+/// the transfers that timing assumed: its inputs from the issue time, and its results back to
+/// the client after it finishes. Pushes every recorded id to `ids`; returns when the task's
+/// results reach the client.
+pub fn record(
+    graph: &TaskGraph,
+    predecessors: &[Vec<(TaskId, u64)>],
+    task: TaskId,
+    (server, timing): (ServerId, Timing),
+    placed: &[Option<(ServerId, Timing)>],
+    predictor: &mut dyn Predictor,
+    ids: &mut Vec<PlacementId>,
+) -> f64 {
+    let t = &graph.tasks[task];
+    let here = Location::Server(server);
+    let issue = issue_time(predecessors, task, placed);
+    let mut inputs: Vec<(Location, u64)> = vec![(Location::Client, t.client_in_bytes)];
+    for &(producer, bytes) in &predecessors[task] {
+        if let Some(Some((from, _))) = placed.get(producer) {
+            inputs.push((Location::Server(*from), bytes));
+        }
+    }
+    for (from, bytes) in inputs {
+        if bytes > 0 && from != here {
+            let finish = issue + predictor.transfer_time(from, here, bytes, issue);
+            ids.extend(predictor.place_transfer(from, here, issue, finish));
+        }
+    }
+    ids.push(predictor.place(server, t.processors, timing.start, timing.finish));
+    let back = predictor.transfer_time(here, Location::Client, t.client_out_bytes, timing.finish);
+    if t.client_out_bytes > 0 {
+        ids.extend(predictor.place_transfer(
+            here,
+            Location::Client,
+            timing.finish,
+            timing.finish + back,
+        ));
+    }
+    timing.finish + back
+}
+
+/// Times a complete assignment in topological order, reporting each placement (and the
+/// transfers it implies) to the predictor as it goes, and builds the schedule.
 pub fn finish_schedule(
     graph: &TaskGraph,
     order: &[TaskId],
@@ -153,22 +206,28 @@ pub fn finish_schedule(
 ) -> Schedule {
     let predecessors = graph.predecessors();
     let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
+    let mut ids = Vec::new();
+    let mut makespan = 0.0f64;
     for &task in order {
         let server = servers[task];
         let timing = predict(graph, &predecessors, task, server, &placed, predictor);
-        predictor.place(
-            server,
-            graph.tasks[task].processors,
-            timing.start,
-            timing.finish,
+        let done = record(
+            graph,
+            &predecessors,
+            task,
+            (server, timing),
+            &placed,
+            predictor,
+            &mut ids,
         );
+        makespan = makespan.max(done);
         placed[task] = Some((server, timing));
     }
-    assemble(graph, servers, placed, predictor)
+    assemble(graph, servers, placed, makespan)
 }
 
 /// The predicted makespan of an assignment under the common model, leaving the predictor as
-/// it was (every placement made while timing it is withdrawn).
+/// it was (every placement and transfer recorded while timing it is withdrawn).
 pub fn evaluate(
     graph: &TaskGraph,
     order: &[TaskId],
@@ -177,22 +236,22 @@ pub fn evaluate(
     predictor: &mut dyn Predictor,
 ) -> f64 {
     let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
-    let mut ids = Vec::with_capacity(order.len());
+    let mut ids = Vec::with_capacity(order.len() * 2);
     let mut makespan = 0.0f64;
     for &task in order {
         let server = servers[task];
         let timing = predict(graph, predecessors, task, server, &placed, predictor);
-        ids.push(predictor.place(
-            server,
-            graph.tasks[task].processors,
-            timing.start,
-            timing.finish,
-        ));
+        let done = record(
+            graph,
+            predecessors,
+            task,
+            (server, timing),
+            &placed,
+            predictor,
+            &mut ids,
+        );
+        makespan = makespan.max(done);
         placed[task] = Some((server, timing));
-        let back = predictor
-            .link(Location::Server(server), Location::Client)
-            .transfer_time(graph.tasks[task].client_out_bytes);
-        makespan = makespan.max(timing.finish + back);
     }
     for id in ids {
         predictor.withdraw(id);
@@ -200,12 +259,12 @@ pub fn evaluate(
     makespan
 }
 
-/// The schedule from per-task placements and timings.
+/// The schedule from per-task placements and timings, and its predicted makespan.
 pub fn assemble(
     graph: &TaskGraph,
     servers: Vec<ServerId>,
     placed: Vec<Option<(ServerId, Timing)>>,
-    predictor: &dyn Predictor,
+    makespan: f64,
 ) -> Schedule {
     let timings: Vec<Timing> = placed
         .iter()
@@ -219,17 +278,6 @@ pub fn assemble(
             )
         })
         .collect();
-    let makespan = graph
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            timings[i].finish
-                + predictor
-                    .link(Location::Server(servers[i]), Location::Client)
-                    .transfer_time(t.client_out_bytes)
-        })
-        .fold(0.0, f64::max);
     let data = graph
         .edges
         .iter()

@@ -1,5 +1,5 @@
-//! `search`, our own scheduler: start from the best of SIMPLE, FLOW, HEFT and each server
-//! alone, then improve by
+//! `search`, our own scheduler: start from the best of SIMPLE, FLOW, HEFT, the seed's SIMPLE
+//! and FLOW, and each server alone, then improve by
 //! local search under the full model of the metaserver's knowledge, and keep a change only if
 //! the whole graph's predicted makespan drops.
 //!
@@ -13,6 +13,7 @@
 //! The list schedulers only see these one task (or one path) at a time. The search moves:
 //! - **single tasks**, in decreasing upward rank (the critical ones first), to every other
 //!   server that serves their routine;
+//! - **both ends of an edge** to a server that serves both;
 //! - **whole clusters**: tasks joined by edges on the same server, as FLOW's paths are. They
 //!   move to every server that serves all their routines, which a single-task move cannot
 //!   reach when splitting a cluster costs more than it saves.
@@ -26,6 +27,7 @@ use crate::grid::{GridView, ServerId};
 use crate::heft::{Heft, rank_order, upward_ranks};
 use crate::predictor::Predictor;
 use crate::schedule::{Prepared, Schedule, Scheduler, evaluate, finish_schedule};
+use crate::seed::{SeedFlow, SeedSimple};
 use crate::simple::Simple;
 
 /// Relative gain below which a move is not worth taking (rounding noise).
@@ -81,7 +83,13 @@ impl Scheduler for LocalSearch {
         let (order, predecessors) = (&prepared.order, &prepared.predecessors);
         // Starting points: each list scheduler on its own copy of the predictor.
         let mut best: Option<(Vec<ServerId>, f64)> = None;
-        let starts: [Box<dyn Scheduler>; 3] = [Box::new(Simple), Box::new(Flow), Box::new(Heft)];
+        let starts: [Box<dyn Scheduler>; 5] = [
+            Box::new(Simple),
+            Box::new(Flow),
+            Box::new(Heft),
+            Box::new(SeedSimple),
+            Box::new(SeedFlow),
+        ];
         for mut start in starts {
             let mut scratch = predictor.fork();
             let servers = start.schedule(graph, grid, scratch.as_mut())?.servers;
@@ -129,6 +137,33 @@ impl Scheduler for LocalSearch {
                     servers[t] = current;
                 }
             }
+            // Both ends of an edge together: a producer and its consumer that are each
+            // better where they are alone may be better elsewhere as a pair.
+            for edge in &graph.edges {
+                let (u, v) = (edge.from, edge.to);
+                let (cu, cv) = (servers[u], servers[v]);
+                for s in 0..grid.servers.len() {
+                    if left == 0 || (cu == s && cv == s) {
+                        continue;
+                    }
+                    if !(prepared.serves[prepared.function_of[u]][s]
+                        && prepared.serves[prepared.function_of[v]][s])
+                    {
+                        continue;
+                    }
+                    servers[u] = s;
+                    servers[v] = s;
+                    left -= 1;
+                    let m = evaluate(graph, order, predecessors, &servers, predictor);
+                    if m < makespan * (1.0 - MIN_GAIN) {
+                        makespan = m;
+                        improved = true;
+                        break;
+                    }
+                    servers[u] = cu;
+                    servers[v] = cv;
+                }
+            }
             for cluster in clusters(graph, &servers) {
                 let current = servers[cluster[0]];
                 let targets: Vec<ServerId> = (0..grid.servers.len())
@@ -158,9 +193,61 @@ impl Scheduler for LocalSearch {
                     }
                 }
             }
+            // Stuck: any two tasks to any two servers, the critical ones first, for as long
+            // as the budget lasts (it covers every pair on small graphs).
+            if !improved {
+                improved = pair_moves(
+                    graph,
+                    &prepared,
+                    &by_rank,
+                    &mut servers,
+                    &mut makespan,
+                    &mut left,
+                    predictor,
+                );
+            }
         }
         Ok(finish_schedule(graph, order, servers, predictor))
     }
+}
+
+/// Tries moving two tasks at once; keeps the first move that shortens the makespan.
+fn pair_moves(
+    graph: &TaskGraph,
+    prepared: &Prepared,
+    by_rank: &[TaskId],
+    servers: &mut [ServerId],
+    makespan: &mut f64,
+    left: &mut usize,
+    predictor: &mut dyn Predictor,
+) -> bool {
+    let (order, predecessors) = (&prepared.order, &prepared.predecessors);
+    for (i, &t) in by_rank.iter().enumerate() {
+        for &u in &by_rank[i + 1..] {
+            let (ct, cu) = (servers[t], servers[u]);
+            for &st in &prepared.capable[prepared.function_of[t]] {
+                for &su in &prepared.capable[prepared.function_of[u]] {
+                    if st == ct || su == cu {
+                        continue;
+                    }
+                    if *left == 0 {
+                        return false;
+                    }
+                    servers[t] = st;
+                    servers[u] = su;
+                    *left -= 1;
+                    let m = evaluate(graph, order, predecessors, servers, predictor);
+                    if m < *makespan * (1.0 - MIN_GAIN) {
+                        *makespan = m;
+                        return true;
+                    }
+                    servers[t] = ct;
+                    servers[u] = cu;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// The best assignment by trying them all (for tests on small graphs): at most `limit`

@@ -1,13 +1,15 @@
-//! SIMPLE (seed 004): each task, in dependency order, goes to the server with the shortest
-//! predicted completion time (its inputs' transfers plus its computation); the decision is
-//! reported to the predictor before the next one, so later tasks see the added load.
+//! SIMPLE (seed 004), transfer-aware: each task, in dependency order, goes to the server with
+//! the shortest predicted completion time (its inputs' transfers plus its computation); the
+//! decision and its transfers are reported to the predictor before the next one, so later
+//! tasks see the added load and the shared paths. The seed's own SIMPLE, which looks at
+//! computation alone, is [`crate::seed::SeedSimple`].
 
 use std::collections::HashMap;
 
 use crate::graph::{GraphError, TaskGraph};
 use crate::grid::{GridView, ServerId};
 use crate::predictor::Predictor;
-use crate::schedule::{Prepared, Schedule, Scheduler, Timing, assemble, predict};
+use crate::schedule::{Prepared, Schedule, Scheduler, Timing, assemble, predict, record};
 
 #[derive(Debug, Default)]
 pub struct Simple;
@@ -27,6 +29,8 @@ impl Scheduler for Simple {
         let predecessors = &prepared.predecessors;
         let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
         let mut servers = vec![0; graph.tasks.len()];
+        let mut recorded = Vec::new();
+        let mut makespan = 0.0f64;
         // Capable servers by routine and processor count, fastest (when idle) first.
         let mut fastest_first: HashMap<(usize, u32), Vec<(ServerId, f64)>> = HashMap::new();
         for &task in &prepared.order {
@@ -70,15 +74,19 @@ impl Scheduler for Simple {
                     function: graph.tasks[task].function.clone(),
                 });
             };
-            predictor.place(
-                server,
-                graph.tasks[task].processors,
-                timing.start,
-                timing.finish,
+            let done = record(
+                graph,
+                predecessors,
+                task,
+                (server, timing),
+                &placed,
+                predictor,
+                &mut recorded,
             );
+            makespan = makespan.max(done);
             servers[task] = server;
             placed[task] = Some((server, timing));
         }
-        Ok(assemble(graph, servers, placed, predictor))
+        Ok(assemble(graph, servers, placed, makespan))
     }
 }

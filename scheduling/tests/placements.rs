@@ -267,7 +267,7 @@ fn invalid_graphs_are_refused_with_the_reason() {
     let error = by_name("cpop", 0).err().unwrap();
     assert_eq!(
         error.to_string(),
-        "unknown scheduler `cpop` (known: simple, flow, heft, search, round-robin, random)"
+        "unknown scheduler `cpop` (known: simple, flow, seed-simple, seed-flow, heft, search, round-robin, random)"
     );
 }
 
@@ -309,8 +309,20 @@ impl Predictor for Unbounded {
     fn link(&self, from: Location, to: Location) -> Link {
         self.0.link(from, to)
     }
+    fn transfer_time(&self, from: Location, to: Location, bytes: u64, at: f64) -> f64 {
+        self.0.transfer_time(from, to, bytes, at)
+    }
     fn place(&mut self, server: usize, processors: u32, start: f64, finish: f64) -> usize {
         self.0.place(server, processors, start, finish)
+    }
+    fn place_transfer(
+        &mut self,
+        from: Location,
+        to: Location,
+        start: f64,
+        finish: f64,
+    ) -> Option<usize> {
+        self.0.place_transfer(from, to, start, finish)
     }
     fn withdraw(&mut self, placement: usize) {
         self.0.withdraw(placement)
@@ -377,4 +389,123 @@ fn simple_skipping_servers_that_cannot_win_changes_no_placement() {
         .schedule(&graph, &grid, &mut full)
         .unwrap();
     assert_eq!(a, b);
+}
+
+/// Seed 004's five dgefa/dgesl pairs in call order (dgefa1, dgesl1, dgefa2, ...): dgefa
+/// 2/3 n^3 flops, dgesl 2 n^2, the LU factors passed from one to the other.
+fn seed_pairs(n: u64) -> TaskGraph {
+    let mut graph = TaskGraph::default();
+    for k in 0..5 {
+        let factor = graph.add_task(task(
+            &format!("dgefa{k}"),
+            "dgefa",
+            2.0 / 3.0 * (n * n * n) as f64,
+            8 * n * n,
+            0,
+        ));
+        let solve = graph.add_task(task(
+            &format!("dgesl{k}"),
+            "dgesl",
+            2.0 * (n * n) as f64,
+            8 * n,
+            8 * n,
+        ));
+        graph.add_edge(factor, solve, 8 * n * n + 4 * n);
+    }
+    graph
+}
+
+#[test]
+fn the_seeds_simple_places_by_speed_and_load_alone_and_splits_pairs() {
+    // A: 2 processors of 1.6 Gflop/s; B: 1 of 1 Gflop/s. Every placement counts as a running
+    // job for the rest of the schedule, so a 1-processor task gets 1.6 * min(1, 2/(L+1)) on
+    // A and min(1, 1/(L+1)) on B:
+    //   dgefa0: A 1.6 vs B 1 -> A (A's load 1)   dgesl0: A 1.6 -> A (2)
+    //   dgefa1: A 1.07 vs 1 -> A (3)             dgesl1: A 0.8 vs 1 -> B (B's load 1)
+    //   dgefa2: A 0.8 vs 0.5 -> A (4)            dgesl2: A 0.64 vs 0.5 -> A (5)
+    //   dgefa3: A 0.53 vs 0.5 -> A (6)           dgesl3: A 0.46 vs 0.5 -> B (2)
+    //   dgefa4: A 0.46 vs 0.33 -> A (7)          dgesl4: A 0.4 vs 0.33 -> A
+    // Transfers never count, even over a slow link: pairs 1 and 3 are split.
+    let grid = GridView {
+        servers: vec![
+            server("a", 1.6e9, 2, &["dgefa", "dgesl"]),
+            server("b", 1e9, 1, &["dgefa", "dgesl"]),
+        ],
+    };
+    let slow = Link {
+        throughput: 1e5,
+        latency: 0.05,
+    };
+    let graph = seed_pairs(300);
+    let mut p = predictor(&grid, slow);
+    let schedule = by_name("seed-simple", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.servers, vec![0, 0, 0, 1, 0, 0, 0, 1, 0, 0]);
+    assert!((schedule.inter_server_ratio(&graph) - 0.4).abs() < 1e-12);
+    // The load hints are gone; only the final, timed placements remain: at time 0 the
+    // five dgefa inputs are moving, and A runs nothing yet.
+    assert_eq!(p.speed(0, 1, 0.0), 1.6e9);
+}
+
+#[test]
+fn the_seeds_flow_keeps_each_pair_together_and_spreads_pairs_by_load() {
+    // Same grid. Paths are whole pairs, equally heavy, taken in order; each counts as one
+    // job: pair0 A 1.6 -> A; pair1 A 1.6 (load 1 of 2) -> A; pair2 A 1.07 vs 1 -> A;
+    // pair3 A 0.8 vs B 1 -> B; pair4 A 0.8 vs B 0.5 -> A. No pair is split.
+    let grid = GridView {
+        servers: vec![
+            server("a", 1.6e9, 2, &["dgefa", "dgesl"]),
+            server("b", 1e9, 1, &["dgefa", "dgesl"]),
+        ],
+    };
+    let graph = seed_pairs(300);
+    let mut p = predictor(&grid, FAST_LINK);
+    let schedule = by_name("seed-flow", 0)
+        .unwrap()
+        .schedule(&graph, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.servers, vec![0, 0, 0, 0, 0, 0, 1, 1, 0, 0]);
+    assert_eq!(schedule.inter_server_ratio(&graph), 0.0);
+}
+
+#[test]
+fn a_task_is_issued_when_its_producers_finish_and_shared_paths_slow_its_inputs() {
+    // One server of 1 Gflop/s, 1 MB/s to the client. p (1 Gflop, 1 MB in) then q (1 Gflop,
+    // 1 MB in from the client, 1 MB from p on the same server). p: input 0-1 s, computes
+    // 1-2 s. q is issued at 2 s (when p ends), its client input moves 2-3 s, it computes
+    // 3-4 s. Two such chains side by side: both p inputs start at 0 and share the path, so
+    // the second is predicted at 2 s (half the throughput) and its chain ends 1 s later.
+    let grid = GridView {
+        servers: vec![server("s", 1e9, 2, &["f"])],
+    };
+    let link = Link {
+        throughput: 1e6,
+        latency: 0.0,
+    };
+    let mut one = TaskGraph::default();
+    let p0 = one.add_task(task("p", "f", 1e9, 1_000_000, 0));
+    let q0 = one.add_task(task("q", "f", 1e9, 1_000_000, 0));
+    one.add_edge(p0, q0, 1_000_000);
+    let mut p = predictor(&grid, link);
+    let schedule = by_name("flow", 0)
+        .unwrap()
+        .schedule(&one, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.timings[q0].start, 3.0);
+    assert_eq!(schedule.makespan, 4.0);
+
+    let mut two = one.clone();
+    let p1 = two.add_task(task("p'", "f", 1e9, 1_000_000, 0));
+    let q1 = two.add_task(task("q'", "f", 1e9, 1_000_000, 0));
+    two.add_edge(p1, q1, 1_000_000);
+    let mut p = predictor(&grid, link);
+    let schedule = by_name("flow", 0)
+        .unwrap()
+        .schedule(&two, &grid, &mut p)
+        .unwrap();
+    assert_eq!(schedule.timings[p0].start, 1.0);
+    assert_eq!(schedule.timings[p1].start, 2.0);
+    assert_eq!(schedule.makespan, 5.0);
 }

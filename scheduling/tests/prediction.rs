@@ -64,6 +64,38 @@ fn links_fall_back_to_the_reverse_direction_then_the_default() {
 }
 
 #[test]
+fn transfers_share_their_path_while_they_overlap() {
+    // 1 MB/s, no latency. A 1 MB move alone takes 1 s; while one is recorded on the same
+    // path it takes 2 s, while two are, 3 s. The other direction and other paths are free.
+    let link = Link {
+        throughput: 1e6,
+        latency: 0.0,
+    };
+    let (client, server) = (Location::Client, Location::Server(0));
+    let mut p = LoadPredictor::new(&grid(), vec![0.0], HashMap::new(), link);
+    assert_eq!(p.transfer_time(client, server, 1_000_000, 0.0), 1.0);
+    let first = p.place_transfer(client, server, 0.0, 5.0).unwrap();
+    assert_eq!(p.transfer_time(client, server, 1_000_000, 0.0), 2.0);
+    assert_eq!(p.transfer_time(client, server, 1_000_000, 4.9), 2.0);
+    assert_eq!(
+        p.transfer_time(client, server, 1_000_000, 5.0),
+        1.0,
+        "a recorded move ends at its finish"
+    );
+    assert_eq!(p.transfer_time(server, client, 1_000_000, 1.0), 1.0);
+    let second = p.place_transfer(client, server, 1.0, 3.0).unwrap();
+    assert_eq!(p.transfers_at(client, server, 2.0), 2);
+    assert_eq!(p.transfer_time(client, server, 1_000_000, 2.0), 3.0);
+    assert_eq!(p.transfer_time(client, server, 0, 2.0), 0.0);
+    p.withdraw(first);
+    p.withdraw(second);
+    assert_eq!(p.transfer_time(client, server, 1_000_000, 2.0), 1.0);
+    // Nothing is recorded for a move within one place or of no length.
+    assert!(p.place_transfer(server, server, 0.0, 1.0).is_none());
+    assert!(p.place_transfer(client, server, 1.0, 1.0).is_none());
+}
+
+#[test]
 fn latest_sample_and_forecast_predictors_read_history_differently() {
     let history = History {
         load: vec![vec![

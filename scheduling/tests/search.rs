@@ -188,9 +188,9 @@ fn search_finds_the_brute_force_optimum_of_most_small_graphs() {
             *w = w.max(m / best);
         }
     }
-    // Measured: search optimal in 51 of 60 (worst 1.33x the optimum); HEFT 23, FLOW 20,
-    // SIMPLE 14 (worst 5.8-7.0x).
-    assert!(optimal["search"] >= 50, "{optimal:?}");
+    // Measured: search optimal in 54 of 60 (worst 1.33x the optimum); HEFT 17, FLOW 16,
+    // SIMPLE 9 (worst 7.6-8.5x).
+    assert!(optimal["search"] >= 53, "{optimal:?}");
     assert!(worst["search"] < 1.35, "{worst:?}");
     assert!(
         optimal["search"] > optimal["heft"] && optimal["heft"] >= optimal["simple"],

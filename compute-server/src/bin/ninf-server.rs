@@ -23,6 +23,10 @@ struct Cli {
     /// Metaserver to register with, `host:port` (overrides the configuration).
     #[arg(long)]
     metaserver: Option<String>,
+    /// Emulate processors this many times slower than the host's (overrides the
+    /// configuration).
+    #[arg(long)]
+    cpu_slowdown: Option<f64>,
     /// Run the start-up benchmark, print it as JSON and exit.
     #[arg(long)]
     benchmark_only: bool,
@@ -69,6 +73,10 @@ fn main() -> anyhow::Result<()> {
     if cli.processors.is_some() {
         config.processors = cli.processors;
     }
+    if let Some(slowdown) = cli.cpu_slowdown {
+        config.cpu_slowdown = slowdown;
+    }
+    config.check().map_err(anyhow::Error::msg)?;
     let info = if cli.no_benchmark {
         v1::ServerInfo {
             cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
@@ -78,9 +86,16 @@ fn main() -> anyhow::Result<()> {
         }
     } else {
         let report = benchmark::run_adaptive(Duration::from_millis(250), 3000)?;
-        tracing::info!(mflops = report.mflops, n = report.benchmark_n, "benchmark");
+        // The emulated processor is `cpu_slowdown` times slower than the one measured.
+        let mflops = report.mflops / config.cpu_slowdown;
+        tracing::info!(
+            mflops,
+            host_mflops = report.mflops,
+            n = report.benchmark_n,
+            "benchmark"
+        );
         v1::ServerInfo {
-            mflops: report.mflops,
+            mflops,
             cpus: report.cpus as u32,
             memory_bytes: report.memory_bytes,
             benchmark_n: report.benchmark_n as u32,

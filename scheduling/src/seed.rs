@@ -1,0 +1,162 @@
+//! SIMPLE and FLOW exactly as seed 004 ran them, for reproducing its experiment. The seed
+//! says both "schedule according to CPU performance and load" (section 4.6): a server is
+//! chosen by its predicted speed alone, never by where the data is or how fast it moves. Its
+//! predictor knew only that "a server just given a task will soon be busier", with no time
+//! axis: every placement made so far in the graph counts as a running job on its server
+//! while the rest of the graph is placed.
+//!
+//! - `seed-simple`: each task in call order (the order of the transaction's calls) goes to
+//!   the capable server with the shortest predicted computation time; the placement then
+//!   counts as load.
+//! - `seed-flow`: the heaviest remaining path (by computation) goes whole to the server that
+//!   serves all of it with the shortest predicted computation time for the path; the path
+//!   then counts as one job (its tasks run one after another).
+//!
+//! Ties go to the lower server id. Once every task has a server, the load hints are
+//! withdrawn and the assignment is timed under the full model (transfers included) and
+//! reported, as every scheduler's is. The transfer-aware versions are [`crate::simple`] and
+//! [`crate::flow`].
+
+use crate::flow::next_path;
+use crate::graph::{GraphError, TaskGraph, TaskId};
+use crate::grid::{GridView, ServerId};
+use crate::predictor::{PlacementId, Predictor};
+use crate::schedule::{Prepared, Schedule, Scheduler, finish_schedule};
+
+/// Seed 004's SIMPLE.
+#[derive(Debug, Default)]
+pub struct SeedSimple;
+
+/// Seed 004's FLOW.
+#[derive(Debug, Default)]
+pub struct SeedFlow;
+
+/// A load hint lasting the rest of the schedule.
+fn hint(predictor: &mut dyn Predictor, server: ServerId, processors: u32) -> PlacementId {
+    predictor.place(server, processors, 0.0, f64::INFINITY)
+}
+
+/// Predicted computation time of `tasks` on `server` with the hints so far.
+fn compute_time(
+    graph: &TaskGraph,
+    tasks: &[TaskId],
+    server: ServerId,
+    predictor: &dyn Predictor,
+) -> f64 {
+    tasks
+        .iter()
+        .map(|&t| {
+            let task = &graph.tasks[t];
+            if task.flops == 0.0 {
+                0.0
+            } else {
+                task.flops
+                    / predictor
+                        .speed(server, task.processors, 0.0)
+                        .max(f64::MIN_POSITIVE)
+            }
+        })
+        .sum()
+}
+
+/// The fastest of `candidates` for `tasks`; the lower id on a tie.
+fn fastest(
+    graph: &TaskGraph,
+    tasks: &[TaskId],
+    candidates: impl IntoIterator<Item = ServerId>,
+    predictor: &dyn Predictor,
+) -> Option<ServerId> {
+    let mut best: Option<(ServerId, f64)> = None;
+    for server in candidates {
+        let time = compute_time(graph, tasks, server, predictor);
+        if best.is_none_or(|(_, b)| time < b) {
+            best = Some((server, time));
+        }
+    }
+    best.map(|(s, _)| s)
+}
+
+fn unimplemented(graph: &TaskGraph, task: TaskId) -> GraphError {
+    GraphError::Unimplemented {
+        label: graph.tasks[task].label.clone(),
+        function: graph.tasks[task].function.clone(),
+    }
+}
+
+/// The transaction's call order when it respects every dependency (the client library
+/// builds graphs in call order), else the topological order.
+fn call_order(graph: &TaskGraph, prepared: &Prepared) -> Vec<TaskId> {
+    if graph.edges.iter().all(|e| e.from < e.to) {
+        (0..graph.tasks.len()).collect()
+    } else {
+        prepared.order.clone()
+    }
+}
+
+impl Scheduler for SeedSimple {
+    fn name(&self) -> &'static str {
+        "seed-simple"
+    }
+
+    fn schedule(
+        &mut self,
+        graph: &TaskGraph,
+        grid: &GridView,
+        predictor: &mut dyn Predictor,
+    ) -> Result<Schedule, GraphError> {
+        let prepared = Prepared::new(graph, grid)?;
+        let mut servers = vec![0; graph.tasks.len()];
+        let mut hints = Vec::with_capacity(graph.tasks.len());
+        for task in call_order(graph, &prepared) {
+            let candidates = prepared.capable[prepared.function_of[task]].iter().copied();
+            let server = fastest(graph, &[task], candidates, predictor)
+                .ok_or_else(|| unimplemented(graph, task))?;
+            hints.push(hint(predictor, server, graph.tasks[task].processors));
+            servers[task] = server;
+        }
+        for id in hints {
+            predictor.withdraw(id);
+        }
+        Ok(finish_schedule(graph, &prepared.order, servers, predictor))
+    }
+}
+
+impl Scheduler for SeedFlow {
+    fn name(&self) -> &'static str {
+        "seed-flow"
+    }
+
+    fn schedule(
+        &mut self,
+        graph: &TaskGraph,
+        grid: &GridView,
+        predictor: &mut dyn Predictor,
+    ) -> Result<Schedule, GraphError> {
+        let prepared = Prepared::new(graph, grid)?;
+        let n = graph.tasks.len();
+        let mut done = vec![false; n];
+        let mut servers = vec![0; n];
+        let mut hints = Vec::new();
+        let mut remaining = n;
+        while remaining > 0 {
+            let (path, candidates) = next_path(graph, &prepared, &done);
+            let server = fastest(graph, &path, candidates, predictor)
+                .ok_or_else(|| unimplemented(graph, path[0]))?;
+            let processors = path
+                .iter()
+                .map(|&t| graph.tasks[t].processors)
+                .max()
+                .unwrap_or(1);
+            hints.push(hint(predictor, server, processors));
+            for &t in &path {
+                servers[t] = server;
+                done[t] = true;
+                remaining -= 1;
+            }
+        }
+        for id in hints {
+            predictor.withdraw(id);
+        }
+        Ok(finish_schedule(graph, &prepared.order, servers, predictor))
+    }
+}
