@@ -78,8 +78,12 @@ pub struct Profile {
 }
 
 /// The profiles shipped with `ninf`.
-const SHIPPED: [(&str, &str); 2] = [
+const SHIPPED: [(&str, &str); 3] = [
     ("paper", include_str!("../profiles/paper.toml")),
+    (
+        "paper-slow-ab",
+        include_str!("../profiles/paper-slow-ab.toml"),
+    ),
     ("lan", include_str!("../profiles/lan.toml")),
 ];
 
@@ -92,7 +96,7 @@ impl Profile {
                 name_or_path.to_string(),
                 std::fs::read_to_string(name_or_path).with_context(|| {
                     format!(
-                        "`{name_or_path}` is neither a shipped profile (paper, lan) nor a readable file"
+                        "`{name_or_path}` is neither a shipped profile (paper, paper-slow-ab, lan) nor a readable file"
                     )
                 })?,
             ),
@@ -507,6 +511,10 @@ mod tests {
         assert_eq!(paper.rate("b", "a"), Some(40.0));
         assert_eq!(paper.slowdown(&paper.sites[1]), 400.0);
         assert!(Profile::load("lan").is_ok());
+        assert_eq!(
+            Profile::load("paper-slow-ab").unwrap().rate("a", "b"),
+            Some(2.5)
+        );
         let missing = Profile::load("/nonexistent/x.toml").unwrap_err();
         assert!(format!("{missing:#}").contains("neither a shipped profile"));
         let bad = Profile::parse(

@@ -42,6 +42,14 @@ pub struct ProxyConfig {
     /// Largest request a client may send (a graph with its input data).
     #[serde(default = "default_max_request")]
     pub max_request_bytes: usize,
+    /// How often the leases of a running graph's intermediates are renewed on its servers;
+    /// well under the servers' `storage.lease_seconds`.
+    #[serde(default = "default_renew_seconds")]
+    pub lease_renew_seconds: f64,
+}
+
+fn default_renew_seconds() -> f64 {
+    20.0
 }
 
 fn default_listen() -> String {
@@ -79,6 +87,7 @@ impl ProxyConfig {
             max_in_flight_per_server: default_in_flight(),
             connections_per_server: default_connections(),
             max_request_bytes: default_max_request(),
+            lease_renew_seconds: default_renew_seconds(),
         }
     }
 

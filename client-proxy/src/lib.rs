@@ -215,7 +215,9 @@ impl Proxy {
             )));
         }
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
+        let renewals = self.spawn_renewals(&servers, &owner);
         let outcome = self.execute(&graph, &arguments, &servers, &owner).await;
+        renewals.abort();
         // Whatever happened, nothing the graph stored may stay behind.
         let used: BTreeSet<&String> = servers.iter().collect();
         for server in used {
@@ -276,6 +278,37 @@ impl Proxy {
         if let Err(status) = result {
             tracing::warn!(%server, %owner, error = %status.message(), "cannot delete intermediates");
         }
+    }
+
+    /// Renews `owner`'s leases on `servers` every `lease_renew_seconds` until aborted, so a
+    /// long graph keeps its intermediates while one whose proxy died loses them.
+    fn spawn_renewals(&self, servers: &[String], owner: &str) -> tokio::task::JoinHandle<()> {
+        let mut targets: Vec<(String, Channel)> = Vec::new();
+        for address in servers.iter().collect::<BTreeSet<_>>() {
+            if let Ok(connection) = self.server(address) {
+                targets.push((address.clone(), connection.channel()));
+            }
+        }
+        let owner = owner.to_string();
+        let period = Duration::from_secs_f64(self.config.lease_renew_seconds.max(0.01));
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            // The first tick is now; the calls themselves renew at the start.
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                for (address, channel) in &targets {
+                    let renewed = v1::storage_client::StorageClient::new(channel.clone())
+                        .renew(v1::RenewRequest {
+                            owner: owner.clone(),
+                        })
+                        .await;
+                    if let Err(status) = renewed {
+                        tracing::debug!(server = %address, %owner, error = %status.message(), "lease renewal failed");
+                    }
+                }
+            }
+        })
     }
 
     /// Issues the tasks in dependency order and collects what the client wants.

@@ -185,6 +185,15 @@ pub struct StorageConfig {
     /// Where spilled objects go; default: a fresh folder under the system temp directory.
     #[serde(default)]
     pub spill_dir: Option<PathBuf>,
+    /// An owner's objects are deleted when no call, put or renewal has touched the owner for
+    /// this long: a proxy renews its running transactions, so only the intermediates of a
+    /// proxy or client that disappeared run out.
+    #[serde(default = "default_lease")]
+    pub lease_seconds: f64,
+}
+
+fn default_lease() -> f64 {
+    120.0
 }
 
 impl Default for StorageConfig {
@@ -192,6 +201,7 @@ impl Default for StorageConfig {
         StorageConfig {
             memory_limit_bytes: default_memory_limit(),
             spill_dir: None,
+            lease_seconds: default_lease(),
         }
     }
 }
@@ -275,6 +285,12 @@ impl ServerConfig {
 
     /// Checks the values serde cannot: the slowdown is a finite number of at least 1.
     pub fn check(&self) -> Result<(), String> {
+        if !(self.storage.lease_seconds.is_finite() && self.storage.lease_seconds > 0.0) {
+            return Err(format!(
+                "storage.lease_seconds is {}; it must be a positive number of seconds",
+                self.storage.lease_seconds
+            ));
+        }
         if !(self.cpu_slowdown.is_finite() && self.cpu_slowdown >= 1.0) {
             return Err(format!(
                 "cpu_slowdown is {}; it must be a number of at least 1",

@@ -167,6 +167,7 @@ pub fn keep_output(
         .store
         .put(owner, element_type, data)
         .map_err(|e| Status::internal(e.to_string()))?;
+    state.touch(owner);
     Ok(v1::ObjectRef {
         server: state.advertise.clone(),
         object_id: info.id,

@@ -72,6 +72,17 @@ pub async fn run(
             }
         })
     };
+    let sweeper = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let period = (state.lease / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
+            let mut ticker = tokio::time::interval(period);
+            loop {
+                ticker.tick().await;
+                state.expire_leases();
+            }
+        })
+    };
     let bulk_task = bulk.map(|listener| tokio::spawn(bulk::serve(listener, state.clone())));
     // Agents reach the gang service on this server's own listener.
     let agents = match listener.local_addr() {
@@ -122,6 +133,7 @@ pub async fn run(
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     sampler.abort();
+    sweeper.abort();
     watchdog.abort();
     if let Some(task) = bulk_task {
         task.abort();

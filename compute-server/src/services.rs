@@ -131,6 +131,7 @@ impl v1::storage_server::Storage for StorageService {
             .store
             .put(&owner, element_type, data.freeze())
             .map_err(storage_status)?;
+        self.0.touch(&owner);
         Ok(Response::new(info_to_proto(info)))
     }
 
@@ -186,6 +187,20 @@ impl v1::storage_server::Storage for StorageService {
     ) -> Result<Response<v1::DeleteReply>, Status> {
         let (objects, bytes) = self.0.store.delete_owner(&request.into_inner().owner);
         Ok(Response::new(v1::DeleteReply { objects, bytes }))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<v1::RenewRequest>,
+    ) -> Result<Response<v1::RenewReply>, Status> {
+        let owner = request.into_inner().owner;
+        if owner.is_empty() {
+            return Err(Status::invalid_argument("a renewal must name an owner"));
+        }
+        Ok(Response::new(v1::RenewReply {
+            objects: self.0.touch(&owner),
+            lease_seconds: self.0.lease.as_secs_f64(),
+        }))
     }
 }
 

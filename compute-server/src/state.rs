@@ -38,6 +38,10 @@ pub struct ServerState {
     pub broker: Arc<SpmdBroker>,
     /// Connections to other servers' storage, for arguments held elsewhere.
     peers: tokio::sync::Mutex<HashMap<String, Channel>>,
+    /// How long an owner's objects outlive its last touch (see [`ObjectStore::renew`]).
+    pub lease: Duration,
+    /// The clock leases are measured on.
+    started: std::time::Instant,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,8 +130,40 @@ impl ServerState {
             gang,
             broker,
             peers: tokio::sync::Mutex::new(HashMap::new()),
+            lease: Duration::from_secs_f64(config.storage.lease_seconds.max(0.001)),
+            started: std::time::Instant::now(),
         };
         Ok(Arc::new(state))
+    }
+
+    /// Seconds on the lease clock.
+    pub fn lease_clock(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Renews `owner`'s lease (a call, put or renewal touched it); returns its objects.
+    pub fn touch(&self, owner: &str) -> u64 {
+        if owner.is_empty() {
+            return 0;
+        }
+        self.store
+            .renew(owner, self.lease_clock(), self.lease.as_secs_f64())
+    }
+
+    /// Deletes the objects of owners whose lease ran out, and logs each.
+    pub fn expire_leases(&self) {
+        for (owner, objects, bytes) in self
+            .store
+            .expire(self.lease_clock(), self.lease.as_secs_f64())
+        {
+            tracing::warn!(
+                %owner,
+                objects,
+                bytes,
+                lease_seconds = self.lease.as_secs_f64(),
+                "lease ran out: deleted the owner's objects"
+            );
+        }
     }
 
     pub fn function(&self, name: &str) -> Option<(&FunctionInterface, &ServedModule)> {

@@ -2,6 +2,11 @@
 //! Objects live in memory up to a byte limit; past it, new objects go to the spill
 //! directory. Every object has an owner (a transaction id) so a transaction's intermediates
 //! are deleted together. Unknown ids are errors that name the id.
+//!
+//! Owners hold leases: a proxy renews its running transactions' leases, and an owner whose
+//! lease runs out (its proxy or client disappeared) loses every object, so storage never
+//! leaks. Times are seconds on a clock the caller passes in, so the rule is tested without
+//! waiting.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,6 +64,8 @@ struct Objects {
     by_id: HashMap<String, StoredObject>,
     memory_bytes: u64,
     spilled_bytes: u64,
+    /// When each owner's lease runs out (seconds on the caller's clock).
+    leases: HashMap<String, f64>,
 }
 
 /// The objects of one server.
@@ -227,7 +234,54 @@ impl ObjectStore {
         for id in &ids {
             bytes += Self::remove(&mut objects, id).unwrap_or(0);
         }
+        objects.leases.remove(owner);
         (ids.len() as u64, bytes)
+    }
+
+    /// Renews `owner`'s lease to run out no sooner than `now + lease`; returns how many
+    /// objects it holds.
+    pub fn renew(&self, owner: &str, now: f64, lease: f64) -> u64 {
+        let mut objects = self.lock();
+        let until = now + lease;
+        let entry = objects.leases.entry(owner.to_string()).or_insert(until);
+        *entry = entry.max(until);
+        objects.by_id.values().filter(|o| o.owner == owner).count() as u64
+    }
+
+    /// Deletes the objects of every owner whose lease ran out by `now`. An owner seen for
+    /// the first time gets a lease of `lease` from `now`. Returns the owners that expired,
+    /// with the objects and bytes deleted.
+    pub fn expire(&self, now: f64, lease: f64) -> Vec<(String, u64, u64)> {
+        let mut objects = self.lock();
+        let owners: std::collections::BTreeSet<String> =
+            objects.by_id.values().map(|o| o.owner.clone()).collect();
+        let mut expired = Vec::new();
+        for owner in owners {
+            let until = *objects.leases.entry(owner.clone()).or_insert(now + lease);
+            if until <= now {
+                expired.push(owner);
+            }
+        }
+        // Leases of owners with nothing stored only keep a renewal alive; drop stale ones.
+        let holding: std::collections::HashSet<&String> =
+            objects.by_id.values().map(|o| &o.owner).collect();
+        let stale: Vec<String> = objects
+            .leases
+            .iter()
+            .filter(|(owner, until)| !holding.contains(owner) && **until <= now)
+            .map(|(owner, _)| owner.clone())
+            .collect();
+        for owner in stale {
+            objects.leases.remove(&owner);
+        }
+        drop(objects);
+        expired
+            .into_iter()
+            .map(|owner| {
+                let (count, bytes) = self.delete_owner(&owner);
+                (owner, count, bytes)
+            })
+            .collect()
     }
 
     /// Bytes held in memory and in the spill directory.
@@ -285,6 +339,38 @@ mod tests {
             "deleting a spilled object removes its file"
         );
         assert_eq!(store.usage(), (16, 0));
+    }
+
+    #[test]
+    fn an_owner_whose_lease_runs_out_loses_its_objects() {
+        let store = ObjectStore::new(1 << 20, temp_dir("leases"));
+        let data = |n: usize| Bytes::from(vec![0u8; n]);
+        store.put("t1", ElementType::Char, data(10)).unwrap();
+        store.put("t2", ElementType::Char, data(20)).unwrap();
+        store.put("t2", ElementType::Char, data(5)).unwrap();
+        // First sight at 0 s: both get a 10 s lease.
+        assert!(store.expire(0.0, 10.0).is_empty());
+        // t1 is renewed at 8 s (its proxy is alive); t2's proxy is gone.
+        assert_eq!(store.renew("t1", 8.0, 10.0), 1);
+        assert!(store.expire(9.9, 10.0).is_empty());
+        assert_eq!(store.expire(10.0, 10.0), vec![("t2".to_string(), 2, 25)]);
+        assert_eq!(store.len(), 1);
+        // A renewal never shortens a lease.
+        assert_eq!(store.renew("t1", 1.0, 1.0), 1);
+        assert!(store.expire(17.9, 10.0).is_empty());
+        assert_eq!(store.expire(18.0, 10.0), vec![("t1".to_string(), 1, 10)]);
+        assert!(store.is_empty());
+        assert_eq!(store.usage(), (0, 0));
+        // An owner deleted on purpose takes its lease with it; a new object starts afresh.
+        store.renew("t3", 20.0, 10.0);
+        store.put("t3", ElementType::Char, data(1)).unwrap();
+        assert_eq!(store.delete_owner("t3"), (1, 1));
+        store.put("t3", ElementType::Char, data(1)).unwrap();
+        assert!(
+            store.expire(35.0, 10.0).is_empty(),
+            "a fresh lease from 35 s"
+        );
+        assert_eq!(store.expire(45.0, 10.0).len(), 1);
     }
 
     #[test]

@@ -489,3 +489,50 @@ async fn monitor_reports_load_and_health_is_serving() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_nobody_renews_loses_its_objects_when_the_lease_runs_out() {
+    let server = TestServer::start(|c| c.storage.lease_seconds = 0.2).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut storage = v1::storage_client::StorageClient::new(channel);
+    let chunk = v1::PutChunk {
+        owner: "vanished-proxy/graph-1".into(),
+        element_type: v1::ElementType::Double as i32,
+        data: bytes::Bytes::from(vec![0u8; 64]),
+    };
+    let info = storage
+        .put(tokio_stream::iter(vec![chunk]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.bytes, 64);
+    let renewed = storage
+        .renew(v1::RenewRequest {
+            owner: "vanished-proxy/graph-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((renewed.objects, renewed.lease_seconds), (1, 0.2));
+    // Nobody renews it again: the sweeper deletes it (polled, with a generous bound).
+    let mut waited = 0;
+    while !server.state.store.is_empty() && waited < 300 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    assert!(server.state.store.is_empty(), "the lease never ran out");
+    assert_eq!(server.state.store.usage(), (0, 0));
+    let e = storage
+        .renew(v1::RenewRequest {
+            owner: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(e.message(), "a renewal must name an owner");
+    server.stop().await;
+}
