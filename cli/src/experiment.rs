@@ -414,3 +414,318 @@ pub fn plot(results: &[WanResult], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     Ok(written)
 }
+
+/// Seed 004's Tables 2 and 3: (n, exec mean, exec sd, comm total, comp total) for SIMPLE
+/// and for FLOW, in seconds.
+const PAPER_PAIRS: [(usize, [f64; 4], [f64; 4]); 4] = [
+    (100, [14.84, 4.83, 16.80, 0.12], [8.74, 6.03, 5.54, 0.13]),
+    (300, [25.75, 3.86, 52.96, 4.62], [16.71, 3.79, 25.02, 4.58]),
+    (
+        500,
+        [64.19, 10.51, 137.98, 31.36],
+        [35.77, 6.89, 70.73, 29.47],
+    ),
+    (
+        700,
+        [131.05, 14.13, 309.65, 90.19],
+        [67.98, 11.35, 119.64, 102.90],
+    ),
+];
+const PAPER_CASCADE: [(usize, [f64; 4], [f64; 4]); 3] = [
+    (100, [7.83, 0.66, 7.84, 4.71], [8.68, 2.89, 6.91, 4.46]),
+    (
+        200,
+        [41.13, 5.86, 35.06, 39.14],
+        [33.11, 5.38, 24.51, 37.54],
+    ),
+    (
+        300,
+        [116.51, 7.12, 74.30, 155.14],
+        [99.86, 13.65, 52.47, 149.85],
+    ),
+];
+/// Tables 4 and 5: server A's share and the inter-server ratio, SIMPLE then FLOW.
+const PAPER_RATIOS_PAIRS: [(f64, f64); 2] = [(0.728, 0.539), (0.728, 0.0)];
+const PAPER_RATIOS_CASCADE: [(f64, f64); 2] = [(0.571, 0.617), (0.586, 0.200)];
+
+/// Our results next to seed 004's Tables 2-5, for the seed's own schedulers (`seed-simple`,
+/// `seed-flow`) and every other scheduler run. Our times are multiplied by `speedup`, the
+/// profile's, so they are in the modelled setting's seconds like the paper's.
+pub fn paper_tables(results: &[WanResult], speedup: f64) -> String {
+    let find = |scheduler: &str, workload: &str, n: usize| {
+        results
+            .iter()
+            .find(|r| r.scheduler == scheduler && r.workload == workload && r.n == n)
+    };
+    let mut schedulers: Vec<&str> = Vec::new();
+    for r in results {
+        if !schedulers.contains(&r.scheduler.as_str()) {
+            schedulers.push(&r.scheduler);
+        }
+    }
+    let others: Vec<&str> = schedulers
+        .iter()
+        .copied()
+        .filter(|s| *s != "seed-simple" && *s != "seed-flow")
+        .collect();
+    let time = |r: Option<&WanResult>, f: fn(&WanResult) -> f64| {
+        r.map_or("–".to_string(), |r| format!("{:.2}", f(r) * speedup))
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "–".to_string(),
+    };
+    let mut out = String::new();
+    for (workload, title, paper) in [
+        ("pairs", "Table 2 (pairs)", &PAPER_PAIRS[..]),
+        ("cascade", "Table 3 (cascade)", &PAPER_CASCADE[..]),
+    ] {
+        if !results.iter().any(|r| r.workload == workload) {
+            continue;
+        }
+        out.push_str(&format!(
+            "{title}: execution time mean / sd (s), ours ×{speedup}\n\n| n | paper SIMPLE | paper FLOW | paper FLOW/SIMPLE | seed-simple | seed-flow | FLOW/SIMPLE |"
+        ));
+        for s in &others {
+            out.push_str(&format!(" {s} | {s}/seed-flow |"));
+        }
+        out.push_str("\n|---|---|---|---|---|---|---|");
+        out.push_str(&"---|---|".repeat(others.len()));
+        out.push('\n');
+        for &(n, simple, flow) in paper {
+            let (ours_simple, ours_flow) = (
+                find("seed-simple", workload, n),
+                find("seed-flow", workload, n),
+            );
+            let with_sd = |r: Option<&WanResult>| {
+                r.map_or("–".to_string(), |r| {
+                    format!(
+                        "{:.2} / {:.2}",
+                        r.exec_mean_s * speedup,
+                        r.exec_sd_s * speedup
+                    )
+                })
+            };
+            out.push_str(&format!(
+                "| {n} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {} | {} | {} |",
+                simple[0],
+                simple[1],
+                flow[0],
+                flow[1],
+                flow[0] / simple[0],
+                with_sd(ours_simple),
+                with_sd(ours_flow),
+                ratio(
+                    ours_flow.map(|r| r.exec_mean_s),
+                    ours_simple.map(|r| r.exec_mean_s)
+                ),
+            ));
+            for s in &others {
+                let r = find(s, workload, n);
+                out.push_str(&format!(
+                    " {} | {} |",
+                    with_sd(r),
+                    ratio(r.map(|r| r.exec_mean_s), ours_flow.map(|r| r.exec_mean_s))
+                ));
+            }
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "\n{title}: total communication / computation time (s), ours ×{speedup}\n\n| n | paper SIMPLE comm | ours | paper FLOW comm | ours | paper SIMPLE comp | ours | paper FLOW comp | ours |\n|---|---|---|---|---|---|---|---|---|\n"
+        ));
+        for &(n, simple, flow) in paper {
+            let (s, f) = (
+                find("seed-simple", workload, n),
+                find("seed-flow", workload, n),
+            );
+            out.push_str(&format!(
+                "| {n} | {:.2} | {} | {:.2} | {} | {:.2} | {} | {:.2} | {} |\n",
+                simple[2],
+                time(s, |r| r.comm_total_s),
+                flow[2],
+                time(f, |r| r.comm_total_s),
+                simple[3],
+                time(s, |r| r.comp_total_s),
+                flow[3],
+                time(f, |r| r.comp_total_s),
+            ));
+        }
+        out.push('\n');
+    }
+    // Tables 4 and 5: the seed gives pairs over all sizes and the cascade at n = 300.
+    for (workload, title, paper, only) in [
+        (
+            "pairs",
+            "Table 4 (pairs, all n)",
+            PAPER_RATIOS_PAIRS,
+            None::<usize>,
+        ),
+        (
+            "cascade",
+            "Table 5 (cascade, n = 300)",
+            PAPER_RATIOS_CASCADE,
+            Some(300),
+        ),
+    ] {
+        let chosen: Vec<&WanResult> = results
+            .iter()
+            .filter(|r| r.workload == workload && only.is_none_or(|n| r.n == n))
+            .collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        out.push_str(&format!(
+            "{title}: server A's share of invocations, share of inter-server edges\n\n| scheduler | A | inter-server |\n|---|---|---|\n| paper SIMPLE | {:.1}% | {:.1}% |\n| paper FLOW | {:.1}% | {:.1}% |\n",
+            paper[0].0 * 100.0,
+            paper[0].1 * 100.0,
+            paper[1].0 * 100.0,
+            paper[1].1 * 100.0
+        ));
+        for s in &schedulers {
+            let rows: Vec<&&WanResult> = chosen.iter().filter(|r| r.scheduler == *s).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let count = rows.len() as f64;
+            let a = rows
+                .iter()
+                .map(|r| r.server_ratio.get("a").copied().unwrap_or(0.0))
+                .sum::<f64>()
+                / count;
+            let inter = rows.iter().map(|r| r.inter_server_ratio).sum::<f64>() / count;
+            out.push_str(&format!(
+                "| {s} | {:.1}% | {:.1}% |\n",
+                a * 100.0,
+                inter * 100.0
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use ninf::grid::{Plan, TaskPlan};
+
+    fn result(
+        scheduler: &str,
+        workload: &str,
+        n: usize,
+        exec: f64,
+        a: f64,
+        inter: f64,
+    ) -> WanResult {
+        WanResult {
+            profile: "paper".into(),
+            scheduler: scheduler.into(),
+            workload: workload.into(),
+            n,
+            trials: 10,
+            exec_mean_s: exec,
+            exec_sd_s: 0.5,
+            comm_total_s: 2.0,
+            comp_total_s: 1.0,
+            server_ratio: [("a".to_string(), a), ("b".to_string(), 1.0 - a)].into(),
+            inter_server_ratio: inter,
+            predicted_makespan_s: exec,
+            task_time_error: 0.1,
+            max_abs_error: 0.0,
+        }
+    }
+
+    #[test]
+    fn paper_tables_put_our_ratios_next_to_the_seeds() {
+        let results = vec![
+            result("seed-simple", "pairs", 700, 20.0, 0.8, 0.4),
+            result("seed-flow", "pairs", 700, 10.0, 0.8, 0.0),
+            result("search", "pairs", 700, 9.0, 0.6, 0.0),
+            result("seed-simple", "pairs", 100, 4.0, 0.6, 0.2),
+            result("seed-simple", "cascade", 300, 8.0, 0.5, 0.5),
+            result("seed-flow", "cascade", 300, 6.0, 0.75, 1.0 / 6.0),
+        ];
+        let text = paper_tables(&results, 5.0);
+        // n = 700: ours ×5 with sd, FLOW/SIMPLE 10/20, search over seed-flow 9/10.
+        assert!(
+            text.contains(
+                "| 700 | 131.05 / 14.13 | 67.98 / 11.35 | 0.52 | 100.00 / 2.50 | 50.00 / 2.50 | 0.50 | 45.00 / 2.50 | 0.90 |"
+            ),
+            "{text}"
+        );
+        // A size that one scheduler did not run shows a dash, not a made-up number.
+        assert!(
+            text.contains(
+                "| 100 | 14.84 / 4.83 | 8.74 / 6.03 | 0.59 | 20.00 / 2.50 | – | – | – | – |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| 700 | 309.65 | 10.00 | 119.64 | 10.00 | 90.19 | 5.00 | 102.90 | 5.00 |"
+            ),
+            "{text}"
+        );
+        // Table 4 averages every size: seed-simple A (0.8 + 0.6) / 2, split (0.4 + 0.2) / 2.
+        assert!(text.contains("| seed-simple | 70.0% | 30.0% |"), "{text}");
+        assert!(text.contains("| paper SIMPLE | 72.8% | 53.9% |"), "{text}");
+        // Table 5 is the cascade at n = 300 only.
+        assert!(text.contains("| seed-flow | 75.0% | 16.7% |"), "{text}");
+        assert!(text.contains("| paper FLOW | 58.6% | 20.0% |"), "{text}");
+    }
+
+    fn task(server: &str, predicted: f64, actual: (f64, f64), compute: f64) -> TaskPlan {
+        TaskPlan {
+            label: "t".into(),
+            function: "f".into(),
+            server: server.into(),
+            predicted_start: 0.0,
+            predicted_finish: predicted,
+            actual_start: actual.0,
+            actual_finish: actual.1,
+            compute_seconds: compute,
+            queue_seconds: 0.5,
+            ..TaskPlan::default()
+        }
+    }
+
+    #[test]
+    fn results_count_shares_times_and_prediction_errors_from_the_trace() {
+        // Two trials of a two-task graph. Trial 1: both on A, 4 s; trial 2: split, 6 s.
+        let run = |servers: [&str; 2], exec: f64, inter: f64| WorkloadRun {
+            plan: Plan {
+                tasks: vec![
+                    task(servers[0], 2.0, (0.0, 4.0), 1.0),
+                    task(servers[1], 3.0, (1.0, 2.0), 0.2),
+                ],
+                inter_server_ratio: inter,
+                predicted_makespan: 3.5,
+                ..Plan::default()
+            },
+            exec_seconds: exec,
+            max_abs_error: 0.0,
+        };
+        let runs = vec![
+            run(["10.77.2.2:7001", "10.77.2.2:7001"], 4.0, 0.0),
+            run(["10.77.2.2:7001", "10.77.3.2:7001"], 6.0, 1.0),
+        ];
+        let summary = Summary::of("flow", "pairs", 100, &runs);
+        assert_eq!(summary.exec_s, 5.0);
+        assert_eq!(summary.exec_sd_s, 1.0);
+        // Communication: (4 - 1 - 0.5) + (1 - 0.2 - 0.5) per trial; computation 1.2.
+        assert!((summary.comm_total_s - 2.8).abs() < 1e-12);
+        assert!((summary.comp_total_s - 1.2).abs() < 1e-12);
+        assert_eq!(summary.inter_server_ratio, 0.5);
+        let sites = [
+            ("a".to_string(), "10.77.2.2".to_string()),
+            ("b".to_string(), "10.77.3.2".to_string()),
+        ];
+        let result = WanResult::of("paper", &summary, &runs, &sites);
+        assert_eq!(result.server_ratio["a"], 0.75);
+        assert_eq!(result.server_ratio["b"], 0.25);
+        // Finish errors: |2 - 4| / 4 and |3 - 2| / 2, in both trials.
+        assert!((result.task_time_error - 0.5).abs() < 1e-12);
+        assert_eq!(result.predicted_makespan_s, 3.5);
+    }
+}

@@ -282,6 +282,14 @@ enum TestbedAction {
 
 #[derive(Subcommand)]
 enum ExperimentKind {
+    /// Seed 004's Tables 2-5 next to ours, from the JSON lines `wan` wrote.
+    Tables {
+        /// A results.jsonl written by `ninf experiment wan --out`.
+        results: PathBuf,
+        /// The profile the results were measured on (for its speedup).
+        #[arg(long, default_value = "paper")]
+        profile: String,
+    },
     /// Seed 004's experiment: the pairs and cascade workloads under each scheduler.
     Wan {
         #[arg(long, default_value = "paper")]
@@ -653,6 +661,23 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Experiment { kind } => match kind {
+            ExperimentKind::Tables { results, profile } => {
+                let text = std::fs::read_to_string(&results)
+                    .with_context(|| format!("cannot read {}", results.display()))?;
+                let parsed: Vec<ninf_cli::experiment::WanResult> = text
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| !l.trim().is_empty())
+                    .map(|(i, l)| {
+                        serde_json::from_str(l).with_context(|| {
+                            format!("{}:{}: not a result line", results.display(), i + 1)
+                        })
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+                let speedup = ninf_cli::testbed::Profile::load(&profile)?.speedup;
+                print!("{}", ninf_cli::experiment::paper_tables(&parsed, speedup));
+                Ok(())
+            }
             ExperimentKind::Wan {
                 profile,
                 scheduler,
@@ -669,7 +694,7 @@ fn main() -> anyhow::Result<()> {
                     .map(std::path::Path::to_path_buf)
                     .unwrap_or_default();
                 let options = ninf_cli::experiment::WanOptions {
-                    profile,
+                    profile: profile.clone(),
                     schedulers: scheduler,
                     workloads: workload,
                     sizes,
@@ -689,6 +714,11 @@ fn main() -> anyhow::Result<()> {
                     std::fs::write(
                         dir.join("results.md"),
                         ninf_cli::experiment::markdown(&results),
+                    )?;
+                    let speedup = ninf_cli::testbed::Profile::load(&profile)?.speedup;
+                    std::fs::write(
+                        dir.join("paper-tables.md"),
+                        ninf_cli::experiment::paper_tables(&results, speedup),
                     )?;
                     for path in ninf_cli::experiment::plot(&results, &dir)? {
                         eprintln!("wrote {}", path.display());
