@@ -46,6 +46,13 @@ pub struct ProxyConfig {
     /// well under the servers' `storage.lease_seconds`.
     #[serde(default = "default_renew_seconds")]
     pub lease_renew_seconds: f64,
+    /// Transactions one client (by address) may run at once; more are refused.
+    #[serde(default = "default_per_client")]
+    pub max_transactions_per_client: usize,
+}
+
+fn default_per_client() -> usize {
+    32
 }
 
 fn default_renew_seconds() -> f64 {
@@ -88,6 +95,7 @@ impl ProxyConfig {
             connections_per_server: default_connections(),
             max_request_bytes: default_max_request(),
             lease_renew_seconds: default_renew_seconds(),
+            max_transactions_per_client: default_per_client(),
         }
     }
 

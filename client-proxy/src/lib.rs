@@ -8,6 +8,7 @@
 //!
 //! [`Proxy`] holds the state and runs graphs; [`service`] is its gRPC shell; [`run`] serves it.
 
+pub mod admission;
 pub mod config;
 pub mod links;
 pub mod run_state;
@@ -61,6 +62,8 @@ pub struct Proxy {
     metaserver: Channel,
     links: Mutex<LinkRecord>,
     servers: Mutex<HashMap<String, ServerConnection>>,
+    /// Transactions running per client.
+    pub admission: Arc<admission::ClientAdmission>,
 }
 
 fn lazy_channel(address: &str) -> Result<Channel, Status> {
@@ -87,6 +90,7 @@ impl Proxy {
         let metaserver = lazy_channel(&config.metaserver)?;
         Ok(Arc::new(Proxy {
             links: Mutex::new(LinkRecord::new(config.link_history)),
+            admission: admission::ClientAdmission::new(config.max_transactions_per_client),
             config,
             name,
             metaserver,
