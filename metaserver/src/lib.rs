@@ -422,7 +422,12 @@ impl Metaserver {
             if !state.running.remove(&report.graph_id) {
                 return Err(MetaserverError::UnknownGraph(report.graph_id));
             }
-            state.planner.finish(report.graph_id, now);
+            let times: Vec<(usize, f64, f64)> = report
+                .tasks
+                .iter()
+                .map(|t| (t.task as usize, t.start, t.finish))
+                .collect();
+            state.planner.finish(report.graph_id, now, &times);
         }
         let actuals: Vec<ActualRecord> = report
             .tasks

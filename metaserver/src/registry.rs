@@ -35,6 +35,8 @@ pub struct ServerEntry {
     pub load: VecDeque<f64>,
     /// The latest sample as received, for status.
     pub latest: Option<v1::LoadSample>,
+    /// When the latest load sample arrived (Unix seconds).
+    pub load_sampled_at: Option<f64>,
 }
 
 /// Servers and monitoring history.
@@ -92,6 +94,7 @@ impl Registry {
             last_heartbeat: now,
             load: VecDeque::new(),
             latest: None,
+            load_sampled_at: None,
         };
         match self.by_address.get(address) {
             Some(&i) => {
@@ -129,6 +132,7 @@ impl Registry {
                 server.load.pop_front();
             }
             server.latest = Some(*sample);
+            server.load_sampled_at = Some(now);
         }
         true
     }

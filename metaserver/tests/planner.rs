@@ -64,7 +64,7 @@ fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
         "server 0 is still running graph 1's task"
     );
     // Once graph 1 reports its end, server 0 is free again.
-    planner.finish(1, 1.6);
+    planner.finish(1, 1.6, &[(0, 0.0, 0.55)]);
     assert!(planner.active().is_empty());
     let third = planner
         .plan(&registry, &graph, &[], simple.as_mut(), 1.7)
@@ -76,4 +76,45 @@ fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
         .plan(&registry, &graph, &[], simple.as_mut(), 4.9)
         .unwrap();
     assert_eq!(later.servers, vec![0]);
+}
+
+#[test]
+fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
+    // Server a:1 reports a load of 1 at t = 2: graph 1's task, placed at t = 1, which
+    // really ran from 1.2 to 2.5. At t = 2.6 graph 1 has ended: the stale sample must not
+    // keep a:1 looking busy, so the next mmul goes to a:1 again (its id is lower on a tie).
+    let mut registry = registry();
+    let link = Link {
+        throughput: 1e9,
+        latency: 1e-4,
+    };
+    let mut planner = Planner::new(PredictorKind::LatestSample, link);
+    let graph = one_mmul();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let first = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
+    assert_eq!(first.servers, vec![0]);
+    planner.record(1, &graph, &first, &registry, 1.0);
+    let busy = v1::LoadSample {
+        running_jobs: 1,
+        ..Default::default()
+    };
+    assert!(registry.heartbeat("a:1", Some(&busy), 2.0));
+    // While graph 1 runs, a:1 is busy with it: b:1 wins.
+    let during = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 2.2)
+        .unwrap();
+    assert_eq!(during.servers, vec![1]);
+    planner.finish(1, 2.6, &[(0, 0.2, 1.5)]);
+    let after = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 2.6)
+        .unwrap();
+    assert_eq!(after.servers, vec![0], "the sample's job has ended");
+    // Load nobody here placed stays: another sample of 1 job at t = 3 keeps a:1 busy.
+    assert!(registry.heartbeat("a:1", Some(&busy), 3.0));
+    let foreign = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 3.1)
+        .unwrap();
+    assert_eq!(foreign.servers, vec![1]);
 }

@@ -225,6 +225,14 @@ impl LoadPredictor {
         self.base_load.get(server).copied().unwrap_or(0.0) + f64::from(placed)
     }
 
+    /// Takes `jobs` out of a server's measured load (never below zero): jobs the caller knows
+    /// better than the sample did, because they have ended or are recorded as placements.
+    pub fn discount_load(&mut self, server: ServerId, jobs: f64) {
+        if let Some(load) = self.base_load.get_mut(server) {
+            *load = (*load - jobs).max(0.0);
+        }
+    }
+
     /// Transfers recorded on the path from `from` to `to` that are moving at `at`.
     pub fn transfers_at(&self, from: Location, to: Location, at: f64) -> usize {
         self.by_path.get(&(from, to)).map_or(0, |list| {
