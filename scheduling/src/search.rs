@@ -111,61 +111,50 @@ impl Scheduler for LocalSearch {
                 best = Some((servers, makespan));
             }
         }
-        let Some((mut servers, mut makespan)) = best else {
+        let Some((servers, makespan)) = best else {
             return Ok(finish_schedule(graph, order, Vec::new(), predictor));
         };
         let rank = upward_ranks(graph, &prepared, grid, predictor);
         let by_rank = rank_order(&prepared, &rank);
-        let mut left = budget(graph.tasks.len());
+        let mut trial = Trial {
+            graph,
+            prepared: &prepared,
+            servers,
+            makespan,
+            left: budget(graph.tasks.len()),
+        };
         let mut improved = true;
-        while improved && left > 0 {
+        while improved && trial.left > 0 {
             improved = false;
             for &t in &by_rank {
-                let current = servers[t];
+                let current = trial.servers[t];
                 for &s in &prepared.capable[prepared.function_of[t]] {
-                    if s == current || left == 0 {
-                        continue;
-                    }
-                    servers[t] = s;
-                    left -= 1;
-                    let m = evaluate(graph, order, predecessors, &servers, predictor);
-                    if m < makespan * (1.0 - MIN_GAIN) {
-                        makespan = m;
+                    if s != current && trial.left > 0 && trial.try_move(&[(t, s)], predictor) {
                         improved = true;
                         break;
                     }
-                    servers[t] = current;
                 }
             }
             // Both ends of an edge together: a producer and its consumer that are each
             // better where they are alone may be better elsewhere as a pair.
             for edge in &graph.edges {
                 let (u, v) = (edge.from, edge.to);
-                let (cu, cv) = (servers[u], servers[v]);
                 for s in 0..grid.servers.len() {
-                    if left == 0 || (cu == s && cv == s) {
-                        continue;
-                    }
-                    if !(prepared.serves[prepared.function_of[u]][s]
-                        && prepared.serves[prepared.function_of[v]][s])
+                    let already = trial.servers[u] == s && trial.servers[v] == s;
+                    let serves = prepared.serves[prepared.function_of[u]][s]
+                        && prepared.serves[prepared.function_of[v]][s];
+                    if trial.left > 0
+                        && !already
+                        && serves
+                        && trial.try_move(&[(u, s), (v, s)], predictor)
                     {
-                        continue;
-                    }
-                    servers[u] = s;
-                    servers[v] = s;
-                    left -= 1;
-                    let m = evaluate(graph, order, predecessors, &servers, predictor);
-                    if m < makespan * (1.0 - MIN_GAIN) {
-                        makespan = m;
                         improved = true;
                         break;
                     }
-                    servers[u] = cu;
-                    servers[v] = cv;
                 }
             }
-            for cluster in clusters(graph, &servers) {
-                let current = servers[cluster[0]];
+            for cluster in clusters(graph, &trial.servers) {
+                let current = trial.servers[cluster[0]];
                 let targets: Vec<ServerId> = (0..grid.servers.len())
                     .filter(|&s| {
                         s != current
@@ -175,79 +164,85 @@ impl Scheduler for LocalSearch {
                     })
                     .collect();
                 for s in targets {
-                    if left == 0 {
+                    if trial.left == 0 {
                         break;
                     }
-                    for &t in &cluster {
-                        servers[t] = s;
-                    }
-                    left -= 1;
-                    let m = evaluate(graph, order, predecessors, &servers, predictor);
-                    if m < makespan * (1.0 - MIN_GAIN) {
-                        makespan = m;
+                    let moves: Vec<(TaskId, ServerId)> = cluster.iter().map(|&t| (t, s)).collect();
+                    if trial.try_move(&moves, predictor) {
                         improved = true;
                         break;
-                    }
-                    for &t in &cluster {
-                        servers[t] = current;
                     }
                 }
             }
             // Stuck: any two tasks to any two servers, the critical ones first, for as long
             // as the budget lasts (it covers every pair on small graphs).
             if !improved {
-                improved = pair_moves(
-                    graph,
-                    &prepared,
-                    &by_rank,
-                    &mut servers,
-                    &mut makespan,
-                    &mut left,
-                    predictor,
-                );
+                improved = trial.pair_moves(&by_rank, predictor);
             }
         }
-        Ok(finish_schedule(graph, order, servers, predictor))
+        Ok(finish_schedule(graph, order, trial.servers, predictor))
     }
 }
 
-/// Tries moving two tasks at once; keeps the first move that shortens the makespan.
-fn pair_moves(
-    graph: &TaskGraph,
-    prepared: &Prepared,
-    by_rank: &[TaskId],
-    servers: &mut [ServerId],
-    makespan: &mut f64,
-    left: &mut usize,
-    predictor: &mut dyn Predictor,
-) -> bool {
-    let (order, predecessors) = (&prepared.order, &prepared.predecessors);
-    for (i, &t) in by_rank.iter().enumerate() {
-        for &u in &by_rank[i + 1..] {
-            let (ct, cu) = (servers[t], servers[u]);
-            for &st in &prepared.capable[prepared.function_of[t]] {
-                for &su in &prepared.capable[prepared.function_of[u]] {
-                    if st == ct || su == cu {
-                        continue;
+/// One search's assignment, its predicted makespan, and the whole-graph timings it may
+/// still spend.
+struct Trial<'a> {
+    graph: &'a TaskGraph,
+    prepared: &'a Prepared,
+    servers: Vec<ServerId>,
+    makespan: f64,
+    left: usize,
+}
+
+impl Trial<'_> {
+    /// Moves each listed task to its server and times the graph; keeps the move if the
+    /// makespan drops, and undoes it otherwise.
+    fn try_move(&mut self, moves: &[(TaskId, ServerId)], predictor: &mut dyn Predictor) -> bool {
+        let before: Vec<ServerId> = moves.iter().map(|&(t, _)| self.servers[t]).collect();
+        for &(t, s) in moves {
+            self.servers[t] = s;
+        }
+        self.left = self.left.saturating_sub(1);
+        let m = evaluate(
+            self.graph,
+            &self.prepared.order,
+            &self.prepared.predecessors,
+            &self.servers,
+            predictor,
+        );
+        if m < self.makespan * (1.0 - MIN_GAIN) {
+            self.makespan = m;
+            return true;
+        }
+        for (&(t, _), s) in moves.iter().zip(before) {
+            self.servers[t] = s;
+        }
+        false
+    }
+
+    /// Tries moving two tasks at once; keeps the first move that shortens the makespan.
+    fn pair_moves(&mut self, by_rank: &[TaskId], predictor: &mut dyn Predictor) -> bool {
+        let prepared = self.prepared;
+        for (i, &t) in by_rank.iter().enumerate() {
+            for &u in &by_rank[i + 1..] {
+                let (ct, cu) = (self.servers[t], self.servers[u]);
+                for &st in &prepared.capable[prepared.function_of[t]] {
+                    for &su in &prepared.capable[prepared.function_of[u]] {
+                        if st == ct || su == cu {
+                            continue;
+                        }
+                        if self.left == 0 {
+                            return false;
+                        }
+                        if self.try_move(&[(t, st), (u, su)], predictor) {
+                            return true;
+                        }
                     }
-                    if *left == 0 {
-                        return false;
-                    }
-                    servers[t] = st;
-                    servers[u] = su;
-                    *left -= 1;
-                    let m = evaluate(graph, order, predecessors, servers, predictor);
-                    if m < *makespan * (1.0 - MIN_GAIN) {
-                        *makespan = m;
-                        return true;
-                    }
-                    servers[t] = ct;
-                    servers[u] = cu;
                 }
             }
         }
+        false
     }
-    false
 }
 
 /// The best assignment by trying them all (for tests on small graphs): at most `limit`
