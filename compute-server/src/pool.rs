@@ -172,6 +172,8 @@ pub struct ExecutablePool {
     size: usize,
     running: AtomicUsize,
     spawned: AtomicUsize,
+    /// Executables killed because a call failed midway (and replaced).
+    replaced: AtomicUsize,
     /// Process ids of executables running a call right now.
     busy: std::sync::Mutex<Vec<u32>>,
 }
@@ -196,6 +198,7 @@ impl ExecutablePool {
             size: size.max(1),
             running: AtomicUsize::new(0),
             spawned: AtomicUsize::new(0),
+            replaced: AtomicUsize::new(0),
             busy: std::sync::Mutex::new(Vec::new()),
         });
         let mut started = Vec::new();
@@ -226,6 +229,13 @@ impl ExecutablePool {
     /// Processes started since the pool was created (warm ones and replacements).
     pub fn spawned(&self) -> usize {
         self.spawned.load(Ordering::Relaxed)
+    }
+
+    /// Executables killed and replaced because a call failed midway (a crash, a timeout,
+    /// a cancelled call). Extra processes let go after a burst of time-shared jobs are not
+    /// counted.
+    pub fn replaced(&self) -> usize {
+        self.replaced.load(Ordering::Relaxed)
     }
 
     /// Process ids of the executables running a call now.
@@ -431,6 +441,7 @@ impl Drop for Checkout<'_> {
         if let Some(mut process) = self.process.take() {
             // Not finished: the call failed midway, so the process cannot be trusted.
             let _ = process.child.start_kill();
+            self.pool.replaced.fetch_add(1, Ordering::Relaxed);
             match self.pool.spawn() {
                 Ok(fresh) => self.pool.give_back(fresh),
                 Err(e) => {
