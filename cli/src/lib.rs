@@ -1,9 +1,10 @@
 //! The `ninf` command's library: the embedded local grid ([`embedded`]), the seed's workloads
 //! ([`workloads`]), the demo that runs them under several schedulers ([`demo`]), and the
 //! shell-friendly call ([`quick_call`]), the gang scheduler's benchmarks ([`gang_bench`]), and
-//! the scheduling simulator's front end ([`simulate`]), and the benchmark of the metaserver's
-//! schedulers on random task graphs ([`dag_bench`]).
+//! the scheduling simulator's front end ([`simulate`]), the benchmark of the metaserver's
+//! schedulers on random task graphs ([`dag_bench`]), and fault injection ([`chaos`]).
 
+pub mod chaos;
 pub mod dag_bench;
 pub mod demo;
 pub mod embedded;

@@ -140,6 +140,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Fault injection: a grid of real processes runs a stream of transactions while its
+    /// compute servers are killed with SIGKILL and restarted, one after another; fails unless
+    /// every transaction completes with exact results and nothing is left behind.
+    Chaos {
+        #[arg(long, default_value_t = 50)]
+        transactions: usize,
+        /// Transactions in flight at once.
+        #[arg(long, default_value_t = 3)]
+        concurrency: usize,
+        /// Seconds between kills.
+        #[arg(long, default_value_t = 1.0)]
+        kill_every: f64,
+        /// Seconds a killed server stays down.
+        #[arg(long, default_value_t = 0.5)]
+        down: f64,
+        /// Emulated processor slowdown of the servers (calls last long enough to be hit).
+        #[arg(long, default_value_t = 400.0)]
+        cpu_slowdown: f64,
+        #[arg(long)]
+        json: bool,
+    },
     /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
     Testbed {
         #[command(subcommand)]
@@ -734,6 +755,42 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         },
+        Command::Chaos {
+            transactions,
+            concurrency,
+            kill_every,
+            down,
+            cpu_slowdown,
+            json,
+        } => {
+            let bin_dir = std::env::current_exe()?
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            let report = ninf_cli::chaos::run(&ninf_cli::chaos::ChaosOptions {
+                bin_dir,
+                transactions,
+                concurrency,
+                kill_every_seconds: kill_every,
+                down_seconds: down,
+                cpu_slowdown,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", ninf_cli::chaos::render(&report));
+            }
+            if !report.clean() {
+                anyhow::bail!(
+                    "the grid lost, corrupted or leaked something under faults: {} lost, {} mismatched, {} bytes and {} processes left",
+                    report.lost,
+                    report.mismatched,
+                    report.leaked_bytes,
+                    report.leaked_processes
+                );
+            }
+            Ok(())
+        }
         Command::ExperimentClient {
             proxy,
             metaserver,

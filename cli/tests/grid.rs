@@ -26,7 +26,15 @@ fn ensure_executables() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
         let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo.args(["build", "-q", "-p", "ninf-routines", "--bins"]);
+        cargo.args([
+            "build",
+            "-q",
+            "-p",
+            "ninf-routines",
+            "-p",
+            "ninf-compute-server",
+            "--bins",
+        ]);
         if binaries().ends_with("release") {
             cargo.arg("--release");
         }
@@ -503,4 +511,169 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
         "{plan}"
     );
     grid.assert_no_leftovers();
+}
+
+/// A compute server in its own process, registered with the grid's metaserver, that a test
+/// can kill with SIGKILL.
+struct ExternalServer {
+    child: std::process::Child,
+    address: String,
+}
+
+impl ExternalServer {
+    fn start(grid: &TestGrid, modules: &[&str]) -> ExternalServer {
+        use std::io::BufRead;
+        let dir = grid._dir.path();
+        let config = dir.join(format!("external-{}.toml", modules.join("-")));
+        let mut text = format!(
+            "listen = \"127.0.0.1:0\"\nmetaserver = \"{}\"\nprocessors = 4\n",
+            grid.grid().endpoints.metaserver
+        );
+        for name in modules {
+            let m = module(name);
+            text.push_str(&format!(
+                "\n[[modules]]\nexecutable = \"{}\"\nidl = \"{}\"\n",
+                m.executable.display(),
+                m.idl.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
+        let mut child = std::process::Command::new(binaries().join("ninf-server"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--no-benchmark")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        ExternalServer { child, address }
+    }
+
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ExternalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A grid of one in-process server and one external server that has registered (and whose
+/// path the proxy has measured), with heartbeats slow to time out, so the metaserver still
+/// places tasks on the external one after it is killed.
+fn grid_with_external_server(modules: &[&str]) -> (TestGrid, ExternalServer) {
+    let grid = TestGrid::start(vec![1], |o| {
+        o.heartbeat_seconds = 0.2;
+        o.heartbeat_timeout_seconds = 60.0;
+    });
+    let external = ExternalServer::start(&grid, modules);
+    grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    grid.runtime
+        .block_on(grid.grid().proxy.probe_servers(Duration::ZERO))
+        .unwrap();
+    (grid, external)
+}
+
+#[test]
+fn tasks_of_a_killed_server_run_again_on_a_live_one_with_the_same_results() {
+    let (grid, mut external) = grid_with_external_server(&["linpack", "selftest"]);
+    let local = grid.grid().endpoints.servers[0].clone();
+    external.kill();
+    let n = 24usize;
+    let a = matrix(n, 3);
+    let b = matrix(n, 4);
+    // A chain and two independent products, spread over both servers by round-robin.
+    let mut outputs = vec![vec![0.0; n * n]; 3];
+    let plan = {
+        let [first, second, third] = &mut outputs[..] else {
+            unreachable!()
+        };
+        grid.client("round-robin")
+            .transaction(|tx| {
+                let (ha, hb) = (tx.input(&a), tx.input(&b));
+                let ab = tx.buffer(first);
+                let ab_b = tx.buffer(second);
+                let ba = tx.buffer(third);
+                let n = TxArg::from(n as i32);
+                tx.call("mmul", &[n.clone(), ha.into(), hb.into(), ab.into()])?;
+                tx.call("mmul", &[n.clone(), ab.into(), hb.into(), ab_b.into()])?;
+                tx.call("mmul", &[n, hb.into(), ha.into(), ba.into()])?;
+                Ok(())
+            })
+            .unwrap()
+    };
+    let ab = local_mmul(n, &a, &b);
+    assert_eq!(outputs[0], ab);
+    assert_eq!(outputs[1], local_mmul(n, &ab, &b));
+    assert_eq!(outputs[2], local_mmul(n, &b, &a));
+    assert!(
+        plan.tasks_retried >= 1,
+        "round-robin placed nothing on the dead server: {plan}"
+    );
+    assert!(
+        plan.tasks
+            .iter()
+            .all(|t| t.server == local && t.server != external.address),
+        "every call ends on the live server: {plan}"
+    );
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn a_routine_no_live_server_offers_fails_the_transaction_by_name_and_nothing_is_left() {
+    // Only the external server offers `ddot` (module vector).
+    let (grid, mut external) = grid_with_external_server(&["linpack", "vector"]);
+    external.kill();
+    let n = 6usize;
+    let a = matrix(n, 7);
+    let mut product = vec![0.0; n * n];
+    let mut dot = vec![0.0; 1];
+    let error = grid
+        .client("round-robin")
+        .transaction(|tx| {
+            let ha = tx.input(&a);
+            let c = tx.buffer(&mut product);
+            let r = tx.buffer(&mut dot);
+            tx.call(
+                "mmul",
+                &[TxArg::from(n as i32), ha.into(), ha.into(), c.into()],
+            )?;
+            tx.call(
+                "ddot",
+                &[TxArg::from((n * n) as i32), c.into(), c.into(), r.into()],
+            )?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("cannot run: no healthy server offers `ddot` any more"),
+        "{}",
+        error.message
+    );
+    assert!(error.message.contains("task 1"), "{}", error.message);
+    // The product kept for `ddot` was deleted, and the live server still serves.
+    grid.assert_no_leftovers();
+    let mut c = vec![0.0; n * n];
+    grid.client("flow")
+        .call(
+            "mmul",
+            &mut [(n as i32).into(), (&a).into(), (&a).into(), (&mut c).into()],
+        )
+        .unwrap();
+    assert_eq!(c, local_mmul(n, &a, &a));
 }

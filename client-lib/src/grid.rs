@@ -524,6 +524,10 @@ pub struct Plan {
     pub inter_server_ratio: f64,
     /// Seconds the proxy waited for the metaserver's placement.
     pub schedule_seconds: f64,
+    /// Calls the proxy issued again after a server failed or lost an input.
+    pub tasks_retried: u32,
+    /// Finished calls run again because their kept outputs were lost with a server.
+    pub regenerated: u32,
 }
 
 impl Plan {
@@ -560,6 +564,8 @@ impl Plan {
             actual_makespan: reply.actual_makespan,
             inter_server_ratio: reply.inter_server_ratio,
             schedule_seconds: reply.schedule_seconds,
+            tasks_retried: reply.tasks_retried,
+            regenerated: reply.regenerated,
         }
     }
 

@@ -6,6 +6,8 @@
 //! probe_seconds = 5.0
 //! probe_bytes = 1048576
 //! max_in_flight_per_server = 16
+//! task_retries = 4
+//! retry_backoff_seconds = 0.25
 //! ```
 
 use std::path::Path;
@@ -49,6 +51,28 @@ pub struct ProxyConfig {
     /// Transactions one client (by address) may run at once; more are refused.
     #[serde(default = "default_per_client")]
     pub max_transactions_per_client: usize,
+    /// Times one task is issued again after its server failed or lost one of its inputs,
+    /// before its transaction fails.
+    #[serde(default = "default_task_retries")]
+    pub task_retries: u32,
+    /// Wait before a task's first retry; it doubles with each further retry.
+    #[serde(default = "default_retry_backoff")]
+    pub retry_backoff_seconds: f64,
+    /// Longest wait between retries.
+    #[serde(default = "default_retry_backoff_max")]
+    pub retry_backoff_max_seconds: f64,
+}
+
+fn default_task_retries() -> u32 {
+    4
+}
+
+fn default_retry_backoff() -> f64 {
+    0.25
+}
+
+fn default_retry_backoff_max() -> f64 {
+    5.0
 }
 
 fn default_per_client() -> usize {
@@ -96,6 +120,9 @@ impl ProxyConfig {
             max_request_bytes: default_max_request(),
             lease_renew_seconds: default_renew_seconds(),
             max_transactions_per_client: default_per_client(),
+            task_retries: default_task_retries(),
+            retry_backoff_seconds: default_retry_backoff(),
+            retry_backoff_max_seconds: default_retry_backoff_max(),
         }
     }
 

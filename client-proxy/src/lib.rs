@@ -10,28 +10,27 @@
 
 pub mod admission;
 pub mod config;
+mod execution;
 pub mod links;
+pub mod recovery;
 pub mod run_state;
 pub mod service;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use ninf_proto::v1;
 use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
 use tonic::transport::Channel;
 
 pub use config::ProxyConfig;
 use links::LinkRecord;
-use run_state::GraphRun;
 
 /// Largest reply a server may send the proxy (outputs of one call).
 const CALL_LIMIT: usize = 1 << 30;
@@ -75,14 +74,6 @@ fn lazy_channel(address: &str) -> Result<Channel, Status> {
         .initial_connection_window_size(HTTP2_WINDOW)
         .max_frame_size(HTTP2_FRAME)
         .connect_lazy())
-}
-
-/// One task's call as issued.
-struct Issued {
-    task: usize,
-    started: f64,
-    finished: f64,
-    result: Result<v1::CallReply, Status>,
 }
 
 impl Proxy {
@@ -219,20 +210,28 @@ impl Proxy {
             )));
         }
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
-        let renewals = self.spawn_renewals(&servers, &owner);
-        let outcome = self.execute(&graph, &arguments, &servers, &owner).await;
+        let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
+        let renewals = self.spawn_renewals(used.clone(), &owner);
+        let outcome = self
+            .execute(&graph, &arguments, &mut servers, &owner, &used)
+            .await;
         renewals.abort();
-        // Whatever happened, nothing the graph stored may stay behind.
-        let used: BTreeSet<&String> = servers.iter().collect();
-        for server in used {
+        // Whatever happened, nothing the graph stored may stay behind, on the servers first
+        // chosen or on those that took over after a fault.
+        let used: Vec<String> = Self::lock(&used).iter().cloned().collect();
+        for server in &used {
             self.delete_owner(server, &owner).await;
         }
+        let mut recovered = (0, 0);
         let (tasks, actuals, error, makespan) = match outcome {
             Ok(Executed {
                 mut reports,
                 actuals,
                 makespan,
+                retried,
+                regenerated,
             }) => {
+                recovered = (retried, regenerated);
                 for (task, report) in reports.iter_mut().enumerate() {
                     report.label = graph.tasks[task].label.clone();
                     report.function = graph.tasks[task].function.clone();
@@ -267,6 +266,8 @@ impl Proxy {
             actual_makespan: makespan,
             inter_server_ratio: placement.inter_server_ratio,
             schedule_seconds,
+            tasks_retried: recovered.0,
+            regenerated: recovered.1,
         })
     }
 
@@ -284,15 +285,26 @@ impl Proxy {
         }
     }
 
-    /// Renews `owner`'s leases on `servers` every `lease_renew_seconds` until aborted, so a
-    /// long graph keeps its intermediates while one whose proxy died loses them.
-    fn spawn_renewals(&self, servers: &[String], owner: &str) -> tokio::task::JoinHandle<()> {
-        let mut targets: Vec<(String, Channel)> = Vec::new();
-        for address in servers.iter().collect::<BTreeSet<_>>() {
-            if let Ok(connection) = self.server(address) {
-                targets.push((address.clone(), connection.channel()));
+    /// Renews `owner`'s leases on the servers in `used` (which grows when a server takes
+    /// over after a fault) every `lease_renew_seconds` until aborted, so a long graph keeps
+    /// its intermediates while one whose proxy died loses them.
+    fn spawn_renewals(&self, used: UsedServers, owner: &str) -> tokio::task::JoinHandle<()> {
+        let connections: Mutex<HashMap<String, Channel>> = Mutex::default();
+        let connect = {
+            let servers = self.servers.lock().map(|s| s.clone()).unwrap_or_default();
+            move |address: &str| -> Option<Channel> {
+                let mut known = Self::lock(&connections);
+                if let Some(channel) = known.get(address) {
+                    return Some(channel.clone());
+                }
+                let channel = match servers.get(address) {
+                    Some(connection) => connection.channel(),
+                    None => lazy_channel(address).ok()?,
+                };
+                known.insert(address.to_string(), channel.clone());
+                Some(channel)
             }
-        }
+        };
         let owner = owner.to_string();
         let period = Duration::from_secs_f64(self.config.lease_renew_seconds.max(0.01));
         tokio::spawn(async move {
@@ -301,7 +313,11 @@ impl Proxy {
             ticker.tick().await;
             loop {
                 ticker.tick().await;
-                for (address, channel) in &targets {
+                let addresses: Vec<String> = Self::lock(&used).iter().cloned().collect();
+                let targets = addresses
+                    .into_iter()
+                    .filter_map(|a| connect(&a).map(|channel| (a, channel)));
+                for (address, channel) in targets {
                     let renewed = v1::storage_client::StorageClient::new(channel.clone())
                         .renew(v1::RenewRequest {
                             owner: owner.clone(),
@@ -314,248 +330,20 @@ impl Proxy {
             }
         })
     }
-
-    /// Issues the tasks in dependency order and collects what the client wants.
-    async fn execute(
-        &self,
-        graph: &v1::TaskGraph,
-        arguments: &[v1::TaskArguments],
-        servers: &[String],
-        owner: &str,
-    ) -> Result<Executed, Failed> {
-        let n = graph.tasks.len();
-        let start = Instant::now();
-        let mut actuals: Vec<v1::TaskActual> = Vec::new();
-        let fail = |status: Status, actuals: Vec<v1::TaskActual>| Failed {
-            status,
-            actuals,
-            makespan: start.elapsed().as_secs_f64(),
-        };
-        // Which producer output feeds each (task, parameter), and which outputs to keep.
-        let mut fed: Vec<Vec<(u32, usize, u32)>> = vec![Vec::new(); n];
-        let mut keep: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
-        for edge in &graph.edges {
-            let (from, to) = (edge.from_task as usize, edge.to_task as usize);
-            if from >= n || to >= n {
-                return Err(fail(
-                    Status::invalid_argument(format!(
-                        "an edge joins task {from} to task {to}, but the graph has {n} tasks"
-                    )),
-                    actuals,
-                ));
-            }
-            fed[to].push((edge.to_parameter, from, edge.from_parameter));
-            keep[from].insert(edge.from_parameter);
-        }
-        let returns: Vec<HashSet<u32>> = arguments
-            .iter()
-            .map(|a| a.returns.iter().copied().collect())
-            .collect();
-        let mut run = GraphRun::new(
-            n,
-            graph
-                .edges
-                .iter()
-                .map(|e| (e.from_task as usize, e.to_task as usize)),
-        );
-        let mut objects: HashMap<(usize, u32), v1::ObjectRef> = HashMap::new();
-        let mut reports: Vec<Option<v1::TaskReport>> = vec![None; n];
-        let mut calls: JoinSet<Issued> = JoinSet::new();
-        let mut failure: Option<Status> = None;
-        'run: loop {
-            for task in run.take_ready() {
-                let label = &graph.tasks[task].label;
-                let mut args = arguments[task].arguments.clone();
-                for &(parameter, from, from_parameter) in &fed[task] {
-                    let Some(slot) = args.get_mut(parameter as usize) else {
-                        failure = Some(Status::invalid_argument(format!(
-                            "task {task} (`{label}`) has {} arguments, but an edge feeds \
-                             parameter {parameter}",
-                            args.len()
-                        )));
-                        break 'run;
-                    };
-                    let Some(object) = objects.get(&(from, from_parameter)) else {
-                        failure = Some(Status::internal(format!(
-                            "task {from} finished without keeping parameter {from_parameter} \
-                             that task {task} (`{label}`) needs"
-                        )));
-                        break 'run;
-                    };
-                    *slot = v1::CallArgument {
-                        source: Some(v1::call_argument::Source::Object(object.clone())),
-                    };
-                }
-                let call = v1::CallRequest {
-                    function: graph.tasks[task].function.clone(),
-                    arguments: args,
-                    keep: keep[task].iter().copied().collect(),
-                    owner: owner.to_string(),
-                    timeout_seconds: 0.0,
-                };
-                let connection = match self.server(&servers[task]) {
-                    Ok(c) => c,
-                    Err(status) => {
-                        failure = Some(status);
-                        break 'run;
-                    }
-                };
-                calls.spawn(async move {
-                    let _slot = connection.slots.clone().acquire_owned().await;
-                    let started = start.elapsed().as_secs_f64();
-                    let result = v1::invoke_client::InvokeClient::new(connection.channel())
-                        .max_decoding_message_size(CALL_LIMIT)
-                        .max_encoding_message_size(CALL_LIMIT)
-                        .call(call)
-                        .await
-                        .map(tonic::Response::into_inner);
-                    Issued {
-                        task,
-                        started,
-                        finished: start.elapsed().as_secs_f64(),
-                        result,
-                    }
-                });
-            }
-            let Some(joined) = calls.join_next().await else {
-                break;
-            };
-            let issued = match joined {
-                Ok(issued) => issued,
-                Err(e) => {
-                    failure = Some(Status::internal(format!("a task's call was lost: {e}")));
-                    break;
-                }
-            };
-            let task = issued.task;
-            let meta = &graph.tasks[task];
-            match issued.result {
-                Ok(reply) => {
-                    let mut outputs = Vec::new();
-                    for output in reply.outputs {
-                        match output.result {
-                            Some(v1::call_output::Result::Object(object)) => {
-                                objects.insert((task, output.parameter), object);
-                            }
-                            Some(v1::call_output::Result::Array(_))
-                                if returns[task].contains(&output.parameter) =>
-                            {
-                                outputs.push(output);
-                            }
-                            _ => {}
-                        }
-                    }
-                    actuals.push(v1::TaskActual {
-                        task: task as u32,
-                        start: issued.started,
-                        finish: issued.finished,
-                        timing: reply.timing,
-                        error: String::new(),
-                    });
-                    reports[task] = Some(v1::TaskReport {
-                        task: task as u32,
-                        actual_start: issued.started,
-                        actual_finish: issued.finished,
-                        timing: reply.timing,
-                        status: reply.status,
-                        outputs,
-                        ..Default::default()
-                    });
-                    run.complete(task);
-                }
-                Err(status) => {
-                    run.fail(task);
-                    actuals.push(v1::TaskActual {
-                        task: task as u32,
-                        start: issued.started,
-                        finish: issued.finished,
-                        timing: None,
-                        error: status.message().to_string(),
-                    });
-                    failure = Some(Status::new(
-                        status.code(),
-                        format!(
-                            "task {task} (`{}`, {}) on {}: {}",
-                            meta.label,
-                            meta.function,
-                            servers[task],
-                            status.message()
-                        ),
-                    ));
-                    break;
-                }
-            }
-        }
-        if let Some(status) = failure {
-            // Stop the calls still out before the caller deletes what they stored.
-            calls.abort_all();
-            while calls.join_next().await.is_some() {}
-            return Err(fail(status, actuals));
-        }
-        if !run.is_complete() {
-            return Err(fail(
-                Status::internal("the graph stopped with tasks never ready (a cycle?)"),
-                actuals,
-            ));
-        }
-        // Outputs the client wants that other tasks also read were kept: fetch them now.
-        for task in 0..n {
-            for &parameter in keep[task].iter().filter(|p| returns[task].contains(p)) {
-                let Some(object) = objects.get(&(task, parameter)) else {
-                    continue;
-                };
-                match self.fetch(object).await {
-                    Ok(array) => {
-                        if let Some(report) = reports[task].as_mut() {
-                            report.outputs.push(v1::CallOutput {
-                                parameter,
-                                result: Some(v1::call_output::Result::Array(array)),
-                            });
-                        }
-                    }
-                    Err(status) => return Err(fail(status, actuals)),
-                }
-            }
-        }
-        let reports = reports.into_iter().flatten().collect();
-        Ok(Executed {
-            reports,
-            actuals,
-            makespan: start.elapsed().as_secs_f64(),
-        })
-    }
-
-    /// Reads a stored object.
-    async fn fetch(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {
-        let connection = self.server(&object.server)?;
-        let mut stream = v1::storage_client::StorageClient::new(connection.channel())
-            .max_decoding_message_size(CALL_LIMIT)
-            .get(v1::GetRequest {
-                object_id: object.object_id.clone(),
-            })
-            .await?
-            .into_inner();
-        let mut data = BytesMut::new();
-        let mut element_type = 0;
-        while let Some(chunk) = stream.message().await? {
-            if chunk.total_bytes > 0 {
-                element_type = chunk.element_type;
-                data.reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
-            }
-            data.extend_from_slice(&chunk.data);
-        }
-        Ok(v1::Array {
-            element_type,
-            data: data.freeze(),
-        })
-    }
 }
+
+/// The servers a graph has used so far.
+type UsedServers = Arc<Mutex<BTreeSet<String>>>;
 
 /// A graph that ran to the end.
 struct Executed {
     reports: Vec<v1::TaskReport>,
     actuals: Vec<v1::TaskActual>,
     makespan: f64,
+    /// Calls issued again after a fault.
+    retried: u32,
+    /// Finished tasks run again because their outputs were lost.
+    regenerated: u32,
 }
 
 /// A graph that stopped.

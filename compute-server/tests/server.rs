@@ -271,7 +271,11 @@ async fn timeouts_and_killed_executables_fail_only_their_call() {
         "{}",
         e.message
     );
-    assert_eq!(pool.replaced(), 2, "the timed-out and the killed executable");
+    assert_eq!(
+        pool.replaced(),
+        2,
+        "the timed-out and the killed executable"
+    );
     client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
     server.stop().await;
 }

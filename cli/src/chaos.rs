@@ -1,0 +1,486 @@
+//! `ninf chaos`: a grid of real processes (a metaserver, a proxy and three compute servers on
+//! loopback) runs a stream of transactions, the seed's cascades and dgefa/dgesl pairs at mixed
+//! sizes, while one compute server after another is killed with SIGKILL and restarted on the
+//! same address. Every transaction must complete with results equal bit for bit to the same
+//! routines run locally, and afterwards no server may hold a byte of anyone's intermediates
+//! and no executable of a killed server may outlive it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use ninf::grid::GridClient;
+use ninf_proto::v1;
+use serde::Serialize;
+
+use crate::workloads;
+
+/// What the chaos run does.
+#[derive(Debug, Clone)]
+pub struct ChaosOptions {
+    /// Where `ninf-metaserver`, `ninf-proxy` and `ninf-server` are.
+    pub bin_dir: PathBuf,
+    pub transactions: usize,
+    /// Transactions in flight at once.
+    pub concurrency: usize,
+    /// Seconds between kills.
+    pub kill_every_seconds: f64,
+    /// Seconds a killed server stays down before it is restarted.
+    pub down_seconds: f64,
+    /// Emulated processor slowdown of the servers, so that calls last long enough to be hit.
+    pub cpu_slowdown: f64,
+}
+
+/// What happened.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ChaosReport {
+    pub transactions: usize,
+    pub completed: usize,
+    pub faults_injected: usize,
+    pub tasks_retried: u64,
+    pub regenerated: u64,
+    /// Transactions that failed.
+    pub lost: usize,
+    /// Transactions whose results differ from the local computation.
+    pub mismatched: usize,
+    /// Bytes the servers still store after the last transaction, plus spill files.
+    pub leaked_bytes: u64,
+    /// Executables of killed servers still alive at the end.
+    pub leaked_processes: usize,
+    pub seconds: f64,
+    /// The first few errors of lost transactions.
+    pub errors: Vec<String>,
+}
+
+impl ChaosReport {
+    /// Nothing was lost, wrong or left behind.
+    pub fn clean(&self) -> bool {
+        self.completed == self.transactions
+            && self.lost == 0
+            && self.mismatched == 0
+            && self.leaked_bytes == 0
+            && self.leaked_processes == 0
+    }
+}
+
+/// A child process killed and reaped when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `command` and waits for its "listening on" line.
+fn start(mut command: Command, what: &str) -> anyhow::Result<Process> {
+    command.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot start the {what}"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let process = Process(child);
+    match BufReader::new(stdout).lines().next() {
+        Some(Ok(line)) if line.starts_with("listening on") => Ok(process),
+        other => bail!("the {what} did not start (first line: {other:?})"),
+    }
+}
+
+/// A free loopback port (the listener is closed again, so the port is free to bind).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                // The fields after the command name (which may hold spaces) start at ") ".
+                .and_then(|s| {
+                    let rest = s.rsplit_once(") ")?.1.to_string();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited; only its entry is left for its parent to reap.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// One compute server of the chaos grid: its configuration and, while it runs, its process.
+struct ChaosServer {
+    address: String,
+    config: PathBuf,
+    spill_dir: PathBuf,
+    process: Option<Process>,
+}
+
+impl ChaosServer {
+    fn start(&mut self, binary: &Path) -> anyhow::Result<()> {
+        let mut command = Command::new(binary);
+        command.arg("--config").arg(&self.config);
+        self.process = Some(start(command, &format!("server {}", self.address))?);
+        Ok(())
+    }
+
+    /// SIGKILLs the server; returns the executables it had running.
+    fn kill(&mut self) -> Vec<u32> {
+        let Some(mut process) = self.process.take() else {
+            return Vec::new();
+        };
+        let children = children_of(process.0.id());
+        let _ = process.0.kill();
+        let _ = process.0.wait();
+        children
+    }
+}
+
+/// Runs the chaos test. Blocking.
+pub fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
+    let bin = |name: &str| -> anyhow::Result<PathBuf> {
+        let path = options.bin_dir.join(name);
+        if !path.exists() {
+            bail!(
+                "{} is missing; build the binaries first (cargo build --release --workspace --bins)",
+                path.display()
+            );
+        }
+        Ok(path)
+    };
+    let (metaserver_bin, proxy_bin, server_bin) = (
+        bin("ninf-metaserver")?,
+        bin("ninf-proxy")?,
+        bin("ninf-server")?,
+    );
+    let work = std::env::temp_dir().join(format!("ninf-chaos-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let outcome = run_in(options, &work, &metaserver_bin, &proxy_bin, &server_bin);
+    let _ = std::fs::remove_dir_all(&work);
+    outcome
+}
+
+fn run_in(
+    options: &ChaosOptions,
+    work: &Path,
+    metaserver_bin: &Path,
+    proxy_bin: &Path,
+    server_bin: &Path,
+) -> anyhow::Result<ChaosReport> {
+    let metaserver = format!("127.0.0.1:{}", free_port()?);
+    let proxy = format!("127.0.0.1:{}", free_port()?);
+    // Heartbeats every 0.25 s, down after 1.5 s without one: a killed server stops getting
+    // new graphs quickly, and the proxy's retries cover the gap.
+    write(
+        &work.join("metaserver.toml"),
+        &format!(
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\nheartbeat_seconds = 0.25\nheartbeat_timeout_seconds = 1.5\nnetwork_seconds = 5.0\n",
+            work.join("metaserver").display()
+        ),
+    )?;
+    write(
+        &work.join("proxy.toml"),
+        &format!(
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\n"
+        ),
+    )?;
+    let mut command = Command::new(metaserver_bin);
+    command.arg("--config").arg(work.join("metaserver.toml"));
+    let _metaserver = start(command, "metaserver")?;
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        let address = format!("127.0.0.1:{}", free_port()?);
+        let config = work.join(format!("server-{i}.toml"));
+        let spill_dir = work.join(format!("spill-{i}"));
+        write(
+            &config,
+            &format!(
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\nprobe_bytes = 65536\ncpu_slowdown = {:?}\n\n[storage]\nspill_dir = \"{}\"\n",
+                options.cpu_slowdown,
+                spill_dir.display()
+            ),
+        )?;
+        let mut server = ChaosServer {
+            address,
+            config,
+            spill_dir,
+            process: None,
+        };
+        server.start(server_bin)?;
+        servers.push(server);
+    }
+    let mut command = Command::new(proxy_bin);
+    command.arg("--config").arg(work.join("proxy.toml"));
+    let _proxy = start(command, "proxy")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(wait_until_up(&metaserver, servers.len()))?;
+
+    let started = Instant::now();
+    let servers = Arc::new(Mutex::new(servers));
+    let done = Arc::new(AtomicBool::new(false));
+    let faults = Arc::new(AtomicUsize::new(0));
+    let orphans: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let injector = {
+        let (servers, done, faults, orphans) = (
+            servers.clone(),
+            done.clone(),
+            faults.clone(),
+            orphans.clone(),
+        );
+        let server_bin = server_bin.to_path_buf();
+        let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
+        let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let mut victim = 0;
+            loop {
+                if sleep_unless(&done, every) {
+                    return Ok(());
+                }
+                let count = servers.lock().map(|s| s.len()).unwrap_or(0);
+                if count == 0 {
+                    return Ok(());
+                }
+                let i = victim % count;
+                victim += 1;
+                let children = match servers.lock() {
+                    Ok(mut s) => s[i].kill(),
+                    Err(_) => return Ok(()),
+                };
+                faults.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(server = i, executables = children.len(), "killed a server");
+                if let Ok(mut o) = orphans.lock() {
+                    o.extend(children);
+                }
+                std::thread::sleep(down);
+                if let Ok(mut s) = servers.lock() {
+                    s[i].start(&server_bin)?;
+                }
+            }
+        })
+    };
+
+    // The transactions, `concurrency` at a time, each checked against the local computation.
+    let next = Arc::new(AtomicUsize::new(0));
+    let results: Arc<Mutex<ChaosReport>> = Arc::default();
+    let workers: Vec<_> = (0..options.concurrency.max(1))
+        .map(|_| {
+            let (next, results, proxy) = (next.clone(), results.clone(), proxy.clone());
+            let total = options.transactions;
+            std::thread::spawn(move || {
+                let grid = match GridClient::connect(&proxy) {
+                    Ok(grid) => grid,
+                    Err(e) => {
+                        if let Ok(mut r) = results.lock() {
+                            r.errors.push(format!("cannot connect to the proxy: {e}"));
+                        }
+                        return;
+                    }
+                };
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
+                        return;
+                    }
+                    let outcome = transaction(&grid, i);
+                    let Ok(mut r) = results.lock() else { return };
+                    match outcome {
+                        Ok(run) => {
+                            r.tasks_retried += u64::from(run.plan.tasks_retried);
+                            r.regenerated += u64::from(run.plan.regenerated);
+                            // Bit for bit: any difference at all is a mismatch.
+                            if run.max_abs_error == 0.0 {
+                                r.completed += 1;
+                            } else {
+                                r.mismatched += 1;
+                            }
+                        }
+                        Err(e) => {
+                            r.lost += 1;
+                            if r.errors.len() < 5 {
+                                r.errors.push(format!("transaction {i}: {e}"));
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        let _ = worker.join();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let injected = injector
+        .join()
+        .map_err(|_| anyhow::anyhow!("the fault injector panicked"))?;
+    injected.context("restarting a killed server")?;
+
+    // Every server up again, then count what is left.
+    let addresses: Vec<String> = {
+        let mut s = servers
+            .lock()
+            .map_err(|_| anyhow::anyhow!("server list poisoned"))?;
+        for server in s.iter_mut() {
+            if server.process.is_none() {
+                server.start(server_bin)?;
+            }
+        }
+        s.iter().map(|s| s.address.clone()).collect()
+    };
+    let stored = runtime.block_on(stored_bytes(&addresses))?;
+    let spilled: u64 = servers
+        .lock()
+        .map(|s| s.iter().map(|s| directory_bytes(&s.spill_dir)).sum())
+        .unwrap_or(0);
+    // Executables of a killed server notice their closed pipe and exit; give them a moment.
+    let orphans: Vec<u32> = orphans.lock().map(|o| o.clone()).unwrap_or_default();
+    let mut leaked_processes = orphans.iter().filter(|&&p| alive(p)).count();
+    for _ in 0..50 {
+        if leaked_processes == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        leaked_processes = orphans.iter().filter(|&&p| alive(p)).count();
+    }
+    let mut report = results
+        .lock()
+        .map_err(|_| anyhow::anyhow!("results poisoned"))?
+        .clone();
+    report.transactions = options.transactions;
+    report.faults_injected = faults.load(Ordering::Relaxed);
+    report.leaked_bytes = stored + spilled;
+    report.leaked_processes = leaked_processes;
+    report.seconds = seconds;
+    Ok(report)
+}
+
+/// Sleeps `duration` in short steps; true if `done` was set meanwhile.
+fn sleep_unless(done: &AtomicBool, duration: Duration) -> bool {
+    let until = Instant::now() + duration;
+    while Instant::now() < until {
+        if done.load(Ordering::Relaxed) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done.load(Ordering::Relaxed)
+}
+
+/// Transaction `i` of the mix: pairs and cascades alternating, three sizes each.
+fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ninf::CallError> {
+    let seed = 1000 + i as u64;
+    match i % 6 {
+        0 => workloads::pairs(grid, 150, 5, seed),
+        1 => workloads::cascade(grid, 80, seed),
+        2 => workloads::pairs(grid, 250, 3, seed),
+        3 => workloads::cascade(grid, 120, seed),
+        4 => workloads::pairs(grid, 350, 2, seed),
+        _ => workloads::cascade(grid, 160, seed),
+    }
+}
+
+async fn wait_until_up(metaserver: &str, count: usize) -> anyhow::Result<()> {
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{metaserver}"))?.connect_lazy();
+    let mut client = v1::scheduling_client::SchedulingClient::new(channel);
+    for _ in 0..600 {
+        if let Ok(status) = client.status(v1::StatusRequest { recent_graphs: 0 }).await
+            && status.get_ref().servers.iter().filter(|s| s.up).count() >= count
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("the servers did not register with the metaserver in 30 s")
+}
+
+/// Bytes each server reports in its storage, summed.
+async fn stored_bytes(addresses: &[String]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for address in addresses {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))?
+            .connect_timeout(Duration::from_secs(5));
+        let mut attempt = 0;
+        let sample = loop {
+            attempt += 1;
+            let result = async {
+                let channel = channel.clone().connect().await?;
+                let sample = v1::monitor_client::MonitorClient::new(channel)
+                    .load(v1::LoadRequest {})
+                    .await?;
+                anyhow::Ok(sample.into_inner())
+            }
+            .await;
+            match result {
+                Ok(sample) => break sample,
+                Err(e) if attempt >= 50 => {
+                    return Err(e.context(format!("cannot read the storage of {address}")));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        total += sample.stored_bytes;
+    }
+    Ok(total)
+}
+
+/// Bytes of the files in `dir` (0 if it does not exist).
+fn directory_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The report as text.
+pub fn render(report: &ChaosReport) -> String {
+    let mut out = format!(
+        "transactions     {}\ncompleted        {}\nfaults_injected  {}\ntasks_retried    {}\nregenerated      {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
+        report.transactions,
+        report.completed,
+        report.faults_injected,
+        report.tasks_retried,
+        report.regenerated,
+        report.lost,
+        report.mismatched,
+        report.leaked_bytes,
+        report.leaked_processes,
+        report.seconds
+    );
+    for e in &report.errors {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    out
+}
