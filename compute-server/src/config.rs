@@ -14,6 +14,11 @@
 //! [storage]
 //! memory_limit_bytes = 268435456
 //! spill_dir = "/var/tmp/ninf-spill"
+//!
+//! [executable_limits]
+//! memory_bytes = 8589934592
+//! open_files = 1024
+//! cpu_seconds_per_call = 3600
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -61,6 +66,50 @@ pub struct ServerConfig {
     /// `ninf_executable::slowdown`).
     #[serde(default = "default_cpu_slowdown")]
     pub cpu_slowdown: f64,
+    /// Resource limits every executable runs under.
+    #[serde(default)]
+    pub executable_limits: ExecutableLimits,
+}
+
+/// The `[executable_limits]` section: what one executable may use. A call that goes over
+/// its CPU budget or runs out of address space dies, its caller gets the signal or the
+/// allocation failure, and the server starts a fresh executable.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutableLimits {
+    /// Address space, bytes (unset: the server's own limit).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Open files.
+    #[serde(default = "default_open_files")]
+    pub open_files: Option<u64>,
+    /// CPU seconds one call may use (unset: only `call_timeout_seconds` bounds a call).
+    #[serde(default)]
+    pub cpu_seconds_per_call: Option<u64>,
+}
+
+fn default_open_files() -> Option<u64> {
+    Some(1024)
+}
+
+impl Default for ExecutableLimits {
+    fn default() -> Self {
+        ExecutableLimits {
+            memory_bytes: None,
+            open_files: default_open_files(),
+            cpu_seconds_per_call: None,
+        }
+    }
+}
+
+impl ExecutableLimits {
+    pub fn process_limits(&self) -> ninf_executable::rlimits::ProcessLimits {
+        ninf_executable::rlimits::ProcessLimits {
+            memory_bytes: self.memory_bytes,
+            open_files: self.open_files,
+            cpu_seconds_per_call: self.cpu_seconds_per_call,
+        }
+    }
 }
 
 fn default_cpu_slowdown() -> f64 {
@@ -245,6 +294,7 @@ impl Default for ServerConfig {
             probe_bytes: default_probe_bytes(),
             gang: GangSettings::default(),
             cpu_slowdown: default_cpu_slowdown(),
+            executable_limits: ExecutableLimits::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ninf_executable::frame::SHARED_MARKER;
+use ninf_executable::rlimits::ProcessLimits;
 use ninf_executable::shared::{HostRegions, SHARED_THRESHOLD};
 use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
@@ -55,6 +56,7 @@ impl Process {
         path: &Path,
         spmd_socket: Option<&Path>,
         cpu_slowdown: f64,
+        limits: &ProcessLimits,
     ) -> std::io::Result<Process> {
         let regions = HostRegions::create()?;
         let mut command = ninf_executable::process::executable_command(path, &regions);
@@ -67,6 +69,7 @@ impl Process {
                 cpu_slowdown.to_string(),
             );
         }
+        limits.apply(&mut command);
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
         let (stdin, stdout) =
             ninf_executable::process::take_pipes(child.stdin.take(), child.stdout.take())?;
@@ -154,6 +157,7 @@ fn signal_name(signal: i32) -> &'static str {
         6 => "SIGABRT",
         9 => "SIGKILL",
         11 => "SIGSEGV",
+        24 => "SIGXCPU",
         15 => "SIGTERM",
         _ => "signal",
     }
@@ -167,6 +171,8 @@ pub struct ExecutablePool {
     spmd_socket: Option<PathBuf>,
     /// Emulated processor slowdown passed to every executable.
     cpu_slowdown: f64,
+    /// Resource limits every executable starts under.
+    limits: ProcessLimits,
     idle: std::sync::Mutex<Vec<Process>>,
     /// Warm processes kept idle at most.
     size: usize,
@@ -188,12 +194,14 @@ impl ExecutablePool {
         size: usize,
         spmd_socket: Option<&Path>,
         cpu_slowdown: f64,
+        limits: ProcessLimits,
     ) -> Result<Arc<ExecutablePool>, PoolError> {
         let pool = Arc::new(ExecutablePool {
             module: module.to_string(),
             path: path.to_path_buf(),
             spmd_socket: spmd_socket.map(Path::to_path_buf),
             cpu_slowdown,
+            limits,
             idle: std::sync::Mutex::new(Vec::new()),
             size: size.max(1),
             running: AtomicUsize::new(0),
@@ -213,12 +221,16 @@ impl ExecutablePool {
 
     fn spawn(&self) -> Result<Process, PoolError> {
         self.spawned.fetch_add(1, Ordering::Relaxed);
-        Process::spawn(&self.path, self.spmd_socket.as_deref(), self.cpu_slowdown).map_err(|e| {
-            PoolError::Spawn {
-                module: self.module.clone(),
-                path: self.path.clone(),
-                reason: e.to_string(),
-            }
+        Process::spawn(
+            &self.path,
+            self.spmd_socket.as_deref(),
+            self.cpu_slowdown,
+            &self.limits,
+        )
+        .map_err(|e| PoolError::Spawn {
+            module: self.module.clone(),
+            path: self.path.clone(),
+            reason: e.to_string(),
         })
     }
 

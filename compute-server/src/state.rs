@@ -110,6 +110,7 @@ impl ServerState {
                 keep,
                 Some(broker.path()),
                 config.cpu_slowdown,
+                config.executable_limits.process_limits(),
             )
             .await?;
             modules.push(ServedModule { interface, pool });

@@ -9,7 +9,7 @@
 //! waiting.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -80,7 +80,14 @@ pub struct ObjectStore {
 }
 
 impl ObjectStore {
+    /// A store keeping up to `memory_limit` bytes in memory and the rest in `spill_dir`.
+    /// Spill files a previous run left there (a server killed before it could clean up)
+    /// are removed: no one can name them any more, since ids carry a per-run nonce.
     pub fn new(memory_limit: u64, spill_dir: PathBuf) -> ObjectStore {
+        let stale = remove_stale_spill_files(&spill_dir);
+        if stale > 0 {
+            tracing::info!(dir = %spill_dir.display(), files = stale, "removed spill files of an earlier run");
+        }
         let nonce = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
@@ -310,9 +317,54 @@ impl Drop for ObjectStore {
     }
 }
 
+/// An object id as [`ObjectStore::put`] makes them: 16 hex digits, a dash, a number.
+fn is_object_id(name: &str) -> bool {
+    match name.split_once('-') {
+        Some((nonce, number)) => {
+            nonce.len() == 16
+                && nonce.bytes().all(|b| b.is_ascii_hexdigit())
+                && !number.is_empty()
+                && number.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Removes the files in `dir` named like object ids; returns how many.
+fn remove_stale_spill_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(is_object_id))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_store_removes_the_spill_files_of_an_earlier_run_and_nothing_else() {
+        let dir = temp_dir("stale");
+        let old = ObjectStore::new(0, dir.clone());
+        let spilled = old
+            .put("t1", ElementType::Double, Bytes::from(vec![1u8; 8]))
+            .unwrap();
+        assert!(dir.join(&spilled.id).exists());
+        // The old server is killed: its store is never dropped or cleaned.
+        std::mem::forget(old);
+        std::fs::write(dir.join("notes.txt"), b"keep me").unwrap();
+        let _new = ObjectStore::new(0, dir.clone());
+        assert!(!dir.join(&spilled.id).exists());
+        assert!(dir.join("notes.txt").exists());
+        assert!(is_object_id("0123456789abcdef-42"));
+        assert!(!is_object_id("0123456789abcdef-"));
+        assert!(!is_object_id("notes-1"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     fn temp_dir(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("ninf-store-test-{}-{name}", std::process::id()))

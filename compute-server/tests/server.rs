@@ -543,3 +543,30 @@ async fn an_owner_nobody_renews_loses_its_objects_when_the_lease_runs_out() {
     assert_eq!(e.message(), "a renewal must name an owner");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_its_cpu_budget_is_killed_and_the_next_call_runs() {
+    let server = TestServer::start(|c| {
+        c.executable_limits.cpu_seconds_per_call = Some(1);
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    // Endless work: only the CPU limit stops it (the call timeout is ten minutes).
+    let e = client
+        .call("spin", &mut [Arg::Integer(i64::MAX)])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::SessionFailed, "{}", e.message);
+    assert!(
+        e.message.ends_with("killed by signal 24 (SIGXCPU)"),
+        "{}",
+        e.message
+    );
+    // A fresh executable with a fresh budget serves the next calls.
+    client
+        .call("spin", &mut [Arg::Integer(1000)])
+        .await
+        .unwrap();
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    server.stop().await;
+}

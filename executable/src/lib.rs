@@ -7,6 +7,7 @@
 
 pub mod frame;
 pub mod process;
+pub mod rlimits;
 pub mod runtime;
 pub mod shared;
 pub mod slowdown;

@@ -465,6 +465,9 @@ pub fn handle(
             .function(&request.function)
             .ok_or_else(|| RoutineError::function_not_found(&request.function))?;
         let mut call = decode_arguments(function, request.arguments, max_array_bytes)?;
+        if let Some(budget) = limits.cpu_seconds_per_call {
+            crate::rlimits::arm_cpu_budget(budget);
+        }
         let cpu_before = crate::slowdown::process_cpu_time();
         let outcome = catch_unwind(AssertUnwindSafe(|| dispatch(&function.name, &mut call)));
         if limits.cpu_slowdown > 1.0 {
@@ -521,6 +524,8 @@ pub struct Limits {
     pub max_array_bytes: u64,
     /// Emulated processor slowdown (1: none); see [`crate::slowdown`].
     pub cpu_slowdown: f64,
+    /// CPU seconds one call may use; see [`crate::rlimits`].
+    pub cpu_seconds_per_call: Option<u64>,
 }
 
 impl Default for Limits {
@@ -529,6 +534,7 @@ impl Default for Limits {
             max_frame: DEFAULT_MAX_FRAME,
             max_array_bytes: DEFAULT_MAX_ARRAY_BYTES,
             cpu_slowdown: 1.0,
+            cpu_seconds_per_call: None,
         }
     }
 }
@@ -543,6 +549,7 @@ impl Limits {
             max_frame: get("NINF_EXEC_MAX_FRAME").map_or(DEFAULT_MAX_FRAME, |v| v as usize),
             max_array_bytes: get("NINF_EXEC_MAX_ARRAY_BYTES").unwrap_or(DEFAULT_MAX_ARRAY_BYTES),
             cpu_slowdown: crate::slowdown::parse(slowdown.as_deref())?,
+            cpu_seconds_per_call: crate::rlimits::cpu_budget_from_env()?,
         })
     }
 }
