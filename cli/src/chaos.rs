@@ -1,7 +1,7 @@
 //! `ninf chaos`: a grid of real processes (a metaserver, a proxy and three compute servers on
 //! loopback) runs a stream of transactions, the seed's cascades and dgefa/dgesl pairs at mixed
 //! sizes, while one compute server after another is killed with SIGKILL and restarted on the
-//! same address. Every transaction must complete with results equal bit for bit to the same
+//! same address (and every few faults the metaserver instead, restarted on its database). Every transaction must complete with results equal bit for bit to the same
 //! routines run locally, and afterwards no server may hold a byte of anyone's intermediates
 //! and no executable of a killed server may outlive it.
 
@@ -33,6 +33,8 @@ pub struct ChaosOptions {
     pub down_seconds: f64,
     /// Emulated processor slowdown of the servers, so that calls last long enough to be hit.
     pub cpu_slowdown: f64,
+    /// Every this many faults, the metaserver is killed instead of a server (0: never).
+    pub metaserver_every: usize,
 }
 
 /// What happened.
@@ -41,6 +43,8 @@ pub struct ChaosReport {
     pub transactions: usize,
     pub completed: usize,
     pub faults_injected: usize,
+    /// Of the faults, metaserver kills.
+    pub metaserver_restarts: usize,
     pub tasks_retried: u64,
     pub regenerated: u64,
     /// Transactions that failed.
@@ -131,7 +135,8 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// One compute server of the chaos grid: its configuration and, while it runs, its process.
+/// A process of the chaos grid that is killed and restarted: its configuration and, while it
+/// runs, its process.
 struct ChaosServer {
     address: String,
     config: PathBuf,
@@ -208,9 +213,14 @@ fn run_in(
             "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\n"
         ),
     )?;
-    let mut command = Command::new(metaserver_bin);
-    command.arg("--config").arg(work.join("metaserver.toml"));
-    let _metaserver = start(command, "metaserver")?;
+    let mut metaserver_process = ChaosServer {
+        address: metaserver.clone(),
+        config: work.join("metaserver.toml"),
+        spill_dir: work.join("none"),
+        process: None,
+    };
+    metaserver_process.start(metaserver_bin)?;
+    let metaserver_process = Arc::new(Mutex::new(metaserver_process));
     let mut servers = Vec::new();
     for i in 0..3 {
         let address = format!("127.0.0.1:{}", free_port()?);
@@ -245,6 +255,7 @@ fn run_in(
     let servers = Arc::new(Mutex::new(servers));
     let done = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicUsize::new(0));
+    let metaserver_kills = Arc::new(AtomicUsize::new(0));
     let orphans: Arc<Mutex<Vec<u32>>> = Arc::default();
     let injector = {
         let (servers, done, faults, orphans) = (
@@ -253,7 +264,11 @@ fn run_in(
             faults.clone(),
             orphans.clone(),
         );
+        let (metaserver_process, metaserver_kills) =
+            (metaserver_process.clone(), metaserver_kills.clone());
         let server_bin = server_bin.to_path_buf();
+        let metaserver_bin = metaserver_bin.to_path_buf();
+        let metaserver_every = options.metaserver_every;
         let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
         let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
         std::thread::spawn(move || -> anyhow::Result<()> {
@@ -261,6 +276,17 @@ fn run_in(
             loop {
                 if sleep_unless(&done, every) {
                     return Ok(());
+                }
+                let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
+                if metaserver_every > 0 && fault % metaserver_every == 0 {
+                    if let Ok(mut m) = metaserver_process.lock() {
+                        m.kill();
+                        metaserver_kills.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!("killed the metaserver");
+                        std::thread::sleep(down);
+                        m.start(&metaserver_bin)?;
+                    }
+                    continue;
                 }
                 let count = servers.lock().map(|s| s.len()).unwrap_or(0);
                 if count == 0 {
@@ -272,7 +298,6 @@ fn run_in(
                     Ok(mut s) => s[i].kill(),
                     Err(_) => return Ok(()),
                 };
-                faults.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(server = i, executables = children.len(), "killed a server");
                 if let Ok(mut o) = orphans.lock() {
                     o.extend(children);
@@ -374,6 +399,7 @@ fn run_in(
         .clone();
     report.transactions = options.transactions;
     report.faults_injected = faults.load(Ordering::Relaxed);
+    report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);
     report.leaked_bytes = stored + spilled;
     report.leaked_processes = leaked_processes;
     report.seconds = seconds;
@@ -467,10 +493,11 @@ fn directory_bytes(dir: &Path) -> u64 {
 /// The report as text.
 pub fn render(report: &ChaosReport) -> String {
     let mut out = format!(
-        "transactions     {}\ncompleted        {}\nfaults_injected  {}\ntasks_retried    {}\nregenerated      {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
+        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the metaserver)\ntasks_retried    {}\nregenerated      {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
         report.transactions,
         report.completed,
         report.faults_injected,
+        report.metaserver_restarts,
         report.tasks_retried,
         report.regenerated,
         report.lost,

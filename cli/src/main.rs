@@ -158,6 +158,9 @@ enum Command {
         /// Emulated processor slowdown of the servers (calls last long enough to be hit).
         #[arg(long, default_value_t = 400.0)]
         cpu_slowdown: f64,
+        /// Every this many faults, kill the metaserver instead of a server (0: never).
+        #[arg(long, default_value_t = 5)]
+        metaserver_every: usize,
         #[arg(long)]
         json: bool,
     },
@@ -761,6 +764,7 @@ fn main() -> anyhow::Result<()> {
             kill_every,
             down,
             cpu_slowdown,
+            metaserver_every,
             json,
         } => {
             let bin_dir = std::env::current_exe()?
@@ -774,6 +778,7 @@ fn main() -> anyhow::Result<()> {
                 kill_every_seconds: kill_every,
                 down_seconds: down,
                 cpu_slowdown,
+                metaserver_every,
             })?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

@@ -61,6 +61,13 @@ pub struct ProxyConfig {
     /// Longest wait between retries.
     #[serde(default = "default_retry_backoff_max")]
     pub retry_backoff_max_seconds: f64,
+    /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
+    #[serde(default = "default_metaserver_retry")]
+    pub metaserver_retry_seconds: f64,
+}
+
+fn default_metaserver_retry() -> f64 {
+    30.0
 }
 
 fn default_task_retries() -> u32 {
@@ -123,6 +130,7 @@ impl ProxyConfig {
             task_retries: default_task_retries(),
             retry_backoff_seconds: default_retry_backoff(),
             retry_backoff_max_seconds: default_retry_backoff_max(),
+            metaserver_retry_seconds: default_metaserver_retry(),
         }
     }
 

@@ -184,17 +184,14 @@ impl Proxy {
         // Step 4: the metaserver checks the graph against the IDL and places it.
         let asked = Instant::now();
         let client_links = Self::lock(&self.links).samples();
-        let placement = self
-            .scheduling()
-            .schedule(v1::ScheduleRequest {
-                graph: Some(graph.clone()),
-                proxy: self.name.clone(),
-                client_links,
-                scheduler,
-                label,
-            })
-            .await?
-            .into_inner();
+        let request = v1::ScheduleRequest {
+            graph: Some(graph.clone()),
+            proxy: self.name.clone(),
+            client_links,
+            scheduler,
+            label,
+        };
+        let placement = self.schedule(request).await?;
         let schedule_seconds = asked.elapsed().as_secs_f64();
         let mut servers = vec![String::new(); n];
         let mut predicted = vec![(0.0, 0.0); n];
@@ -269,6 +266,36 @@ impl Proxy {
             tasks_retried: recovered.0,
             regenerated: recovered.1,
         })
+    }
+
+    /// Asks the metaserver for a placement. A metaserver that is restarting (unreachable) is
+    /// asked again with doubling back-off for up to `metaserver_retry_seconds`; any other
+    /// refusal is final.
+    async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status> {
+        let deadline =
+            Instant::now() + Duration::from_secs_f64(self.config.metaserver_retry_seconds.max(0.0));
+        let mut attempt = 0;
+        loop {
+            match self.scheduling().schedule(request.clone()).await {
+                Ok(reply) => return Ok(reply.into_inner()),
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown
+                    ) && Instant::now() < deadline =>
+                {
+                    attempt += 1;
+                    let wait = recovery::backoff(
+                        attempt,
+                        Duration::from_millis(100),
+                        Duration::from_secs(2),
+                    );
+                    tracing::warn!(error = %status.message(), retry_in = ?wait, "metaserver unreachable");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(status) => return Err(status),
+            }
+        }
     }
 
     async fn delete_owner(&self, server: &str, owner: &str) {
