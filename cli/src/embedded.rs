@@ -34,6 +34,9 @@ pub struct GridOptions {
     pub heartbeat_timeout_seconds: f64,
     pub network_seconds: f64,
     pub probe_seconds: f64,
+    /// Generate a grid token (`DATA_DIR/token`, mode 0600) that servers must present to the
+    /// metaserver and clients to the proxy.
+    pub auth: bool,
 }
 
 impl GridOptions {
@@ -49,6 +52,7 @@ impl GridOptions {
             heartbeat_timeout_seconds: 2.0,
             network_seconds: 5.0,
             probe_seconds: 5.0,
+            auth: false,
         }
     }
 }
@@ -61,6 +65,19 @@ pub struct Endpoints {
     pub servers: Vec<String>,
     /// The process that runs the grid.
     pub pid: u32,
+    /// The grid's token file, when clients must present its token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl Endpoints {
+    /// The grid's token, if it has one.
+    pub fn token(&self) -> anyhow::Result<Option<String>> {
+        match &self.token_file {
+            Some(path) => Ok(Some(ninf_proto::auth::load_token(path)?)),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Endpoints {
@@ -132,6 +149,10 @@ pub struct EmbeddedGrid {
     proxy_service: Service,
 }
 
+fn token_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("token")
+}
+
 fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
     MetaserverConfig {
         listen: listen.to_string(),
@@ -141,6 +162,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         heartbeat_seconds: options.heartbeat_seconds,
         heartbeat_timeout_seconds: options.heartbeat_timeout_seconds,
         network_seconds: options.network_seconds,
+        auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
         ..MetaserverConfig::default()
     }
 }
@@ -177,6 +199,13 @@ impl EmbeddedGrid {
         }
         std::fs::create_dir_all(&options.data_dir)
             .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
+        let token = if options.auth {
+            Some(ninf_proto::auth::generate_token(&token_file(
+                &options.data_dir,
+            ))?)
+        } else {
+            None
+        };
         let (metaserver, metaserver_service, metaserver_address) =
             start_metaserver(&options, "127.0.0.1:0").await?;
         let mflops = match options.mflops {
@@ -191,13 +220,24 @@ impl EmbeddedGrid {
         };
         let mut servers = Vec::new();
         for (i, &processors) in options.processors.iter().enumerate() {
-            servers.push(start_server(&options, i, processors, mflops, &metaserver_address).await?);
+            servers.push(
+                start_server(
+                    &options,
+                    i,
+                    processors,
+                    mflops,
+                    &metaserver_address,
+                    token.clone(),
+                )
+                .await?,
+            );
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let proxy_address = listener.local_addr()?.to_string();
         let proxy = Proxy::new(
             ProxyConfig {
                 probe_seconds: options.probe_seconds,
+                auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
                 ..ProxyConfig::new(metaserver_address.clone())
             },
             proxy_address.clone(),
@@ -219,6 +259,7 @@ impl EmbeddedGrid {
             proxy: proxy_address,
             servers: servers.iter().map(|s| s.address.clone()).collect(),
             pid: std::process::id(),
+            token_file: options.auth.then(|| token_file(&options.data_dir)),
         };
         let grid = EmbeddedGrid {
             options,
@@ -296,6 +337,7 @@ async fn start_server(
     processors: u32,
     mflops: f64,
     metaserver: &str,
+    token: Option<String>,
 ) -> anyhow::Result<GridServer> {
     let config = ServerConfig {
         processors: Some(processors.max(1) as usize),
@@ -340,6 +382,7 @@ async fn start_server(
         RegistrationConfig {
             metaserver: metaserver.to_string(),
             probe_bytes: config.probe_bytes,
+            token,
         },
     );
     Ok(GridServer {

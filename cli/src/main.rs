@@ -272,6 +272,7 @@ fn up(
         let mut options = GridOptions::new(processors, &data_dir);
         options.scheduler = scheduler;
         options.predictor = predictor;
+        options.auth = true;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);
@@ -279,6 +280,13 @@ fn up(
             println!("server {i}   {s}");
         }
         println!("data       {}", data_dir.display());
+        if let Some(token) = &grid.endpoints.token_file {
+            println!(
+                "token      {} (clients: NINF_TOKEN_FILE={})",
+                token.display(),
+                token.display()
+            );
+        }
         println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
         ninf_proto::shutdown::signal().await;
         grid.stop().await;
@@ -353,7 +361,8 @@ fn status(data_dir: PathBuf, json: bool, graphs: u32) -> anyhow::Result<()> {
                 .with_context(|| {
                     format!("cannot reach the metaserver at {}", endpoints.metaserver)
                 })?;
-        let reply = v1::scheduling_client::SchedulingClient::new(channel)
+        let token = ninf_proto::auth::AttachToken::new(endpoints.token()?.as_deref());
+        let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
             .status(v1::StatusRequest {
                 recent_graphs: graphs,
             })
@@ -537,7 +546,9 @@ fn main() -> anyhow::Result<()> {
             data_dir,
         } => {
             let endpoints = Endpoints::read(&data_dir.unwrap_or_else(ninf_cli::default_data_dir))?;
-            let result = ninf_cli::quick_call::call(&endpoints.proxy, &routine, &values)?;
+            let token = endpoints.token()?;
+            let result =
+                ninf_cli::quick_call::call(&endpoints.proxy, token.as_deref(), &routine, &values)?;
             println!("{}", serde_json::to_string_pretty(&result)?);
             Ok(())
         }

@@ -61,8 +61,16 @@ fn to_json(array: &ArrayData) -> serde_json::Value {
 }
 
 /// Runs `function` with the given values; returns the JSON to print.
-pub fn call(proxy: &str, function: &str, values: &[String]) -> anyhow::Result<serde_json::Value> {
-    let grid = GridClient::connect(proxy)?;
+pub fn call(
+    proxy: &str,
+    token: Option<&str>,
+    function: &str,
+    values: &[String],
+) -> anyhow::Result<serde_json::Value> {
+    let mut grid = GridClient::connect(proxy)?;
+    if let Some(token) = token {
+        grid = grid.with_token(token);
+    }
     let interface = grid.describe(function)?;
     let given: Vec<usize> = interface
         .parameters

@@ -677,3 +677,61 @@ fn a_routine_no_live_server_offers_fails_the_transaction_by_name_and_nothing_is_
         .unwrap();
     assert_eq!(c, local_mmul(n, &a, &a));
 }
+
+#[test]
+fn with_a_grid_token_only_those_holding_it_get_in() {
+    let grid = TestGrid::start(vec![1], |o| o.auth = true);
+    let endpoints = &grid.grid().endpoints;
+    let token_file = endpoints.token_file.clone().unwrap();
+    let token = ninf_proto::auth::load_token(&token_file).unwrap();
+    let n = 4usize;
+    let a = matrix(n, 1);
+    let mut c = vec![0.0; n * n];
+    // No token: refused, nothing runs.
+    let e = GridClient::connect(&endpoints.proxy)
+        .unwrap()
+        .transaction(|tx| {
+            let ha = tx.input(&a);
+            let hc = tx.buffer(&mut c);
+            tx.call(
+                "mmul",
+                &[TxArg::from(n as i32), ha.into(), ha.into(), hc.into()],
+            )?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("the proxy refuses requests with no grid token"),
+        "{}",
+        e.message
+    );
+    assert_eq!(c, vec![0.0; n * n]);
+    // A wrong token: refused too.
+    let e = GridClient::connect(&endpoints.proxy)
+        .unwrap()
+        .with_token("not-the-grid-token-at-all")
+        .describe("mmul")
+        .unwrap_err();
+    assert!(e.message.contains("a wrong grid token"), "{}", e.message);
+    // The token: served (the proxy presents it to the metaserver in turn).
+    GridClient::connect(&endpoints.proxy)
+        .unwrap()
+        .with_token(&token)
+        .transaction(|tx| {
+            let ha = tx.input(&a);
+            let hc = tx.buffer(&mut c);
+            tx.call(
+                "mmul",
+                &[TxArg::from(n as i32), ha.into(), ha.into(), hc.into()],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(c, local_mmul(n, &a, &a));
+    // A server without the token cannot register: the metaserver still knows one server.
+    let _intruder = ExternalServer::start(&grid, &["linpack"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let status = grid.status();
+    assert_eq!(status.servers.len(), 1, "{:?}", status.servers);
+}

@@ -35,8 +35,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use ninf_idl::{FunctionInterface, Mode};
+use ninf_proto::auth::AttachToken;
 use ninf_proto::v1;
 use num_complex::Complex64;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::args::{Encoded, check_and_encode_with};
@@ -51,7 +53,12 @@ pub struct GridClient {
     channel: Channel,
     descriptors: Arc<Mutex<HashMap<String, Arc<FunctionInterface>>>>,
     scheduler: Option<String>,
+    /// The grid's token, presented with every request.
+    token: AttachToken,
 }
+
+/// Environment variable naming the grid's token file; read by [`GridClient::connect`].
+pub const TOKEN_FILE_ENV: &str = "NINF_TOKEN_FILE";
 
 impl GridClient {
     /// Connects to the proxy at `host:port` (or `ninf://host:port`).
@@ -69,12 +76,26 @@ impl GridClient {
                 format!("cannot reach the proxy at {address}: {e}"),
             )
         })?;
+        let token = match std::env::var_os(TOKEN_FILE_ENV) {
+            Some(path) => Some(
+                ninf_proto::auth::load_token(std::path::Path::new(&path))
+                    .map_err(|e| CallError::bad_argument(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(GridClient {
             address,
             channel,
             descriptors: Arc::default(),
             scheduler: None,
+            token: AttachToken::new(token.as_deref()),
         })
+    }
+
+    /// Presents this token to the proxy (the grid's `token` file holds it).
+    pub fn with_token(mut self, token: &str) -> GridClient {
+        self.token = AttachToken::new(Some(token));
+        self
     }
 
     /// Asks for this scheduler instead of the metaserver's configured one (experiments).
@@ -87,8 +108,8 @@ impl GridClient {
         &self.address
     }
 
-    fn proxy(&self) -> v1::proxy_client::ProxyClient<Channel> {
-        v1::proxy_client::ProxyClient::new(self.channel.clone())
+    fn proxy(&self) -> v1::proxy_client::ProxyClient<InterceptedService<Channel, AttachToken>> {
+        v1::proxy_client::ProxyClient::with_interceptor(self.channel.clone(), self.token.clone())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX)
     }

@@ -64,6 +64,10 @@ pub struct ProxyConfig {
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
+    /// The grid's token file (mode 0600): clients must present its token, and the proxy
+    /// presents it to the metaserver.
+    #[serde(default)]
+    pub auth_token_file: Option<std::path::PathBuf>,
 }
 
 fn default_metaserver_retry() -> f64 {
@@ -131,6 +135,7 @@ impl ProxyConfig {
             retry_backoff_seconds: default_retry_backoff(),
             retry_backoff_max_seconds: default_retry_backoff_max(),
             metaserver_retry_seconds: default_metaserver_retry(),
+            auth_token_file: None,
         }
     }
 

@@ -21,12 +21,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ninf_proto::auth::{AttachToken, CheckToken};
 use ninf_proto::v1;
 use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 pub use config::ProxyConfig;
@@ -63,6 +65,8 @@ pub struct Proxy {
     servers: Mutex<HashMap<String, ServerConnection>>,
     /// Transactions running per client.
     pub admission: Arc<admission::ClientAdmission>,
+    /// The grid's token, if clients must present it (and for the metaserver).
+    token: Option<String>,
 }
 
 fn lazy_channel(address: &str) -> Result<Channel, Status> {
@@ -79,7 +83,15 @@ fn lazy_channel(address: &str) -> Result<Channel, Status> {
 impl Proxy {
     pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
         let metaserver = lazy_channel(&config.metaserver)?;
+        let token = match &config.auth_token_file {
+            Some(path) => Some(
+                ninf_proto::auth::load_token(path)
+                    .map_err(|e| Status::failed_precondition(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(Arc::new(Proxy {
+            token,
             links: Mutex::new(LinkRecord::new(config.link_history)),
             admission: admission::ClientAdmission::new(config.max_transactions_per_client),
             config,
@@ -93,10 +105,15 @@ impl Proxy {
         mutex.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn scheduling(&self) -> v1::scheduling_client::SchedulingClient<Channel> {
-        v1::scheduling_client::SchedulingClient::new(self.metaserver.clone())
-            .max_decoding_message_size(CALL_LIMIT)
-            .max_encoding_message_size(CALL_LIMIT)
+    fn scheduling(
+        &self,
+    ) -> v1::scheduling_client::SchedulingClient<InterceptedService<Channel, AttachToken>> {
+        v1::scheduling_client::SchedulingClient::with_interceptor(
+            self.metaserver.clone(),
+            AttachToken::new(self.token.as_deref()),
+        )
+        .max_decoding_message_size(CALL_LIMIT)
+        .max_encoding_message_size(CALL_LIMIT)
     }
 
     fn server(&self, address: &str) -> Result<ServerConnection, Status> {
@@ -420,11 +437,12 @@ pub async fn run(
         .initial_connection_window_size(Some(HTTP2_WINDOW))
         .max_frame_size(Some(HTTP2_FRAME))
         .add_service(health_service)
-        .add_service(
-            v1::proxy_server::ProxyServer::new(service::ProxyService(proxy))
+        .add_service(InterceptedService::new(
+            v1::proxy_server::ProxyServer::new(service::ProxyService(proxy.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
-        )
+            CheckToken::new("proxy", proxy.token.as_deref()),
+        ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     probes.abort();

@@ -69,6 +69,9 @@ pub struct ServerConfig {
     /// Resource limits every executable runs under.
     #[serde(default)]
     pub executable_limits: ExecutableLimits,
+    /// The grid's token file (mode 0600), presented to the metaserver when registering.
+    #[serde(default)]
+    pub auth_token_file: Option<PathBuf>,
 }
 
 /// The `[executable_limits]` section: what one executable may use. A call that goes over
@@ -295,6 +298,7 @@ impl Default for ServerConfig {
             gang: GangSettings::default(),
             cpu_slowdown: default_cpu_slowdown(),
             executable_limits: ExecutableLimits::default(),
+            auth_token_file: None,
         }
     }
 }

@@ -4,8 +4,10 @@
 //! metaserver is unreachable the server keeps serving and retries with back-off; if the
 //! metaserver has forgotten it (a fresh DB), it registers again.
 
+use ninf_proto::auth::AttachToken;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
 
 use ninf_proto::probe;
 use ninf_proto::v1;
@@ -20,7 +22,12 @@ pub struct RegistrationConfig {
     pub metaserver: String,
     /// Payload of throughput probes to peers.
     pub probe_bytes: usize,
+    /// The grid's token, presented to the metaserver.
+    pub token: Option<String>,
 }
+
+/// The registry client, presenting the grid's token.
+type Registry = v1::registry_client::RegistryClient<InterceptedService<Channel, AttachToken>>;
 
 /// Longest wait between attempts to reach an unreachable metaserver.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -38,10 +45,7 @@ fn registration(state: &ServerState) -> v1::RegisterRequest {
 }
 
 /// Registers, retrying with back-off until the metaserver answers; returns its intervals.
-async fn register(
-    client: &mut v1::registry_client::RegistryClient<Channel>,
-    state: &ServerState,
-) -> v1::RegisterReply {
+async fn register(client: &mut Registry, state: &ServerState) -> v1::RegisterReply {
     let mut backoff = Duration::from_millis(100);
     loop {
         match client.register(registration(state)).await {
@@ -108,7 +112,10 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                 return;
             }
         };
-        let mut client = v1::registry_client::RegistryClient::new(channel);
+        let mut client = v1::registry_client::RegistryClient::with_interceptor(
+            channel,
+            AttachToken::new(config.token.as_deref()),
+        );
         let mut reply = register(&mut client, &state).await;
         let mut next_network = tokio::time::Instant::now();
         let mut backoff = Duration::from_millis(100);

@@ -68,6 +68,10 @@ pub struct MetaserverConfig {
     pub default_throughput_bytes_per_second: f64,
     #[serde(default = "default_latency")]
     pub default_latency_seconds: f64,
+    /// The grid's token file (mode 0600): when set, servers registering and proxies asking
+    /// for placements must present its token; see `ninf_proto::auth`.
+    #[serde(default)]
+    pub auth_token_file: Option<PathBuf>,
 }
 
 fn default_listen() -> String {
@@ -132,6 +136,7 @@ impl Default for MetaserverConfig {
             default_mflops: default_mflops(),
             default_throughput_bytes_per_second: default_throughput(),
             default_latency_seconds: default_latency(),
+            auth_token_file: None,
         }
     }
 }

@@ -14,10 +14,12 @@ pub mod planner;
 pub mod registry;
 pub mod service;
 
+use ninf_proto::auth::CheckToken;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
 
 use ninf_proto::v1;
 use ninf_scheduling::Link;
@@ -93,6 +95,8 @@ pub struct Metaserver {
     state: Mutex<State>,
     /// One schedule at a time, so each sees the placements of the one before.
     scheduling: tokio::sync::Mutex<()>,
+    /// The grid's token, if requests must carry it.
+    token: Option<String>,
 }
 
 impl Metaserver {
@@ -100,6 +104,13 @@ impl Metaserver {
     /// every server that registered before (they stay up if they keep sending heartbeats).
     pub async fn open(config: MetaserverConfig) -> Result<Arc<Metaserver>, MetaserverError> {
         config.check()?;
+        let token = match &config.auth_token_file {
+            Some(path) => Some(
+                ninf_proto::auth::load_token(path)
+                    .map_err(|e| config::ConfigError::Invalid(e.to_string()))?,
+            ),
+            None => None,
+        };
         if config.database_url.is_none() {
             std::fs::create_dir_all(&config.data_dir).map_err(|e| {
                 config::ConfigError::Invalid(format!(
@@ -165,6 +176,7 @@ impl Metaserver {
                 scheduled: 0,
             }),
             scheduling: tokio::sync::Mutex::new(()),
+            token,
         }))
     }
 
@@ -591,17 +603,19 @@ pub async fn run(
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(health_service)
-        .add_service(
+        .add_service(InterceptedService::new(
             v1::registry_server::RegistryServer::new(service::RegistryService(metaserver.clone()))
                 .max_decoding_message_size(limit),
-        )
-        .add_service(
+            CheckToken::new("metaserver", metaserver.token.as_deref()),
+        ))
+        .add_service(InterceptedService::new(
             v1::scheduling_server::SchedulingServer::new(service::SchedulingService(
                 metaserver.clone(),
             ))
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit),
-        )
+            CheckToken::new("metaserver", metaserver.token.as_deref()),
+        ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     upkeep.abort();
