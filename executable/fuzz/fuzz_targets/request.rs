@@ -1,0 +1,34 @@
+//! Fuzzes the executable's request decoder: any bytes an executable reads as a request must
+//! decode to an error or to arguments that match the routine's interface, never a panic or
+//! an allocation the limits forbid.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use ninf_idl::ModuleInterface;
+use prost::Message;
+
+fn module() -> &'static ModuleInterface {
+    static MODULE: OnceLock<ModuleInterface> = OnceLock::new();
+    MODULE.get_or_init(|| {
+        let text = concat!(
+            include_str!("../../../idl/examples/linpack.idl"),
+            "\n",
+            include_str!("../../../idl/examples/vector.idl")
+        );
+        ninf_idl::compile(&ninf_idl::SourceFile::new("fuzz.idl", text.to_string()))
+            .expect("the example IDL compiles")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(request) = ninf_proto::v1::ExecRequest::decode(data) else {
+        return;
+    };
+    let Some(function) = module().function(&request.function) else {
+        return;
+    };
+    // 1 MiB of arrays at most, so a request cannot make the fuzzer allocate gigabytes.
+    let _ = ninf_executable::runtime::decode_arguments(function, request.arguments, 1 << 20);
+});
