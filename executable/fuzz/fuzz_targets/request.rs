@@ -9,16 +9,19 @@ use libfuzzer_sys::fuzz_target;
 use ninf_idl::ModuleInterface;
 use prost::Message;
 
-fn module() -> &'static ModuleInterface {
-    static MODULE: OnceLock<ModuleInterface> = OnceLock::new();
-    MODULE.get_or_init(|| {
-        let text = concat!(
+fn modules() -> &'static [ModuleInterface] {
+    static MODULES: OnceLock<Vec<ModuleInterface>> = OnceLock::new();
+    MODULES.get_or_init(|| {
+        [
             include_str!("../../../idl/examples/linpack.idl"),
-            "\n",
-            include_str!("../../../idl/examples/vector.idl")
-        );
-        ninf_idl::compile(&ninf_idl::SourceFile::new("fuzz.idl", text.to_string()))
-            .expect("the example IDL compiles")
+            include_str!("../../../idl/examples/vector.idl"),
+        ]
+        .iter()
+        .map(|text| {
+            ninf_idl::compile(&ninf_idl::SourceFile::new("fuzz.idl", text.to_string()))
+                .expect("the example IDL compiles")
+        })
+        .collect()
     })
 }
 
@@ -26,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(request) = ninf_proto::v1::ExecRequest::decode(data) else {
         return;
     };
-    let Some(function) = module().function(&request.function) else {
+    let Some(function) = modules().iter().find_map(|m| m.function(&request.function)) else {
         return;
     };
     // 1 MiB of arrays at most, so a request cannot make the fuzzer allocate gigabytes.
