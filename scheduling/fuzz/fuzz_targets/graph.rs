@@ -32,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
     }
     match graph.validate() {
         Ok(()) => {
-            let order = graph.topological_order().expect("a valid graph has an order");
+            let order = graph
+                .topological_order()
+                .expect("a valid graph has an order");
             let mut position = vec![0; tasks];
             for (i, &t) in order.iter().enumerate() {
                 position[t] = i;
