@@ -5,9 +5,8 @@
 //! routines run locally, and afterwards no server may hold a byte of anyone's intermediates
 //! and no executable of a killed server may outlive it.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +16,7 @@ use ninf::grid::GridClient;
 use ninf_proto::v1;
 use serde::Serialize;
 
+use crate::processes::{Started, binary, start, write};
 use crate::workloads;
 
 /// What the chaos run does.
@@ -71,39 +71,11 @@ impl ChaosReport {
     }
 }
 
-/// A child process killed and reaped when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `command` and waits for its "listening on" line.
-fn start(mut command: Command, what: &str) -> anyhow::Result<Process> {
-    command.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start the {what}"))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let process = Process(child);
-    match BufReader::new(stdout).lines().next() {
-        Some(Ok(line)) if line.starts_with("listening on") => Ok(process),
-        other => bail!("the {what} did not start (first line: {other:?})"),
-    }
-}
-
 /// A free loopback port (the listener is closed again, so the port is free to bind).
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Processes whose parent is `pid`.
@@ -141,7 +113,7 @@ struct ChaosServer {
     address: String,
     config: PathBuf,
     spill_dir: PathBuf,
-    process: Option<Process>,
+    process: Option<Started>,
 }
 
 impl ChaosServer {
@@ -166,16 +138,7 @@ impl ChaosServer {
 
 /// Runs the chaos test. Blocking.
 pub fn run(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
-    let bin = |name: &str| -> anyhow::Result<PathBuf> {
-        let path = options.bin_dir.join(name);
-        if !path.exists() {
-            bail!(
-                "{} is missing; build the binaries first (cargo build --release --workspace --bins)",
-                path.display()
-            );
-        }
-        Ok(path)
-    };
+    let bin = |name: &str| binary(&options.bin_dir, name);
     let (metaserver_bin, proxy_bin, server_bin) = (
         bin("ninf-metaserver")?,
         bin("ninf-proxy")?,

@@ -8,14 +8,14 @@
 //! The client part (`ninf experiment-client`, hidden) is this same program started inside the
 //! client's namespace; it prints one JSON object per result line, which this side collects.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::processes::{binary, start, write};
 use crate::testbed::{Profile, Testbed};
 use crate::workloads::{self, Summary, WorkloadRun};
 
@@ -109,48 +109,10 @@ impl WanResult {
     }
 }
 
-/// A child process killed when dropped.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `command` and waits for its "listening on" line.
-fn start(mut command: std::process::Command, what: &str) -> anyhow::Result<Started> {
-    command.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start the {what}"))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let started = Started(child);
-    match lines.next() {
-        Some(Ok(line)) if line.starts_with("listening on") => Ok(started),
-        other => bail!("the {what} did not start (first line: {other:?})"),
-    }
-}
-
-fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
-}
-
 /// Builds the testbed, starts the grid in it, runs the client part, tears everything down.
 pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     let profile = Profile::load(&options.profile)?;
-    let bin = |name: &str| -> anyhow::Result<PathBuf> {
-        let path = options.bin_dir.join(name);
-        if !path.exists() {
-            bail!(
-                "{} is missing; build the binaries first (cargo build --release --workspace --bins)",
-                path.display()
-            );
-        }
-        Ok(path)
-    };
+    let bin = |name: &str| binary(&options.bin_dir, name);
     let (metaserver_bin, proxy_bin, server_bin, ninf_bin) = (
         bin("ninf-metaserver")?,
         bin("ninf-proxy")?,

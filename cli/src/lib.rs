@@ -10,6 +10,7 @@ pub mod demo;
 pub mod embedded;
 pub mod experiment;
 pub mod gang_bench;
+pub mod processes;
 pub mod quick_call;
 pub mod simulate;
 pub mod testbed;

@@ -169,12 +169,16 @@ impl Proxy {
         Ok(measured)
     }
 
+    /// The routine's interface, from the metaserver (waiting for it if it is restarting).
     pub async fn describe(&self, function: String) -> Result<v1::FunctionInterface, Status> {
-        Ok(self
-            .scheduling()
-            .describe(v1::DescribeRequest { function })
-            .await?
-            .into_inner())
+        self.with_metaserver(|| {
+            let request = v1::DescribeRequest {
+                function: function.clone(),
+            };
+            let mut scheduling = self.scheduling();
+            async move { Ok(scheduling.describe(request).await?.into_inner()) }
+        })
+        .await
     }
 
     /// Steps 3-6 for one graph.
@@ -285,16 +289,30 @@ impl Proxy {
         })
     }
 
-    /// Asks the metaserver for a placement. A metaserver that is restarting (unreachable) is
+    /// Asks the metaserver for a placement, waiting for it if it is restarting.
+    async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status> {
+        self.with_metaserver(|| {
+            let request = request.clone();
+            let mut scheduling = self.scheduling();
+            async move { Ok(scheduling.schedule(request).await?.into_inner()) }
+        })
+        .await
+    }
+
+    /// Runs `call` against the metaserver. A metaserver that is restarting (unreachable) is
     /// asked again with doubling back-off for up to `metaserver_retry_seconds`; any other
     /// refusal is final.
-    async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status> {
+    async fn with_metaserver<T, F, Fut>(&self, mut call: F) -> Result<T, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
         let deadline =
             Instant::now() + Duration::from_secs_f64(self.config.metaserver_retry_seconds.max(0.0));
         let mut attempt = 0;
         loop {
-            match self.scheduling().schedule(request.clone()).await {
-                Ok(reply) => return Ok(reply.into_inner()),
+            match call().await {
+                Ok(reply) => return Ok(reply),
                 Err(status)
                     if matches!(
                         status.code(),
