@@ -112,7 +112,8 @@ fn alive(pid: u32) -> bool {
 struct ChaosServer {
     address: String,
     config: PathBuf,
-    spill_dir: PathBuf,
+    /// Where a compute server spills objects (the metaserver has none).
+    spill_dir: Option<PathBuf>,
     process: Option<Started>,
 }
 
@@ -179,7 +180,7 @@ fn run_in(
     let mut metaserver_process = ChaosServer {
         address: metaserver.clone(),
         config: work.join("metaserver.toml"),
-        spill_dir: work.join("none"),
+        spill_dir: None,
         process: None,
     };
     metaserver_process.start(metaserver_bin)?;
@@ -200,7 +201,7 @@ fn run_in(
         let mut server = ChaosServer {
             address,
             config,
-            spill_dir,
+            spill_dir: Some(spill_dir),
             process: None,
         };
         server.start(server_bin)?;
@@ -344,7 +345,12 @@ fn run_in(
     let stored = runtime.block_on(stored_bytes(&addresses))?;
     let spilled: u64 = servers
         .lock()
-        .map(|s| s.iter().map(|s| directory_bytes(&s.spill_dir)).sum())
+        .map(|s| {
+            s.iter()
+                .filter_map(|s| s.spill_dir.as_deref())
+                .map(directory_bytes)
+                .sum()
+        })
         .unwrap_or(0);
     // Executables of a killed server notice their closed pipe and exit; give them a moment.
     let orphans: Vec<u32> = orphans.lock().map(|o| o.clone()).unwrap_or_default();

@@ -78,9 +78,7 @@ impl Endpoints {
             None => Ok(None),
         }
     }
-}
 
-impl Endpoints {
     pub fn file(data_dir: &Path) -> PathBuf {
         data_dir.join("grid.toml")
     }

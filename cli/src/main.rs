@@ -245,6 +245,14 @@ enum Command {
     },
 }
 
+/// The folder of this program, where the other grid binaries are installed beside it.
+fn bin_dir() -> anyhow::Result<PathBuf> {
+    Ok(std::env::current_exe()?
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default())
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -724,10 +732,7 @@ fn main() -> anyhow::Result<()> {
                 settle_seconds,
                 json,
             } => {
-                let bin_dir = std::env::current_exe()?
-                    .parent()
-                    .map(std::path::Path::to_path_buf)
-                    .unwrap_or_default();
+                let bin_dir = bin_dir()?;
                 let options = ninf_cli::experiment::WanOptions {
                     profile: profile.clone(),
                     schedulers: scheduler,
@@ -778,10 +783,7 @@ fn main() -> anyhow::Result<()> {
             metaserver_every,
             json,
         } => {
-            let bin_dir = std::env::current_exe()?
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_default();
+            let bin_dir = bin_dir()?;
             let report = ninf_cli::chaos::run(&ninf_cli::chaos::ChaosOptions {
                 bin_dir,
                 transactions,

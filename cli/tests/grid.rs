@@ -678,6 +678,24 @@ fn a_routine_no_live_server_offers_fails_the_transaction_by_name_and_nothing_is_
     assert_eq!(c, local_mmul(n, &a, &a));
 }
 
+/// `c = a a` as a one-call transaction.
+fn square(
+    client: &GridClient,
+    n: usize,
+    a: &[f64],
+    c: &mut Vec<f64>,
+) -> Result<ninf::grid::Plan, ninf::CallError> {
+    client.transaction(|tx| {
+        let ha = tx.input(a);
+        let hc = tx.buffer(c);
+        tx.call(
+            "mmul",
+            &[TxArg::from(n as i32), ha.into(), ha.into(), hc.into()],
+        )?;
+        Ok(())
+    })
+}
+
 #[test]
 fn with_a_grid_token_only_those_holding_it_get_in() {
     let grid = TestGrid::start(vec![1], |o| o.auth = true);
@@ -688,18 +706,13 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
     let a = matrix(n, 1);
     let mut c = vec![0.0; n * n];
     // No token: refused, nothing runs.
-    let e = GridClient::connect(&endpoints.proxy)
-        .unwrap()
-        .transaction(|tx| {
-            let ha = tx.input(&a);
-            let hc = tx.buffer(&mut c);
-            tx.call(
-                "mmul",
-                &[TxArg::from(n as i32), ha.into(), ha.into(), hc.into()],
-            )?;
-            Ok(())
-        })
-        .unwrap_err();
+    let e = square(
+        &GridClient::connect(&endpoints.proxy).unwrap(),
+        n,
+        &a,
+        &mut c,
+    )
+    .unwrap_err();
     assert!(
         e.message
             .contains("the proxy refuses requests with no grid token"),
@@ -715,19 +728,10 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
         .unwrap_err();
     assert!(e.message.contains("a wrong grid token"), "{}", e.message);
     // The token: served (the proxy presents it to the metaserver in turn).
-    GridClient::connect(&endpoints.proxy)
+    let client = GridClient::connect(&endpoints.proxy)
         .unwrap()
-        .with_token(&token)
-        .transaction(|tx| {
-            let ha = tx.input(&a);
-            let hc = tx.buffer(&mut c);
-            tx.call(
-                "mmul",
-                &[TxArg::from(n as i32), ha.into(), ha.into(), hc.into()],
-            )?;
-            Ok(())
-        })
-        .unwrap();
+        .with_token(&token);
+    square(&client, n, &a, &mut c).unwrap();
     assert_eq!(c, local_mmul(n, &a, &a));
     // A server without the token cannot register: the metaserver still knows one server.
     let _intruder = ExternalServer::start(&grid, &["linpack"]);

@@ -360,9 +360,6 @@ impl Proxy {
                         report.outputs.push(output);
                     }
                 }
-                for report in &mut reports {
-                    servers[report.task as usize] = report.server.clone();
-                }
                 Ok(Executed {
                     reports,
                     actuals,

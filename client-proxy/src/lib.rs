@@ -253,7 +253,6 @@ impl Proxy {
                 for (task, report) in reports.iter_mut().enumerate() {
                     report.label = graph.tasks[task].label.clone();
                     report.function = graph.tasks[task].function.clone();
-                    report.server = servers[task].clone();
                     (report.predicted_start, report.predicted_finish) = predicted[task];
                 }
                 (Ok(reports), actuals, String::new(), makespan)
