@@ -34,9 +34,12 @@ pub struct GridOptions {
     pub heartbeat_timeout_seconds: f64,
     pub network_seconds: f64,
     pub probe_seconds: f64,
-    /// Generate a grid token (`DATA_DIR/token`, mode 0600) that servers must present to the
-    /// metaserver and clients to the proxy.
+    /// Generate a grid token (`DATA_DIR/token`, mode 0600) that every request must carry:
+    /// servers present it to the metaserver and to each other, the proxy to the metaserver
+    /// and the servers, clients to the proxy (or to a server they call directly).
     pub auth: bool,
+    /// The proxy's per-client quota of intermediate bytes kept on the servers.
+    pub max_stored_bytes_per_client: u64,
 }
 
 impl GridOptions {
@@ -53,6 +56,7 @@ impl GridOptions {
             network_seconds: 5.0,
             probe_seconds: 5.0,
             auth: false,
+            max_stored_bytes_per_client: ProxyConfig::new("").max_stored_bytes_per_client,
         }
     }
 }
@@ -197,13 +201,9 @@ impl EmbeddedGrid {
         }
         std::fs::create_dir_all(&options.data_dir)
             .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
-        let token = if options.auth {
-            Some(ninf_proto::auth::generate_token(&token_file(
-                &options.data_dir,
-            ))?)
-        } else {
-            None
-        };
+        if options.auth {
+            ninf_proto::auth::generate_token(&token_file(&options.data_dir))?;
+        }
         let (metaserver, metaserver_service, metaserver_address) =
             start_metaserver(&options, "127.0.0.1:0").await?;
         let mflops = match options.mflops {
@@ -218,17 +218,7 @@ impl EmbeddedGrid {
         };
         let mut servers = Vec::new();
         for (i, &processors) in options.processors.iter().enumerate() {
-            servers.push(
-                start_server(
-                    &options,
-                    i,
-                    processors,
-                    mflops,
-                    &metaserver_address,
-                    token.clone(),
-                )
-                .await?,
-            );
+            servers.push(start_server(&options, i, processors, mflops, &metaserver_address).await?);
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let proxy_address = listener.local_addr()?.to_string();
@@ -236,6 +226,7 @@ impl EmbeddedGrid {
             ProxyConfig {
                 probe_seconds: options.probe_seconds,
                 auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
+                max_stored_bytes_per_client: options.max_stored_bytes_per_client,
                 ..ProxyConfig::new(metaserver_address.clone())
             },
             proxy_address.clone(),
@@ -335,7 +326,6 @@ async fn start_server(
     processors: u32,
     mflops: f64,
     metaserver: &str,
-    token: Option<String>,
 ) -> anyhow::Result<GridServer> {
     let config = ServerConfig {
         processors: Some(processors.max(1) as usize),
@@ -345,6 +335,7 @@ async fn start_server(
             ..Default::default()
         },
         metaserver: Some(metaserver.to_string()),
+        auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
         ..ServerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -380,7 +371,6 @@ async fn start_server(
         RegistrationConfig {
             metaserver: metaserver.to_string(),
             probe_bytes: config.probe_bytes,
-            token,
         },
     );
     Ok(GridServer {

@@ -696,9 +696,58 @@ fn square(
     })
 }
 
+/// `a·a·a` as a chain of two calls: the second reads the first's output from storage.
+fn cube(
+    client: &GridClient,
+    n: usize,
+    a: &[f64],
+    c: &mut Vec<f64>,
+) -> Result<ninf::grid::Plan, ninf::CallError> {
+    let mut square = vec![0.0; n * n];
+    client.transaction(|tx| {
+        let ha = tx.input(a);
+        let hs = tx.buffer(&mut square);
+        let hc = tx.buffer(c);
+        let size = TxArg::from(n as i32);
+        tx.call("mmul", &[size.clone(), ha.into(), ha.into(), hs.into()])?;
+        tx.call("mmul", &[size, hs.into(), ha.into(), hc.into()])?;
+        Ok(())
+    })
+}
+
+#[test]
+fn a_client_over_its_storage_quota_is_refused_before_anything_runs() {
+    // A 16 x 16 intermediate is 2048 bytes.
+    let grid = TestGrid::start(vec![1], |o| o.max_stored_bytes_per_client = 2000);
+    let n = 16usize;
+    let a = matrix(n, 3);
+    let mut c = vec![0.0; n * n];
+    let e = cube(&grid.client("flow"), n, &a, &mut c).unwrap_err();
+    assert_eq!(e.kind, ninf::ErrorKind::BadArgument, "{e}");
+    assert!(
+        e.message.contains(
+            "transaction would keep 2048 bytes of intermediate data on the servers, over the \
+             proxy's quota of 2000 bytes per client (max_stored_bytes_per_client)"
+        ),
+        "{}",
+        e.message
+    );
+    assert_eq!(c, vec![0.0; n * n]);
+    assert!(grid.status().graphs.is_empty(), "nothing was placed");
+    // A transaction that keeps nothing on the servers still runs, and so does the chain
+    // once it fits.
+    square(&grid.client("flow"), n, &a, &mut c).unwrap();
+    assert_eq!(c, local_mmul(n, &a, &a));
+    drop(grid);
+    let grid = TestGrid::start(vec![1], |o| o.max_stored_bytes_per_client = 2048);
+    cube(&grid.client("flow"), n, &a, &mut c).unwrap();
+    assert_eq!(c, local_mmul(n, &local_mmul(n, &a, &a), &a));
+    grid.assert_no_leftovers();
+}
+
 #[test]
 fn with_a_grid_token_only_those_holding_it_get_in() {
-    let grid = TestGrid::start(vec![1], |o| o.auth = true);
+    let grid = TestGrid::start(vec![1, 1], |o| o.auth = true);
     let endpoints = &grid.grid().endpoints;
     let token_file = endpoints.token_file.clone().unwrap();
     let token = ninf_proto::auth::load_token(&token_file).unwrap();
@@ -733,9 +782,33 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
         .with_token(&token);
     square(&client, n, &a, &mut c).unwrap();
     assert_eq!(c, local_mmul(n, &a, &a));
-    // A server without the token cannot register: the metaserver still knows one server.
+    // Across servers: the second server fetches the intermediate from the first's storage,
+    // presenting the token.
+    let spread = client.clone().with_scheduler("round-robin");
+    let plan = cube(&spread, n, &a, &mut c).unwrap();
+    assert_eq!(plan.inter_server_ratio, 1.0);
+    assert_eq!(c, local_mmul(n, &local_mmul(n, &a, &a), &a));
+    grid.assert_no_leftovers();
+    // The servers themselves refuse calls without the token.
+    let server = endpoints.servers[0].clone();
+    grid.runtime.block_on(async {
+        let open = ninf::NinfClient::connect(&server).await.unwrap();
+        let e = open.describe("mmul").await.unwrap_err();
+        assert!(
+            e.message
+                .contains("the compute server refuses requests with no grid token"),
+            "{}",
+            e.message
+        );
+        let holder = ninf::NinfClient::connect(&server)
+            .await
+            .unwrap()
+            .with_token(&token);
+        assert!(holder.describe("mmul").await.is_ok());
+    });
+    // A server without the token cannot register: the metaserver still knows two servers.
     let _intruder = ExternalServer::start(&grid, &["linpack"]);
     std::thread::sleep(Duration::from_millis(500));
     let status = grid.status();
-    assert_eq!(status.servers.len(), 1, "{:?}", status.servers);
+    assert_eq!(status.servers.len(), 2, "{:?}", status.servers);
 }

@@ -57,8 +57,21 @@ pub struct GridClient {
     token: AttachToken,
 }
 
-/// Environment variable naming the grid's token file; read by [`GridClient::connect`].
+/// Environment variable naming the grid's token file; read by [`GridClient::connect`] and
+/// [`crate::NinfClient::connect`].
 pub const TOKEN_FILE_ENV: &str = "NINF_TOKEN_FILE";
+
+/// The token in the file [`TOKEN_FILE_ENV`] names, if it names one.
+pub(crate) fn token_from_env() -> Result<AttachToken, CallError> {
+    let token = match std::env::var_os(TOKEN_FILE_ENV) {
+        Some(path) => Some(
+            ninf_proto::auth::load_token(std::path::Path::new(&path))
+                .map_err(|e| CallError::bad_argument(e.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(AttachToken::new(token.as_deref()))
+}
 
 impl GridClient {
     /// Connects to the proxy at `host:port` (or `ninf://host:port`).
@@ -76,19 +89,12 @@ impl GridClient {
                 format!("cannot reach the proxy at {address}: {e}"),
             )
         })?;
-        let token = match std::env::var_os(TOKEN_FILE_ENV) {
-            Some(path) => Some(
-                ninf_proto::auth::load_token(std::path::Path::new(&path))
-                    .map_err(|e| CallError::bad_argument(e.to_string()))?,
-            ),
-            None => None,
-        };
         Ok(GridClient {
             address,
             channel,
             descriptors: Arc::default(),
             scheduler: None,
-            token: AttachToken::new(token.as_deref()),
+            token: token_from_env()?,
         })
     }
 

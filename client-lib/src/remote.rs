@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ninf_idl::FunctionInterface;
+use ninf_proto::auth::{AttachToken, Authorized, authorized};
 use ninf_proto::v1::{self, call_argument::Source};
 use tonic::transport::{Channel, Endpoint};
 
@@ -66,6 +67,8 @@ pub struct NinfClient {
     descriptors: Arc<Mutex<HashMap<String, Arc<FunctionInterface>>>>,
     timeout: Option<Duration>,
     bulk: Arc<BulkConnections>,
+    /// The grid's token, presented with every request.
+    token: AttachToken,
 }
 
 impl NinfClient {
@@ -96,7 +99,19 @@ impl NinfClient {
             descriptors: Arc::default(),
             timeout: None,
             bulk: Arc::default(),
+            token: crate::grid::token_from_env()?,
         })
+    }
+
+    /// Presents this token to the server (the grid's `token` file holds it).
+    pub fn with_token(mut self, token: &str) -> NinfClient {
+        self.token = AttachToken::new(Some(token));
+        self
+    }
+
+    /// The channel, presenting the token.
+    fn authorized(&self) -> Authorized {
+        authorized(self.channel.clone(), &self.token)
     }
 
     pub fn address(&self) -> &str {
@@ -110,8 +125,8 @@ impl NinfClient {
         self
     }
 
-    fn invoke(&self) -> v1::invoke_client::InvokeClient<Channel> {
-        v1::invoke_client::InvokeClient::new(self.channel.clone())
+    fn invoke(&self) -> v1::invoke_client::InvokeClient<Authorized> {
+        v1::invoke_client::InvokeClient::new(self.authorized())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX)
     }
@@ -126,7 +141,7 @@ impl NinfClient {
         {
             return Ok(found);
         }
-        let mut client = v1::interface_client::InterfaceClient::new(self.channel.clone());
+        let mut client = v1::interface_client::InterfaceClient::new(self.authorized());
         let reply = client
             .describe(v1::DescribeRequest {
                 function: function.to_string(),
@@ -154,7 +169,7 @@ impl NinfClient {
 
     /// Every module the server serves.
     pub async fn list(&self) -> Result<Vec<ninf_idl::ModuleInterface>, CallError> {
-        let mut client = v1::interface_client::InterfaceClient::new(self.channel.clone());
+        let mut client = v1::interface_client::InterfaceClient::new(self.authorized());
         let reply = client.list(v1::ListRequest {}).await?.into_inner();
         let mut modules = Vec::new();
         for m in &reply.modules {
@@ -201,6 +216,7 @@ impl NinfClient {
             keep: Vec::new(),
             owner: String::new(),
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
+            authorization: String::new(),
         };
         let reply = self.call_request(request).await?;
         let outputs = reply
@@ -235,7 +251,7 @@ impl NinfClient {
         self.bulk
             .address
             .get_or_init(|| async {
-                let mut monitor = v1::monitor_client::MonitorClient::new(self.channel.clone());
+                let mut monitor = v1::monitor_client::MonitorClient::new(self.authorized());
                 let info = monitor.info(v1::InfoRequest {}).await.ok()?.into_inner();
                 (!info.bulk_address.is_empty()).then_some(info.bulk_address)
             })
@@ -267,6 +283,7 @@ impl NinfClient {
             keep: Vec::new(),
             owner: String::new(),
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
+            authorization: self.token.header(),
         };
         let reused = self.bulk.idle.lock().ok().and_then(|mut idle| idle.pop());
         let mut stream = match reused {

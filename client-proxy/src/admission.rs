@@ -1,72 +1,131 @@
 //! Per-client limits at the proxy: how many transactions one client may have running at
-//! once. A client over its limit is refused at once with RESOURCE_EXHAUSTED naming the limit,
-//! before anything is scheduled or stored, so one client cannot crowd out the others.
+//! once, and how many bytes of intermediate data they may keep on the servers together. A
+//! client over a limit is refused at once with RESOURCE_EXHAUSTED naming the limit, before
+//! anything is scheduled or stored, so one client cannot crowd out the others.
+//!
+//! A transaction's storage is known before it runs: every output a consumer reads is kept
+//! on its producer's server, at the size the IDL gives it (the metaserver refuses a graph
+//! whose edge sizes disagree with the IDL, so a client cannot understate them).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use ninf_proto::v1;
 use tonic::Status;
 
-/// Running transactions per client.
-#[derive(Debug)]
-pub struct ClientAdmission {
-    limit: usize,
-    running: Mutex<HashMap<String, usize>>,
+/// The limits, per client.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientLimits {
+    pub transactions: usize,
+    pub stored_bytes: u64,
 }
 
-/// A transaction's place in its client's count; given back when dropped.
+/// What one client has running.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct ClientUsage {
+    pub transactions: usize,
+    pub stored_bytes: u64,
+}
+
+/// Running transactions and their storage, per client.
+#[derive(Debug)]
+pub struct ClientAdmission {
+    limits: ClientLimits,
+    usage: Mutex<HashMap<String, ClientUsage>>,
+}
+
+/// A transaction's place in its client's counts; given back when dropped.
 #[derive(Debug)]
 pub struct Admitted {
     admission: Arc<ClientAdmission>,
     client: String,
+    stored_bytes: u64,
+}
+
+/// Bytes a graph keeps on the servers while it runs: each kept output once, however many
+/// consumers read it.
+pub fn stored_bytes(graph: &v1::TaskGraph) -> u64 {
+    let mut kept: HashMap<(u32, u32), u64> = HashMap::new();
+    for edge in &graph.edges {
+        let bytes = kept
+            .entry((edge.from_task, edge.from_parameter))
+            .or_default();
+        *bytes = (*bytes).max(edge.bytes);
+    }
+    kept.values().fold(0u64, |sum, b| sum.saturating_add(*b))
 }
 
 impl ClientAdmission {
-    pub fn new(limit: usize) -> Arc<ClientAdmission> {
+    pub fn new(limits: ClientLimits) -> Arc<ClientAdmission> {
         Arc::new(ClientAdmission {
-            limit: limit.max(1),
-            running: Mutex::new(HashMap::new()),
+            limits: ClientLimits {
+                transactions: limits.transactions.max(1),
+                stored_bytes: limits.stored_bytes,
+            },
+            usage: Mutex::new(HashMap::new()),
         })
     }
 
-    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        // Every update is one increment or decrement: a poisoned map is still consistent.
-        self.running
+    fn usage_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClientUsage>> {
+        // Every update is one add or subtract under the lock: a poisoned map is consistent.
+        self.usage
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Counts a new transaction of `client`, or refuses it when the client is at its limit.
-    pub fn admit(self: &Arc<Self>, client: &str) -> Result<Admitted, Status> {
-        let mut counts = self.counts();
-        let running = counts.entry(client.to_string()).or_insert(0);
-        if *running >= self.limit {
+    /// Counts a new transaction of `client` that keeps `stored_bytes` on the servers, or
+    /// refuses it when the client is at a limit.
+    pub fn admit(self: &Arc<Self>, client: &str, stored_bytes: u64) -> Result<Admitted, Status> {
+        let mut map = self.usage_map();
+        let usage = map.entry(client.to_string()).or_default();
+        if usage.transactions >= self.limits.transactions {
             return Err(Status::resource_exhausted(format!(
                 "client {client} already runs {} transactions, the proxy's limit \
                  (max_transactions_per_client); wait for one to finish",
-                *running
+                usage.transactions
             )));
         }
-        *running += 1;
+        let total = usage.stored_bytes.saturating_add(stored_bytes);
+        if total > self.limits.stored_bytes {
+            let held = usage.stored_bytes;
+            if usage.transactions == 0 {
+                map.remove(client);
+            }
+            let context = if held == 0 {
+                String::new()
+            } else {
+                format!(" (with the {held} bytes its running transactions keep, {total})")
+            };
+            return Err(Status::resource_exhausted(format!(
+                "client {client}'s transaction would keep {stored_bytes} bytes of intermediate \
+                 data on the servers{context}, over the proxy's quota of {} bytes per client \
+                 (max_stored_bytes_per_client)",
+                self.limits.stored_bytes
+            )));
+        }
+        usage.transactions += 1;
+        usage.stored_bytes = total;
         Ok(Admitted {
             admission: self.clone(),
             client: client.to_string(),
+            stored_bytes,
         })
     }
 
-    /// Transactions `client` has running.
-    pub fn running(&self, client: &str) -> usize {
-        self.counts().get(client).copied().unwrap_or(0)
+    /// What `client` has running.
+    pub fn usage(&self, client: &str) -> ClientUsage {
+        self.usage_map().get(client).copied().unwrap_or_default()
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut counts = self.admission.counts();
-        if let Some(running) = counts.get_mut(&self.client) {
-            *running = running.saturating_sub(1);
-            if *running == 0 {
-                counts.remove(&self.client);
+        let mut map = self.admission.usage_map();
+        if let Some(usage) = map.get_mut(&self.client) {
+            usage.transactions = usage.transactions.saturating_sub(1);
+            usage.stored_bytes = usage.stored_bytes.saturating_sub(self.stored_bytes);
+            if usage.transactions == 0 {
+                map.remove(&self.client);
             }
         }
     }
@@ -77,12 +136,19 @@ impl Drop for Admitted {
 mod tests {
     use super::*;
 
+    fn limits(transactions: usize, stored_bytes: u64) -> ClientLimits {
+        ClientLimits {
+            transactions,
+            stored_bytes,
+        }
+    }
+
     #[test]
     fn a_client_at_its_limit_is_refused_until_one_finishes() {
-        let admission = ClientAdmission::new(2);
-        let first = admission.admit("10.0.0.1").unwrap();
-        let _second = admission.admit("10.0.0.1").unwrap();
-        let refused = admission.admit("10.0.0.1").unwrap_err();
+        let admission = ClientAdmission::new(limits(2, u64::MAX));
+        let first = admission.admit("10.0.0.1", 0).unwrap();
+        let _second = admission.admit("10.0.0.1", 0).unwrap();
+        let refused = admission.admit("10.0.0.1", 0).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             refused.message(),
@@ -90,10 +156,68 @@ mod tests {
              (max_transactions_per_client); wait for one to finish"
         );
         // Other clients are not affected.
-        let _other = admission.admit("10.0.0.2").unwrap();
+        let _other = admission.admit("10.0.0.2", 0).unwrap();
         drop(first);
-        assert_eq!(admission.running("10.0.0.1"), 1);
-        let _third = admission.admit("10.0.0.1").unwrap();
-        assert_eq!(admission.running("10.0.0.1"), 2);
+        assert_eq!(admission.usage("10.0.0.1").transactions, 1);
+        let _third = admission.admit("10.0.0.1", 0).unwrap();
+        assert_eq!(admission.usage("10.0.0.1").transactions, 2);
+    }
+
+    #[test]
+    fn storage_over_the_quota_is_refused_and_given_back_when_a_transaction_ends() {
+        let admission = ClientAdmission::new(limits(10, 1000));
+        let alone = admission.admit("c", 1001).unwrap_err();
+        assert_eq!(alone.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            alone.message(),
+            "client c's transaction would keep 1001 bytes of intermediate data on the \
+             servers, over the proxy's quota of 1000 bytes per client \
+             (max_stored_bytes_per_client)"
+        );
+        assert_eq!(admission.usage("c"), ClientUsage::default());
+        let first = admission.admit("c", 600).unwrap();
+        let second = admission.admit("c", 500).unwrap_err();
+        assert_eq!(
+            second.message(),
+            "client c's transaction would keep 500 bytes of intermediate data on the \
+             servers (with the 600 bytes its running transactions keep, 1100), over the \
+             proxy's quota of 1000 bytes per client (max_stored_bytes_per_client)"
+        );
+        let _small = admission.admit("c", 400).unwrap();
+        assert_eq!(
+            admission.usage("c"),
+            ClientUsage {
+                transactions: 2,
+                stored_bytes: 1000
+            }
+        );
+        // Another client has its own quota.
+        let _other = admission.admit("d", 1000).unwrap();
+        drop(first);
+        assert_eq!(admission.usage("c").stored_bytes, 400);
+        let _again = admission.admit("c", 600).unwrap();
+    }
+
+    #[test]
+    fn a_graph_keeps_each_read_output_once() {
+        let edge = |from_task, from_parameter, to_task, bytes| v1::GraphEdge {
+            from_task,
+            from_parameter,
+            to_task,
+            to_parameter: 0,
+            bytes,
+        };
+        let graph = v1::TaskGraph {
+            tasks: vec![v1::GraphTask::default(); 4],
+            // Task 0's output 1 feeds two consumers; task 1 keeps two outputs.
+            edges: vec![
+                edge(0, 1, 2, 800),
+                edge(0, 1, 3, 800),
+                edge(1, 0, 3, 80),
+                edge(1, 2, 3, 8),
+            ],
+        };
+        assert_eq!(stored_bytes(&graph), 888);
+        assert_eq!(stored_bytes(&v1::TaskGraph::default()), 0);
     }
 }

@@ -6,6 +6,8 @@
 //! probe_seconds = 5.0
 //! probe_bytes = 1048576
 //! max_in_flight_per_server = 16
+//! max_transactions_per_client = 32
+//! max_stored_bytes_per_client = 8589934592
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
 //! ```
@@ -51,6 +53,11 @@ pub struct ProxyConfig {
     /// Transactions one client (by address) may run at once; more are refused.
     #[serde(default = "default_per_client")]
     pub max_transactions_per_client: usize,
+    /// Bytes of intermediate data one client's running transactions may keep on the
+    /// servers at once (each transaction counts every output it keeps for a consumer, as
+    /// the IDL sizes it); a transaction that would go over is refused before it starts.
+    #[serde(default = "default_stored_per_client")]
+    pub max_stored_bytes_per_client: u64,
     /// Times one task is issued again after its server failed or lost one of its inputs,
     /// before its transaction fails.
     #[serde(default = "default_task_retries")]
@@ -84,6 +91,10 @@ fn default_retry_backoff() -> f64 {
 
 fn default_retry_backoff_max() -> f64 {
     5.0
+}
+
+fn default_stored_per_client() -> u64 {
+    8 << 30
 }
 
 fn default_per_client() -> usize {
@@ -131,6 +142,7 @@ impl ProxyConfig {
             max_request_bytes: default_max_request(),
             lease_renew_seconds: default_renew_seconds(),
             max_transactions_per_client: default_per_client(),
+            max_stored_bytes_per_client: default_stored_per_client(),
             task_retries: default_task_retries(),
             retry_backoff_seconds: default_retry_backoff(),
             retry_backoff_max_seconds: default_retry_backoff_max(),

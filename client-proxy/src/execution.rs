@@ -577,5 +577,7 @@ fn build_call(
         keep: flow.keep[task].iter().copied().collect(),
         owner: owner.to_string(),
         timeout_seconds: 0.0,
+        // gRPC calls carry the token in their metadata.
+        authorization: String::new(),
     })
 }

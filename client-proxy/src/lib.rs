@@ -21,7 +21,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ninf_proto::auth::{AttachToken, CheckToken};
+use ninf_proto::auth::{AttachToken, Authorized, CheckToken, authorized};
 use ninf_proto::v1;
 use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
@@ -45,13 +45,15 @@ struct ServerConnection {
     channels: Arc<Vec<Channel>>,
     next: Arc<std::sync::atomic::AtomicUsize>,
     slots: Arc<Semaphore>,
+    /// The grid's token, which servers require when the grid has one.
+    token: AttachToken,
 }
 
 impl ServerConnection {
-    /// The next connection, round robin.
-    fn channel(&self) -> Channel {
+    /// The next connection, round robin, presenting the grid's token.
+    fn channel(&self) -> Authorized {
         let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.channels[i % self.channels.len()].clone()
+        authorized(self.channels[i % self.channels.len()].clone(), &self.token)
     }
 }
 
@@ -93,7 +95,10 @@ impl Proxy {
         Ok(Arc::new(Proxy {
             token,
             links: Mutex::new(LinkRecord::new(config.link_history)),
-            admission: admission::ClientAdmission::new(config.max_transactions_per_client),
+            admission: admission::ClientAdmission::new(admission::ClientLimits {
+                transactions: config.max_transactions_per_client,
+                stored_bytes: config.max_stored_bytes_per_client,
+            }),
             config,
             name,
             metaserver,
@@ -128,6 +133,7 @@ impl Proxy {
             channels: Arc::new(channels),
             next: Arc::default(),
             slots: Arc::new(Semaphore::new(self.config.max_in_flight_per_server.max(1))),
+            token: AttachToken::new(self.token.as_deref()),
         };
         servers.insert(address.to_string(), connection.clone());
         Ok(connection)
@@ -350,17 +356,18 @@ impl Proxy {
     /// over after a fault) every `lease_renew_seconds` until aborted, so a long graph keeps
     /// its intermediates while one whose proxy died loses them.
     fn spawn_renewals(&self, used: UsedServers, owner: &str) -> tokio::task::JoinHandle<()> {
-        let connections: Mutex<HashMap<String, Channel>> = Mutex::default();
+        let connections: Mutex<HashMap<String, Authorized>> = Mutex::default();
         let connect = {
             let servers = self.servers.lock().map(|s| s.clone()).unwrap_or_default();
-            move |address: &str| -> Option<Channel> {
+            let token = AttachToken::new(self.token.as_deref());
+            move |address: &str| -> Option<Authorized> {
                 let mut known = Self::lock(&connections);
                 if let Some(channel) = known.get(address) {
                     return Some(channel.clone());
                 }
                 let channel = match servers.get(address) {
                     Some(connection) => connection.channel(),
-                    None => lazy_channel(address).ok()?,
+                    None => authorized(lazy_channel(address).ok()?, &token),
                 };
                 known.insert(address.to_string(), channel.clone());
                 Some(channel)

@@ -18,9 +18,18 @@ impl v1::proxy_server::Proxy for ProxyService {
         let client = request
             .remote_addr()
             .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
-        let _admitted = self.0.admission.admit(&client).inspect_err(|status| {
-            tracing::warn!(%client, error = %status.message(), "transaction refused");
-        })?;
+        let stored = request
+            .get_ref()
+            .graph
+            .as_ref()
+            .map_or(0, crate::admission::stored_bytes);
+        let _admitted = self
+            .0
+            .admission
+            .admit(&client, stored)
+            .inspect_err(|status| {
+                tracing::warn!(%client, error = %status.message(), "transaction refused");
+            })?;
         let result = self.0.run_graph(request.into_inner()).await;
         if let Err(status) = &result {
             tracing::info!(code = ?status.code(), error = %status.message(), "graph failed");

@@ -32,7 +32,7 @@ pub async fn serve(listener: TcpListener, state: Arc<ServerState>) {
         let _ = socket.set_nodelay(true);
         let state = state.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(socket, &state).await {
+            if let Err(e) = connection(socket, &peer.to_string(), &state).await {
                 tracing::debug!(%peer, error = %e, "bulk connection closed");
             }
         });
@@ -55,7 +55,8 @@ impl From<std::io::Error> for Failure {
     }
 }
 
-async fn connection(socket: TcpStream, state: &ServerState) -> std::io::Result<()> {
+async fn connection(socket: TcpStream, peer: &str, state: &ServerState) -> std::io::Result<()> {
+    let check = state.check();
     let (reader, mut writer) = socket.into_split();
     let mut reader = BufReader::with_capacity(1 << 16, reader);
     loop {
@@ -86,6 +87,13 @@ async fn connection(socket: TcpStream, state: &ServerState) -> std::io::Result<(
                 return Ok(());
             }
         };
+        // Without request metadata, the token travels in the request; a refused client's
+        // bulk bytes are not read, so the connection closes.
+        let given = (!request.authorization.is_empty()).then_some(request.authorization.as_bytes());
+        if let Err(status) = check.verify(given, peer) {
+            send_error(&mut writer, &status).await?;
+            return Ok(());
+        }
         match call(state, request, &mut reader, &mut writer).await {
             Ok(()) => {}
             Err(Failure::Answer(status)) => send_error(&mut writer, &status).await?,

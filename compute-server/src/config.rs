@@ -69,7 +69,9 @@ pub struct ServerConfig {
     /// Resource limits every executable runs under.
     #[serde(default)]
     pub executable_limits: ExecutableLimits,
-    /// The grid's token file (mode 0600), presented to the metaserver when registering.
+    /// The grid's token file (mode 0600): presented to the metaserver when registering and
+    /// to peer servers when fetching from their storage; every request to this server must
+    /// carry it.
     #[serde(default)]
     pub auth_token_file: Option<PathBuf>,
 }

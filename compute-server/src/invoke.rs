@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ninf_idl::{ElementType, FunctionInterface, Mode};
+use ninf_proto::auth::authorized;
 use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tonic::{Code, Status};
@@ -387,9 +388,10 @@ async fn fetch(state: &ServerState, object: &v1::ObjectRef) -> Result<v1::Array,
         });
     }
     let channel = state.peer(&object.server).await?;
-    let mut client = v1::storage_client::StorageClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+    let mut client =
+        v1::storage_client::StorageClient::new(authorized(channel, &state.credentials()))
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
     let mut stream = client
         .get(v1::GetRequest {
             object_id: object.object_id.clone(),

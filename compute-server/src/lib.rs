@@ -3,7 +3,8 @@
 //! intermediate arrays in its storage role for calls here or elsewhere, and samples its load.
 //!
 //! [`run`] takes a bound listener, the shared state and a shutdown signal, so tests and the
-//! `ninf-server` binary start it the same way.
+//! `ninf-server` binary start it the same way. With a grid token, every service but health
+//! refuses requests without it (the bulk-data port checks it per request).
 
 pub mod benchmark;
 pub mod bulk;
@@ -25,6 +26,7 @@ use ninf_proto::v1;
 use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
 
 pub use config::ServerConfig;
 pub use ninf_executable::keep_freed_memory;
@@ -90,6 +92,10 @@ pub async fn run(
             &state.gang.settings,
             state.gang.processors,
             &address.to_string(),
+            gang::AgentCredentials {
+                token: state.token.clone(),
+                token_file: state.token_file.clone(),
+            },
         )),
         Err(e) => {
             tracing::error!(error = %e, "no address to give node agents; jobs are not time-shared");
@@ -110,25 +116,32 @@ pub async fn run(
         .initial_connection_window_size(Some(HTTP2_WINDOW))
         .max_frame_size(Some(HTTP2_FRAME))
         .add_service(health_service)
-        .add_service(v1::interface_server::InterfaceServer::new(
-            services::InterfaceService(state.clone()),
+        .add_service(InterceptedService::new(
+            v1::interface_server::InterfaceServer::new(services::InterfaceService(state.clone())),
+            state.check(),
         ))
-        .add_service(
+        .add_service(InterceptedService::new(
             v1::invoke_server::InvokeServer::new(services::InvokeService(state.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
-        )
-        .add_service(
+            state.check(),
+        ))
+        .add_service(InterceptedService::new(
             v1::storage_server::StorageServer::new(services::StorageService(state.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
-        )
-        .add_service(
+            state.check(),
+        ))
+        .add_service(InterceptedService::new(
             v1::monitor_server::MonitorServer::new(services::MonitorService(state.clone()))
                 .max_decoding_message_size(PROBE_LIMIT),
-        )
-        .add_service(v1::gang_control_server::GangControlServer::new(
-            gang::service::GangControlService(state.gang.clone()),
+            state.check(),
+        ))
+        .add_service(InterceptedService::new(
+            v1::gang_control_server::GangControlServer::new(gang::service::GangControlService(
+                state.gang.clone(),
+            )),
+            state.check(),
         ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;

@@ -4,10 +4,10 @@
 //! metaserver is unreachable the server keeps serving and retries with back-off; if the
 //! metaserver has forgotten it (a fresh DB), it registers again.
 
-use ninf_proto::auth::AttachToken;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::service::interceptor::InterceptedService;
+
+use ninf_proto::auth::{Authorized, authorized};
 
 use ninf_proto::probe;
 use ninf_proto::v1;
@@ -22,12 +22,10 @@ pub struct RegistrationConfig {
     pub metaserver: String,
     /// Payload of throughput probes to peers.
     pub probe_bytes: usize,
-    /// The grid's token, presented to the metaserver.
-    pub token: Option<String>,
 }
 
 /// The registry client, presenting the grid's token.
-type Registry = v1::registry_client::RegistryClient<InterceptedService<Channel, AttachToken>>;
+type Registry = v1::registry_client::RegistryClient<Authorized>;
 
 /// Longest wait between attempts to reach an unreachable metaserver.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -81,7 +79,7 @@ async fn measure_peers(
                 continue;
             }
         };
-        match probe::measure(channel, probe_bytes).await {
+        match probe::measure(authorized(channel, &state.credentials()), probe_bytes).await {
             Ok(m) => samples.push(v1::NetworkSample {
                 from: state.advertise.clone(),
                 to: peer.clone(),
@@ -112,10 +110,8 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                 return;
             }
         };
-        let mut client = v1::registry_client::RegistryClient::with_interceptor(
-            channel,
-            AttachToken::new(config.token.as_deref()),
-        );
+        let mut client =
+            v1::registry_client::RegistryClient::new(authorized(channel, &state.credentials()));
         let mut reply = register(&mut client, &state).await;
         let mut next_network = tokio::time::Instant::now();
         let mut backoff = Duration::from_millis(100);

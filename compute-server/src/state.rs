@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ninf_idl::{FunctionInterface, ModuleInterface, SourceFile};
+use ninf_proto::auth::{AttachToken, CheckToken};
 use ninf_proto::v1;
 use tonic::transport::Channel;
 
@@ -42,6 +43,11 @@ pub struct ServerState {
     pub lease: Duration,
     /// The clock leases are measured on.
     started: std::time::Instant,
+    /// The grid's token, which every request here must carry and which this server presents
+    /// to the metaserver and its peers; `None`: an open server.
+    pub token: Option<String>,
+    /// Where the token came from, for node agents started as processes.
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +64,8 @@ pub enum StartError {
     Pool(#[from] crate::pool::PoolError),
     #[error("cannot open the message broker's socket: {0}")]
     Broker(std::io::Error),
+    #[error(transparent)]
+    Token(#[from] ninf_proto::auth::TokenError),
 }
 
 impl ServerState {
@@ -83,6 +91,10 @@ impl ServerState {
                 ));
             }
         }
+        let token = match &config.auth_token_file {
+            Some(path) => Some(ninf_proto::auth::load_token(path)?),
+            None => None,
+        };
         let processors = config.processors();
         let gang = GangMaster::new(config.gang.clone(), processors as u32);
         let broker = SpmdBroker::start(gang.clone()).map_err(StartError::Broker)?;
@@ -133,6 +145,8 @@ impl ServerState {
             peers: tokio::sync::Mutex::new(HashMap::new()),
             lease: Duration::from_secs_f64(config.storage.lease_seconds.max(0.001)),
             started: std::time::Instant::now(),
+            token,
+            token_file: config.auth_token_file.clone(),
         };
         Ok(Arc::new(state))
     }
@@ -185,6 +199,16 @@ impl ServerState {
             *last = sample;
         }
         sample
+    }
+
+    /// What this server presents to the metaserver and its peers.
+    pub fn credentials(&self) -> AttachToken {
+        AttachToken::new(self.token.as_deref())
+    }
+
+    /// What requests to this server must present.
+    pub fn check(&self) -> CheckToken {
+        CheckToken::new("compute server", self.token.as_deref())
     }
 
     /// A channel to another server, reused across calls.

@@ -1,6 +1,6 @@
 //! The bulk-data path: large calls through it give the same results as small ones through
 //! gRPC, and bad input on a bulk connection gets an error frame while the connection (and the
-//! server) keep working.
+//! server) keep working. A server with a grid token refuses both paths without it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -221,4 +221,87 @@ async fn a_raw_bulk_connection_survives_refused_calls_and_keeps_outputs_on_reque
     let pool = &server.state.function("echo").unwrap().1.pool;
     assert_eq!(pool.replaced(), 0, "no executable was killed and replaced");
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_a_grid_token_refuses_requests_without_it_on_grpc_and_bulk() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("ninf-bulk-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    let token = ninf_proto::auth::generate_token(&token_file).unwrap();
+    assert_eq!(
+        std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let server = TestServer::start(|c| c.auth_token_file = Some(token_file.clone())).await;
+
+    // gRPC without the token: refused by name, before anything runs.
+    let open = NinfClient::connect(&server.address).await.unwrap();
+    let e = open.describe("echo").await.unwrap_err();
+    assert_eq!(
+        e.message,
+        "the compute server refuses requests with no grid token; pass the grid's token (the \
+         `token` file `ninf up` wrote)"
+    );
+    let wrong = NinfClient::connect(&server.address)
+        .await
+        .unwrap()
+        .with_token("0123456789abcdef-not-it");
+    let e = wrong
+        .call("noop", &mut [Arg::Integer(0)])
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("a wrong grid token"), "{}", e.message);
+
+    // Bulk without it: an error frame, and the connection closes (the request's bulk bytes
+    // are never read).
+    let mut stream = TcpStream::connect(&server.state.info.bulk_address)
+        .await
+        .unwrap();
+    send(&mut stream, &echo_request(4, 32), &[0u8; 32]).await;
+    match receive(&mut stream).await.result {
+        Some(v1::bulk_reply::Result::Error(e)) => {
+            assert_eq!(e.code, tonic::Code::Unauthenticated as i32);
+            assert!(e.message.contains("no grid token"), "{}", e.message);
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(stream.read_to_end(&mut rest).await.unwrap(), 0);
+
+    // With the token, both paths serve: a large call goes over bulk, carrying it.
+    let client = NinfClient::connect(&server.address)
+        .await
+        .unwrap()
+        .with_token(&token);
+    let n = 400usize;
+    let x = random(n * n, 7);
+    let mut y = vec![0.0; n * n];
+    client
+        .call(
+            "echo",
+            &mut [
+                Arg::Integer((n * n) as i64),
+                Arg::from(&x),
+                Arg::from(&mut y),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(y == x);
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    // The node agents got in too: they present the token to the gang service.
+    let mut attached = 0;
+    for _ in 0..100 {
+        let status = server.state.gang.status();
+        attached = status.nodes.iter().filter(|n| n.attached).count();
+        if attached > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(attached > 0, "no node agent attached");
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

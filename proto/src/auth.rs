@@ -12,10 +12,20 @@ use std::sync::Arc;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 /// The metadata key carrying the token.
 const HEADER: &str = "authorization";
+
+/// A channel whose every request carries the grid's token (when there is one).
+pub type Authorized = InterceptedService<Channel, AttachToken>;
+
+/// `channel`, presenting `token` with every request.
+pub fn authorized(channel: Channel, token: &AttachToken) -> Authorized {
+    InterceptedService::new(channel, token.clone())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
@@ -84,7 +94,7 @@ pub fn generate_token(path: &Path) -> Result<String, TokenError> {
 }
 
 /// Adds the token to every outgoing request (nothing when there is none).
-#[derive(Clone, Default)]
+#[derive(Clone, Default, Debug)]
 pub struct AttachToken(Option<Arc<MetadataValue<Ascii>>>);
 
 impl AttachToken {
@@ -95,6 +105,18 @@ impl AttachToken {
                 .and_then(|t| format!("Bearer {t}").parse().ok())
                 .map(Arc::new),
         )
+    }
+}
+
+impl AttachToken {
+    /// The `authorization` value, for transports without request metadata (the bulk-data
+    /// connection carries it in each `CallRequest`); empty when there is no token.
+    pub fn header(&self) -> String {
+        self.0
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
     }
 }
 
@@ -132,18 +154,20 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-impl Interceptor for CheckToken {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+impl CheckToken {
+    /// Whether a service with this check accepts everyone.
+    pub fn is_open(&self) -> bool {
+        self.expected.is_none()
+    }
+
+    /// Checks an `authorization` value (`None`: the request had none) from `peer`.
+    pub fn verify(&self, given: Option<&[u8]>, peer: &str) -> Result<(), Status> {
         let Some(expected) = &self.expected else {
-            return Ok(request);
+            return Ok(());
         };
-        let given = request.metadata().get(HEADER).map(|v| v.as_bytes());
         if given.is_some_and(|g| same(g, expected.as_bytes())) {
-            return Ok(request);
+            return Ok(());
         }
-        let peer = request
-            .remote_addr()
-            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let reason = if given.is_some() {
             "a wrong grid token"
         } else {
@@ -154,6 +178,20 @@ impl Interceptor for CheckToken {
             "the {} refuses requests with {reason}; pass the grid's token (the `token` file `ninf up` wrote)",
             self.service
         )))
+    }
+}
+
+impl Interceptor for CheckToken {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        if self.is_open() {
+            return Ok(request);
+        }
+        let given = request.metadata().get(HEADER).map(|v| v.as_bytes());
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        self.verify(given, &peer)?;
+        Ok(request)
     }
 }
 
@@ -218,6 +256,14 @@ mod tests {
         );
         let mut right = AttachToken::new(Some("0123456789abcdef"));
         assert!(check.call(right.call(Request::new(())).unwrap()).is_ok());
+        // The same value outside gRPC (the bulk-data connection).
+        assert!(
+            check
+                .verify(Some(right.header().as_bytes()), "peer")
+                .is_ok()
+        );
+        assert!(check.verify(None, "peer").is_err());
+        assert_eq!(AttachToken::new(None).header(), "");
         // Without a configured token everyone passes.
         let mut open = CheckToken::new("proxy", None);
         assert!(open.call(Request::new(())).is_ok());

@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use tonic::transport::Channel;
 
+use crate::auth::Authorized;
 use crate::v1;
 
 /// One measurement of a path.
@@ -22,7 +22,7 @@ const LATENCY_PROBES: usize = 3;
 
 /// Measures the path to the server behind `channel` with a payload of `payload_bytes`.
 pub async fn measure(
-    channel: Channel,
+    channel: Authorized,
     payload_bytes: usize,
 ) -> Result<PathMeasurement, tonic::Status> {
     let limit = payload_bytes.saturating_add(1 << 16);

@@ -35,6 +35,9 @@ struct Args {
     /// Follow seed 003 exactly: no estimate of the clocks' rate difference.
     #[arg(long)]
     no_rate_estimate: bool,
+    /// The grid's token file (mode 0600), when the server requires its token.
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,7 +49,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let token = match &args.token_file {
+        Some(path) => Some(ninf_proto::auth::load_token(path)?),
+        None => None,
+    };
     let options = AgentOptions {
+        token,
         server: args.server,
         node: args.node,
         columns: args.columns,

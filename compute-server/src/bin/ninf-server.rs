@@ -77,10 +77,6 @@ fn main() -> anyhow::Result<()> {
         config.cpu_slowdown = slowdown;
     }
     config.check().map_err(anyhow::Error::msg)?;
-    let token = match &config.auth_token_file {
-        Some(path) => Some(ninf_proto::auth::load_token(path)?),
-        None => None,
-    };
     let info = if cli.no_benchmark {
         v1::ServerInfo {
             cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
@@ -140,7 +136,6 @@ fn main() -> anyhow::Result<()> {
                 registration::RegistrationConfig {
                     metaserver,
                     probe_bytes: config.probe_bytes,
-                    token,
                 },
             )
         });

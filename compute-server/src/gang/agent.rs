@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ninf_gang::{ClockSample, ClockSync, NodeAgent, ProcessSwitch, SyncConfig, TimeTable};
+use ninf_proto::auth::{AttachToken, Authorized, authorized};
 use ninf_proto::v1::{self, gang_control_client::GangControlClient};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
@@ -35,6 +36,8 @@ pub struct AgentOptions {
     pub sync: SyncConfig,
     /// How often counters and continue times are reported (applied tables at once).
     pub report_interval: Duration,
+    /// The grid's token, presented to the server.
+    pub token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +74,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
     let channel = connect(&options.server).await?;
-    let mut client = GangControlClient::new(channel);
+    let mut client = GangControlClient::new(authorized(
+        channel,
+        &AttachToken::new(options.token.as_deref()),
+    ));
     let sync = Arc::new(Mutex::new(ClockSync::new(options.sync)));
     check_clock(&mut client, &options.clock, &sync).await;
 
@@ -195,7 +201,7 @@ async fn connect(server: &str) -> Result<Channel, AgentError> {
 /// One clock check of three exchanges; the shortest round trip is kept. `false` if the
 /// server could not be asked.
 async fn check_clock(
-    client: &mut GangControlClient<Channel>,
+    client: &mut GangControlClient<Authorized>,
     clock: &AgentClock,
     sync: &Mutex<ClockSync>,
 ) -> bool {

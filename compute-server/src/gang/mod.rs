@@ -74,8 +74,22 @@ fn agent_executable(settings: &GangSettings) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// What node agents present to the server's gang service: agents in this process get the
+/// token, agent processes the file holding it (not the token itself, which their command
+/// line would show to everyone).
+#[derive(Debug, Clone, Default)]
+pub struct AgentCredentials {
+    pub token: Option<String>,
+    pub token_file: Option<std::path::PathBuf>,
+}
+
 /// Starts one agent per node for the server at `server` (`host:port`).
-pub fn spawn_agents(settings: &GangSettings, processors: u32, server: &str) -> Agents {
+pub fn spawn_agents(
+    settings: &GangSettings,
+    processors: u32,
+    server: &str,
+    credentials: AgentCredentials,
+) -> Agents {
     let mut agents = Agents {
         processes: Vec::new(),
         threads: Vec::new(),
@@ -117,6 +131,9 @@ pub fn spawn_agents(settings: &GangSettings, processors: u32, server: &str) -> A
                 .arg("--drift-threshold-us")
                 .arg((sync.drift_threshold * 1e6).to_string())
                 .kill_on_drop(true);
+            if let Some(file) = &credentials.token_file {
+                command.arg("--token-file").arg(file);
+            }
             if !settings.pin {
                 command.arg("--no-pin");
             }
@@ -144,6 +161,7 @@ pub fn spawn_agents(settings: &GangSettings, processors: u32, server: &str) -> A
             },
             sync,
             report_interval: Duration::from_secs(1),
+            token: credentials.token.clone(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
