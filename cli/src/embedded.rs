@@ -13,6 +13,7 @@ use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::registration::{self, RegistrationConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
+use ninf_proto::tls::{GridTls, TlsFiles};
 use ninf_proto::v1;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -40,6 +41,10 @@ pub struct GridOptions {
     pub auth: bool,
     /// The proxy's per-client quota of intermediate bytes kept on the servers.
     pub max_stored_bytes_per_client: u64,
+    /// Run every connection over TLS: a new certificate authority and certificates in
+    /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
+    /// certificates, the proxy accepts clients without (they present the token).
+    pub tls: bool,
 }
 
 impl GridOptions {
@@ -57,6 +62,7 @@ impl GridOptions {
             probe_seconds: 5.0,
             auth: false,
             max_stored_bytes_per_client: ProxyConfig::new("").max_stored_bytes_per_client,
+            tls: false,
         }
     }
 }
@@ -72,6 +78,9 @@ pub struct Endpoints {
     /// The grid's token file, when clients must present its token.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// The folder of the grid's TLS material, when it runs over TLS.
+    #[serde(default)]
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl Endpoints {
@@ -79,6 +88,15 @@ impl Endpoints {
     pub fn token(&self) -> anyhow::Result<Option<String>> {
         match &self.token_file {
             Some(path) => Ok(Some(ninf_proto::auth::load_token(path)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// TLS material for the grid's own tools (`ninf status`, `ninf call`), if it runs over
+    /// TLS: the authority and the `client` certificate.
+    pub fn tls(&self) -> anyhow::Result<Option<GridTls>> {
+        match &self.tls_dir {
+            Some(dir) => Ok(Some(GridTls::load(&tls_files(dir, "client"))?)),
             None => Ok(None),
         }
     }
@@ -155,6 +173,25 @@ fn token_file(data_dir: &Path) -> PathBuf {
     data_dir.join("token")
 }
 
+fn tls_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("tls")
+}
+
+/// The names [`EmbeddedGrid::start`] and `ninf certs` generate certificates for.
+pub const TLS_NAMES: [&str; 4] = ["metaserver", "proxy", "server", "client"];
+
+/// A component's TLS files in `dir`; only the proxy lets clients in without a certificate.
+pub fn tls_files(dir: &Path, name: &str) -> TlsFiles {
+    ninf_proto::tls::files_in(dir, name, name != "proxy")
+}
+
+/// The component's TLS settings when the grid runs over TLS.
+fn component_tls(options: &GridOptions, name: &str) -> Option<TlsFiles> {
+    options
+        .tls
+        .then(|| tls_files(&tls_dir(&options.data_dir), name))
+}
+
 fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
     MetaserverConfig {
         listen: listen.to_string(),
@@ -165,6 +202,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         heartbeat_timeout_seconds: options.heartbeat_timeout_seconds,
         network_seconds: options.network_seconds,
         auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
+        tls: component_tls(options, "metaserver"),
         ..MetaserverConfig::default()
     }
 }
@@ -204,6 +242,10 @@ impl EmbeddedGrid {
         if options.auth {
             ninf_proto::auth::generate_token(&token_file(&options.data_dir))?;
         }
+        if options.tls {
+            let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
+            ninf_proto::tls::generate(&tls_dir(&options.data_dir), &TLS_NAMES, &hosts)?;
+        }
         let (metaserver, metaserver_service, metaserver_address) =
             start_metaserver(&options, "127.0.0.1:0").await?;
         let mflops = match options.mflops {
@@ -227,6 +269,7 @@ impl EmbeddedGrid {
                 probe_seconds: options.probe_seconds,
                 auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
                 max_stored_bytes_per_client: options.max_stored_bytes_per_client,
+                tls: component_tls(&options, "proxy"),
                 ..ProxyConfig::new(metaserver_address.clone())
             },
             proxy_address.clone(),
@@ -249,6 +292,7 @@ impl EmbeddedGrid {
             servers: servers.iter().map(|s| s.address.clone()).collect(),
             pid: std::process::id(),
             token_file: options.auth.then(|| token_file(&options.data_dir)),
+            tls_dir: options.tls.then(|| tls_dir(&options.data_dir)),
         };
         let grid = EmbeddedGrid {
             options,
@@ -336,6 +380,7 @@ async fn start_server(
         },
         metaserver: Some(metaserver.to_string()),
         auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
+        tls: component_tls(options, "server"),
         ..ServerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -33,6 +33,20 @@ enum Command {
         predictor: String,
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Run every connection over TLS, with a new certificate authority and certificates
+        /// in DATA_DIR/tls.
+        #[arg(long)]
+        tls: bool,
+    },
+    /// Create a grid certificate authority and certificates for the metaserver, the proxy,
+    /// the compute servers and the grid's tools (`[tls]` sections; docs/security.md).
+    Certs {
+        /// Where to write them (`ca.pem`, `NAME.pem`, `NAME-key.pem`; keys mode 0600).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Host names or IP addresses the certificates are valid for.
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
     },
     /// Servers, their load and state, the network matrix and recent graphs.
     Status {
@@ -265,6 +279,7 @@ fn up(
     scheduler: String,
     predictor: String,
     data_dir: PathBuf,
+    tls: bool,
 ) -> anyhow::Result<()> {
     let mut processors = speeds;
     if processors.is_empty() {
@@ -281,6 +296,7 @@ fn up(
         options.scheduler = scheduler;
         options.predictor = predictor;
         options.auth = true;
+        options.tls = tls;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);
@@ -293,6 +309,13 @@ fn up(
                 "token      {} (clients: NINF_TOKEN_FILE={})",
                 token.display(),
                 token.display()
+            );
+        }
+        if let Some(dir) = &grid.endpoints.tls_dir {
+            println!(
+                "tls        {} (clients: NINF_TLS_CA={})",
+                dir.display(),
+                dir.join("ca.pem").display()
             );
         }
         println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
@@ -362,13 +385,12 @@ enum ExperimentKind {
 fn status(data_dir: PathBuf, json: bool, graphs: u32) -> anyhow::Result<()> {
     let endpoints = Endpoints::read(&data_dir)?;
     let status = runtime()?.block_on(async {
-        let channel =
-            tonic::transport::Channel::from_shared(format!("http://{}", endpoints.metaserver))?
-                .connect()
-                .await
-                .with_context(|| {
-                    format!("cannot reach the metaserver at {}", endpoints.metaserver)
-                })?;
+        let tls = endpoints.tls()?;
+        let channel = ninf_proto::tls::endpoint(&endpoints.metaserver, tls.as_ref())
+            .map_err(anyhow::Error::msg)?
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
         let token = ninf_proto::auth::AttachToken::new(endpoints.token()?.as_deref());
         let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
             .status(v1::StatusRequest {
@@ -532,13 +554,24 @@ fn main() -> anyhow::Result<()> {
             scheduler,
             predictor,
             data_dir,
+            tls,
         } => up(
             servers,
             speeds,
             scheduler,
             predictor,
             data_dir.unwrap_or_else(ninf_cli::default_data_dir),
+            tls,
         ),
+        Command::Certs { dir, hosts } => {
+            ninf_proto::tls::generate(&dir, &ninf_cli::embedded::TLS_NAMES, &hosts)?;
+            println!(
+                "wrote a certificate authority and certificates for {} to {}",
+                ninf_cli::embedded::TLS_NAMES.join(", "),
+                dir.display()
+            );
+            Ok(())
+        }
         Command::Status {
             json,
             data_dir,
@@ -555,8 +588,14 @@ fn main() -> anyhow::Result<()> {
         } => {
             let endpoints = Endpoints::read(&data_dir.unwrap_or_else(ninf_cli::default_data_dir))?;
             let token = endpoints.token()?;
-            let result =
-                ninf_cli::quick_call::call(&endpoints.proxy, token.as_deref(), &routine, &values)?;
+            let tls = endpoints.tls()?;
+            let result = ninf_cli::quick_call::call(
+                &endpoints.proxy,
+                token.as_deref(),
+                tls.as_ref(),
+                &routine,
+                &values,
+            )?;
             println!("{}", serde_json::to_string_pretty(&result)?);
             Ok(())
         }

@@ -64,10 +64,11 @@ fn to_json(array: &ArrayData) -> serde_json::Value {
 pub fn call(
     proxy: &str,
     token: Option<&str>,
+    tls: Option<&ninf_proto::tls::GridTls>,
     function: &str,
     values: &[String],
 ) -> anyhow::Result<serde_json::Value> {
-    let mut grid = GridClient::connect(proxy)?;
+    let mut grid = GridClient::connect_with_tls(proxy, tls)?;
     if let Some(token) = token {
         grid = grid.with_token(token);
     }

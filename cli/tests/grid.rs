@@ -11,6 +11,7 @@ use ninf::grid::{GridClient, TxArg};
 use ninf_cli::embedded::{EmbeddedGrid, GridOptions};
 use ninf_cli::workloads;
 use ninf_compute_server::config::ModuleConfig;
+use ninf_proto::tls::GridTls;
 use ninf_proto::v1;
 
 /// The folder holding the built binaries (`target/<profile>`).
@@ -522,11 +523,17 @@ struct ExternalServer {
 
 impl ExternalServer {
     fn start(grid: &TestGrid, modules: &[&str]) -> ExternalServer {
+        ExternalServer::start_with(grid, modules, "plain", "")
+    }
+
+    /// With `settings` (TOML: top-level keys, then tables) in its configuration file
+    /// `external-NAME.toml`.
+    fn start_with(grid: &TestGrid, modules: &[&str], name: &str, settings: &str) -> ExternalServer {
         use std::io::BufRead;
         let dir = grid._dir.path();
-        let config = dir.join(format!("external-{}.toml", modules.join("-")));
+        let config = dir.join(format!("external-{name}-{}.toml", modules.join("-")));
         let mut text = format!(
-            "listen = \"127.0.0.1:0\"\nmetaserver = \"{}\"\nprocessors = 4\n",
+            "listen = \"127.0.0.1:0\"\nmetaserver = \"{}\"\nprocessors = 4\n{settings}\n",
             grid.grid().endpoints.metaserver
         );
         for name in modules {
@@ -743,6 +750,124 @@ fn a_client_over_its_storage_quota_is_refused_before_anything_runs() {
     cube(&grid.client("flow"), n, &a, &mut c).unwrap();
     assert_eq!(c, local_mmul(n, &local_mmul(n, &a, &a), &a));
     grid.assert_no_leftovers();
+}
+
+#[test]
+fn over_tls_the_grid_computes_and_refuses_plain_or_uncertified_peers() {
+    let grid = TestGrid::start(vec![1, 1], |o| {
+        o.auth = true;
+        o.tls = true;
+    });
+    let endpoints = grid.grid().endpoints.clone();
+    let token = endpoints.token().unwrap().unwrap();
+    let tls_dir = endpoints.tls_dir.clone().unwrap();
+    let ca_only = GridTls::trusting(&tls_dir.join("ca.pem")).unwrap();
+    let n = 8usize;
+    let a = matrix(n, 5);
+    let mut c = vec![0.0; n * n];
+    // A client holding the authority and the token: a chain across both servers, the
+    // second fetching from the first's storage over TLS with its certificate.
+    let client = GridClient::connect_with_tls(&endpoints.proxy, Some(&ca_only))
+        .unwrap()
+        .with_token(&token)
+        .with_scheduler("round-robin");
+    let plan = cube(&client, n, &a, &mut c).unwrap();
+    assert_eq!(plan.inter_server_ratio, 1.0);
+    assert_eq!(c, local_mmul(n, &local_mmul(n, &a, &a), &a));
+    grid.assert_no_leftovers();
+    // Plain HTTP/2 to the TLS proxy gets nowhere.
+    let plain = GridClient::connect(&endpoints.proxy)
+        .and_then(|g| square(&g.with_token(&token), n, &a, &mut c));
+    assert!(plain.is_err(), "a plain client was served over TLS");
+    // A client trusting another authority refuses the proxy's certificate.
+    let other = tempfile::tempdir().unwrap();
+    ninf_proto::tls::generate(other.path(), &["client"], &["127.0.0.1".into()]).unwrap();
+    let stranger = GridTls::trusting(&other.path().join("ca.pem")).unwrap();
+    let e = GridClient::connect_with_tls(&endpoints.proxy, Some(&stranger))
+        .and_then(|g| square(&g.with_token(&token), n, &a, &mut c))
+        .unwrap_err();
+    assert_eq!(e.kind, ninf::ErrorKind::ServerNotFound, "{e}");
+    // Compute servers require a client certificate from the grid's authority, and offer no
+    // plain bulk-data port.
+    let server = endpoints.servers[0].clone();
+    let info = &grid.grid().servers[0].state.info;
+    assert_eq!(
+        info.bulk_address, "",
+        "a TLS server must not offer plain bulk"
+    );
+    grid.runtime.block_on(async {
+        let uncertified = ninf::NinfClient::connect_with_tls(&server, Some(&ca_only))
+            .await
+            .map(|c| c.with_token(&token));
+        // TLS 1.3 may finish the client's side of the handshake before the server checks
+        // the (missing) certificate: the refusal comes at connect or at the first call.
+        let refused = match uncertified {
+            Ok(client) => client.describe("mmul").await.err(),
+            Err(e) => Some(e),
+        };
+        assert!(refused.is_some(), "a client without a certificate was served");
+        let certified =
+            ninf::NinfClient::connect_with_tls(&server, endpoints.tls().unwrap().as_ref())
+                .await
+                .unwrap()
+                .with_token(&token);
+        assert!(certified.describe("mmul").await.is_ok());
+    });
+    // A server process with the token and TLS registers and serves (its node agents attach
+    // over TLS too); one with the token but without TLS cannot register.
+    let files = ninf_cli::embedded::tls_files(&tls_dir, "server");
+    let token_file = endpoints.token_file.clone().unwrap();
+    let with_tls = format!(
+        "auth_token_file = \"{}\"\n[tls]\nca = \"{}\"\ncertificate = \"{}\"\nkey = \"{}\"\n",
+        token_file.display(),
+        files.ca.display(),
+        files.certificate.display(),
+        files.key.display()
+    );
+    let external = ExternalServer::start_with(&grid, &["linpack"], "tls", &with_tls);
+    let plain_settings = format!("auth_token_file = \"{}\"\n", token_file.display());
+    let _plain = ExternalServer::start_with(&grid, &["linpack"], "no-tls", &plain_settings);
+    let addresses = || -> Vec<String> {
+        grid.status()
+            .servers
+            .into_iter()
+            .map(|s| s.address)
+            .collect()
+    };
+    for _ in 0..100 {
+        if addresses().contains(&external.address) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The plain one had as long to try.
+    std::thread::sleep(Duration::from_millis(500));
+    let registered = addresses();
+    assert_eq!(registered.len(), 3, "{registered:?}");
+    assert!(registered.contains(&external.address), "{registered:?}");
+    grid.runtime.block_on(async {
+        let client = ninf::NinfClient::connect_with_tls(
+            &external.address,
+            endpoints.tls().unwrap().as_ref(),
+        )
+        .await
+        .unwrap()
+        .with_token(&token);
+        let mut out = vec![0.0; n * n];
+        client
+            .call(
+                "mmul",
+                &mut [
+                    ninf::Arg::Integer(n as i64),
+                    ninf::Arg::from(&a),
+                    ninf::Arg::from(&a),
+                    ninf::Arg::from(&mut out),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, local_mmul(n, &a, &a));
+    });
 }
 
 #[test]

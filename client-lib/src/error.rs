@@ -59,6 +59,22 @@ impl fmt::Display for CallError {
     }
 }
 
+/// An error and its causes, `outer: inner: innermost`: a transport error alone says only
+/// "transport error", its causes say which (refused, a TLS certificate problem, ...).
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let inner_text = inner.to_string();
+        if !text.ends_with(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        cause = inner.source();
+    }
+    text
+}
+
 impl From<tonic::Status> for CallError {
     fn from(status: tonic::Status) -> Self {
         use tonic::Code;

@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use ninf_idl::{FunctionInterface, Mode};
 use ninf_proto::auth::AttachToken;
+use ninf_proto::tls::GridTls;
 use ninf_proto::v1;
 use num_complex::Complex64;
 use tonic::service::interceptor::InterceptedService;
@@ -61,6 +62,41 @@ pub struct GridClient {
 /// [`crate::NinfClient::connect`].
 pub const TOKEN_FILE_ENV: &str = "NINF_TOKEN_FILE";
 
+/// Environment variable naming the grid's certificate authority (PEM): clients connect over
+/// TLS and check servers against it. [`TLS_CERTIFICATE_ENV`] and [`TLS_KEY_ENV`] add a
+/// client certificate, which compute servers require when called directly.
+pub const TLS_CA_ENV: &str = "NINF_TLS_CA";
+pub const TLS_CERTIFICATE_ENV: &str = "NINF_TLS_CERTIFICATE";
+pub const TLS_KEY_ENV: &str = "NINF_TLS_KEY";
+
+/// The TLS material the environment names, if it names an authority.
+pub(crate) fn tls_from_env() -> Result<Option<GridTls>, CallError> {
+    let Some(ca) = std::env::var_os(TLS_CA_ENV) else {
+        return Ok(None);
+    };
+    let ca = std::path::PathBuf::from(ca);
+    let loaded = match (
+        std::env::var_os(TLS_CERTIFICATE_ENV),
+        std::env::var_os(TLS_KEY_ENV),
+    ) {
+        (Some(certificate), Some(key)) => GridTls::load(&ninf_proto::tls::TlsFiles {
+            ca,
+            certificate: certificate.into(),
+            key: key.into(),
+            require_client_certificates: true,
+        }),
+        (None, None) => GridTls::trusting(&ca),
+        _ => {
+            return Err(CallError::bad_argument(format!(
+                "set both {TLS_CERTIFICATE_ENV} and {TLS_KEY_ENV}, or neither"
+            )));
+        }
+    };
+    loaded
+        .map(Some)
+        .map_err(|e| CallError::bad_argument(e.to_string()))
+}
+
 /// The token in the file [`TOKEN_FILE_ENV`] names, if it names one.
 pub(crate) fn token_from_env() -> Result<AttachToken, CallError> {
     let token = match std::env::var_os(TOKEN_FILE_ENV) {
@@ -74,11 +110,18 @@ pub(crate) fn token_from_env() -> Result<AttachToken, CallError> {
 }
 
 impl GridClient {
-    /// Connects to the proxy at `host:port` (or `ninf://host:port`).
+    /// Connects to the proxy at `host:port` (or `ninf://host:port`), over TLS when
+    /// [`TLS_CA_ENV`] names the grid's certificate authority.
     pub fn connect(url: &str) -> Result<GridClient, CallError> {
+        GridClient::connect_with_tls(url, tls_from_env()?.as_ref())
+    }
+
+    /// Connects to the proxy, over TLS checked against the grid's authority when `tls` is
+    /// given (and presenting its certificate, if it holds one).
+    pub fn connect_with_tls(url: &str, tls: Option<&GridTls>) -> Result<GridClient, CallError> {
         let address = server_address(url)?;
-        let endpoint = Channel::from_shared(format!("http://{address}"))
-            .map_err(|e| CallError::bad_argument(format!("bad proxy address `{address}`: {e}")))?
+        let endpoint = ninf_proto::tls::endpoint(&address, tls)
+            .map_err(CallError::bad_argument)?
             .tcp_nodelay(true)
             .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
             .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
@@ -86,7 +129,10 @@ impl GridClient {
         let channel = runtime()?.block_on(endpoint.connect()).map_err(|e| {
             CallError::new(
                 ErrorKind::ServerNotFound,
-                format!("cannot reach the proxy at {address}: {e}"),
+                format!(
+                    "cannot reach the proxy at {address}: {}",
+                    crate::error::with_causes(&e)
+                ),
             )
         })?;
         Ok(GridClient {

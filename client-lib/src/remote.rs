@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use ninf_idl::FunctionInterface;
 use ninf_proto::auth::{AttachToken, Authorized, authorized};
+use ninf_proto::tls::GridTls;
 use ninf_proto::v1::{self, call_argument::Source};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,16 +73,21 @@ pub struct NinfClient {
 }
 
 impl NinfClient {
-    /// Connects to `host:port` (or `ninf://host:port`).
+    /// Connects to `host:port` (or `ninf://host:port`), over TLS when
+    /// [`crate::grid::TLS_CA_ENV`] names the grid's certificate authority.
     pub async fn connect(url: &str) -> Result<NinfClient, CallError> {
+        NinfClient::connect_with_tls(url, crate::grid::tls_from_env()?.as_ref()).await
+    }
+
+    /// Connects over TLS checked against the grid's authority when `tls` is given,
+    /// presenting its certificate (which servers require) if it holds one.
+    pub async fn connect_with_tls(
+        url: &str,
+        tls: Option<&GridTls>,
+    ) -> Result<NinfClient, CallError> {
         let address = server_address(url)?;
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| {
-                CallError::new(
-                    ErrorKind::ServerNotFound,
-                    format!("bad address `{address}`: {e}"),
-                )
-            })?
+        let endpoint = ninf_proto::tls::endpoint(&address, tls)
+            .map_err(|e| CallError::new(ErrorKind::ServerNotFound, e))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
@@ -90,7 +96,10 @@ impl NinfClient {
         let channel = endpoint.connect().await.map_err(|e| {
             CallError::new(
                 ErrorKind::ServerNotFound,
-                format!("cannot connect to {address}: {e}"),
+                format!(
+                    "cannot connect to {address}: {}",
+                    crate::error::with_causes(&e)
+                ),
             )
         })?;
         Ok(NinfClient {

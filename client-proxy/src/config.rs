@@ -75,6 +75,11 @@ pub struct ProxyConfig {
     /// presents it to the metaserver.
     #[serde(default)]
     pub auth_token_file: Option<std::path::PathBuf>,
+    /// TLS (`[tls]`: ca, certificate, key): the proxy's port serves TLS, and it connects to
+    /// the metaserver and the servers over TLS, presenting its certificate. Clients that
+    /// authenticate by the grid token alone need `require_client_certificates = false`.
+    #[serde(default)]
+    pub tls: Option<ninf_proto::tls::TlsFiles>,
 }
 
 fn default_metaserver_retry() -> f64 {
@@ -148,6 +153,7 @@ impl ProxyConfig {
             retry_backoff_max_seconds: default_retry_backoff_max(),
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
+            tls: None,
         }
     }
 

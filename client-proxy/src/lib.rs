@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ninf_proto::auth::{AttachToken, Authorized, CheckToken, authorized};
+use ninf_proto::tls::GridTls;
 use ninf_proto::v1;
 use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
@@ -69,11 +70,13 @@ pub struct Proxy {
     pub admission: Arc<admission::ClientAdmission>,
     /// The grid's token, if clients must present it (and for the metaserver).
     token: Option<String>,
+    /// TLS material, when the grid runs over TLS.
+    tls: Option<GridTls>,
 }
 
-fn lazy_channel(address: &str) -> Result<Channel, Status> {
-    Ok(Channel::from_shared(format!("http://{address}"))
-        .map_err(|e| Status::invalid_argument(format!("bad server address `{address}`: {e}")))?
+fn lazy_channel(address: &str, tls: Option<&GridTls>) -> Result<Channel, Status> {
+    Ok(ninf_proto::tls::endpoint(address, tls)
+        .map_err(Status::invalid_argument)?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .initial_stream_window_size(HTTP2_WINDOW)
@@ -84,7 +87,6 @@ fn lazy_channel(address: &str) -> Result<Channel, Status> {
 
 impl Proxy {
     pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
-        let metaserver = lazy_channel(&config.metaserver)?;
         let token = match &config.auth_token_file {
             Some(path) => Some(
                 ninf_proto::auth::load_token(path)
@@ -92,8 +94,16 @@ impl Proxy {
             ),
             None => None,
         };
+        let tls = match &config.tls {
+            Some(files) => {
+                Some(GridTls::load(files).map_err(|e| Status::failed_precondition(e.to_string()))?)
+            }
+            None => None,
+        };
+        let metaserver = lazy_channel(&config.metaserver, tls.as_ref())?;
         Ok(Arc::new(Proxy {
             token,
+            tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
             admission: admission::ClientAdmission::new(admission::ClientLimits {
                 transactions: config.max_transactions_per_client,
@@ -127,7 +137,7 @@ impl Proxy {
             return Ok(c.clone());
         }
         let channels = (0..self.config.connections_per_server.max(1))
-            .map(|_| lazy_channel(address))
+            .map(|_| lazy_channel(address, self.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let connection = ServerConnection {
             channels: Arc::new(channels),
@@ -360,6 +370,7 @@ impl Proxy {
         let connect = {
             let servers = self.servers.lock().map(|s| s.clone()).unwrap_or_default();
             let token = AttachToken::new(self.token.as_deref());
+            let tls = self.tls.clone();
             move |address: &str| -> Option<Authorized> {
                 let mut known = Self::lock(&connections);
                 if let Some(channel) = known.get(address) {
@@ -367,7 +378,7 @@ impl Proxy {
                 }
                 let channel = match servers.get(address) {
                     Some(connection) => connection.channel(),
-                    None => authorized(lazy_channel(address).ok()?, &token),
+                    None => authorized(lazy_channel(address, tls.as_ref()).ok()?, &token),
                 };
                 known.insert(address.to_string(), channel.clone());
                 Some(channel)
@@ -449,13 +460,14 @@ pub async fn run(
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let builder = ninf_proto::tls::server(proxy.tls.as_ref())?;
     let probes = spawn_probes(proxy.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<v1::proxy_server::ProxyServer<service::ProxyService>>()
         .await;
     let limit = proxy.config.max_request_bytes;
-    let result = tonic::transport::Server::builder()
+    let result = builder
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(HTTP2_WINDOW))
         .initial_connection_window_size(Some(HTTP2_WINDOW))

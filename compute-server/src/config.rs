@@ -74,6 +74,12 @@ pub struct ServerConfig {
     /// carry it.
     #[serde(default)]
     pub auth_token_file: Option<PathBuf>,
+    /// TLS (`[tls]`: ca, certificate, key): the server's port serves TLS and requires client
+    /// certificates from the grid's authority (unless `require_client_certificates =
+    /// false`); it presents its own to the metaserver and its peers. The bulk-data port is
+    /// plain TCP, so a TLS server offers none and large calls go over gRPC.
+    #[serde(default)]
+    pub tls: Option<ninf_proto::tls::TlsFiles>,
 }
 
 /// The `[executable_limits]` section: what one executable may use. A call that goes over
@@ -301,6 +307,7 @@ impl Default for ServerConfig {
             cpu_slowdown: default_cpu_slowdown(),
             executable_limits: ExecutableLimits::default(),
             auth_token_file: None,
+            tls: None,
         }
     }
 }

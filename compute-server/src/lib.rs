@@ -44,6 +44,9 @@ pub async fn run(
     load_interval: Duration,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let builder = ninf_proto::tls::server(state.tls.as_ref())?;
+    // The bulk-data port is plain TCP: a TLS server keeps its data on TLS.
+    let bulk = bulk.filter(|_| state.tls.is_none());
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<v1::interface_server::InterfaceServer<services::InterfaceService>>()
@@ -95,6 +98,8 @@ pub async fn run(
             gang::AgentCredentials {
                 token: state.token.clone(),
                 token_file: state.token_file.clone(),
+                tls: state.tls.clone(),
+                tls_files: state.tls_files.clone(),
             },
         )),
         Err(e) => {
@@ -110,7 +115,7 @@ pub async fn run(
             agents.stop().await;
         }
     };
-    let result = tonic::transport::Server::builder()
+    let result = builder
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(HTTP2_WINDOW))
         .initial_connection_window_size(Some(HTTP2_WINDOW))

@@ -11,7 +11,6 @@ use ninf_proto::auth::{Authorized, authorized};
 
 use ninf_proto::probe;
 use ninf_proto::v1;
-use tonic::transport::Channel;
 
 use crate::state::ServerState;
 
@@ -100,7 +99,7 @@ async fn measure_peers(
 /// Keeps the server registered for as long as the returned task runs.
 pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let channel = match Channel::from_shared(format!("http://{}", config.metaserver)) {
+        let channel = match ninf_proto::tls::endpoint(&config.metaserver, state.tls.as_ref()) {
             Ok(endpoint) => endpoint
                 .connect_timeout(Duration::from_secs(5))
                 .tcp_nodelay(true)

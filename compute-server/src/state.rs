@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ninf_idl::{FunctionInterface, ModuleInterface, SourceFile};
 use ninf_proto::auth::{AttachToken, CheckToken};
+use ninf_proto::tls::{GridTls, TlsFiles};
 use ninf_proto::v1;
 use tonic::transport::Channel;
 
@@ -48,6 +49,10 @@ pub struct ServerState {
     pub token: Option<String>,
     /// Where the token came from, for node agents started as processes.
     pub token_file: Option<PathBuf>,
+    /// TLS material, when the grid runs over TLS.
+    pub tls: Option<GridTls>,
+    /// Where it came from, for node agents started as processes.
+    pub tls_files: Option<TlsFiles>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +71,8 @@ pub enum StartError {
     Broker(std::io::Error),
     #[error(transparent)]
     Token(#[from] ninf_proto::auth::TokenError),
+    #[error(transparent)]
+    Tls(#[from] ninf_proto::tls::TlsError),
 }
 
 impl ServerState {
@@ -94,6 +101,19 @@ impl ServerState {
         let token = match &config.auth_token_file {
             Some(path) => Some(ninf_proto::auth::load_token(path)?),
             None => None,
+        };
+        let tls = match &config.tls {
+            Some(files) => Some(GridTls::load(files)?),
+            None => None,
+        };
+        // The bulk-data port is plain TCP: a TLS server advertises none (`run` closes it).
+        let info = if tls.is_some() {
+            v1::ServerInfo {
+                bulk_address: String::new(),
+                ..info
+            }
+        } else {
+            info
         };
         let processors = config.processors();
         let gang = GangMaster::new(config.gang.clone(), processors as u32);
@@ -147,6 +167,8 @@ impl ServerState {
             started: std::time::Instant::now(),
             token,
             token_file: config.auth_token_file.clone(),
+            tls,
+            tls_files: config.tls.clone(),
         };
         Ok(Arc::new(state))
     }
@@ -217,8 +239,7 @@ impl ServerState {
         if let Some(channel) = peers.get(server) {
             return Ok(channel.clone());
         }
-        let endpoint = Channel::from_shared(format!("http://{server}"))
-            .map_err(|e| format!("invalid server address `{server}`: {e}"))?
+        let endpoint = ninf_proto::tls::endpoint(server, self.tls.as_ref())?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)

@@ -72,6 +72,10 @@ pub struct MetaserverConfig {
     /// for placements must present its token; see `ninf_proto::auth`.
     #[serde(default)]
     pub auth_token_file: Option<PathBuf>,
+    /// TLS for the metaserver's port (`[tls]`: ca, certificate, key); servers and proxies
+    /// must then present certificates from the grid's authority. See `ninf_proto::tls`.
+    #[serde(default)]
+    pub tls: Option<ninf_proto::tls::TlsFiles>,
 }
 
 fn default_listen() -> String {
@@ -137,6 +141,7 @@ impl Default for MetaserverConfig {
             default_throughput_bytes_per_second: default_throughput(),
             default_latency_seconds: default_latency(),
             auth_token_file: None,
+            tls: None,
         }
     }
 }

@@ -97,6 +97,8 @@ pub struct Metaserver {
     scheduling: tokio::sync::Mutex<()>,
     /// The grid's token, if requests must carry it.
     token: Option<String>,
+    /// TLS material for the port, if it serves TLS.
+    tls: Option<ninf_proto::tls::GridTls>,
 }
 
 impl Metaserver {
@@ -107,6 +109,13 @@ impl Metaserver {
         let token = match &config.auth_token_file {
             Some(path) => Some(
                 ninf_proto::auth::load_token(path)
+                    .map_err(|e| config::ConfigError::Invalid(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let tls = match &config.tls {
+            Some(files) => Some(
+                ninf_proto::tls::GridTls::load(files)
                     .map_err(|e| config::ConfigError::Invalid(e.to_string()))?,
             ),
             None => None,
@@ -177,6 +186,7 @@ impl Metaserver {
             }),
             scheduling: tokio::sync::Mutex::new(()),
             token,
+            tls,
         }))
     }
 
@@ -573,6 +583,7 @@ pub async fn run(
     metaserver: Arc<Metaserver>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let builder = ninf_proto::tls::server(metaserver.tls.as_ref())?;
     let upkeep = {
         let metaserver = metaserver.clone();
         tokio::spawn(async move {
@@ -600,7 +611,7 @@ pub async fn run(
         .set_serving::<v1::scheduling_server::SchedulingServer<service::SchedulingService>>()
         .await;
     let limit = service::MESSAGE_LIMIT;
-    let result = tonic::transport::Server::builder()
+    let result = builder
         .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(InterceptedService::new(

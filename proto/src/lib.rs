@@ -6,6 +6,7 @@ pub mod auth;
 pub mod descriptor;
 pub mod probe;
 pub mod shutdown;
+pub mod tls;
 pub mod values;
 
 /// Generated protobuf messages and gRPC services, package `ninf.v1`.

@@ -38,6 +38,15 @@ struct Args {
     /// The grid's token file (mode 0600), when the server requires its token.
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
+    /// The grid's certificate authority, when the server serves TLS.
+    #[arg(long, requires_all = ["tls_certificate", "tls_key"])]
+    tls_ca: Option<std::path::PathBuf>,
+    /// This agent's certificate (the server's own will do).
+    #[arg(long, requires = "tls_ca")]
+    tls_certificate: Option<std::path::PathBuf>,
+    /// Its private key (mode 0600).
+    #[arg(long, requires = "tls_ca")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,7 +62,19 @@ fn main() -> anyhow::Result<()> {
         Some(path) => Some(ninf_proto::auth::load_token(path)?),
         None => None,
     };
+    let tls = match (args.tls_ca, args.tls_certificate, args.tls_key) {
+        (Some(ca), Some(certificate), Some(key)) => Some(ninf_proto::tls::GridTls::load(
+            &ninf_proto::tls::TlsFiles {
+                ca,
+                certificate,
+                key,
+                require_client_certificates: true,
+            },
+        )?),
+        _ => None,
+    };
     let options = AgentOptions {
+        tls,
         token,
         server: args.server,
         node: args.node,

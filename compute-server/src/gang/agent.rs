@@ -38,6 +38,8 @@ pub struct AgentOptions {
     pub report_interval: Duration,
     /// The grid's token, presented to the server.
     pub token: Option<String>,
+    /// TLS material, when the server's port serves TLS.
+    pub tls: Option<ninf_proto::tls::GridTls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +75,7 @@ pub async fn run(
     options: AgentOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
-    let channel = connect(&options.server).await?;
+    let channel = connect(&options.server, options.tls.as_ref()).await?;
     let mut client = GangControlClient::new(authorized(
         channel,
         &AttachToken::new(options.token.as_deref()),
@@ -175,11 +177,14 @@ pub async fn run(
     Ok(())
 }
 
-async fn connect(server: &str) -> Result<Channel, AgentError> {
-    let endpoint = Channel::from_shared(format!("http://{server}"))
-        .map_err(|e| AgentError::Connect {
+async fn connect(
+    server: &str,
+    tls: Option<&ninf_proto::tls::GridTls>,
+) -> Result<Channel, AgentError> {
+    let endpoint = ninf_proto::tls::endpoint(server, tls)
+        .map_err(|reason| AgentError::Connect {
             server: server.to_string(),
-            reason: e.to_string(),
+            reason,
         })?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));

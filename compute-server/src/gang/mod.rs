@@ -81,6 +81,9 @@ fn agent_executable(settings: &GangSettings) -> Option<PathBuf> {
 pub struct AgentCredentials {
     pub token: Option<String>,
     pub token_file: Option<std::path::PathBuf>,
+    /// The same for TLS: the material for threads, the files for processes.
+    pub tls: Option<ninf_proto::tls::GridTls>,
+    pub tls_files: Option<ninf_proto::tls::TlsFiles>,
 }
 
 /// Starts one agent per node for the server at `server` (`host:port`).
@@ -134,6 +137,15 @@ pub fn spawn_agents(
             if let Some(file) = &credentials.token_file {
                 command.arg("--token-file").arg(file);
             }
+            if let Some(files) = &credentials.tls_files {
+                command
+                    .arg("--tls-ca")
+                    .arg(&files.ca)
+                    .arg("--tls-certificate")
+                    .arg(&files.certificate)
+                    .arg("--tls-key")
+                    .arg(&files.key);
+            }
             if !settings.pin {
                 command.arg("--no-pin");
             }
@@ -162,6 +174,7 @@ pub fn spawn_agents(
             sync,
             report_interval: Duration::from_secs(1),
             token: credentials.token.clone(),
+            tls: credentials.tls.clone(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
