@@ -805,7 +805,10 @@ fn over_tls_the_grid_computes_and_refuses_plain_or_uncertified_peers() {
             Ok(client) => client.describe("mmul").await.err(),
             Err(e) => Some(e),
         };
-        assert!(refused.is_some(), "a client without a certificate was served");
+        assert!(
+            refused.is_some(),
+            "a client without a certificate was served"
+        );
         let certified =
             ninf::NinfClient::connect_with_tls(&server, endpoints.tls().unwrap().as_ref())
                 .await
