@@ -38,6 +38,8 @@ pub struct WanOptions {
     pub bin_dir: PathBuf,
     /// Seconds to wait for the servers and their network measurements.
     pub settle_seconds: f64,
+    /// The metaserver's predictor (`latest`, `forecast`, `capacity`).
+    pub predictor: String,
 }
 
 /// One result line: the seed's measures plus the predictor's error.
@@ -132,8 +134,9 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     write(
         &work.join("metaserver.toml"),
         &format!(
-            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\nheartbeat_seconds = 1.0\nheartbeat_timeout_seconds = 10.0\nnetwork_seconds = 30.0\n",
-            work.join("metaserver").display()
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\nheartbeat_seconds = 1.0\nheartbeat_timeout_seconds = 10.0\nnetwork_seconds = 30.0\npredictor = \"{}\"\n",
+            work.join("metaserver").display(),
+            options.predictor
         ),
     )?;
     write(

@@ -377,6 +377,9 @@ enum ExperimentKind {
         /// Longest wait for the servers to register and measure the network.
         #[arg(long, default_value_t = 120.0)]
         settle_seconds: f64,
+        /// The metaserver's predictor: latest (the seed's), forecast, or capacity.
+        #[arg(long, default_value = "latest")]
+        predictor: String,
         #[arg(long)]
         json: bool,
     },
@@ -769,10 +772,15 @@ fn main() -> anyhow::Result<()> {
                 prefix,
                 out,
                 settle_seconds,
+                predictor,
                 json,
             } => {
+                predictor
+                    .parse::<ninf_scheduling::PredictorKind>()
+                    .map_err(anyhow::Error::msg)?;
                 let bin_dir = bin_dir()?;
                 let options = ninf_cli::experiment::WanOptions {
+                    predictor,
                     profile: profile.clone(),
                     schedulers: scheduler,
                     workloads: workload,

@@ -123,7 +123,17 @@ pub enum PredictorKind {
     LatestSample,
     /// The NWS-style forecaster over each series.
     Forecast,
+    /// Load as [`PredictorKind::Forecast`]; each path at its capacity: the highest throughput
+    /// and lowest latency among its last [`CAPACITY_WINDOW`] samples. The model shares a path
+    /// among the transfers it knows of, so it wants what the path carries alone. A probe
+    /// that ran while the grid's own transfers used the path reads less than that, and
+    /// planning on it would count the sharing twice, or for 30 s of graphs that no longer
+    /// share anything.
+    Capacity,
 }
+
+/// Samples of a path that [`PredictorKind::Capacity`] looks back over.
+pub const CAPACITY_WINDOW: usize = 8;
 
 impl std::str::FromStr for PredictorKind {
     type Err = String;
@@ -131,8 +141,9 @@ impl std::str::FromStr for PredictorKind {
         match s {
             "latest" | "paper" => Ok(PredictorKind::LatestSample),
             "forecast" | "nws" => Ok(PredictorKind::Forecast),
+            "capacity" => Ok(PredictorKind::Capacity),
             other => Err(format!(
-                "unknown predictor `{other}` (known: latest, forecast)"
+                "unknown predictor `{other}` (known: latest, forecast, capacity)"
             )),
         }
     }
@@ -182,8 +193,20 @@ impl LoadPredictor {
         let summarise = |series: &[f64]| -> Option<f64> {
             match kind {
                 PredictorKind::LatestSample => series.last().copied(),
-                PredictorKind::Forecast => Forecaster::from_series(series).forecast(),
+                PredictorKind::Forecast | PredictorKind::Capacity => {
+                    Forecaster::from_series(series).forecast()
+                }
             }
+        };
+        // The best of the recent samples: `better` picks the larger throughput or the
+        // smaller latency.
+        let best_recent = |series: &[f64], better: fn(f64, f64) -> f64| -> Option<f64> {
+            let start = series.len().saturating_sub(CAPACITY_WINDOW);
+            series[start..]
+                .iter()
+                .copied()
+                .filter(|v| v.is_finite())
+                .reduce(better)
         };
         let load = (0..grid.servers.len())
             .map(|i| {
@@ -200,13 +223,17 @@ impl LoadPredictor {
             .filter_map(|(&pair, samples)| {
                 let throughput: Vec<f64> = samples.iter().map(|l| l.throughput).collect();
                 let latency: Vec<f64> = samples.iter().map(|l| l.latency).collect();
-                Some((
-                    pair,
-                    Link {
+                let link = match kind {
+                    PredictorKind::Capacity => Link {
+                        throughput: best_recent(&throughput, f64::max)?,
+                        latency: best_recent(&latency, f64::min)?,
+                    },
+                    _ => Link {
                         throughput: summarise(&throughput)?,
                         latency: summarise(&latency)?,
                     },
-                ))
+                };
+                Some((pair, link))
             })
             .collect();
         LoadPredictor::new(grid, load, links, default_link)
