@@ -123,12 +123,14 @@ pub enum PredictorKind {
     LatestSample,
     /// The NWS-style forecaster over each series.
     Forecast,
-    /// Load as [`PredictorKind::Forecast`]; each path at its capacity: the highest throughput
-    /// and lowest latency among its last [`CAPACITY_WINDOW`] samples. The model shares a path
-    /// among the transfers it knows of, so it wants what the path carries alone. A probe
-    /// that ran while the grid's own transfers used the path reads less than that, and
-    /// planning on it would count the sharing twice, or for 30 s of graphs that no longer
-    /// share anything.
+    /// Load as [`PredictorKind::Forecast`]; each path at its capacity, read from the
+    /// least-queued of its last [`CAPACITY_WINDOW`] samples: the one with the lowest
+    /// latency. The model shares a path among the transfers it knows of, so it wants what
+    /// the path carries alone. A probe that ran while the grid's own transfers used the path
+    /// reads less than that, and planning on it would count the sharing twice (or for 30 s
+    /// of graphs that no longer share anything). Its empty round trips queue behind those
+    /// transfers too, so its latency says which samples were disturbed; the highest
+    /// throughput would not do, since subtracting an inflated latency inflates it.
     Capacity,
 }
 
@@ -198,15 +200,21 @@ impl LoadPredictor {
                 }
             }
         };
-        // The best of the recent samples: `better` picks the larger throughput or the
-        // smaller latency.
-        let best_recent = |series: &[f64], better: fn(f64, f64) -> f64| -> Option<f64> {
-            let start = series.len().saturating_sub(CAPACITY_WINDOW);
-            series[start..]
+        // The recent sample with the lowest latency (the faster of equals).
+        let least_queued = |samples: &[Link]| -> Option<Link> {
+            let start = samples.len().saturating_sub(CAPACITY_WINDOW);
+            samples[start..]
                 .iter()
                 .copied()
-                .filter(|v| v.is_finite())
-                .reduce(better)
+                .filter(|l| l.latency.is_finite() && l.throughput.is_finite())
+                .reduce(|best, l| {
+                    let lower = l.latency.total_cmp(&best.latency);
+                    if lower.is_lt() || (lower.is_eq() && l.throughput > best.throughput) {
+                        l
+                    } else {
+                        best
+                    }
+                })
         };
         let load = (0..grid.servers.len())
             .map(|i| {
@@ -224,10 +232,7 @@ impl LoadPredictor {
                 let throughput: Vec<f64> = samples.iter().map(|l| l.throughput).collect();
                 let latency: Vec<f64> = samples.iter().map(|l| l.latency).collect();
                 let link = match kind {
-                    PredictorKind::Capacity => Link {
-                        throughput: best_recent(&throughput, f64::max)?,
-                        latency: best_recent(&latency, f64::min)?,
-                    },
+                    PredictorKind::Capacity => least_queued(samples)?,
                     _ => Link {
                         throughput: summarise(&throughput)?,
                         latency: summarise(&latency)?,

@@ -125,18 +125,27 @@ fn latest_sample_and_forecast_predictors_read_history_differently() {
 }
 
 #[test]
-fn the_capacity_predictor_takes_each_path_at_its_best_recent_sample() {
+fn the_capacity_predictor_reads_each_path_from_its_least_queued_recent_sample() {
     let client = Location::Client;
     let server = Location::Server(0);
     let sample = |throughput, latency| Link {
         throughput,
         latency,
     };
-    // The path carries 1 MB/s alone; two probes ran while transfers shared it, and one
-    // old sample (outside the window) was faster than it is now.
-    let mut samples = vec![sample(5e6, 0.001)];
-    samples.extend([1e6, 1e6, 0.3e6, 1e6, 1e6, 1e6, 0.5e6, 1e6].map(|t| sample(t, 0.02)));
-    samples[4].latency = 0.01;
+    // The path carries 1 MB/s alone. Probes that ran behind other transfers read a longer
+    // latency, and either less throughput or (their inflated round trip subtracted) more.
+    // The oldest sample, outside the window, was quieter still.
+    let samples = vec![
+        sample(9e6, 0.0005),
+        sample(0.3e6, 0.05),
+        sample(1e6, 0.002),
+        sample(4e6, 0.08),
+        sample(0.5e6, 0.03),
+        sample(0.9e6, 0.002),
+        sample(0.6e6, 0.02),
+        sample(5e6, 0.1),
+        sample(0.4e6, 0.04),
+    ];
     let history = History {
         load: vec![vec![1.0; 12]],
         links: HashMap::from([((client, server), samples)]),
@@ -145,23 +154,12 @@ fn the_capacity_predictor_takes_each_path_at_its_best_recent_sample() {
         throughput: 1.0,
         latency: 0.0,
     };
-    let capacity = LoadPredictor::from_history(&grid(), &history, PredictorKind::Capacity, default);
+    let capacity =
+        LoadPredictor::from_history(&grid(), &history, PredictorKind::Capacity, default);
     let latest =
         LoadPredictor::from_history(&grid(), &history, PredictorKind::LatestSample, default);
-    assert_eq!(capacity.link(client, server), sample(1e6, 0.01));
-    assert_eq!(latest.link(client, server), sample(1e6, 0.02));
-    // A shared probe last: the latest-sample predictor believes it, capacity does not.
-    let mut history = history;
-    history
-        .links
-        .get_mut(&(client, server))
-        .unwrap()
-        .push(sample(0.2e6, 0.02));
-    let capacity = LoadPredictor::from_history(&grid(), &history, PredictorKind::Capacity, default);
-    let latest =
-        LoadPredictor::from_history(&grid(), &history, PredictorKind::LatestSample, default);
-    assert_eq!(capacity.link(client, server).throughput, 1e6);
-    assert_eq!(latest.link(client, server).throughput, 0.2e6);
+    assert_eq!(capacity.link(client, server), sample(1e6, 0.002));
+    assert_eq!(latest.link(client, server), sample(0.4e6, 0.04));
     // Load is forecast, as with the forecast predictor.
     assert_eq!(capacity.load_at(0, 0.0), 1.0);
     assert_eq!(
