@@ -28,7 +28,7 @@ enum Command {
         speeds: Vec<u32>,
         #[arg(long, default_value = "flow")]
         scheduler: String,
-        /// latest (the paper's predictor) or forecast (NWS-style).
+        /// latest (the paper's predictor), forecast (NWS-style) or capacity (see docs/scheduling.md).
         #[arg(long, default_value = "latest")]
         predictor: String,
         #[arg(long)]

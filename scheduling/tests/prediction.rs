@@ -154,8 +154,7 @@ fn the_capacity_predictor_reads_each_path_from_its_least_queued_recent_sample() 
         throughput: 1.0,
         latency: 0.0,
     };
-    let capacity =
-        LoadPredictor::from_history(&grid(), &history, PredictorKind::Capacity, default);
+    let capacity = LoadPredictor::from_history(&grid(), &history, PredictorKind::Capacity, default);
     let latest =
         LoadPredictor::from_history(&grid(), &history, PredictorKind::LatestSample, default);
     assert_eq!(capacity.link(client, server), sample(1e6, 0.002));

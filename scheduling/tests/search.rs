@@ -255,10 +255,16 @@ fn on_the_paper_cascade_search_finds_the_optimum_and_it_is_within_one_percent_of
     let (_, best) = exhaustive(&graph, &grid, &mut p, 1_000).unwrap().unwrap();
     let search = run("search");
     let seed_flow = run("seed-flow");
-    assert!((search - best).abs() < 1e-9, "search {search} against the optimum {best}");
+    assert!(
+        (search - best).abs() < 1e-9,
+        "search {search} against the optimum {best}"
+    );
     // The best of all 128 placements is under 1% faster than the seed's FLOW: placement
     // alone cannot take 10% off this graph on this profile (docs/experiments.md).
-    assert!(best <= seed_flow && best > 0.99 * seed_flow, "{best} against {seed_flow}");
+    assert!(
+        best <= seed_flow && best > 0.99 * seed_flow,
+        "{best} against {seed_flow}"
+    );
     // HEFT plans each transfer on an average link and loses 20% here.
     assert!(run("heft") > 1.2 * best);
 }
