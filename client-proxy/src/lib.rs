@@ -87,19 +87,10 @@ fn lazy_channel(address: &str, tls: Option<&GridTls>) -> Result<Channel, Status>
 
 impl Proxy {
     pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
-        let token = match &config.auth_token_file {
-            Some(path) => Some(
-                ninf_proto::auth::load_token(path)
-                    .map_err(|e| Status::failed_precondition(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let tls = match &config.tls {
-            Some(files) => {
-                Some(GridTls::load(files).map_err(|e| Status::failed_precondition(e.to_string()))?)
-            }
-            None => None,
-        };
+        let precondition = |e: &dyn std::fmt::Display| Status::failed_precondition(e.to_string());
+        let token = ninf_proto::auth::load_configured(config.auth_token_file.as_deref())
+            .map_err(|e| precondition(&e))?;
+        let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
         let metaserver = lazy_channel(&config.metaserver, tls.as_ref())?;
         Ok(Arc::new(Proxy {
             token,

@@ -98,14 +98,8 @@ impl ServerState {
                 ));
             }
         }
-        let token = match &config.auth_token_file {
-            Some(path) => Some(ninf_proto::auth::load_token(path)?),
-            None => None,
-        };
-        let tls = match &config.tls {
-            Some(files) => Some(GridTls::load(files)?),
-            None => None,
-        };
+        let token = ninf_proto::auth::load_configured(config.auth_token_file.as_deref())?;
+        let tls = GridTls::load_configured(config.tls.as_ref())?;
         // The bulk-data port is plain TCP: a TLS server advertises none (`run` closes it).
         let info = if tls.is_some() {
             v1::ServerInfo {

@@ -106,20 +106,11 @@ impl Metaserver {
     /// every server that registered before (they stay up if they keep sending heartbeats).
     pub async fn open(config: MetaserverConfig) -> Result<Arc<Metaserver>, MetaserverError> {
         config.check()?;
-        let token = match &config.auth_token_file {
-            Some(path) => Some(
-                ninf_proto::auth::load_token(path)
-                    .map_err(|e| config::ConfigError::Invalid(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let tls = match &config.tls {
-            Some(files) => Some(
-                ninf_proto::tls::GridTls::load(files)
-                    .map_err(|e| config::ConfigError::Invalid(e.to_string()))?,
-            ),
-            None => None,
-        };
+        let invalid = |e: &dyn std::fmt::Display| config::ConfigError::Invalid(e.to_string());
+        let token = ninf_proto::auth::load_configured(config.auth_token_file.as_deref())
+            .map_err(|e| invalid(&e))?;
+        let tls = ninf_proto::tls::GridTls::load_configured(config.tls.as_ref())
+            .map_err(|e| invalid(&e))?;
         if config.database_url.is_none() {
             std::fs::create_dir_all(&config.data_dir).map_err(|e| {
                 config::ConfigError::Invalid(format!(

@@ -70,6 +70,11 @@ pub fn load_token(path: &Path) -> Result<String, TokenError> {
     Ok(token.to_string())
 }
 
+/// The token of a configured file (`None`: no token configured, an open service).
+pub fn load_configured(path: Option<&Path>) -> Result<Option<String>, TokenError> {
+    path.map(load_token).transpose()
+}
+
 /// Creates a fresh random token (32 bytes from the kernel, as hex) in a new file of mode
 /// 0600 at `path`, replacing an old one; returns it.
 pub fn generate_token(path: &Path) -> Result<String, TokenError> {

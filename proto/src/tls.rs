@@ -108,6 +108,11 @@ impl GridTls {
         })
     }
 
+    /// The material of a configured `[tls]` section (`None`: plain connections).
+    pub fn load_configured(files: Option<&TlsFiles>) -> Result<Option<GridTls>, TlsError> {
+        files.map(GridTls::load).transpose()
+    }
+
     /// A client's material when it has no certificate of its own: it checks servers
     /// against the authority, and is accepted only where client certificates are optional.
     pub fn trusting(ca: &Path) -> Result<GridTls, TlsError> {
