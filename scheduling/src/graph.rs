@@ -33,11 +33,25 @@ pub struct Edge {
     pub bytes: u64,
 }
 
+/// One array a task receives from the client, which the proxy may upload ahead of the call
+/// (see [`crate::staging`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClientInput {
+    /// The routine's parameter index.
+    pub parameter: u32,
+    pub bytes: u64,
+}
+
 /// A transaction's dataflow graph.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskGraph {
     pub tasks: Vec<Task>,
     pub edges: Vec<Edge>,
+    /// Per task, the arrays among its `client_in_bytes` that can be sent apart from its call.
+    /// Shorter than `tasks`, or empty, where they are not known: those tasks' client data
+    /// travels with their calls.
+    #[serde(default)]
+    pub client_inputs: Vec<Vec<ClientInput>>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -15,16 +15,18 @@ pub mod schedule;
 pub mod search;
 pub mod seed;
 pub mod simple;
+pub mod staging;
 
-pub use graph::{Edge, GraphError, Task, TaskGraph, TaskId};
+pub use graph::{ClientInput, Edge, GraphError, Task, TaskGraph, TaskId};
 pub use grid::{GridView, Link, Location, ServerId, ServerView};
 pub use predictor::{History, LoadPredictor, Predictor, PredictorKind};
-pub use schedule::{Schedule, Scheduler, Timing};
+pub use schedule::{Schedule, Scheduler, Staged, Timing};
 
 /// Names of the schedulers a configuration may choose.
-pub const SCHEDULERS: [&str; 8] = [
+pub const SCHEDULERS: [&str; 9] = [
     "simple",
     "flow",
+    "staged-flow",
     "seed-simple",
     "seed-flow",
     "heft",
@@ -35,7 +37,7 @@ pub const SCHEDULERS: [&str; 8] = [
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "unknown scheduler `{0}` (known: simple, flow, seed-simple, seed-flow, heft, search, round-robin, random)"
+    "unknown scheduler `{0}` (known: simple, flow, staged-flow, seed-simple, seed-flow, heft, search, round-robin, random)"
 )]
 pub struct UnknownScheduler(pub String);
 
@@ -44,6 +46,10 @@ pub fn by_name(name: &str, seed: u64) -> Result<Box<dyn Scheduler>, UnknownSched
     Ok(match name {
         "simple" => Box::new(simple::Simple),
         "flow" => Box::new(flow::Flow),
+        "staged-flow" => Box::new(staging::WithStaging {
+            name: "staged-flow",
+            placement: Box::new(flow::Flow),
+        }),
         "seed-simple" => Box::new(seed::SeedSimple),
         "seed-flow" => Box::new(seed::SeedFlow),
         "heft" => Box::new(heft::Heft),

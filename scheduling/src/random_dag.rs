@@ -163,6 +163,7 @@ pub fn layered(tasks: usize, ccr: f64, platform: &Platform, seed: u64) -> TaskGr
     TaskGraph {
         tasks: graph_tasks,
         edges,
+        client_inputs: Vec::new(),
     }
 }
 

@@ -25,6 +25,24 @@ pub struct Schedule {
     pub data: Vec<Location>,
     /// Predicted end of the whole graph, results back at the client.
     pub makespan: f64,
+    /// Client arrays the proxy uploads ahead of their calls, in upload order; empty: every
+    /// call carries its own client data, as in the seed (see [`crate::staging`]).
+    #[serde(default)]
+    pub staging: Vec<Staged>,
+}
+
+/// One client array uploaded ahead of its task's call into a server's storage: the task's
+/// own server, or another whose path from the client is free sooner (the task then reads
+/// the array from there, server to server). The proxy sends one array at a time per server,
+/// in the plan's order, and issues a task once its arrays are in.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Staged {
+    pub task: TaskId,
+    /// The routine's parameter index.
+    pub parameter: u32,
+    pub bytes: u64,
+    /// The server whose storage receives it.
+    pub via: ServerId,
 }
 
 impl Schedule {
@@ -120,6 +138,9 @@ pub fn issue_time(
         .fold(0.0, f64::max)
 }
 
+/// A task's arrays uploaded ahead of its call: (server holding it, bytes, when it is in).
+pub type StagedArrival = (ServerId, u64, f64);
+
 /// When `task` would start and finish on `server`. The proxy issues it once its placed
 /// producers have finished; its inputs then move to the server all at once, from the client
 /// and from the producers' servers, each over its path as the predictor expects it shared;
@@ -132,17 +153,60 @@ pub fn predict(
     placed: &[Option<(ServerId, Timing)>],
     predictor: &dyn Predictor,
 ) -> Timing {
-    let t = &graph.tasks[task];
-    let here = Location::Server(server);
-    let issue = issue_time(predecessors, task, placed);
-    let mut ready =
-        issue + predictor.transfer_time(Location::Client, here, t.client_in_bytes, issue);
+    predict_staged(graph, predecessors, task, server, placed, &[], predictor)
+}
+
+/// When the call is issued and what it then moves: once its producers have finished and its
+/// staged arrays are in; the client data not staged, the producers' outputs, and the staged
+/// arrays held on other servers.
+fn call_inputs(
+    graph: &TaskGraph,
+    predecessors: &[Vec<(TaskId, u64)>],
+    task: TaskId,
+    placed: &[Option<(ServerId, Timing)>],
+    staged: &[StagedArrival],
+) -> (f64, Vec<(Location, u64)>) {
+    let issue = staged
+        .iter()
+        .map(|&(_, _, arrived)| arrived)
+        .fold(issue_time(predecessors, task, placed), f64::max);
+    let staged_bytes: u64 = staged.iter().map(|&(_, bytes, _)| bytes).sum();
+    let mut inputs = vec![(
+        Location::Client,
+        graph.tasks[task]
+            .client_in_bytes
+            .saturating_sub(staged_bytes),
+    )];
     for &(producer, bytes) in &predecessors[task] {
         if let Some(Some((from, _))) = placed.get(producer) {
-            let from = Location::Server(*from);
-            ready = ready.max(issue + predictor.transfer_time(from, here, bytes, issue));
+            inputs.push((Location::Server(*from), bytes));
         }
     }
+    inputs.extend(
+        staged
+            .iter()
+            .map(|&(via, bytes, _)| (Location::Server(via), bytes)),
+    );
+    (issue, inputs)
+}
+
+/// [`predict`] for a task some of whose client arrays were uploaded ahead of its call.
+pub fn predict_staged(
+    graph: &TaskGraph,
+    predecessors: &[Vec<(TaskId, u64)>],
+    task: TaskId,
+    server: ServerId,
+    placed: &[Option<(ServerId, Timing)>],
+    staged: &[StagedArrival],
+    predictor: &dyn Predictor,
+) -> Timing {
+    let t = &graph.tasks[task];
+    let here = Location::Server(server);
+    let (issue, inputs) = call_inputs(graph, predecessors, task, placed, staged);
+    let ready = inputs
+        .into_iter()
+        .map(|(from, bytes)| issue + predictor.transfer_time(from, here, bytes, issue))
+        .fold(issue, f64::max);
     let speed = predictor.speed(server, t.processors, ready);
     let compute = if t.flops == 0.0 {
         0.0
@@ -163,20 +227,39 @@ pub fn record(
     graph: &TaskGraph,
     predecessors: &[Vec<(TaskId, u64)>],
     task: TaskId,
+    placement: (ServerId, Timing),
+    placed: &[Option<(ServerId, Timing)>],
+    predictor: &mut dyn Predictor,
+    ids: &mut Vec<PlacementId>,
+) -> f64 {
+    record_staged(
+        graph,
+        predecessors,
+        task,
+        placement,
+        placed,
+        &[],
+        predictor,
+        ids,
+    )
+}
+
+/// [`record`] for a task some of whose client arrays were uploaded ahead of its call (the
+/// uploads themselves are recorded by [`upload_arrivals`]).
+#[allow(clippy::too_many_arguments)]
+pub fn record_staged(
+    graph: &TaskGraph,
+    predecessors: &[Vec<(TaskId, u64)>],
+    task: TaskId,
     (server, timing): (ServerId, Timing),
     placed: &[Option<(ServerId, Timing)>],
+    staged: &[StagedArrival],
     predictor: &mut dyn Predictor,
     ids: &mut Vec<PlacementId>,
 ) -> f64 {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let issue = issue_time(predecessors, task, placed);
-    let mut inputs: Vec<(Location, u64)> = vec![(Location::Client, t.client_in_bytes)];
-    for &(producer, bytes) in &predecessors[task] {
-        if let Some(Some((from, _))) = placed.get(producer) {
-            inputs.push((Location::Server(*from), bytes));
-        }
-    }
+    let (issue, inputs) = call_inputs(graph, predecessors, task, placed, staged);
     for (from, bytes) in inputs {
         if bytes > 0 && from != here {
             let finish = issue + predictor.transfer_time(from, here, bytes, issue);
@@ -204,26 +287,31 @@ pub fn finish_schedule(
     servers: Vec<ServerId>,
     predictor: &mut dyn Predictor,
 ) -> Schedule {
+    finish_staged(graph, order, servers, Vec::new(), predictor)
+}
+
+/// [`finish_schedule`] with client arrays uploaded ahead of their calls as `staging` says.
+pub fn finish_staged(
+    graph: &TaskGraph,
+    order: &[TaskId],
+    servers: Vec<ServerId>,
+    staging: Vec<Staged>,
+    predictor: &mut dyn Predictor,
+) -> Schedule {
     let predecessors = graph.predecessors();
-    let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
     let mut ids = Vec::new();
-    let mut makespan = 0.0f64;
-    for &task in order {
-        let server = servers[task];
-        let timing = predict(graph, &predecessors, task, server, &placed, predictor);
-        let done = record(
-            graph,
-            &predecessors,
-            task,
-            (server, timing),
-            &placed,
-            predictor,
-            &mut ids,
-        );
-        makespan = makespan.max(done);
-        placed[task] = Some((server, timing));
-    }
-    assemble(graph, servers, placed, makespan)
+    let (placed, makespan) = time_assignment(
+        graph,
+        order,
+        &predecessors,
+        &servers,
+        &staging,
+        predictor,
+        &mut ids,
+    );
+    let mut schedule = assemble(graph, servers, placed, makespan);
+    schedule.staging = staging;
+    schedule
 }
 
 /// The predicted makespan of an assignment under the common model, leaving the predictor as
@@ -235,28 +323,98 @@ pub fn evaluate(
     servers: &[ServerId],
     predictor: &mut dyn Predictor,
 ) -> f64 {
+    evaluate_staged(graph, order, predecessors, servers, &[], predictor)
+}
+
+/// [`evaluate`] with client arrays uploaded ahead of their calls as `staging` says.
+pub fn evaluate_staged(
+    graph: &TaskGraph,
+    order: &[TaskId],
+    predecessors: &[Vec<(TaskId, u64)>],
+    servers: &[ServerId],
+    staging: &[Staged],
+    predictor: &mut dyn Predictor,
+) -> f64 {
+    let mut ids = Vec::with_capacity(order.len() * 2 + staging.len() * 2);
+    let (_, makespan) = time_assignment(
+        graph,
+        order,
+        predecessors,
+        servers,
+        staging,
+        predictor,
+        &mut ids,
+    );
+    for id in ids {
+        predictor.withdraw(id);
+    }
+    makespan
+}
+
+/// Records the staged uploads (one at a time on each server's path from the client, from the
+/// graph's start, in plan order) and returns, per task, its arrays' arrivals.
+pub fn upload_arrivals(
+    tasks: usize,
+    staging: &[Staged],
+    predictor: &mut dyn Predictor,
+    ids: &mut Vec<PlacementId>,
+) -> Vec<Vec<StagedArrival>> {
+    let mut arrivals: Vec<Vec<StagedArrival>> = vec![Vec::new(); tasks];
+    let mut path_free: std::collections::BTreeMap<ServerId, f64> = Default::default();
+    for upload in staging {
+        let Some(list) = arrivals.get_mut(upload.task) else {
+            continue;
+        };
+        let via = Location::Server(upload.via);
+        let start = path_free.get(&upload.via).copied().unwrap_or(0.0);
+        let finish = start + predictor.transfer_time(Location::Client, via, upload.bytes, start);
+        ids.extend(predictor.place_transfer(Location::Client, via, start, finish));
+        path_free.insert(upload.via, finish);
+        list.push((upload.via, upload.bytes, finish));
+    }
+    arrivals
+}
+
+/// Times every task of an assignment in `order`, recording placements and transfers (their
+/// ids pushed to `ids`); returns each task's placement and the makespan.
+fn time_assignment(
+    graph: &TaskGraph,
+    order: &[TaskId],
+    predecessors: &[Vec<(TaskId, u64)>],
+    servers: &[ServerId],
+    staging: &[Staged],
+    predictor: &mut dyn Predictor,
+    ids: &mut Vec<PlacementId>,
+) -> (Vec<Option<(ServerId, Timing)>>, f64) {
+    let arrivals = upload_arrivals(graph.tasks.len(), staging, predictor, ids);
     let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; graph.tasks.len()];
-    let mut ids = Vec::with_capacity(order.len() * 2);
     let mut makespan = 0.0f64;
     for &task in order {
         let server = servers[task];
-        let timing = predict(graph, predecessors, task, server, &placed, predictor);
-        let done = record(
+        let staged = &arrivals[task];
+        let timing = predict_staged(
+            graph,
+            predecessors,
+            task,
+            server,
+            &placed,
+            staged,
+            predictor,
+        );
+        let done = record_staged(
             graph,
             predecessors,
             task,
             (server, timing),
             &placed,
+            staged,
             predictor,
-            &mut ids,
+            ids,
         );
         makespan = makespan.max(done);
         placed[task] = Some((server, timing));
     }
-    for id in ids {
-        predictor.withdraw(id);
-    }
-    makespan
+    (placed, makespan)
 }
 
 /// The schedule from per-task placements and timings, and its predicted makespan.
@@ -288,5 +446,6 @@ pub fn assemble(
         timings,
         data,
         makespan,
+        staging: Vec::new(),
     }
 }

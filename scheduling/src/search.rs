@@ -20,15 +20,24 @@
 //!
 //! It stops when a full round of moves improves nothing, or at an evaluation budget that
 //! shrinks with the graph's size, so a 500-task graph still schedules in well under a second.
+//!
+//! Every placement is timed with its client arrays staged ([`crate::staging`]): uploaded
+//! ahead of their calls, one at a time per path, possibly through another server. So the
+//! search chooses placements that staging serves well, such as every task on the fastest
+//! server with half its inputs relayed through a slower one. The final schedule keeps the
+//! staging only if the model says it helps.
 
 use crate::flow::Flow;
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
 use crate::heft::{Heft, rank_order, upward_ranks};
 use crate::predictor::Predictor;
-use crate::schedule::{Prepared, Schedule, Scheduler, evaluate, finish_schedule};
+use crate::schedule::{
+    Prepared, Schedule, Scheduler, evaluate, evaluate_staged, finish_schedule, finish_staged,
+};
 use crate::seed::{SeedFlow, SeedSimple};
 use crate::simple::Simple;
+use crate::staging;
 
 /// Relative gain below which a move is not worth taking (rounding noise).
 const MIN_GAIN: f64 = 1e-9;
@@ -93,7 +102,7 @@ impl Scheduler for LocalSearch {
         for mut start in starts {
             let mut scratch = predictor.fork();
             let servers = start.schedule(graph, grid, scratch.as_mut())?.servers;
-            let makespan = evaluate(graph, order, predecessors, &servers, predictor);
+            let makespan = staged_makespan(graph, grid, &prepared, &servers, predictor);
             if best.as_ref().is_none_or(|(_, m)| makespan < *m) {
                 best = Some((servers, makespan));
             }
@@ -106,7 +115,7 @@ impl Scheduler for LocalSearch {
                 continue;
             }
             let servers = vec![s; graph.tasks.len()];
-            let makespan = evaluate(graph, order, predecessors, &servers, predictor);
+            let makespan = staged_makespan(graph, grid, &prepared, &servers, predictor);
             if best.as_ref().is_none_or(|(_, m)| makespan < *m) {
                 best = Some((servers, makespan));
             }
@@ -118,6 +127,7 @@ impl Scheduler for LocalSearch {
         let by_rank = rank_order(&prepared, &rank);
         let mut trial = Trial {
             graph,
+            grid,
             prepared: &prepared,
             servers,
             makespan,
@@ -180,14 +190,55 @@ impl Scheduler for LocalSearch {
                 improved = trial.pair_moves(&by_rank, predictor);
             }
         }
-        Ok(finish_schedule(graph, order, trial.servers, predictor))
+        let staging = staging::plan(graph, grid, order, &trial.servers, predictor);
+        let (staging, staged) = staging::improve(
+            graph,
+            grid,
+            order,
+            &trial.servers,
+            staging,
+            predictor,
+            staging::IMPROVE_BUDGET,
+        );
+        let unstaged = evaluate(graph, order, predecessors, &trial.servers, predictor);
+        if staging.is_empty() || unstaged <= staged {
+            return Ok(finish_schedule(graph, order, trial.servers, predictor));
+        }
+        Ok(finish_staged(
+            graph,
+            order,
+            trial.servers,
+            staging,
+            predictor,
+        ))
     }
+}
+
+/// The predicted makespan of `servers` with its client arrays staged as [`staging::plan`]
+/// would stage them.
+fn staged_makespan(
+    graph: &TaskGraph,
+    grid: &GridView,
+    prepared: &Prepared,
+    servers: &[ServerId],
+    predictor: &mut dyn Predictor,
+) -> f64 {
+    let staging = staging::plan(graph, grid, &prepared.order, servers, predictor);
+    evaluate_staged(
+        graph,
+        &prepared.order,
+        &prepared.predecessors,
+        servers,
+        &staging,
+        predictor,
+    )
 }
 
 /// One search's assignment, its predicted makespan, and the whole-graph timings it may
 /// still spend.
 struct Trial<'a> {
     graph: &'a TaskGraph,
+    grid: &'a GridView,
     prepared: &'a Prepared,
     servers: Vec<ServerId>,
     makespan: f64,
@@ -203,10 +254,10 @@ impl Trial<'_> {
             self.servers[t] = s;
         }
         self.left = self.left.saturating_sub(1);
-        let m = evaluate(
+        let m = staged_makespan(
             self.graph,
-            &self.prepared.order,
-            &self.prepared.predecessors,
+            self.grid,
+            self.prepared,
             &self.servers,
             predictor,
         );
