@@ -223,6 +223,29 @@ fn flow_keeps_every_pair_on_one_server_and_every_scheduler_gives_the_same_number
 }
 
 #[test]
+fn staged_uploads_feed_their_calls_with_the_same_results_and_leave_nothing_behind() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    // At n = 100 each matrix is 80 kB, above the staging threshold: the eight inputs of the
+    // cascade's first stage are uploaded ahead of their calls.
+    let staged = workloads::cascade(&grid.client("staged-flow"), 100, 5).unwrap();
+    assert_eq!(staged.max_abs_error, 0.0, "staged cascade differs");
+    assert_eq!(staged.plan.scheduler, "staged-flow");
+    assert_eq!(staged.plan.staged_uploads, 8);
+    let plain = workloads::cascade(&grid.client("flow"), 100, 5).unwrap();
+    assert_eq!(plain.plan.staged_uploads, 0);
+    assert_eq!(plain.max_abs_error, 0.0);
+    // Pairs: each dgefa's 80 kB matrix (INOUT) is staged; dgesl's 800-byte vector is not.
+    let pairs = workloads::pairs(&grid.client("staged-flow"), 100, 5, 3).unwrap();
+    assert_eq!(pairs.max_abs_error, 0.0, "staged pairs differ");
+    assert_eq!(pairs.plan.staged_uploads, 5);
+    // Below the threshold nothing is staged.
+    let small = workloads::cascade(&grid.client("staged-flow"), 30, 5).unwrap();
+    assert_eq!(small.plan.staged_uploads, 0);
+    assert_eq!(small.max_abs_error, 0.0);
+    grid.assert_no_leftovers();
+}
+
+#[test]
 fn a_transaction_gives_the_same_results_as_the_calls_one_by_one() {
     let grid = TestGrid::start(vec![1, 1], |_| {});
     let client = grid.client("simple");

@@ -601,6 +601,8 @@ pub struct Plan {
     pub tasks_retried: u32,
     /// Finished calls run again because their kept outputs were lost with a server.
     pub regenerated: u32,
+    /// Client arrays the proxy uploaded ahead of their calls, as the schedule staged them.
+    pub staged_uploads: u32,
 }
 
 impl Plan {
@@ -639,6 +641,7 @@ impl Plan {
             schedule_seconds: reply.schedule_seconds,
             tasks_retried: reply.tasks_retried,
             regenerated: reply.regenerated,
+            staged_uploads: reply.staged_uploads,
         }
     }
 

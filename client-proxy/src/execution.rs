@@ -16,6 +16,7 @@ use tonic::{Code, Status};
 
 use crate::recovery::{self, CallFailure, Candidate};
 use crate::run_state::GraphRun;
+use crate::staging::Staging;
 use crate::{CALL_LIMIT, Executed, Failed, Proxy, UsedServers};
 
 /// How long a suspect server has to say whether it still holds an object.
@@ -118,7 +119,7 @@ impl Proxy {
         &self,
         graph: &v1::TaskGraph,
         arguments: &[v1::TaskArguments],
-        servers: &mut [String],
+        (servers, staging_plan): (&mut [String], &[v1::StagedInput]),
         owner: &str,
         used: &UsedServers,
     ) -> Result<Executed, Failed> {
@@ -155,15 +156,34 @@ impl Proxy {
             },
         };
         let mut calls: JoinSet<Issued> = JoinSet::new();
+        let mut staging = Staging::start(self, staging_plan, arguments, owner, used);
         let outcome: Result<Vec<(usize, v1::CallOutput)>, Status> = 'graph: loop {
             loop {
-                for task in progress.run.take_ready() {
+                let mut ready = progress.run.take_ready();
+                ready.extend(staging.take_released());
+                for task in ready {
+                    if staging.park(task) {
+                        continue;
+                    }
                     if progress.faults.suspects.contains(&servers[task]) {
                         self.move_task(graph, task, servers, &progress.faults.suspects, used)
                             .await;
                     }
                     let call = match build_call(graph, arguments, &flow, &progress, task, owner) {
-                        Ok(call) => call,
+                        Ok(mut call) => {
+                            for (parameter, object) in
+                                staging.objects_for(task, &progress.faults.suspects)
+                            {
+                                if let Some(slot) = call.arguments.get_mut(parameter as usize) {
+                                    *slot = v1::CallArgument {
+                                        source: Some(v1::call_argument::Source::Object(
+                                            object.clone(),
+                                        )),
+                                    };
+                                }
+                            }
+                            call
+                        }
                         Err(status) => break 'graph Err(status),
                     };
                     progress.inputs[task] = call
@@ -201,8 +221,17 @@ impl Proxy {
                         }
                     });
                 }
-                let Some(joined) = calls.join_next().await else {
-                    break;
+                // The next call to end, or the next upload to finish; nothing out: done.
+                let joined = tokio::select! {
+                    Some(joined) = calls.join_next() => joined,
+                    uploaded = staging.next(), if staging.uploading() => {
+                        match uploaded {
+                            Some(uploaded) => staging.settle(uploaded),
+                            None => staging.give_up(),
+                        }
+                        continue;
+                    }
+                    else => break,
                 };
                 let issued = match joined {
                     Ok(issued) => issued,
@@ -249,6 +278,7 @@ impl Proxy {
                     }
                     Err(status) => {
                         progress.run.fail(task);
+                        staging.forget(task);
                         progress.actuals.push(v1::TaskActual {
                             task: task as u32,
                             start: issued.started,
@@ -346,6 +376,7 @@ impl Proxy {
                 break 'graph Err(status);
             }
         };
+        staging.stop().await;
         let Progress {
             reports,
             actuals,
@@ -366,6 +397,7 @@ impl Proxy {
                     makespan: start.elapsed().as_secs_f64(),
                     retried: faults.retried,
                     regenerated: faults.regenerated,
+                    staged_uploads: staging.uploaded,
                 })
             }
             Err(status) => {

@@ -15,6 +15,7 @@ pub mod links;
 pub mod recovery;
 pub mod run_state;
 pub mod service;
+mod staging;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -238,7 +239,13 @@ impl Proxy {
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         let renewals = self.spawn_renewals(used.clone(), &owner);
         let outcome = self
-            .execute(&graph, &arguments, &mut servers, &owner, &used)
+            .execute(
+                &graph,
+                &arguments,
+                (&mut servers, &placement.staging),
+                &owner,
+                &used,
+            )
             .await;
         renewals.abort();
         // Whatever happened, nothing the graph stored may stay behind, on the servers first
@@ -247,7 +254,7 @@ impl Proxy {
         for server in &used {
             self.delete_owner(server, &owner).await;
         }
-        let mut recovered = (0, 0);
+        let mut recovered = (0, 0, 0);
         let (tasks, actuals, error, makespan) = match outcome {
             Ok(Executed {
                 mut reports,
@@ -255,8 +262,9 @@ impl Proxy {
                 makespan,
                 retried,
                 regenerated,
+                staged_uploads,
             }) => {
-                recovered = (retried, regenerated);
+                recovered = (retried, regenerated, staged_uploads);
                 for (task, report) in reports.iter_mut().enumerate() {
                     report.label = graph.tasks[task].label.clone();
                     report.function = graph.tasks[task].function.clone();
@@ -292,6 +300,7 @@ impl Proxy {
             schedule_seconds,
             tasks_retried: recovered.0,
             regenerated: recovered.1,
+            staged_uploads: recovered.2,
         })
     }
 
@@ -414,6 +423,8 @@ struct Executed {
     retried: u32,
     /// Finished tasks run again because their outputs were lost.
     regenerated: u32,
+    /// Client arrays uploaded ahead of their calls.
+    staged_uploads: u32,
 }
 
 /// A graph that stopped.

@@ -6,7 +6,7 @@
 
 use ninf_idl::{FunctionInterface, Mode};
 use ninf_proto::v1;
-use ninf_scheduling::{GraphError, Task, TaskGraph};
+use ninf_scheduling::{ClientInput, GraphError, Task, TaskGraph};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GraphRejection {
@@ -138,7 +138,31 @@ pub fn check_graph<'a>(
         });
     }
     let mut tasks = Vec::with_capacity(graph.tasks.len());
+    let mut client_inputs = Vec::with_capacity(graph.tasks.len());
     for (i, (task, interface)) in graph.tasks.iter().zip(&interfaces).enumerate() {
+        // The IN arrays no edge feeds come from the client: each can be staged apart from
+        // the call (their sizes were checked just as the costs are).
+        let mut inputs = Vec::new();
+        for (index, parameter) in interface.parameters.iter().enumerate() {
+            let from_client = parameter.is_array()
+                && matches!(parameter.mode, Mode::In | Mode::InOut)
+                && !fed.contains(&(i, index as u32));
+            if !from_client {
+                continue;
+            }
+            let bytes = interface.byte_size(parameter, &task.scalars).map_err(|e| {
+                GraphRejection::Cost {
+                    task: i,
+                    label: task.label.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            inputs.push(ClientInput {
+                parameter: index as u32,
+                bytes,
+            });
+        }
+        client_inputs.push(inputs);
         let cost = interface
             .cost(&task.scalars)
             .map_err(|e| GraphRejection::Cost {
@@ -161,7 +185,11 @@ pub fn check_graph<'a>(
             processors,
         });
     }
-    let graph = TaskGraph { tasks, edges };
+    let graph = TaskGraph {
+        tasks,
+        edges,
+        client_inputs,
+    };
     graph.validate()?;
     Ok(graph)
 }

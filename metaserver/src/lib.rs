@@ -324,7 +324,7 @@ impl Metaserver {
             })
             .collect();
         let now = unix_now();
-        let (tasks, schedule, placements) = {
+        let (tasks, schedule, placements, staging) = {
             let mut state = self.state();
             state.scheduled += 1;
             let scheduled = state.scheduled;
@@ -364,7 +364,19 @@ impl Metaserver {
                     predicted_finish: timing.finish,
                 })
                 .collect();
-            (tasks, schedule, placements)
+            let staging: Vec<v1::StagedInput> = schedule
+                .staging
+                .iter()
+                .filter_map(|s| {
+                    Some(v1::StagedInput {
+                        task: s.task as u32,
+                        parameter: s.parameter,
+                        server: servers.get(s.via)?.address.clone(),
+                        bytes: s.bytes,
+                    })
+                })
+                .collect();
+            (tasks, schedule, placements, staging)
         };
         let inter_server_ratio = schedule.inter_server_ratio(&tasks);
         let record = GraphRecord {
@@ -424,6 +436,7 @@ impl Metaserver {
                 .collect(),
             predicted_makespan: schedule.makespan,
             inter_server_ratio,
+            staging,
         })
     }
 
