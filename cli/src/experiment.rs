@@ -121,7 +121,9 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
         bin("ninf-server")?,
         bin("ninf")?,
     );
-    let bed = Testbed::new(&options.prefix, profile).up()?;
+    let bed = Testbed::new(&options.prefix, profile)
+        .with_forwarder(&ninf_bin)
+        .up()?;
     let work = std::env::temp_dir().join(format!("ninf-wan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;

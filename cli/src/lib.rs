@@ -1,7 +1,8 @@
 //! The `ninf` command's library: the embedded local grid ([`embedded`]), the seed's workloads
 //! ([`workloads`]), the demo that runs them under several schedulers ([`demo`]), and the
 //! shell-friendly call ([`quick_call`]), the gang scheduler's benchmarks ([`gang_bench`]), and
-//! the scheduling simulator's front end ([`simulate`]), the benchmark of the metaserver's
+//! the scheduling simulator's front end ([`simulate`]), the testbed ([`testbed`]) and its
+//! user-space latency ([`latency`]), the benchmark of the metaserver's
 //! schedulers on random task graphs ([`dag_bench`]), and fault injection ([`chaos`]).
 
 pub mod chaos;
@@ -10,6 +11,7 @@ pub mod demo;
 pub mod embedded;
 pub mod experiment;
 pub mod gang_bench;
+pub mod latency;
 pub mod processes;
 pub mod quick_call;
 pub mod simulate;

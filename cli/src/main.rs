@@ -341,6 +341,16 @@ enum TestbedAction {
         #[arg(long, default_value = "ninf-tb")]
         prefix: String,
     },
+    /// The delay forwarder, run by the testbed inside its router namespace.
+    #[command(hide = true)]
+    Delay {
+        /// The TUN device the router sends packets to.
+        #[arg(long)]
+        device: String,
+        /// SITE:SITE:MICROSECONDS, the one-way delay of a pair of sites.
+        #[arg(long = "pair")]
+        pairs: Vec<ninf_cli::latency::PairDelay>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -730,7 +740,11 @@ fn main() -> anyhow::Result<()> {
             use ninf_cli::testbed::{Profile, Testbed};
             match action {
                 TestbedAction::Up { profile, prefix } => {
-                    let bed = Testbed::new(&prefix, Profile::load(&profile)?).up()?;
+                    let ninf = std::env::current_exe()
+                        .context("cannot find this program to run the delay forwarder")?;
+                    let bed = Testbed::new(&prefix, Profile::load(&profile)?)
+                        .with_forwarder(&ninf)
+                        .up()?;
                     for (site, address) in bed.addresses() {
                         println!("{site}: {address} (namespace {})", bed.namespace(&site));
                     }
@@ -741,6 +755,22 @@ fn main() -> anyhow::Result<()> {
                     let existing = bed.existing();
                     bed.down()?;
                     println!("removed {} namespaces", existing.len());
+                }
+                TestbedAction::Delay { device, pairs } => {
+                    // The testbed reads one line: `ready`, or why it could not start.
+                    let mut started = false;
+                    let result = ninf_cli::latency::run_forwarder(&device, &pairs, || {
+                        use std::io::Write;
+                        println!("ready");
+                        let _ = std::io::stdout().flush();
+                        started = true;
+                    });
+                    if let Err(e) = &result
+                        && !started
+                    {
+                        println!("{e:#}");
+                    }
+                    result?;
                 }
             }
             Ok(())

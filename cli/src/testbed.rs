@@ -1,7 +1,9 @@
 //! A wide-area testbed on one machine (issue 5): each site is a Linux network namespace
 //! joined to a router namespace by a veth pair, and the bandwidth of each pair of sites is
-//! shaped both ways by `htb` classes on the router's interfaces (the kernel here has no
-//! `netem`). Sites get 10.77.k.2/24 (k = 1, 2, ... in the profile's order), the router
+//! shaped both ways by `htb` classes on the router's interfaces. The kernel here has no
+//! `netem`, so a profile's latencies are added in user space: the router sends packets
+//! between sites through a TUN device to a delay forwarder ([`crate::latency`], run as
+//! `ninf testbed delay` in the router namespace). Sites get 10.77.k.2/24 (k = 1, 2, ... in the profile's order), the router
 //! 10.77.k.1. Profiles are TOML (`cli/profiles/*.toml`, or a file).
 //!
 //! Set-up first tears down anything left by an earlier run with the same prefix, so it is
@@ -12,8 +14,20 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
 use anyhow::{Context, bail};
 use serde::Deserialize;
+
+use crate::latency::PairDelay;
+
+/// The router's TUN device that carries packets to the delay forwarder.
+pub const DELAY_DEVICE: &str = "ndelay";
+
+/// The router's routing table that sends packets from the sites to [`DELAY_DEVICE`].
+const DELAY_TABLE: u32 = 77;
 
 /// A site's part in the experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -57,7 +71,8 @@ pub struct LinkSpec {
     pub between: [String; 2],
     /// Rate each way, Mbit/s.
     pub mbit: f64,
-    /// The path's round trip in the modelled setting (recorded; not emulated).
+    /// The path's round trip in the modelled setting; each way is delayed by half of it
+    /// (after `speedup`).
     #[serde(default)]
     pub latency_ms: f64,
 }
@@ -171,6 +186,13 @@ impl Profile {
             if link.between[0] == link.between[1] {
                 bail!("link {:?} joins a site to itself", link.between);
             }
+            if !(link.latency_ms.is_finite() && (0.0..=60_000.0).contains(&link.latency_ms)) {
+                bail!(
+                    "link {:?} has latency {} ms; it must be 0 to 60000",
+                    link.between,
+                    link.latency_ms
+                );
+            }
             if !(link.mbit.is_finite() && link.mbit > 0.0) {
                 bail!(
                     "link {:?} has rate {} Mbit/s; it must be positive",
@@ -208,6 +230,28 @@ impl Profile {
         site.uplink_mbit.map(|mbit| mbit * self.speedup)
     }
 
+    /// The one-way delay of each linked pair of sites as run (after `speedup`), by their
+    /// 1-based indexes in the profile; pairs without latency are left out.
+    pub fn pair_delays(&self) -> Vec<PairDelay> {
+        let index = |name: &str| {
+            self.sites
+                .iter()
+                .position(|s| s.name == name)
+                .map_or(0, |i| i + 1)
+        };
+        self.links
+            .iter()
+            .filter(|l| l.latency_ms > 0.0)
+            .map(|l| PairDelay {
+                sites: (
+                    u8::try_from(index(&l.between[0])).unwrap_or(u8::MAX),
+                    u8::try_from(index(&l.between[1])).unwrap_or(u8::MAX),
+                ),
+                one_way: Duration::from_secs_f64(l.latency_ms / 1000.0 / 2.0 / self.speedup),
+            })
+            .collect()
+    }
+
     /// A server's processor slowdown as run (after `speedup`).
     pub fn slowdown(&self, site: &Site) -> f64 {
         (site.cpu_slowdown / self.speedup).max(1.0)
@@ -226,6 +270,10 @@ pub struct Testbed {
     pub profile: Profile,
     /// Whether dropping this tears the testbed down.
     armed: bool,
+    /// The `ninf` program, which runs the delay forwarder when the profile sets latencies.
+    forwarder_program: Option<PathBuf>,
+    /// The delay forwarder, while it runs.
+    forwarder: Option<Child>,
 }
 
 /// Runs `ip`/`tc`-style commands; stops at the first failure with its output.
@@ -266,7 +314,16 @@ impl Testbed {
             prefix: prefix.to_string(),
             profile,
             armed: false,
+            forwarder_program: None,
+            forwarder: None,
         }
+    }
+
+    /// Names the `ninf` program that runs the delay forwarder (needed when the profile
+    /// sets latencies).
+    pub fn with_forwarder(mut self, ninf: &Path) -> Testbed {
+        self.forwarder_program = Some(ninf.to_path_buf());
+        self
     }
 
     pub fn router(&self) -> String {
@@ -393,7 +450,87 @@ impl Testbed {
                 )));
             }
         }
+        // Latency: every packet arriving from a site is routed (table 77) to the TUN device;
+        // what the forwarder writes back arrives on that device and takes the main table to
+        // its site. Reverse-path filtering would drop those packets (their source is reached
+        // through a veth, not the TUN), so it is off in the router.
+        if !self.profile.pair_delays().is_empty() {
+            plan.extend([
+                words(&format!(
+                    "ip -n {router} tuntap add dev {DELAY_DEVICE} mode tun"
+                )),
+                words(&format!("ip -n {router} link set {DELAY_DEVICE} up")),
+                words(&format!(
+                    "ip netns exec {router} sysctl -q -w net.ipv4.conf.all.rp_filter=0"
+                )),
+                words(&format!(
+                    "ip netns exec {router} sysctl -q -w net.ipv4.conf.{DELAY_DEVICE}.rp_filter=0"
+                )),
+                words(&format!(
+                    "ip -n {router} route add 10.77.0.0/16 dev {DELAY_DEVICE} table {DELAY_TABLE}"
+                )),
+            ]);
+            for k in 1..=self.profile.sites.len() {
+                plan.push(words(&format!(
+                    "ip -n {router} rule add iif {} lookup {DELAY_TABLE} pref 100",
+                    self.veth(k, 'r')
+                )));
+            }
+        }
         plan
+    }
+
+    /// The command that runs the delay forwarder in the router namespace, if the profile
+    /// sets latencies.
+    pub fn forwarder_command(&self, ninf: &Path) -> Option<Command> {
+        let pairs = self.profile.pair_delays();
+        if pairs.is_empty() {
+            return None;
+        }
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.router()])
+            .arg(ninf)
+            .args(["testbed", "delay", "--device", DELAY_DEVICE]);
+        for pair in pairs {
+            command.arg("--pair").arg(pair.to_string());
+        }
+        Some(command)
+    }
+
+    /// Starts the delay forwarder and waits until it carries packets.
+    fn start_forwarder(&mut self) -> anyhow::Result<()> {
+        let program = self.forwarder_program.clone();
+        let Some(mut command) = program
+            .as_deref()
+            .and_then(|ninf| self.forwarder_command(ninf))
+        else {
+            if !self.profile.pair_delays().is_empty() {
+                bail!(
+                    "profile `{}` sets latencies, which need the delay forwarder: give the testbed the `ninf` program (Testbed::with_forwarder)",
+                    self.profile.name
+                );
+            }
+            return Ok(());
+        };
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // It outlives `ninf testbed up`; its stderr must not hold that command's pipes.
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start the delay forwarder")?;
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            use std::io::BufRead;
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        }
+        self.forwarder = Some(child);
+        match line.trim() {
+            "ready" => Ok(()),
+            "" => bail!("the delay forwarder exited before it was ready"),
+            reason => bail!("the delay forwarder did not start: {reason}"),
+        }
     }
 
     /// Namespaces of this prefix that exist now.
@@ -422,6 +559,7 @@ impl Testbed {
         for command in self.plan_up() {
             run(&command)?;
         }
+        self.start_forwarder()?;
         Ok(self)
     }
 
@@ -486,10 +624,16 @@ fn kill_all_in(ns: &str) {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if self.armed
-            && let Err(e) = self.down()
-        {
+        if !self.armed {
+            return;
+        }
+        if let Err(e) = self.down() {
             tracing::warn!(error = %e, prefix = %self.prefix, "testbed tear-down failed");
+        }
+        // Killed with everything in the router namespace; reaped here.
+        if let Some(mut forwarder) = self.forwarder.take() {
+            let _ = forwarder.kill();
+            let _ = forwarder.wait();
         }
     }
 }
@@ -561,6 +705,54 @@ mod tests {
             "dev {veth_b} parent 1: classid 1:11 htb rate 40000kbit"
         ))));
         assert!(veth_a.len() <= 15);
+    }
+
+    #[test]
+    fn latencies_route_through_the_delay_device_at_half_the_round_trip_each_way() {
+        let bed = Testbed::new("tbz", Profile::load("paper").unwrap());
+        // Round trips of 30, 40 and 10 ms in the modelled setting, run 5x faster.
+        assert_eq!(
+            bed.profile
+                .pair_delays()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            vec!["1:2:3000", "1:3:4000", "2:3:1000"]
+        );
+        let plan: Vec<String> = bed.plan_up().iter().map(|c| c.join(" ")).collect();
+        assert!(plan.contains(&"ip -n tbz-router tuntap add dev ndelay mode tun".to_string()));
+        assert!(
+            plan.contains(
+                &"ip -n tbz-router route add 10.77.0.0/16 dev ndelay table 77".to_string()
+            )
+        );
+        for k in 1..=3 {
+            assert!(plan.contains(&format!(
+                "ip -n tbz-router rule add iif {} lookup 77 pref 100",
+                bed.veth(k, 'r')
+            )));
+        }
+        let command = bed.forwarder_command(Path::new("/usr/bin/ninf")).unwrap();
+        let args: Vec<String> = command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args.join(" "),
+            "netns exec tbz-router /usr/bin/ninf testbed delay --device ndelay --pair 1:2:3000 --pair 1:3:4000 --pair 2:3:1000"
+        );
+        // Without latencies, the kernel forwards alone.
+        let lan = Testbed::new("tbz", Profile::load("lan").unwrap());
+        assert!(!lan.plan_up().iter().any(|c| c.join(" ").contains("ndelay")));
+        assert!(lan.forwarder_command(Path::new("/usr/bin/ninf")).is_none());
+        let bad = Profile::parse(
+            "name = \"x\"\n[[site]]\nname = \"c\"\nrole = \"client\"\n[[site]]\nname = \"s\"\nrole = \"server\"\n[[link]]\nbetween = [\"c\", \"s\"]\nmbit = 1.0\nlatency_ms = -3.0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "link [\"c\", \"s\"] has latency -3 ms; it must be 0 to 60000"
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use ninf_cli::testbed::{Profile, Testbed, is_root};
 
@@ -23,6 +25,10 @@ fn in_namespace<T: Send + 'static>(
         assert_eq!(rc, 0, "setns {path}");
         f()
     })
+}
+
+fn ninf() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ninf"))
 }
 
 /// Bytes counted by an htb class on a router interface.
@@ -79,6 +85,7 @@ fn sites_reach_each_other_through_their_shaped_classes_and_nothing_is_left() {
     }
     let prefix = format!("nt{}", std::process::id() % 100_000);
     let bed = Testbed::new(&prefix, Profile::load("paper").unwrap())
+        .with_forwarder(ninf())
         .up()
         .unwrap();
     assert_eq!(bed.existing().len(), 4);
@@ -153,4 +160,126 @@ fn set_up_is_idempotent_and_cleans_up_after_a_failure() {
     assert!(after.existing().is_empty(), "{:?}", after.existing());
     // Tearing down nothing is fine.
     after.down().unwrap();
+}
+
+/// Connects from `from`'s site to a listener at `to`'s, `times` times; the time each
+/// connect took (one round trip: SYN out, SYN-ACK back).
+fn connect_times(bed: &Testbed, from: &str, to: &str, port: u16, times: usize) -> Vec<Duration> {
+    let target = format!("{}:{port}", bed.address(to));
+    let bind = target.clone();
+    let listener = in_namespace(&bed.namespace(to), move || {
+        let listener = TcpListener::bind(bind).unwrap();
+        for _ in 0..times {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).unwrap();
+            stream.write_all(&byte).unwrap();
+        }
+    });
+    let connecting = in_namespace(&bed.namespace(from), move || {
+        let mut times_taken = Vec::new();
+        while times_taken.len() < times {
+            let start = Instant::now();
+            let Ok(mut stream) = TcpStream::connect(&target) else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            times_taken.push(start.elapsed());
+            stream.write_all(&[42]).unwrap();
+            let mut echo = [0u8; 1];
+            stream.read_exact(&mut echo).unwrap();
+            assert_eq!(echo, [42]);
+        }
+        times_taken
+    });
+    let taken = connecting.join().unwrap();
+    listener.join().unwrap();
+    taken
+}
+
+#[test]
+fn latency_delays_every_round_trip_by_the_profiles_amount_and_the_forwarder_goes_with_the_testbed()
+{
+    if !is_root() {
+        eprintln!("not root: the testbed cannot be built here");
+        return;
+    }
+    // A 400 ms round trip between the client and A (200 ms each way); none to B.
+    let profile = Profile::parse(
+        "name = \"slow\"\n\
+         [[site]]\nname = \"client\"\nrole = \"client\"\n\
+         [[site]]\nname = \"a\"\nrole = \"server\"\n\
+         [[site]]\nname = \"b\"\nrole = \"server\"\n\
+         [[link]]\nbetween = [\"client\", \"a\"]\nmbit = 100.0\nlatency_ms = 400.0\n\
+         [[link]]\nbetween = [\"client\", \"b\"]\nmbit = 100.0\n",
+    )
+    .unwrap();
+    let prefix = format!("nl{}", std::process::id() % 100_000);
+    // Without the program that forwards, a profile with latency is refused, with the reason,
+    // and nothing is left.
+    let refused = Testbed::new(&prefix, profile.clone()).up().unwrap_err();
+    assert!(
+        refused.to_string().contains("sets latencies"),
+        "{refused:#}"
+    );
+    assert!(Testbed::new(&prefix, profile.clone()).existing().is_empty());
+    let not_a_forwarder = Testbed::new(&prefix, profile.clone())
+        .with_forwarder(Path::new("/bin/true"))
+        .up()
+        .unwrap_err();
+    assert!(
+        not_a_forwarder.to_string().contains("delay forwarder"),
+        "{not_a_forwarder:#}"
+    );
+    assert!(Testbed::new(&prefix, profile.clone()).existing().is_empty());
+
+    let bed = Testbed::new(&prefix, profile)
+        .with_forwarder(ninf())
+        .up()
+        .unwrap();
+    // The packets cannot arrive before their time: every connect to A takes at least the
+    // round trip.
+    for taken in connect_times(&bed, "client", "a", 7997, 3) {
+        assert!(taken >= Duration::from_millis(400), "{taken:?}");
+    }
+    // The same connection carries data intact both ways through the delay line.
+    let a = bed.address("a");
+    let receiving = in_namespace(&bed.namespace("a"), move || {
+        let listener = TcpListener::bind(format!("{a}:7996")).unwrap();
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut received = Vec::new();
+        stream.read_to_end(&mut received).unwrap();
+        received
+    });
+    let a = bed.address("a");
+    let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let sent = payload.clone();
+    in_namespace(&bed.namespace("client"), move || {
+        let mut stream = loop {
+            match TcpStream::connect(format!("{a}:7996")) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        stream.write_all(&sent).unwrap();
+    })
+    .join()
+    .unwrap();
+    assert_eq!(receiving.join().unwrap(), payload);
+    // The forwarder runs in the router namespace and goes with the testbed.
+    let router = bed.router();
+    let pids = || {
+        let output = Command::new("ip")
+            .args(["netns", "pids", &router])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).lines().count()
+    };
+    assert_eq!(pids(), 1, "one forwarder in the router");
+    drop(bed);
+    assert!(
+        Testbed::new(&prefix, Profile::load("lan").unwrap())
+            .existing()
+            .is_empty()
+    );
 }
