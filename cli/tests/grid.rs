@@ -246,6 +246,22 @@ fn staged_uploads_feed_their_calls_with_the_same_results_and_leave_nothing_behin
 }
 
 #[test]
+fn staged_arrays_count_in_the_storage_quota_and_go_with_their_calls_when_it_is_full() {
+    // The cascade at n = 100 keeps 6 intermediates of 80 kB (480 kB) and would stage its 8
+    // inputs (640 kB more).
+    let tight = TestGrid::start(vec![1, 1], |o| o.max_stored_bytes_per_client = 700_000);
+    let run = workloads::cascade(&tight.client("staged-flow"), 100, 5).unwrap();
+    assert_eq!(run.plan.staged_uploads, 0, "no room to stage");
+    assert_eq!(run.max_abs_error, 0.0);
+    tight.assert_no_leftovers();
+    let roomy = TestGrid::start(vec![1, 1], |o| o.max_stored_bytes_per_client = 1_200_000);
+    let run = workloads::cascade(&roomy.client("staged-flow"), 100, 5).unwrap();
+    assert_eq!(run.plan.staged_uploads, 8);
+    assert_eq!(run.max_abs_error, 0.0);
+    roomy.assert_no_leftovers();
+}
+
+#[test]
 fn a_transaction_gives_the_same_results_as_the_calls_one_by_one() {
     let grid = TestGrid::start(vec![1, 1], |_| {});
     let client = grid.client("simple");

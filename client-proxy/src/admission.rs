@@ -5,7 +5,9 @@
 //!
 //! A transaction's storage is known before it runs: every output a consumer reads is kept
 //! on its producer's server, at the size the IDL gives it (the metaserver refuses a graph
-//! whose edge sizes disagree with the IDL, so a client cannot understate them).
+//! whose edge sizes disagree with the IDL, so a client cannot understate them). Client
+//! arrays the schedule stages ahead of their calls are stored too; they are counted once
+//! the schedule names them, and staged only if they fit ([`Admitted::try_grow`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -118,6 +120,24 @@ impl ClientAdmission {
     }
 }
 
+impl Admitted {
+    /// Counts `bytes` more for this transaction if its client stays within the quota;
+    /// otherwise changes nothing and says so.
+    pub fn try_grow(&mut self, bytes: u64) -> bool {
+        let mut map = self.admission.usage_map();
+        let Some(usage) = map.get_mut(&self.client) else {
+            return false;
+        };
+        let total = usage.stored_bytes.saturating_add(bytes);
+        if total > self.admission.limits.stored_bytes {
+            return false;
+        }
+        usage.stored_bytes = total;
+        self.stored_bytes = self.stored_bytes.saturating_add(bytes);
+        true
+    }
+}
+
 impl Drop for Admitted {
     fn drop(&mut self) {
         let mut map = self.admission.usage_map();
@@ -196,6 +216,24 @@ mod tests {
         drop(first);
         assert_eq!(admission.usage("c").stored_bytes, 400);
         let _again = admission.admit("c", 600).unwrap();
+    }
+
+    #[test]
+    fn a_transaction_grows_only_within_the_quota_and_gives_all_back() {
+        let admission = ClientAdmission::new(limits(10, 1000));
+        let mut first = admission.admit("c", 300).unwrap();
+        assert!(first.try_grow(500));
+        assert_eq!(admission.usage("c").stored_bytes, 800);
+        // 201 more would pass the quota: refused, and nothing changes.
+        assert!(!first.try_grow(201));
+        assert_eq!(admission.usage("c").stored_bytes, 800);
+        let mut second = admission.admit("c", 100).unwrap();
+        assert!(second.try_grow(100));
+        assert!(!second.try_grow(1));
+        drop(first);
+        assert_eq!(admission.usage("c").stored_bytes, 200);
+        drop(second);
+        assert_eq!(admission.usage("c"), ClientUsage::default());
     }
 
     #[test]

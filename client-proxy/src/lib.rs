@@ -189,8 +189,12 @@ impl Proxy {
         .await
     }
 
-    /// Steps 3-6 for one graph.
-    pub async fn run_graph(&self, request: v1::RunRequest) -> Result<v1::RunReply, Status> {
+    /// Steps 3-6 for one graph, admitted for its client as `admitted`.
+    pub async fn run_graph(
+        &self,
+        request: v1::RunRequest,
+        admitted: &mut admission::Admitted,
+    ) -> Result<v1::RunReply, Status> {
         let v1::RunRequest {
             graph,
             arguments,
@@ -235,17 +239,27 @@ impl Proxy {
                 "the metaserver placed no server for task {task}"
             )));
         }
+        // Staged arrays are stored on the servers like intermediates: staged only if the
+        // client's quota has room for them, else each goes with its call.
+        let staged_bytes = placement
+            .staging
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.bytes));
+        let staging: &[v1::StagedInput] = if staged_bytes == 0 || admitted.try_grow(staged_bytes) {
+            &placement.staging
+        } else {
+            tracing::info!(
+                graph = placement.graph_id,
+                staged_bytes,
+                "no room in the client's storage quota to stage its arrays; they go with their calls"
+            );
+            &[]
+        };
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         let renewals = self.spawn_renewals(used.clone(), &owner);
         let outcome = self
-            .execute(
-                &graph,
-                &arguments,
-                (&mut servers, &placement.staging),
-                &owner,
-                &used,
-            )
+            .execute(&graph, &arguments, (&mut servers, staging), &owner, &used)
             .await;
         renewals.abort();
         // Whatever happened, nothing the graph stored may stay behind, on the servers first

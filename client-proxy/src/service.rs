@@ -23,14 +23,14 @@ impl v1::proxy_server::Proxy for ProxyService {
             .graph
             .as_ref()
             .map_or(0, crate::admission::stored_bytes);
-        let _admitted = self
+        let mut admitted = self
             .0
             .admission
             .admit(&client, stored)
             .inspect_err(|status| {
                 tracing::warn!(%client, error = %status.message(), "transaction refused");
             })?;
-        let result = self.0.run_graph(request.into_inner()).await;
+        let result = self.0.run_graph(request.into_inner(), &mut admitted).await;
         if let Err(status) = &result {
             tracing::info!(code = ?status.code(), error = %status.message(), "graph failed");
         }

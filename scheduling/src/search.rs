@@ -194,16 +194,8 @@ impl Scheduler for LocalSearch {
                 improved = trial.pair_moves(&by_rank, predictor);
             }
         }
-        let staging = staging::plan(graph, grid, order, &trial.servers, predictor);
-        let (staging, staged) = staging::improve(
-            graph,
-            grid,
-            order,
-            &trial.servers,
-            staging,
-            predictor,
-            staging::IMPROVE_BUDGET,
-        );
+        let (staging, staged) =
+            staging::plan_and_improve(graph, grid, order, &trial.servers, predictor);
         // Calls sending together share their paths, and the model predicts the first of them
         // early (`docs/experiments.md`: per-task errors of 28-50% unstaged against 9-16%
         // staged on the testbed). So staging is dropped only when the model says it loses

@@ -29,6 +29,34 @@ pub const MIN_STAGED_BYTES: u64 = 64 * 1024;
 /// Whole-graph timings [`improve`] may spend on one final plan.
 pub const IMPROVE_BUDGET: usize = 400;
 
+/// Servers an array may go through: every one that is up.
+fn vias(grid: &GridView) -> Vec<ServerId> {
+    (0..grid.servers.len())
+        .filter(|&s| grid.servers[s].up)
+        .collect()
+}
+
+/// The final plan for tasks placed on `servers`: [`plan`], then [`improve`] within
+/// [`IMPROVE_BUDGET`]. Returns the plan and its predicted makespan.
+pub fn plan_and_improve(
+    graph: &TaskGraph,
+    grid: &GridView,
+    order: &[TaskId],
+    servers: &[ServerId],
+    predictor: &mut dyn Predictor,
+) -> (Vec<Staged>, f64) {
+    let staging = plan(graph, grid, order, servers, predictor);
+    improve(
+        graph,
+        grid,
+        order,
+        servers,
+        staging,
+        predictor,
+        IMPROVE_BUDGET,
+    )
+}
+
 /// The uploads ahead of calls for tasks placed on `servers`, in upload order.
 pub fn plan(
     graph: &TaskGraph,
@@ -48,9 +76,7 @@ pub fn plan(
     }
     let mut tasks: Vec<TaskId> = (0..graph.tasks.len().min(servers.len())).collect();
     tasks.sort_by_key(|&t| (depth[t], t));
-    let vias: Vec<ServerId> = (0..grid.servers.len())
-        .filter(|&s| grid.servers[s].up)
-        .collect();
+    let vias = vias(grid);
     let mut path_free = vec![0.0f64; grid.servers.len()];
     let mut staging = Vec::new();
     for task in tasks {
@@ -103,8 +129,9 @@ pub fn plan(
 }
 
 /// Improves a plan under the whole model: moves one array to another server's path, trades
-/// the paths of two arrays, or moves one array a place earlier in the upload order, and keeps a change only if the graph's predicted
-/// makespan drops; at most `budget` timings. Returns the plan and its makespan.
+/// the paths of two arrays, or moves one array a place earlier in the upload order, and
+/// keeps a change only if the graph's predicted makespan drops; at most `budget` timings.
+/// Returns the plan and its makespan.
 pub fn improve(
     graph: &TaskGraph,
     grid: &GridView,
@@ -119,9 +146,7 @@ pub fn improve(
         evaluate_staged(graph, order, &predecessors, servers, staging, predictor)
     };
     let mut best = time(&staging, predictor);
-    let vias: Vec<ServerId> = (0..grid.servers.len())
-        .filter(|&s| grid.servers[s].up)
-        .collect();
+    let vias = vias(grid);
     let mut improved = true;
     while improved && budget > 0 {
         improved = false;
@@ -197,9 +222,7 @@ impl Scheduler for WithStaging {
             .placement
             .schedule(graph, grid, scratch.as_mut())?
             .servers;
-        let staging = plan(graph, grid, &order, &servers, predictor);
-        let budget = IMPROVE_BUDGET;
-        let (staging, _) = improve(graph, grid, &order, &servers, staging, predictor, budget);
+        let (staging, _) = plan_and_improve(graph, grid, &order, &servers, predictor);
         Ok(finish_staged(graph, &order, servers, staging, predictor))
     }
 }
