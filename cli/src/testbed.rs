@@ -233,12 +233,7 @@ impl Profile {
     /// The one-way delay of each linked pair of sites as run (after `speedup`), by their
     /// 1-based indexes in the profile; pairs without latency are left out.
     pub fn pair_delays(&self) -> Vec<PairDelay> {
-        let index = |name: &str| {
-            self.sites
-                .iter()
-                .position(|s| s.name == name)
-                .map_or(0, |i| i + 1)
-        };
+        let index = |name: &str| self.index(name);
         self.links
             .iter()
             .filter(|l| l.latency_ms > 0.0)
@@ -250,6 +245,14 @@ impl Profile {
                 one_way: Duration::from_secs_f64(l.latency_ms / 1000.0 / 2.0 / self.speedup),
             })
             .collect()
+    }
+
+    /// 1-based index of a site in the profile (0 for none): site k is 10.77.k.0/24.
+    pub fn index(&self, site: &str) -> usize {
+        self.sites
+            .iter()
+            .position(|s| s.name == site)
+            .map_or(0, |i| i + 1)
     }
 
     /// A server's processor slowdown as run (after `speedup`).
@@ -337,11 +340,7 @@ impl Testbed {
 
     /// 1-based index of a site in the profile.
     fn index(&self, site: &str) -> usize {
-        self.profile
-            .sites
-            .iter()
-            .position(|s| s.name == site)
-            .map_or(0, |i| i + 1)
+        self.profile.index(site)
     }
 
     /// A site's address.
