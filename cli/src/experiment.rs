@@ -61,6 +61,9 @@ pub struct WanResult {
     pub predicted_makespan_s: f64,
     pub task_time_error: f64,
     pub max_abs_error: f64,
+    /// Each trial's execution time (s), in trial order: the spread behind the mean and sd.
+    #[serde(default)]
+    pub exec_trials_s: Vec<f64>,
 }
 
 impl WanResult {
@@ -107,6 +110,7 @@ impl WanResult {
             predicted_makespan_s: summary.predicted_s,
             task_time_error: errors.iter().sum::<f64>() / errors.len().max(1) as f64,
             max_abs_error: summary.max_abs_error,
+            exec_trials_s: runs.iter().map(|r| r.exec_seconds).collect(),
         }
     }
 }
@@ -600,6 +604,7 @@ mod tests {
             predicted_makespan_s: exec,
             task_time_error: 0.1,
             max_abs_error: 0.0,
+            exec_trials_s: vec![exec],
         }
     }
 
@@ -659,8 +664,9 @@ mod tests {
 
     #[test]
     fn results_count_shares_times_and_prediction_errors_from_the_trace() {
-        // Two trials of a two-task graph. Trial 1: both on A, 4 s; trial 2: split, 6 s.
-        let run = |servers: [&str; 2], exec: f64, inter: f64| WorkloadRun {
+        // Two trials of a two-task graph. Trial 1: both on A, 4 s; trial 2: split, 6 s,
+        // after uploads ahead of the calls that took 0.6 s.
+        let run = |servers: [&str; 2], exec: f64, inter: f64, uploads: f64| WorkloadRun {
             plan: Plan {
                 tasks: vec![
                     task(servers[0], 2.0, (0.0, 4.0), 1.0),
@@ -668,20 +674,22 @@ mod tests {
                 ],
                 inter_server_ratio: inter,
                 predicted_makespan: 3.5,
+                staged_upload_seconds: uploads,
                 ..Plan::default()
             },
             exec_seconds: exec,
             max_abs_error: 0.0,
         };
         let runs = vec![
-            run(["10.77.2.2:7001", "10.77.2.2:7001"], 4.0, 0.0),
-            run(["10.77.2.2:7001", "10.77.3.2:7001"], 6.0, 1.0),
+            run(["10.77.2.2:7001", "10.77.2.2:7001"], 4.0, 0.0, 0.0),
+            run(["10.77.2.2:7001", "10.77.3.2:7001"], 6.0, 1.0, 0.6),
         ];
         let summary = Summary::of("flow", "pairs", 100, &runs);
         assert_eq!(summary.exec_s, 5.0);
         assert_eq!(summary.exec_sd_s, 1.0);
-        // Communication: (4 - 1 - 0.5) + (1 - 0.2 - 0.5) per trial; computation 1.2.
-        assert!((summary.comm_total_s - 2.8).abs() < 1e-12);
+        // Communication: (4 - 1 - 0.5) + (1 - 0.2 - 0.5) per trial, plus the uploads'
+        // 0.6 s of the second (0.3 on average); computation 1.2.
+        assert!((summary.comm_total_s - 3.1).abs() < 1e-12);
         assert!((summary.comp_total_s - 1.2).abs() < 1e-12);
         assert_eq!(summary.inter_server_ratio, 0.5);
         let sites = [
@@ -694,5 +702,6 @@ mod tests {
         // Finish errors: |2 - 4| / 4 and |3 - 2| / 2, in both trials.
         assert!((result.task_time_error - 0.5).abs() < 1e-12);
         assert_eq!(result.predicted_makespan_s, 3.5);
+        assert_eq!(result.exec_trials_s, vec![4.0, 6.0]);
     }
 }

@@ -184,8 +184,9 @@ pub struct Summary {
     /// Mean execution time (s), as the client saw it.
     pub exec_s: f64,
     pub exec_sd_s: f64,
-    /// Mean over trials of the summed communication time of the tasks (s): each task's time
-    /// outside its computation (sending, fetching, returning data).
+    /// Mean over trials of the summed communication time (s): each task's time outside its
+    /// computation (sending, fetching, returning data), plus the proxy's uploads ahead of
+    /// the calls.
     pub comm_total_s: f64,
     /// Mean over trials of the summed computation time of the tasks (s).
     pub comp_total_s: f64,
@@ -229,7 +230,8 @@ impl Summary {
                         ((t.actual_finish - t.actual_start) - t.compute_seconds - t.queue_seconds)
                             .max(0.0)
                     })
-                    .sum()
+                    .sum::<f64>()
+                    + r.plan.staged_upload_seconds
             }),
             comp_total_s: mean(&|r| r.plan.tasks.iter().map(|t| t.compute_seconds).sum()),
             server_ratio: servers,

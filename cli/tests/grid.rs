@@ -231,8 +231,11 @@ fn staged_uploads_feed_their_calls_with_the_same_results_and_leave_nothing_behin
     assert_eq!(staged.max_abs_error, 0.0, "staged cascade differs");
     assert_eq!(staged.plan.scheduler, "staged-flow");
     assert_eq!(staged.plan.staged_uploads, 8);
+    // Their time is reported, since it is in no call's timing.
+    assert!(staged.plan.staged_upload_seconds > 0.0);
     let plain = workloads::cascade(&grid.client("flow"), 100, 5).unwrap();
     assert_eq!(plain.plan.staged_uploads, 0);
+    assert_eq!(plain.plan.staged_upload_seconds, 0.0);
     assert_eq!(plain.max_abs_error, 0.0);
     // Pairs: each dgefa's 80 kB matrix (INOUT) is staged; dgesl's 800-byte vector is not.
     let pairs = workloads::pairs(&grid.client("staged-flow"), 100, 5, 3).unwrap();

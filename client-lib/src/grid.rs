@@ -603,6 +603,8 @@ pub struct Plan {
     pub regenerated: u32,
     /// Client arrays the proxy uploaded ahead of their calls, as the schedule staged them.
     pub staged_uploads: u32,
+    /// Seconds those uploads took, summed (in no task's timing).
+    pub staged_upload_seconds: f64,
 }
 
 impl Plan {
@@ -642,6 +644,7 @@ impl Plan {
             tasks_retried: reply.tasks_retried,
             regenerated: reply.regenerated,
             staged_uploads: reply.staged_uploads,
+            staged_upload_seconds: reply.staged_upload_seconds,
         }
     }
 

@@ -17,7 +17,7 @@ use tonic::{Code, Status};
 use crate::recovery::{self, CallFailure, Candidate};
 use crate::run_state::GraphRun;
 use crate::staging::Staging;
-use crate::{CALL_LIMIT, Executed, Failed, Proxy, UsedServers};
+use crate::{CALL_LIMIT, Executed, Failed, Proxy, RunCounts, UsedServers};
 
 /// How long a suspect server has to say whether it still holds an object.
 const STAT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -395,9 +395,12 @@ impl Proxy {
                     reports,
                     actuals,
                     makespan: start.elapsed().as_secs_f64(),
-                    retried: faults.retried,
-                    regenerated: faults.regenerated,
-                    staged_uploads: staging.uploaded,
+                    counts: RunCounts {
+                        retried: faults.retried,
+                        regenerated: faults.regenerated,
+                        staged_uploads: staging.uploaded,
+                        staged_upload_seconds: staging.upload_seconds,
+                    },
                 })
             }
             Err(status) => {

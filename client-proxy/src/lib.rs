@@ -268,17 +268,15 @@ impl Proxy {
         for server in &used {
             self.delete_owner(server, &owner).await;
         }
-        let mut recovered = (0, 0, 0);
+        let mut counts = RunCounts::default();
         let (tasks, actuals, error, makespan) = match outcome {
             Ok(Executed {
                 mut reports,
                 actuals,
                 makespan,
-                retried,
-                regenerated,
-                staged_uploads,
+                counts: run_counts,
             }) => {
-                recovered = (retried, regenerated, staged_uploads);
+                counts = run_counts;
                 for (task, report) in reports.iter_mut().enumerate() {
                     report.label = graph.tasks[task].label.clone();
                     report.function = graph.tasks[task].function.clone();
@@ -312,9 +310,10 @@ impl Proxy {
             actual_makespan: makespan,
             inter_server_ratio: placement.inter_server_ratio,
             schedule_seconds,
-            tasks_retried: recovered.0,
-            regenerated: recovered.1,
-            staged_uploads: recovered.2,
+            tasks_retried: counts.retried,
+            regenerated: counts.regenerated,
+            staged_uploads: counts.staged_uploads,
+            staged_upload_seconds: counts.staged_upload_seconds,
         })
     }
 
@@ -433,12 +432,20 @@ struct Executed {
     reports: Vec<v1::TaskReport>,
     actuals: Vec<v1::TaskActual>,
     makespan: f64,
+    counts: RunCounts,
+}
+
+/// What a graph that ran to the end did beyond its calls.
+#[derive(Debug, Default, Clone, Copy)]
+struct RunCounts {
     /// Calls issued again after a fault.
     retried: u32,
     /// Finished tasks run again because their outputs were lost.
     regenerated: u32,
     /// Client arrays uploaded ahead of their calls.
     staged_uploads: u32,
+    /// Seconds those uploads took, summed.
+    staged_upload_seconds: f64,
 }
 
 /// A graph that stopped.

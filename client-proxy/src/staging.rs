@@ -25,6 +25,8 @@ pub(crate) struct Uploaded {
     task: usize,
     parameter: u32,
     result: Result<v1::ObjectRef, Status>,
+    /// From the first chunk to the server's reply (or the failure).
+    seconds: f64,
 }
 
 /// The staged uploads of one graph run.
@@ -41,6 +43,9 @@ pub(crate) struct Staging {
     uploads: JoinSet<()>,
     /// Uploads that succeeded.
     pub(crate) uploaded: u32,
+    /// Seconds every finished upload took, failed ones included: the path was busy all the
+    /// same.
+    pub(crate) upload_seconds: f64,
 }
 
 impl Staging {
@@ -86,6 +91,7 @@ impl Staging {
             let (sender, owner, server) = (sender.clone(), owner.to_string(), server.to_string());
             uploads.spawn(async move {
                 for (task, parameter, array) in queue {
+                    let started = std::time::Instant::now();
                     let result = match &connection {
                         Ok(connection) => put(connection.channel(), &server, &owner, array).await,
                         Err(status) => Err(status.clone()),
@@ -98,6 +104,7 @@ impl Staging {
                         task,
                         parameter,
                         result,
+                        seconds: started.elapsed().as_secs_f64(),
                     });
                 }
             });
@@ -110,6 +117,7 @@ impl Staging {
             outcomes,
             uploads,
             uploaded: 0,
+            upload_seconds: 0.0,
         }
     }
 
@@ -135,6 +143,7 @@ impl Staging {
     /// Records a finished upload (a failed one is simply not used).
     pub(crate) fn settle(&mut self, uploaded: Uploaded) {
         let task = uploaded.task;
+        self.upload_seconds += uploaded.seconds;
         if let Ok(object) = uploaded.result {
             self.objects.insert((task, uploaded.parameter), object);
             self.uploaded += 1;
