@@ -35,6 +35,8 @@ pub struct ChaosOptions {
     pub cpu_slowdown: f64,
     /// Every this many faults, the metaserver is killed instead of a server (0: never).
     pub metaserver_every: usize,
+    /// The proxy's `suspect_seconds` (0: each graph learns of a failure by itself).
+    pub suspect_seconds: f64,
 }
 
 /// What happened.
@@ -174,7 +176,8 @@ fn run_in(
     write(
         &work.join("proxy.toml"),
         &format!(
-            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\n"
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\nsuspect_seconds = {:?}\n",
+            options.suspect_seconds
         ),
     )?;
     let mut metaserver_process = ChaosServer {

@@ -175,6 +175,10 @@ enum Command {
         /// Every this many faults, kill the metaserver instead of a server (0: never).
         #[arg(long, default_value_t = 5)]
         metaserver_every: usize,
+        /// How long the proxy avoids a server after it failed a call, for every graph
+        /// (0: each graph learns of the failure by itself).
+        #[arg(long, default_value_t = 30.0)]
+        suspect_seconds: f64,
         #[arg(long)]
         json: bool,
     },
@@ -858,6 +862,7 @@ fn main() -> anyhow::Result<()> {
             down,
             cpu_slowdown,
             metaserver_every,
+            suspect_seconds,
             json,
         } => {
             let bin_dir = bin_dir()?;
@@ -869,6 +874,7 @@ fn main() -> anyhow::Result<()> {
                 down_seconds: down,
                 cpu_slowdown,
                 metaserver_every,
+                suspect_seconds,
             })?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

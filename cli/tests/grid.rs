@@ -682,6 +682,52 @@ fn tasks_of_a_killed_server_run_again_on_a_live_one_with_the_same_results() {
 }
 
 #[test]
+fn a_server_one_transaction_saw_fail_is_placed_around_by_the_next() {
+    let (grid, mut external) = grid_with_external_server(&["linpack", "selftest"]);
+    let local = grid.grid().endpoints.servers[0].clone();
+    external.kill();
+    let n = 16usize;
+    let a = matrix(n, 5);
+    let b = matrix(n, 6);
+    let expected = local_mmul(n, &a, &b);
+    // Two independent products: round-robin puts one on each server.
+    let products = || {
+        let mut outputs = vec![vec![0.0; n * n]; 2];
+        let plan = {
+            let [first, second] = &mut outputs[..] else {
+                unreachable!()
+            };
+            grid.client("round-robin")
+                .transaction(|tx| {
+                    let (ha, hb) = (tx.input(&a), tx.input(&b));
+                    let (c, d) = (tx.buffer(first), tx.buffer(second));
+                    let n = TxArg::from(n as i32);
+                    tx.call("mmul", &[n.clone(), ha.into(), hb.into(), c.into()])?;
+                    tx.call("mmul", &[n, ha.into(), hb.into(), d.into()])?;
+                    Ok(())
+                })
+                .unwrap()
+        };
+        assert_eq!(outputs, vec![expected.clone(), expected.clone()]);
+        plan
+    };
+    let first = products();
+    assert!(
+        first.tasks_retried >= 1,
+        "the first transaction met the dead server: {first}"
+    );
+    // The metaserver still lists the dead server as up (heartbeats time out after 60 s),
+    // but the proxy tells it to place around it, so the next transaction loses nothing.
+    let second = products();
+    assert_eq!(second.tasks_retried, 0, "{second}");
+    assert!(
+        second.tasks.iter().all(|t| t.server == local),
+        "every call placed on the live server: {second}"
+    );
+    grid.assert_no_leftovers();
+}
+
+#[test]
 fn a_routine_no_live_server_offers_fails_the_transaction_by_name_and_nothing_is_left() {
     // Only the external server offers `ddot` (module vector).
     let (grid, mut external) = grid_with_external_server(&["linpack", "vector"]);

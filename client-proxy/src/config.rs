@@ -10,6 +10,7 @@
 //! max_stored_bytes_per_client = 8589934592
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
+//! suspect_seconds = 30.0
 //! ```
 
 use std::path::Path;
@@ -68,6 +69,11 @@ pub struct ProxyConfig {
     /// Longest wait between retries.
     #[serde(default = "default_retry_backoff_max")]
     pub retry_backoff_max_seconds: f64,
+    /// How long a server that failed a call stays suspect for every graph the proxy runs,
+    /// unless a call or probe started after the failure succeeds on it first (see
+    /// [`crate::suspects`]); 0 turns the shared suspicion off.
+    #[serde(default = "default_suspect_seconds")]
+    pub suspect_seconds: f64,
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
@@ -83,6 +89,10 @@ pub struct ProxyConfig {
 }
 
 fn default_metaserver_retry() -> f64 {
+    30.0
+}
+
+fn default_suspect_seconds() -> f64 {
     30.0
 }
 
@@ -151,6 +161,7 @@ impl ProxyConfig {
             task_retries: default_task_retries(),
             retry_backoff_seconds: default_retry_backoff(),
             retry_backoff_max_seconds: default_retry_backoff_max(),
+            suspect_seconds: default_suspect_seconds(),
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,

@@ -125,6 +125,8 @@ impl Proxy {
     ) -> Result<Executed, Failed> {
         let n = graph.tasks.len();
         let start = Instant::now();
+        // The graph's start on the proxy's clock, for the suspect board.
+        let origin = self.clock();
         let fail = |status: Status, actuals: Vec<v1::TaskActual>| Failed {
             status,
             actuals,
@@ -165,15 +167,13 @@ impl Proxy {
                     if staging.park(task) {
                         continue;
                     }
-                    if progress.faults.suspects.contains(&servers[task]) {
-                        self.move_task(graph, task, servers, &progress.faults.suspects, used)
-                            .await;
+                    let suspects = self.suspects_with(&progress.faults.suspects);
+                    if suspects.contains(&servers[task]) {
+                        self.move_task(graph, task, servers, &suspects, used).await;
                     }
                     let call = match build_call(graph, arguments, &flow, &progress, task, owner) {
                         Ok(mut call) => {
-                            for (parameter, object) in
-                                staging.objects_for(task, &progress.faults.suspects)
-                            {
+                            for (parameter, object) in staging.objects_for(task, &suspects) {
                                 if let Some(slot) = call.arguments.get_mut(parameter as usize) {
                                     *slot = v1::CallArgument {
                                         source: Some(v1::call_argument::Source::Object(
@@ -242,6 +242,7 @@ impl Proxy {
                 let task = issued.task;
                 match issued.result {
                     Ok(reply) => {
+                        Self::lock(&self.suspects).worked(&issued.server, origin + issued.started);
                         let mut outputs = Vec::new();
                         for output in reply.outputs {
                             match output.result {
@@ -453,6 +454,7 @@ impl Proxy {
         }
         faults.retried += 1;
         for culprit in culprits {
+            Self::lock(&self.suspects).suspect(culprit, self.clock());
             progress.faults.suspects.insert(culprit.clone());
             self.find_lost(culprit, &progress.objects, &mut progress.faults.lost)
                 .await;

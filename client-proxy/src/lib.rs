@@ -16,8 +16,9 @@ pub mod recovery;
 pub mod run_state;
 pub mod service;
 mod staging;
+pub mod suspects;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -73,6 +74,10 @@ pub struct Proxy {
     token: Option<String>,
     /// TLS material, when the grid runs over TLS.
     tls: Option<GridTls>,
+    /// Servers recently seen failing, for every graph; times on [`Proxy::clock`].
+    suspects: Mutex<suspects::SuspectBoard>,
+    /// Where [`Proxy::clock`] counts from.
+    epoch: Instant,
 }
 
 fn lazy_channel(address: &str, tls: Option<&GridTls>) -> Result<Channel, Status> {
@@ -94,6 +99,8 @@ impl Proxy {
         let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
         let metaserver = lazy_channel(&config.metaserver, tls.as_ref())?;
         Ok(Arc::new(Proxy {
+            suspects: Mutex::new(suspects::SuspectBoard::new(config.suspect_seconds)),
+            epoch: Instant::now(),
             token,
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
@@ -106,6 +113,18 @@ impl Proxy {
             metaserver,
             servers: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// Seconds since the proxy started: the suspect board's clock.
+    fn clock(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    /// Servers suspect for a graph: those it saw fail itself, and those on the board.
+    fn suspects_with(&self, own: &HashSet<String>) -> HashSet<String> {
+        let mut all = own.clone();
+        all.extend(Self::lock(&self.suspects).current(self.clock()));
+        all
     }
 
     fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,8 +182,10 @@ impl Proxy {
                 continue;
             }
             let connection = self.server(address)?;
+            let began = self.clock();
             match ninf_proto::probe::measure(connection.channel(), self.config.probe_bytes).await {
                 Ok(m) => {
+                    Self::lock(&self.suspects).worked(address, began);
                     Self::lock(&self.links).add(address, m, unix_ms());
                     measured += 1;
                 }
@@ -223,6 +244,7 @@ impl Proxy {
             client_links,
             scheduler,
             label,
+            avoid: Self::lock(&self.suspects).current(self.clock()),
         };
         let placement = self.schedule(request).await?;
         let schedule_seconds = asked.elapsed().as_secs_f64();

@@ -338,10 +338,11 @@ impl Metaserver {
             })?;
             let schedule = state
                 .planner
-                .plan(
+                .plan_avoiding(
                     &state.registry,
                     &tasks,
                     &client_links,
+                    &request.avoid,
                     scheduler.as_mut(),
                     now,
                 )

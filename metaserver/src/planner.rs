@@ -64,7 +64,21 @@ impl Planner {
         scheduler: &mut dyn Scheduler,
         now: f64,
     ) -> Result<Schedule, GraphError> {
-        let grid = registry.grid_view(now);
+        self.plan_avoiding(registry, graph, client_links, &[], scheduler, now)
+    }
+
+    /// [`Planner::plan`], placing around the servers in `avoid` (by address) when the
+    /// graph can run without them ([`ninf_scheduling::GridView::avoiding`]).
+    pub fn plan_avoiding(
+        &self,
+        registry: &Registry,
+        graph: &TaskGraph,
+        client_links: &[(String, Link)],
+        avoid: &[String],
+        scheduler: &mut dyn Scheduler,
+        now: f64,
+    ) -> Result<Schedule, GraphError> {
+        let grid = registry.grid_view(now).avoiding(avoid, graph);
         let history = registry.history(client_links);
         let mut predictor =
             LoadPredictor::from_history(&grid, &history, self.predictor, self.default_link);

@@ -48,6 +48,24 @@ impl GridView {
             .map(|(i, _)| i)
     }
 
+    /// The grid with the servers named in `avoid` marked down, when `graph` can still run
+    /// without them; otherwise the grid as it is. `avoid` is a hint (servers a proxy has
+    /// seen fail and the metaserver has not yet marked down): it must never make a graph
+    /// fail that the avoided servers could still run.
+    pub fn avoiding(&self, avoid: &[String], graph: &TaskGraph) -> GridView {
+        let mut grid = self.clone();
+        for server in &mut grid.servers {
+            if avoid.contains(&server.name) {
+                server.up = false;
+            }
+        }
+        if grid.check(graph).is_ok() {
+            grid
+        } else {
+            self.clone()
+        }
+    }
+
     /// Checks that every task's routine is served by some up server.
     pub fn check(&self, graph: &TaskGraph) -> Result<(), GraphError> {
         for task in &graph.tasks {
@@ -79,5 +97,58 @@ impl Link {
         } else {
             self.latency + bytes as f64 / self.throughput.max(f64::MIN_POSITIVE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Task;
+
+    fn server(name: &str, functions: &[&str]) -> ServerView {
+        ServerView {
+            name: name.to_string(),
+            flops_per_processor: 1e9,
+            processors: 1,
+            functions: functions.iter().map(|f| f.to_string()).collect(),
+            up: true,
+        }
+    }
+
+    fn graph(functions: &[&str]) -> TaskGraph {
+        TaskGraph {
+            tasks: functions
+                .iter()
+                .map(|f| Task {
+                    label: f.to_string(),
+                    function: f.to_string(),
+                    flops: 1e9,
+                    client_in_bytes: 0,
+                    client_out_bytes: 0,
+                    processors: 1,
+                })
+                .collect(),
+            ..TaskGraph::default()
+        }
+    }
+
+    #[test]
+    fn avoided_servers_are_down_only_while_the_graph_can_do_without_them() {
+        let grid = GridView {
+            servers: vec![
+                server("a:1", &["dgefa", "dgesl"]),
+                server("b:1", &["dgefa", "dgesl", "mmul"]),
+            ],
+        };
+        let avoid = ["b:1".to_string(), "unknown:1".to_string()];
+        let pairs = grid.avoiding(&avoid, &graph(&["dgefa", "dgesl"]));
+        assert_eq!(
+            pairs.servers.iter().map(|s| s.up).collect::<Vec<_>>(),
+            vec![true, false]
+        );
+        // Only b serves mmul: avoiding it would fail the graph, so nothing is avoided.
+        let cascade = grid.avoiding(&avoid, &graph(&["mmul"]));
+        assert_eq!(cascade, grid);
+        assert_eq!(grid.avoiding(&[], &graph(&["mmul"])), grid);
     }
 }
