@@ -681,50 +681,76 @@ fn tasks_of_a_killed_server_run_again_on_a_live_one_with_the_same_results() {
     grid.assert_no_leftovers();
 }
 
+/// Two independent products of the same matrices in one round-robin transaction (one call
+/// per server of a two-server grid), checked against the local product.
+fn two_products(grid: &TestGrid) -> ninf::grid::Plan {
+    let n = 16usize;
+    let a = matrix(n, 5);
+    let b = matrix(n, 6);
+    let expected = local_mmul(n, &a, &b);
+    let mut outputs = vec![vec![0.0; n * n]; 2];
+    let plan = {
+        let [first, second] = &mut outputs[..] else {
+            unreachable!()
+        };
+        grid.client("round-robin")
+            .transaction(|tx| {
+                let (ha, hb) = (tx.input(&a), tx.input(&b));
+                let (c, d) = (tx.buffer(first), tx.buffer(second));
+                let n = TxArg::from(n as i32);
+                tx.call("mmul", &[n.clone(), ha.into(), hb.into(), c.into()])?;
+                tx.call("mmul", &[n, ha.into(), hb.into(), d.into()])?;
+                Ok(())
+            })
+            .unwrap()
+    };
+    assert_eq!(outputs, vec![expected.clone(), expected]);
+    plan
+}
+
 #[test]
 fn a_server_one_transaction_saw_fail_is_placed_around_by_the_next() {
     let (grid, mut external) = grid_with_external_server(&["linpack", "selftest"]);
     let local = grid.grid().endpoints.servers[0].clone();
     external.kill();
-    let n = 16usize;
-    let a = matrix(n, 5);
-    let b = matrix(n, 6);
-    let expected = local_mmul(n, &a, &b);
-    // Two independent products: round-robin puts one on each server.
-    let products = || {
-        let mut outputs = vec![vec![0.0; n * n]; 2];
-        let plan = {
-            let [first, second] = &mut outputs[..] else {
-                unreachable!()
-            };
-            grid.client("round-robin")
-                .transaction(|tx| {
-                    let (ha, hb) = (tx.input(&a), tx.input(&b));
-                    let (c, d) = (tx.buffer(first), tx.buffer(second));
-                    let n = TxArg::from(n as i32);
-                    tx.call("mmul", &[n.clone(), ha.into(), hb.into(), c.into()])?;
-                    tx.call("mmul", &[n, ha.into(), hb.into(), d.into()])?;
-                    Ok(())
-                })
-                .unwrap()
-        };
-        assert_eq!(outputs, vec![expected.clone(), expected.clone()]);
-        plan
-    };
-    let first = products();
+    let first = two_products(&grid);
     assert!(
         first.tasks_retried >= 1,
         "the first transaction met the dead server: {first}"
     );
     // The metaserver still lists the dead server as up (heartbeats time out after 60 s),
     // but the proxy tells it to place around it, so the next transaction loses nothing.
-    let second = products();
+    let second = two_products(&grid);
     assert_eq!(second.tasks_retried, 0, "{second}");
     assert!(
         second.tasks.iter().all(|t| t.server == local),
         "every call placed on the live server: {second}"
     );
     grid.assert_no_leftovers();
+}
+
+#[test]
+fn a_hung_server_is_noticed_by_its_silence_and_its_calls_run_elsewhere() {
+    let (grid, external) = grid_with_external_server(&["linpack", "selftest"]);
+    let local = grid.grid().endpoints.servers[0].clone();
+    // A stopped process keeps its sockets: the kernel still accepts connections and
+    // acknowledges data, but nothing answers, as with a hung host or a path that silently
+    // drops. Only the proxy's HTTP/2 pings can tell.
+    let pid = i32::try_from(external.child.id()).unwrap();
+    // SAFETY: kill(2) with a valid signal on our own child has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let plan = two_products(&grid);
+    assert!(
+        plan.tasks_retried >= 1,
+        "round-robin placed a call on the hung server: {plan}"
+    );
+    assert!(
+        plan.tasks.iter().all(|t| t.server == local),
+        "every call ends on the live server: {plan}"
+    );
+    grid.assert_no_leftovers();
+    // SAFETY: as above; the drop then kills it.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
 }
 
 #[test]

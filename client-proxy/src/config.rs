@@ -11,6 +11,8 @@
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
 //! suspect_seconds = 30.0
+//! keepalive_seconds = 5.0
+//! keepalive_timeout_seconds = 10.0
 //! ```
 
 use std::path::Path;
@@ -74,6 +76,15 @@ pub struct ProxyConfig {
     /// [`crate::suspects`]); 0 turns the shared suspicion off.
     #[serde(default = "default_suspect_seconds")]
     pub suspect_seconds: f64,
+    /// How often the proxy pings each connection (to the servers and the metaserver), so a
+    /// peer that hangs or a path that silently drops is noticed while calls wait on it.
+    #[serde(default = "default_keepalive")]
+    pub keepalive_seconds: f64,
+    /// A ping unanswered this long drops the connection: its calls fail as a server fault
+    /// and are retried elsewhere. Calls themselves may take any time; only the peer's
+    /// silence counts.
+    #[serde(default = "default_keepalive_timeout")]
+    pub keepalive_timeout_seconds: f64,
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
@@ -90,6 +101,14 @@ pub struct ProxyConfig {
 
 fn default_metaserver_retry() -> f64 {
     30.0
+}
+
+fn default_keepalive() -> f64 {
+    5.0
+}
+
+fn default_keepalive_timeout() -> f64 {
+    10.0
 }
 
 fn default_suspect_seconds() -> f64 {
@@ -162,6 +181,8 @@ impl ProxyConfig {
             retry_backoff_seconds: default_retry_backoff(),
             retry_backoff_max_seconds: default_retry_backoff_max(),
             suspect_seconds: default_suspect_seconds(),
+            keepalive_seconds: default_keepalive(),
+            keepalive_timeout_seconds: default_keepalive_timeout(),
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,

@@ -80,10 +80,37 @@ pub struct Proxy {
     epoch: Instant,
 }
 
-fn lazy_channel(address: &str, tls: Option<&GridTls>) -> Result<Channel, Status> {
+/// HTTP/2 pings on a connection: every `interval`, and a ping unanswered for `timeout`
+/// drops the connection. A server that hangs (stopped, swapping to death) or a path that
+/// silently drops packets keeps a TCP connection open; without pings a call to it would
+/// wait forever. With them the call fails as a server fault and is retried elsewhere.
+#[derive(Debug, Clone, Copy)]
+struct Keepalive {
+    interval: Duration,
+    timeout: Duration,
+}
+
+impl Keepalive {
+    fn of(config: &ProxyConfig) -> Keepalive {
+        let seconds = |s: f64| Duration::from_secs_f64(s.clamp(0.1, 3600.0));
+        Keepalive {
+            interval: seconds(config.keepalive_seconds),
+            timeout: seconds(config.keepalive_timeout_seconds),
+        }
+    }
+}
+
+fn lazy_channel(
+    address: &str,
+    tls: Option<&GridTls>,
+    keepalive: Keepalive,
+) -> Result<Channel, Status> {
     Ok(ninf_proto::tls::endpoint(address, tls)
         .map_err(Status::invalid_argument)?
         .connect_timeout(Duration::from_secs(5))
+        .http2_keep_alive_interval(keepalive.interval)
+        .keep_alive_timeout(keepalive.timeout)
+        .keep_alive_while_idle(true)
         .tcp_nodelay(true)
         .initial_stream_window_size(HTTP2_WINDOW)
         .initial_connection_window_size(HTTP2_WINDOW)
@@ -97,7 +124,7 @@ impl Proxy {
         let token = ninf_proto::auth::load_configured(config.auth_token_file.as_deref())
             .map_err(|e| precondition(&e))?;
         let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
-        let metaserver = lazy_channel(&config.metaserver, tls.as_ref())?;
+        let metaserver = lazy_channel(&config.metaserver, tls.as_ref(), Keepalive::of(&config))?;
         Ok(Arc::new(Proxy {
             suspects: Mutex::new(suspects::SuspectBoard::new(config.suspect_seconds)),
             epoch: Instant::now(),
@@ -148,7 +175,7 @@ impl Proxy {
             return Ok(c.clone());
         }
         let channels = (0..self.config.connections_per_server.max(1))
-            .map(|_| lazy_channel(address, self.tls.as_ref()))
+            .map(|_| lazy_channel(address, self.tls.as_ref(), Keepalive::of(&self.config)))
             .collect::<Result<Vec<_>, _>>()?;
         let connection = ServerConnection {
             channels: Arc::new(channels),
@@ -406,6 +433,7 @@ impl Proxy {
             let servers = self.servers.lock().map(|s| s.clone()).unwrap_or_default();
             let token = AttachToken::new(self.token.as_deref());
             let tls = self.tls.clone();
+            let keepalive = Keepalive::of(&self.config);
             move |address: &str| -> Option<Authorized> {
                 let mut known = Self::lock(&connections);
                 if let Some(channel) = known.get(address) {
@@ -413,7 +441,9 @@ impl Proxy {
                 }
                 let channel = match servers.get(address) {
                     Some(connection) => connection.channel(),
-                    None => authorized(lazy_channel(address, tls.as_ref()).ok()?, &token),
+                    None => {
+                        authorized(lazy_channel(address, tls.as_ref(), keepalive).ok()?, &token)
+                    }
                 };
                 known.insert(address.to_string(), channel.clone());
                 Some(channel)
