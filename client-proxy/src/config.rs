@@ -104,11 +104,11 @@ fn default_metaserver_retry() -> f64 {
 }
 
 fn default_keepalive() -> f64 {
-    5.0
+    ninf_proto::KEEPALIVE_INTERVAL.as_secs_f64()
 }
 
 fn default_keepalive_timeout() -> f64 {
-    10.0
+    ninf_proto::KEEPALIVE_TIMEOUT.as_secs_f64()
 }
 
 fn default_suspect_seconds() -> f64 {

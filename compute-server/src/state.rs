@@ -233,8 +233,13 @@ impl ServerState {
         if let Some(channel) = peers.get(server) {
             return Ok(channel.clone());
         }
+        // Pinged, so a call reading from a peer that hangs fails (and the proxy regenerates
+        // the input) instead of waiting forever.
         let endpoint = ninf_proto::tls::endpoint(server, self.tls.as_ref())?
             .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(ninf_proto::KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(ninf_proto::KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
             .tcp_nodelay(true)
             .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
             .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)

@@ -21,6 +21,11 @@ pub mod v1 {
 pub const HTTP2_WINDOW: u32 = 16 << 20;
 /// HTTP/2 frame size every Ninf server and client uses (the protocol allows up to 16 MiB - 1).
 pub const HTTP2_FRAME: u32 = 1 << 20;
+/// How often a connection between grid components is pinged (HTTP/2 PING) by default.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// A ping unanswered this long drops the connection. A hung peer, or a path that silently
+/// drops packets, keeps the TCP connection open; without pings a call to it waits forever.
+pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub use descriptor::DescriptorError;
 pub use values::{ArrayData, Element, ValueError};
