@@ -11,6 +11,7 @@
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
 //! suspect_seconds = 30.0
+//! suspect_recheck_seconds = 0.5
 //! keepalive_seconds = 5.0
 //! keepalive_timeout_seconds = 10.0
 //! ```
@@ -76,6 +77,10 @@ pub struct ProxyConfig {
     /// [`crate::suspects`]); 0 turns the shared suspicion off.
     #[serde(default = "default_suspect_seconds")]
     pub suspect_seconds: f64,
+    /// How often a suspect server is asked whether it answers again (`Interface.List`); the
+    /// first answer takes it off the board.
+    #[serde(default = "default_suspect_recheck")]
+    pub suspect_recheck_seconds: f64,
     /// How often the proxy pings each connection (to the servers and the metaserver), so a
     /// peer that hangs or a path that silently drops is noticed while calls wait on it.
     #[serde(default = "default_keepalive")]
@@ -109,6 +114,10 @@ fn default_keepalive() -> f64 {
 
 fn default_keepalive_timeout() -> f64 {
     ninf_proto::KEEPALIVE_TIMEOUT.as_secs_f64()
+}
+
+fn default_suspect_recheck() -> f64 {
+    0.5
 }
 
 fn default_suspect_seconds() -> f64 {
@@ -181,6 +190,7 @@ impl ProxyConfig {
             retry_backoff_seconds: default_retry_backoff(),
             retry_backoff_max_seconds: default_retry_backoff_max(),
             suspect_seconds: default_suspect_seconds(),
+            suspect_recheck_seconds: default_suspect_recheck(),
             keepalive_seconds: default_keepalive(),
             keepalive_timeout_seconds: default_keepalive_timeout(),
             metaserver_retry_seconds: default_metaserver_retry(),

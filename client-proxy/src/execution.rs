@@ -454,7 +454,7 @@ impl Proxy {
         }
         faults.retried += 1;
         for culprit in culprits {
-            Self::lock(&self.suspects).suspect(culprit, self.clock());
+            self.suspect(culprit);
             progress.faults.suspects.insert(culprit.clone());
             self.find_lost(culprit, &progress.objects, &mut progress.faults.lost)
                 .await;

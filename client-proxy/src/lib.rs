@@ -40,6 +40,9 @@ use links::LinkRecord;
 /// Largest reply a server may send the proxy (outputs of one call).
 const CALL_LIMIT: usize = 1 << 30;
 
+/// How long a suspect server's health check may take before it counts as no answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Connections to one server and the calls it may have outstanding. One HTTP/2 connection
 /// is driven by one task, which caps the calls per second it carries; tiny tasks need
 /// several.
@@ -74,8 +77,9 @@ pub struct Proxy {
     token: Option<String>,
     /// TLS material, when the grid runs over TLS.
     tls: Option<GridTls>,
-    /// Servers recently seen failing, for every graph; times on [`Proxy::clock`].
-    suspects: Mutex<suspects::SuspectBoard>,
+    /// Servers recently seen failing, for every graph; times on [`Proxy::clock`]. Shared
+    /// with the tasks that watch suspects' health.
+    suspects: Arc<Mutex<suspects::SuspectBoard>>,
     /// Where [`Proxy::clock`] counts from.
     epoch: Instant,
 }
@@ -126,7 +130,9 @@ impl Proxy {
         let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
         let metaserver = lazy_channel(&config.metaserver, tls.as_ref(), Keepalive::of(&config))?;
         Ok(Arc::new(Proxy {
-            suspects: Mutex::new(suspects::SuspectBoard::new(config.suspect_seconds)),
+            suspects: Arc::new(Mutex::new(suspects::SuspectBoard::new(
+                config.suspect_seconds,
+            ))),
             epoch: Instant::now(),
             token,
             tls,
@@ -145,6 +151,38 @@ impl Proxy {
     /// Seconds since the proxy started: the suspect board's clock.
     fn clock(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64()
+    }
+
+    /// Puts `server` on the suspect board. If it was not there, a task watches it: every
+    /// `suspect_recheck_seconds` it asks the server to list its modules, and the first
+    /// answer that began after the failure takes the server off the board. A dead or hung
+    /// server stays on until it answers or the suspicion expires.
+    fn suspect(&self, server: &str) {
+        let fresh = Self::lock(&self.suspects).suspect(server, self.clock());
+        if !fresh {
+            return;
+        }
+        let Ok(connection) = self.server(server) else {
+            return;
+        };
+        let (board, epoch, server) = (self.suspects.clone(), self.epoch, server.to_string());
+        let interval = Duration::from_secs_f64(self.config.suspect_recheck_seconds.max(0.05));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let began = epoch.elapsed().as_secs_f64();
+                if !Self::lock(&board).is_suspect(&server, began) {
+                    return;
+                }
+                let mut interface =
+                    v1::interface_client::InterfaceClient::new(connection.channel());
+                let list = interface.list(v1::ListRequest {});
+                if let Ok(Ok(_)) = tokio::time::timeout(HEALTH_TIMEOUT, list).await {
+                    tracing::info!(%server, "a suspect server answers again");
+                    Self::lock(&board).worked(&server, began);
+                }
+            }
+        });
     }
 
     /// Servers suspect for a graph: those it saw fail itself, and those on the board.

@@ -7,11 +7,12 @@
 //! The board lets the first failure warn them all: new graphs ask the metaserver to place
 //! around the server, and running graphs move a task off it before issuing the task.
 //!
-//! A suspicion ends when the server is seen working again, that is when a call or probe
-//! that *started after* the failure succeeds on it (one that started before proves nothing
-//! about the failure), or `hold` seconds after the last failure, whichever comes first. So
-//! a server that has come back is shunned for a probe interval at most. Pure: times are
-//! seconds on the caller's clock.
+//! A suspicion ends when the server is seen working again, that is when a call, probe or
+//! health check that *started after* the failure succeeds on it (one that started before
+//! proves nothing about the failure), or `hold` seconds after the last failure, whichever
+//! comes first. The proxy checks a newly suspect server's health every fraction of a second,
+//! so a server that restarts is back in use at once: avoiding it longer would cost more
+//! capacity than the retries it saves. Pure: times are seconds on the caller's clock.
 
 use std::collections::BTreeMap;
 
@@ -32,10 +33,13 @@ impl SuspectBoard {
         }
     }
 
-    /// `server` failed (a call, an upload or a fetch) as of `now`.
-    pub fn suspect(&mut self, server: &str, now: f64) {
+    /// `server` failed (a call, an upload or a fetch) as of `now`. Returns whether it was
+    /// not suspect before: the caller then starts watching its health.
+    pub fn suspect(&mut self, server: &str, now: f64) -> bool {
+        let fresh = !self.is_suspect(server, now);
         let since = self.since.entry(server.to_string()).or_insert(now);
-        *since = since.max(now);
+        *since = if fresh { now } else { since.max(now) };
+        fresh
     }
 
     /// Something that started on `server` at `started` succeeded: if it started after the
@@ -69,7 +73,7 @@ mod tests {
     fn a_failure_is_suspect_until_it_expires() {
         let mut board = SuspectBoard::new(30.0);
         assert!(!board.is_suspect("a:1", 0.0));
-        board.suspect("a:1", 10.0);
+        assert!(board.suspect("a:1", 10.0), "a new suspicion");
         assert!(board.is_suspect("a:1", 10.0));
         assert!(board.is_suspect("a:1", 39.9));
         assert!(!board.is_suspect("a:1", 40.0));
@@ -83,13 +87,20 @@ mod tests {
     #[test]
     fn a_later_failure_extends_the_suspicion_and_an_earlier_one_does_not_shorten_it() {
         let mut board = SuspectBoard::new(30.0);
-        board.suspect("a:1", 10.0);
-        board.suspect("a:1", 25.0);
+        assert!(board.suspect("a:1", 10.0));
+        assert!(
+            !board.suspect("a:1", 25.0),
+            "already suspect: already watched"
+        );
         assert!(board.is_suspect("a:1", 54.0));
         // A graph reporting late, about a failure it saw earlier.
         board.suspect("a:1", 12.0);
         assert!(board.is_suspect("a:1", 54.0));
         assert!(!board.is_suspect("a:1", 55.0));
+        // Expired, then failing again: a new suspicion, from then.
+        assert!(board.suspect("a:1", 100.0));
+        assert!(board.is_suspect("a:1", 129.0));
+        assert!(!board.is_suspect("a:1", 130.0));
     }
 
     #[test]
