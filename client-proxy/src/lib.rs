@@ -178,8 +178,11 @@ impl Proxy {
                     v1::interface_client::InterfaceClient::new(connection.channel());
                 let list = interface.list(v1::ListRequest {});
                 if let Ok(Ok(_)) = tokio::time::timeout(HEALTH_TIMEOUT, list).await {
-                    tracing::info!(%server, "a suspect server answers again");
-                    Self::lock(&board).worked(&server, began);
+                    let mut board = Self::lock(&board);
+                    board.worked(&server, began);
+                    if !board.is_suspect(&server, began) {
+                        tracing::info!(%server, "a suspect server answers again");
+                    }
                 }
             }
         });

@@ -33,13 +33,13 @@ impl SuspectBoard {
         }
     }
 
-    /// `server` failed (a call, an upload or a fetch) as of `now`. Returns whether it was
-    /// not suspect before: the caller then starts watching its health.
+    /// `server` failed (a call, an upload or a fetch) as of `now`. Returns whether it has
+    /// just become suspect: the caller then starts watching its health.
     pub fn suspect(&mut self, server: &str, now: f64) -> bool {
         let fresh = !self.is_suspect(server, now);
         let since = self.since.entry(server.to_string()).or_insert(now);
         *since = if fresh { now } else { since.max(now) };
-        fresh
+        fresh && self.hold > 0.0
     }
 
     /// Something that started on `server` at `started` succeeded: if it started after the
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn a_zero_hold_suspects_nothing() {
         let mut board = SuspectBoard::new(0.0);
-        board.suspect("a:1", 1.0);
+        assert!(!board.suspect("a:1", 1.0), "nothing to watch");
         assert!(!board.is_suspect("a:1", 1.0));
         assert!(board.current(1.0).is_empty());
     }
