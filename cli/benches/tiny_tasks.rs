@@ -50,12 +50,13 @@ fn main() {
         let mut workers = tokio::task::JoinSet::new();
         for (s, server) in servers.iter().enumerate() {
             for w in 0..IN_FLIGHT {
-                let channel = tonic::transport::Channel::from_shared(format!("http://{server}"))
-                    .unwrap()
-                    .tcp_nodelay(true)
-                    .connect()
-                    .await
-                    .unwrap();
+                let channel = ninf_proto::net::connect(
+                    server,
+                    None,
+                    ninf_proto::net::ConnectionSettings::default(),
+                )
+                .await
+                .unwrap();
                 let count = (0..TASKS)
                     .filter(|i| i % servers.len() == s && (i / servers.len()) % IN_FLIGHT == w)
                     .count();

@@ -404,8 +404,11 @@ fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ni
 }
 
 async fn wait_until_up(metaserver: &str, count: usize) -> anyhow::Result<()> {
-    let channel =
-        tonic::transport::Channel::from_shared(format!("http://{metaserver}"))?.connect_lazy();
+    let channel = ninf_proto::net::connect_lazy(
+        metaserver,
+        None,
+        ninf_proto::net::ConnectionSettings::default(),
+    )?;
     let mut client = v1::scheduling_client::SchedulingClient::new(channel);
     for _ in 0..600 {
         if let Ok(status) = client.status(v1::StatusRequest { recent_graphs: 0 }).await
@@ -422,8 +425,11 @@ async fn wait_until_up(metaserver: &str, count: usize) -> anyhow::Result<()> {
 async fn stored_bytes(addresses: &[String]) -> anyhow::Result<u64> {
     let mut total = 0;
     for address in addresses {
-        let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))?
-            .connect_timeout(Duration::from_secs(5));
+        let channel = ninf_proto::net::endpoint(
+            address,
+            None,
+            ninf_proto::net::ConnectionSettings::default(),
+        )?;
         let mut attempt = 0;
         let sample = loop {
             attempt += 1;

@@ -13,7 +13,7 @@ use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::registration::{self, RegistrationConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
-use ninf_proto::tls::{GridTls, TlsFiles};
+use ninf_proto::net::tls::{GridTls, TlsFiles};
 use ninf_proto::v1;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -87,7 +87,7 @@ impl Endpoints {
     /// The grid's token, if it has one.
     pub fn token(&self) -> anyhow::Result<Option<String>> {
         match &self.token_file {
-            Some(path) => Ok(Some(ninf_proto::auth::load_token(path)?)),
+            Some(path) => Ok(Some(ninf_proto::net::auth::load_token(path)?)),
             None => Ok(None),
         }
     }
@@ -182,7 +182,7 @@ pub const TLS_NAMES: [&str; 4] = ["metaserver", "proxy", "server", "client"];
 
 /// A component's TLS files in `dir`; only the proxy lets clients in without a certificate.
 pub fn tls_files(dir: &Path, name: &str) -> TlsFiles {
-    ninf_proto::tls::files_in(dir, name, name != "proxy")
+    ninf_proto::net::tls::files_in(dir, name, name != "proxy")
 }
 
 /// The component's TLS settings when the grid runs over TLS.
@@ -240,11 +240,11 @@ impl EmbeddedGrid {
         std::fs::create_dir_all(&options.data_dir)
             .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
         if options.auth {
-            ninf_proto::auth::generate_token(&token_file(&options.data_dir))?;
+            ninf_proto::net::auth::generate_token(&token_file(&options.data_dir))?;
         }
         if options.tls {
             let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
-            ninf_proto::tls::generate(&tls_dir(&options.data_dir), &TLS_NAMES, &hosts)?;
+            ninf_proto::net::tls::generate(&tls_dir(&options.data_dir), &TLS_NAMES, &hosts)?;
         }
         let (metaserver, metaserver_service, metaserver_address) =
             start_metaserver(&options, "127.0.0.1:0").await?;

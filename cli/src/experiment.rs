@@ -252,9 +252,12 @@ async fn settle(metaserver: &str, servers: usize, limit: Duration) -> anyhow::Re
     let started = Instant::now();
     loop {
         let status = async {
-            let channel = tonic::transport::Channel::from_shared(format!("http://{metaserver}"))?
-                .connect()
-                .await?;
+            let channel = ninf_proto::net::connect(
+                metaserver,
+                None,
+                ninf_proto::net::ConnectionSettings::default(),
+            )
+            .await?;
             let reply = ninf_proto::v1::scheduling_client::SchedulingClient::new(channel)
                 .status(ninf_proto::v1::StatusRequest { recent_graphs: 0 })
                 .await?;

@@ -403,12 +403,14 @@ fn status(data_dir: PathBuf, json: bool, graphs: u32) -> anyhow::Result<()> {
     let endpoints = Endpoints::read(&data_dir)?;
     let status = runtime()?.block_on(async {
         let tls = endpoints.tls()?;
-        let channel = ninf_proto::tls::endpoint(&endpoints.metaserver, tls.as_ref())
-            .map_err(anyhow::Error::msg)?
-            .connect()
-            .await
-            .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
-        let token = ninf_proto::auth::AttachToken::new(endpoints.token()?.as_deref());
+        let channel = ninf_proto::net::connect(
+            &endpoints.metaserver,
+            tls.as_ref(),
+            ninf_proto::net::ConnectionSettings::default(),
+        )
+        .await
+        .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
+        let token = ninf_proto::net::auth::AttachToken::new(endpoints.token()?.as_deref());
         let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
             .status(v1::StatusRequest {
                 recent_graphs: graphs,
@@ -581,7 +583,7 @@ fn main() -> anyhow::Result<()> {
             tls,
         ),
         Command::Certs { dir, hosts } => {
-            ninf_proto::tls::generate(&dir, &ninf_cli::embedded::TLS_NAMES, &hosts)?;
+            ninf_proto::net::tls::generate(&dir, &ninf_cli::embedded::TLS_NAMES, &hosts)?;
             println!(
                 "wrote a certificate authority and certificates for {} to {}",
                 ninf_cli::embedded::TLS_NAMES.join(", "),

@@ -64,7 +64,7 @@ fn to_json(array: &ArrayData) -> serde_json::Value {
 pub fn call(
     proxy: &str,
     token: Option<&str>,
-    tls: Option<&ninf_proto::tls::GridTls>,
+    tls: Option<&ninf_proto::net::tls::GridTls>,
     function: &str,
     values: &[String],
 ) -> anyhow::Result<serde_json::Value> {

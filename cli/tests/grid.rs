@@ -11,7 +11,7 @@ use ninf::grid::{GridClient, TxArg};
 use ninf_cli::embedded::{EmbeddedGrid, GridOptions};
 use ninf_cli::workloads;
 use ninf_compute_server::config::ModuleConfig;
-use ninf_proto::tls::GridTls;
+use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1;
 
 /// The folder holding the built binaries (`target/<profile>`).
@@ -895,7 +895,7 @@ fn over_tls_the_grid_computes_and_refuses_plain_or_uncertified_peers() {
     assert!(plain.is_err(), "a plain client was served over TLS");
     // A client trusting another authority refuses the proxy's certificate.
     let other = tempfile::tempdir().unwrap();
-    ninf_proto::tls::generate(other.path(), &["client"], &["127.0.0.1".into()]).unwrap();
+    ninf_proto::net::tls::generate(other.path(), &["client"], &["127.0.0.1".into()]).unwrap();
     let stranger = GridTls::trusting(&other.path().join("ca.pem")).unwrap();
     let e = GridClient::connect_with_tls(&endpoints.proxy, Some(&stranger))
         .and_then(|g| square(&g.with_token(&token), n, &a, &mut c))
@@ -992,7 +992,7 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
     let grid = TestGrid::start(vec![1, 1], |o| o.auth = true);
     let endpoints = &grid.grid().endpoints;
     let token_file = endpoints.token_file.clone().unwrap();
-    let token = ninf_proto::auth::load_token(&token_file).unwrap();
+    let token = ninf_proto::net::auth::load_token(&token_file).unwrap();
     let n = 4usize;
     let a = matrix(n, 1);
     let mut c = vec![0.0; n * n];

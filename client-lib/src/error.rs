@@ -59,20 +59,10 @@ impl fmt::Display for CallError {
     }
 }
 
-/// An error and its causes, `outer: inner: innermost`: a transport error alone says only
-/// "transport error", its causes say which (refused, a TLS certificate problem, ...).
-pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        let inner_text = inner.to_string();
-        if !text.ends_with(&inner_text) {
-            text.push_str(": ");
-            text.push_str(&inner_text);
-        }
-        cause = inner.source();
-    }
-    text
+/// A failed connection as a call error: SERVER_NOT_FOUND naming the address and every cause
+/// (refused, timed out, a certificate problem).
+pub(crate) fn connect_error(error: ninf_proto::net::NetError) -> CallError {
+    CallError::new(ErrorKind::ServerNotFound, error.to_string())
 }
 
 impl From<tonic::Status> for CallError {

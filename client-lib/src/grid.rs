@@ -35,8 +35,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use ninf_idl::{FunctionInterface, Mode};
-use ninf_proto::auth::AttachToken;
-use ninf_proto::tls::GridTls;
+use ninf_proto::net::auth::AttachToken;
+use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1;
 use num_complex::Complex64;
 use tonic::service::interceptor::InterceptedService;
@@ -79,7 +79,7 @@ pub(crate) fn tls_from_env() -> Result<Option<GridTls>, CallError> {
         std::env::var_os(TLS_CERTIFICATE_ENV),
         std::env::var_os(TLS_KEY_ENV),
     ) {
-        (Some(certificate), Some(key)) => GridTls::load(&ninf_proto::tls::TlsFiles {
+        (Some(certificate), Some(key)) => GridTls::load(&ninf_proto::net::tls::TlsFiles {
             ca,
             certificate: certificate.into(),
             key: key.into(),
@@ -101,7 +101,7 @@ pub(crate) fn tls_from_env() -> Result<Option<GridTls>, CallError> {
 pub(crate) fn token_from_env() -> Result<AttachToken, CallError> {
     let token = match std::env::var_os(TOKEN_FILE_ENV) {
         Some(path) => Some(
-            ninf_proto::auth::load_token(std::path::Path::new(&path))
+            ninf_proto::net::auth::load_token(std::path::Path::new(&path))
                 .map_err(|e| CallError::bad_argument(e.to_string()))?,
         ),
         None => None,
@@ -120,21 +120,14 @@ impl GridClient {
     /// given (and presenting its certificate, if it holds one).
     pub fn connect_with_tls(url: &str, tls: Option<&GridTls>) -> Result<GridClient, CallError> {
         let address = server_address(url)?;
-        let endpoint = ninf_proto::tls::endpoint(&address, tls)
-            .map_err(CallError::bad_argument)?
-            .tcp_nodelay(true)
-            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
-            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
-            .max_frame_size(ninf_proto::HTTP2_FRAME);
-        let channel = runtime()?.block_on(endpoint.connect()).map_err(|e| {
-            CallError::new(
-                ErrorKind::ServerNotFound,
-                format!(
-                    "cannot reach the proxy at {address}: {}",
-                    crate::error::with_causes(&e)
-                ),
-            )
-        })?;
+        let connecting = ninf_proto::net::connect(
+            &address,
+            tls,
+            ninf_proto::net::ConnectionSettings::default(),
+        );
+        let channel = runtime()?
+            .block_on(connecting)
+            .map_err(crate::error::connect_error)?;
         Ok(GridClient {
             address,
             channel,

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ninf_idl::FunctionInterface;
-use ninf_proto::auth::{AttachToken, Authorized, authorized};
-use ninf_proto::tls::GridTls;
+use ninf_proto::net::auth::{AttachToken, Authorized, authorized};
+use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1::{self, call_argument::Source};
 use tonic::transport::Channel;
 
@@ -86,22 +86,13 @@ impl NinfClient {
         tls: Option<&GridTls>,
     ) -> Result<NinfClient, CallError> {
         let address = server_address(url)?;
-        let endpoint = ninf_proto::tls::endpoint(&address, tls)
-            .map_err(|e| CallError::new(ErrorKind::ServerNotFound, e))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
-            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
-            .max_frame_size(ninf_proto::HTTP2_FRAME);
-        let channel = endpoint.connect().await.map_err(|e| {
-            CallError::new(
-                ErrorKind::ServerNotFound,
-                format!(
-                    "cannot connect to {address}: {}",
-                    crate::error::with_causes(&e)
-                ),
-            )
-        })?;
+        let channel = ninf_proto::net::connect(
+            &address,
+            tls,
+            ninf_proto::net::ConnectionSettings::default(),
+        )
+        .await
+        .map_err(crate::error::connect_error)?;
         Ok(NinfClient {
             address,
             channel,

@@ -101,7 +101,7 @@ pub struct ProxyConfig {
     /// the metaserver and the servers over TLS, presenting its certificate. Clients that
     /// authenticate by the grid token alone need `require_client_certificates = false`.
     #[serde(default)]
-    pub tls: Option<ninf_proto::tls::TlsFiles>,
+    pub tls: Option<ninf_proto::net::tls::TlsFiles>,
 }
 
 fn default_metaserver_retry() -> f64 {
@@ -109,11 +109,11 @@ fn default_metaserver_retry() -> f64 {
 }
 
 fn default_keepalive() -> f64 {
-    ninf_proto::KEEPALIVE_INTERVAL.as_secs_f64()
+    ninf_proto::net::KEEPALIVE_INTERVAL.as_secs_f64()
 }
 
 fn default_keepalive_timeout() -> f64 {
-    ninf_proto::KEEPALIVE_TIMEOUT.as_secs_f64()
+    ninf_proto::net::KEEPALIVE_TIMEOUT.as_secs_f64()
 }
 
 fn default_suspect_recheck() -> f64 {

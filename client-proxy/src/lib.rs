@@ -23,10 +23,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ninf_proto::auth::{AttachToken, Authorized, CheckToken, authorized};
-use ninf_proto::tls::GridTls;
+use ninf_proto::net::auth::{AttachToken, Authorized, CheckToken, authorized};
+use ninf_proto::net::tls::GridTls;
+use ninf_proto::net::{ConnectionSettings, Keepalive};
 use ninf_proto::v1;
-use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -84,51 +84,37 @@ pub struct Proxy {
     epoch: Instant,
 }
 
-/// HTTP/2 pings on a connection: every `interval`, and a ping unanswered for `timeout`
-/// drops the connection. A server that hangs (stopped, swapping to death) or a path that
-/// silently drops packets keeps a TCP connection open; without pings a call to it would
-/// wait forever. With them the call fails as a server fault and is retried elsewhere.
-#[derive(Debug, Clone, Copy)]
-struct Keepalive {
-    interval: Duration,
-    timeout: Duration,
-}
-
-impl Keepalive {
-    fn of(config: &ProxyConfig) -> Keepalive {
-        let seconds = |s: f64| Duration::from_secs_f64(s.clamp(0.1, 3600.0));
-        Keepalive {
-            interval: seconds(config.keepalive_seconds),
-            timeout: seconds(config.keepalive_timeout_seconds),
-        }
+/// How the proxy's connections behave: the grid's settings with its configured keepalive.
+fn connection_settings(config: &ProxyConfig) -> ConnectionSettings {
+    ConnectionSettings {
+        keepalive: Keepalive::from_seconds(
+            config.keepalive_seconds,
+            config.keepalive_timeout_seconds,
+        ),
+        ..ConnectionSettings::default()
     }
 }
 
 fn lazy_channel(
     address: &str,
     tls: Option<&GridTls>,
-    keepalive: Keepalive,
+    settings: ConnectionSettings,
 ) -> Result<Channel, Status> {
-    Ok(ninf_proto::tls::endpoint(address, tls)
-        .map_err(Status::invalid_argument)?
-        .connect_timeout(Duration::from_secs(5))
-        .http2_keep_alive_interval(keepalive.interval)
-        .keep_alive_timeout(keepalive.timeout)
-        .keep_alive_while_idle(true)
-        .tcp_nodelay(true)
-        .initial_stream_window_size(HTTP2_WINDOW)
-        .initial_connection_window_size(HTTP2_WINDOW)
-        .max_frame_size(HTTP2_FRAME)
-        .connect_lazy())
+    ninf_proto::net::connect_lazy(address, tls, settings)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 impl Proxy {
     pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
         let precondition = |e: &dyn std::fmt::Display| Status::failed_precondition(e.to_string());
-        let token = ninf_proto::auth::load_configured(config.auth_token_file.as_deref())
+        let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())
             .map_err(|e| precondition(&e))?;
         let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
-        let metaserver = lazy_channel(&config.metaserver, tls.as_ref(), Keepalive::of(&config))?;
+        let metaserver = lazy_channel(
+            &config.metaserver,
+            tls.as_ref(),
+            connection_settings(&config),
+        )?;
         Ok(Arc::new(Proxy {
             suspects: Arc::new(Mutex::new(suspects::SuspectBoard::new(
                 config.suspect_seconds,
@@ -216,7 +202,13 @@ impl Proxy {
             return Ok(c.clone());
         }
         let channels = (0..self.config.connections_per_server.max(1))
-            .map(|_| lazy_channel(address, self.tls.as_ref(), Keepalive::of(&self.config)))
+            .map(|_| {
+                lazy_channel(
+                    address,
+                    self.tls.as_ref(),
+                    connection_settings(&self.config),
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let connection = ServerConnection {
             channels: Arc::new(channels),
@@ -474,7 +466,7 @@ impl Proxy {
             let servers = self.servers.lock().map(|s| s.clone()).unwrap_or_default();
             let token = AttachToken::new(self.token.as_deref());
             let tls = self.tls.clone();
-            let keepalive = Keepalive::of(&self.config);
+            let settings = connection_settings(&self.config);
             move |address: &str| -> Option<Authorized> {
                 let mut known = Self::lock(&connections);
                 if let Some(channel) = known.get(address) {
@@ -482,9 +474,7 @@ impl Proxy {
                 }
                 let channel = match servers.get(address) {
                     Some(connection) => connection.channel(),
-                    None => {
-                        authorized(lazy_channel(address, tls.as_ref(), keepalive).ok()?, &token)
-                    }
+                    None => authorized(lazy_channel(address, tls.as_ref(), settings).ok()?, &token),
                 };
                 known.insert(address.to_string(), channel.clone());
                 Some(channel)
@@ -576,7 +566,7 @@ pub async fn run(
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let builder = ninf_proto::tls::server(proxy.tls.as_ref())?;
+    let mut builder = ninf_proto::net::server(proxy.tls.as_ref())?;
     let probes = spawn_probes(proxy.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -584,10 +574,6 @@ pub async fn run(
         .await;
     let limit = proxy.config.max_request_bytes;
     let result = builder
-        .tcp_nodelay(true)
-        .initial_stream_window_size(Some(HTTP2_WINDOW))
-        .initial_connection_window_size(Some(HTTP2_WINDOW))
-        .max_frame_size(Some(HTTP2_FRAME))
         .add_service(health_service)
         .add_service(InterceptedService::new(
             v1::proxy_server::ProxyServer::new(service::ProxyService(proxy.clone()))

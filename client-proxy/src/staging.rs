@@ -195,7 +195,7 @@ impl Staging {
 
 /// Uploads `array` into `server`'s storage under `owner`.
 async fn put(
-    channel: ninf_proto::auth::Authorized,
+    channel: ninf_proto::net::auth::Authorized,
     server: &str,
     owner: &str,
     array: v1::Array,

@@ -85,11 +85,8 @@ async fn start_echo_server() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     tokio::spawn(
-        tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .initial_stream_window_size(Some(ninf_proto::HTTP2_WINDOW))
-            .initial_connection_window_size(Some(ninf_proto::HTTP2_WINDOW))
-            .max_frame_size(Some(ninf_proto::HTTP2_FRAME))
+        ninf_proto::net::server(None)
+            .unwrap()
             .add_service(
                 v1::echo_server::EchoServer::new(EchoService)
                     .max_decoding_message_size(usize::MAX)
@@ -273,15 +270,13 @@ fn main() {
         let echo_address = start_echo_server().await;
         let tcp_address = start_tcp_echo(32 << 20).await;
         let ninf = NinfClient::connect(&ninf_address).await.unwrap();
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{echo_address}"))
-            .unwrap()
-            .tcp_nodelay(true)
-            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
-            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
-            .max_frame_size(ninf_proto::HTTP2_FRAME)
-            .connect()
-            .await
-            .unwrap();
+        let channel = ninf_proto::net::connect(
+            &echo_address,
+            None,
+            ninf_proto::net::ConnectionSettings::default(),
+        )
+        .await
+        .unwrap();
         let mut echo = v1::echo_client::EchoClient::new(channel)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);

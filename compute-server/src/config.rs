@@ -79,7 +79,7 @@ pub struct ServerConfig {
     /// false`); it presents its own to the metaserver and its peers. The bulk-data port is
     /// plain TCP, so a TLS server offers none and large calls go over gRPC.
     #[serde(default)]
-    pub tls: Option<ninf_proto::tls::TlsFiles>,
+    pub tls: Option<ninf_proto::net::tls::TlsFiles>,
 }
 
 /// The `[executable_limits]` section: what one executable may use. A call that goes over

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ninf_idl::{ElementType, FunctionInterface, Mode};
-use ninf_proto::auth::authorized;
 use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
+use ninf_proto::net::auth::authorized;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tonic::{Code, Status};
 

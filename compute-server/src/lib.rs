@@ -12,6 +12,7 @@ pub mod config;
 pub mod gang;
 pub mod invoke;
 pub mod monitor;
+pub mod peers;
 pub mod pool;
 pub mod registration;
 pub mod services;
@@ -23,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ninf_proto::v1;
-use ninf_proto::{HTTP2_FRAME, HTTP2_WINDOW};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
@@ -44,7 +44,7 @@ pub async fn run(
     load_interval: Duration,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let builder = ninf_proto::tls::server(state.tls.as_ref())?;
+    let mut builder = ninf_proto::net::server(state.tls.as_ref())?;
     // The bulk-data port is plain TCP: a TLS server keeps its data on TLS.
     let bulk = bulk.filter(|_| state.tls.is_none());
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -116,10 +116,6 @@ pub async fn run(
         }
     };
     let result = builder
-        .tcp_nodelay(true)
-        .initial_stream_window_size(Some(HTTP2_WINDOW))
-        .initial_connection_window_size(Some(HTTP2_WINDOW))
-        .max_frame_size(Some(HTTP2_FRAME))
         .add_service(health_service)
         .add_service(InterceptedService::new(
             v1::interface_server::InterfaceServer::new(services::InterfaceService(state.clone())),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ninf_proto::auth::{Authorized, authorized};
+use ninf_proto::net::auth::{Authorized, authorized};
 
 use ninf_proto::probe;
 use ninf_proto::v1;
@@ -99,11 +99,12 @@ async fn measure_peers(
 /// Keeps the server registered for as long as the returned task runs.
 pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let channel = match ninf_proto::tls::endpoint(&config.metaserver, state.tls.as_ref()) {
-            Ok(endpoint) => endpoint
-                .connect_timeout(Duration::from_secs(5))
-                .tcp_nodelay(true)
-                .connect_lazy(),
+        let channel = match ninf_proto::net::connect_lazy(
+            &config.metaserver,
+            state.tls.as_ref(),
+            ninf_proto::net::ConnectionSettings::default(),
+        ) {
+            Ok(channel) => channel,
             Err(e) => {
                 tracing::error!(metaserver = %config.metaserver, error = %e, "bad metaserver address");
                 return;

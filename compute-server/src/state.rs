@@ -7,13 +7,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ninf_idl::{FunctionInterface, ModuleInterface, SourceFile};
-use ninf_proto::auth::{AttachToken, CheckToken};
-use ninf_proto::tls::{GridTls, TlsFiles};
+use ninf_proto::net::auth::{AttachToken, CheckToken};
+use ninf_proto::net::tls::{GridTls, TlsFiles};
 use ninf_proto::v1;
 use tonic::transport::Channel;
 
 use crate::config::ServerConfig;
 use crate::gang::{GangMaster, SpmdBroker};
+use crate::peers::Peers;
 use crate::pool::ExecutablePool;
 use crate::storage::ObjectStore;
 
@@ -39,7 +40,7 @@ pub struct ServerState {
     /// Messages between the ranks of parallel jobs.
     pub broker: Arc<SpmdBroker>,
     /// Connections to other servers' storage, for arguments held elsewhere.
-    peers: tokio::sync::Mutex<HashMap<String, Channel>>,
+    peers: Peers,
     /// How long an owner's objects outlive its last touch (see [`ObjectStore::renew`]).
     pub lease: Duration,
     /// The clock leases are measured on.
@@ -70,9 +71,9 @@ pub enum StartError {
     #[error("cannot open the message broker's socket: {0}")]
     Broker(std::io::Error),
     #[error(transparent)]
-    Token(#[from] ninf_proto::auth::TokenError),
+    Token(#[from] ninf_proto::net::auth::TokenError),
     #[error(transparent)]
-    Tls(#[from] ninf_proto::tls::TlsError),
+    Tls(#[from] ninf_proto::net::tls::TlsError),
 }
 
 impl ServerState {
@@ -98,7 +99,7 @@ impl ServerState {
                 ));
             }
         }
-        let token = ninf_proto::auth::load_configured(config.auth_token_file.as_deref())?;
+        let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())?;
         let tls = GridTls::load_configured(config.tls.as_ref())?;
         // The bulk-data port is plain TCP: a TLS server advertises none (`run` closes it).
         let info = if tls.is_some() {
@@ -156,7 +157,7 @@ impl ServerState {
             last_load: RwLock::new(crate::monitor::sample(0, 0, 0)),
             gang,
             broker,
-            peers: tokio::sync::Mutex::new(HashMap::new()),
+            peers: Peers::default(),
             lease: Duration::from_secs_f64(config.storage.lease_seconds.max(0.001)),
             started: std::time::Instant::now(),
             token,
@@ -229,27 +230,7 @@ impl ServerState {
 
     /// A channel to another server, reused across calls.
     pub async fn peer(&self, server: &str) -> Result<Channel, String> {
-        let mut peers = self.peers.lock().await;
-        if let Some(channel) = peers.get(server) {
-            return Ok(channel.clone());
-        }
-        // Pinged, so a call reading from a peer that hangs fails (and the proxy regenerates
-        // the input) instead of waiting forever.
-        let endpoint = ninf_proto::tls::endpoint(server, self.tls.as_ref())?
-            .connect_timeout(Duration::from_secs(5))
-            .http2_keep_alive_interval(ninf_proto::KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(ninf_proto::KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true)
-            .tcp_nodelay(true)
-            .initial_stream_window_size(ninf_proto::HTTP2_WINDOW)
-            .initial_connection_window_size(ninf_proto::HTTP2_WINDOW)
-            .max_frame_size(ninf_proto::HTTP2_FRAME);
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| format!("cannot connect to {server}: {e}"))?;
-        peers.insert(server.to_string(), channel.clone());
-        Ok(channel)
+        self.peers.channel(server, self.tls.as_ref()).await
     }
 
     pub async fn shutdown(&self) {

@@ -229,7 +229,7 @@ async fn a_server_with_a_grid_token_refuses_requests_without_it_on_grpc_and_bulk
     let dir = std::env::temp_dir().join(format!("ninf-bulk-token-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let token_file = dir.join("token");
-    let token = ninf_proto::auth::generate_token(&token_file).unwrap();
+    let token = ninf_proto::net::auth::generate_token(&token_file).unwrap();
     assert_eq!(
         std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
         0o600

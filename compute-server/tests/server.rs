@@ -500,11 +500,13 @@ async fn monitor_reports_load_and_health_is_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_nobody_renews_loses_its_objects_when_the_lease_runs_out() {
     let server = TestServer::start(|c| c.storage.lease_seconds = 0.2).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = ninf_proto::net::connect(
+        &server.address,
+        None,
+        ninf_proto::net::ConnectionSettings::default(),
+    )
+    .await
+    .unwrap();
     let mut storage = v1::storage_client::StorageClient::new(channel);
     let chunk = v1::PutChunk {
         owner: "vanished-proxy/graph-1".into(),

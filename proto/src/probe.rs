@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::auth::Authorized;
+use crate::net::auth::Authorized;
 use crate::v1;
 
 /// One measurement of a path.

@@ -58,10 +58,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let token = ninf_proto::auth::load_configured(args.token_file.as_deref())?;
+    let token = ninf_proto::net::auth::load_configured(args.token_file.as_deref())?;
     let tls = match (args.tls_ca, args.tls_certificate, args.tls_key) {
-        (Some(ca), Some(certificate), Some(key)) => Some(ninf_proto::tls::GridTls::load(
-            &ninf_proto::tls::TlsFiles {
+        (Some(ca), Some(certificate), Some(key)) => Some(ninf_proto::net::tls::GridTls::load(
+            &ninf_proto::net::tls::TlsFiles {
                 ca,
                 certificate,
                 key,

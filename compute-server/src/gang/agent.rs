@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ninf_gang::{ClockSample, ClockSync, NodeAgent, ProcessSwitch, SyncConfig, TimeTable};
-use ninf_proto::auth::{AttachToken, Authorized, authorized};
+use ninf_proto::net::auth::{AttachToken, Authorized, authorized};
 use ninf_proto::v1::{self, gang_control_client::GangControlClient};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
@@ -39,7 +39,7 @@ pub struct AgentOptions {
     /// The grid's token, presented to the server.
     pub token: Option<String>,
     /// TLS material, when the server's port serves TLS.
-    pub tls: Option<ninf_proto::tls::GridTls>,
+    pub tls: Option<ninf_proto::net::tls::GridTls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -179,15 +179,17 @@ pub async fn run(
 
 async fn connect(
     server: &str,
-    tls: Option<&ninf_proto::tls::GridTls>,
+    tls: Option<&ninf_proto::net::tls::GridTls>,
 ) -> Result<Channel, AgentError> {
-    let endpoint = ninf_proto::tls::endpoint(server, tls)
-        .map_err(|reason| AgentError::Connect {
+    let settings = ninf_proto::net::ConnectionSettings {
+        connect_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let endpoint =
+        ninf_proto::net::endpoint(server, tls, settings).map_err(|e| AgentError::Connect {
             server: server.to_string(),
-            reason,
-        })?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(2));
+            reason: e.to_string(),
+        })?;
     let mut last = String::new();
     // The server may still be starting its listener.
     for _ in 0..50 {

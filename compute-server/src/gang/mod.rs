@@ -82,8 +82,8 @@ pub struct AgentCredentials {
     pub token: Option<String>,
     pub token_file: Option<std::path::PathBuf>,
     /// The same for TLS: the material for threads, the files for processes.
-    pub tls: Option<ninf_proto::tls::GridTls>,
-    pub tls_files: Option<ninf_proto::tls::TlsFiles>,
+    pub tls: Option<ninf_proto::net::tls::GridTls>,
+    pub tls_files: Option<ninf_proto::net::tls::TlsFiles>,
 }
 
 /// Starts one agent per node for the server at `server` (`host:port`).

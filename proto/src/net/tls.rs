@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// The `[tls]` section of a component's configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -149,29 +149,6 @@ impl GridTls {
     }
 }
 
-/// An endpoint for `address` (`host:port`): `https` checked against the grid's authority
-/// when `tls` is given, plain `http` otherwise.
-pub fn endpoint(address: &str, tls: Option<&GridTls>) -> Result<Endpoint, String> {
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
-        .map_err(|e| format!("bad address `{address}`: {e}"))?;
-    match tls {
-        Some(tls) => endpoint
-            .tls_config(tls.client_config())
-            .map_err(|e| format!("bad TLS settings for {address}: {e}")),
-        None => Ok(endpoint),
-    }
-}
-
-/// A gRPC server builder, serving TLS when `tls` holds a certificate.
-pub fn server(tls: Option<&GridTls>) -> Result<Server, tonic::transport::Error> {
-    let builder = Server::builder();
-    match tls.and_then(GridTls::server_config) {
-        Some(config) => builder.tls_config(config),
-        None => Ok(builder),
-    }
-}
-
 /// Where [`generate`] puts a component's files in `dir`.
 pub fn files_in(dir: &Path, name: &str, require_client_certificates: bool) -> TlsFiles {
     TlsFiles {
@@ -270,7 +247,7 @@ mod tests {
                 .is_none(),
             "a server needs its own certificate"
         );
-        assert!(endpoint("127.0.0.1:1", Some(&tls)).is_ok());
+        assert!(super::super::endpoint("127.0.0.1:1", Some(&tls), Default::default()).is_ok());
 
         std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o640)).unwrap();
         let e = GridTls::load(&files).unwrap_err().to_string();
