@@ -69,13 +69,13 @@ pub struct MetaserverConfig {
     #[serde(default = "default_latency")]
     pub default_latency_seconds: f64,
     /// The grid's token file (mode 0600): when set, servers registering and proxies asking
-    /// for placements must present its token; see `ninf_proto::auth`.
+    /// for placements must present its token; see `ninf_proto::net::auth`.
     #[serde(default)]
     pub auth_token_file: Option<PathBuf>,
     /// TLS for the metaserver's port (`[tls]`: ca, certificate, key); servers and proxies
-    /// must then present certificates from the grid's authority. See `ninf_proto::tls`.
+    /// must then present certificates from the grid's authority. See `ninf_proto::net::tls`.
     #[serde(default)]
-    pub tls: Option<ninf_proto::tls::TlsFiles>,
+    pub tls: Option<ninf_proto::net::tls::TlsFiles>,
 }
 
 fn default_listen() -> String {

@@ -1,0 +1,40 @@
+//! A proxy reports what happened to a graph: its placements stop counting as predicted load,
+//! and the actual times are stored beside the predictions.
+
+use ninf_proto::v1;
+
+use crate::db::ActualRecord;
+use crate::{Metaserver, MetaserverError, unix_now};
+
+impl Metaserver {
+    /// What happened to a graph: stored, and its placements stop counting as load.
+    pub async fn report_actuals(&self, report: v1::ActualsReport) -> Result<(), MetaserverError> {
+        let now = unix_now();
+        {
+            let mut state = self.state();
+            if !state.running.remove(&report.graph_id) {
+                return Err(MetaserverError::UnknownGraph(report.graph_id));
+            }
+            let times: Vec<(usize, f64, f64)> = report
+                .tasks
+                .iter()
+                .map(|t| (t.task as usize, t.start, t.finish))
+                .collect();
+            state.planner.finish(report.graph_id, now, &times);
+        }
+        let actuals: Vec<ActualRecord> = report
+            .tasks
+            .iter()
+            .map(|t| ActualRecord {
+                task: t.task,
+                start: t.start,
+                finish: t.finish,
+                compute_seconds: t.timing.map_or(0.0, |t| t.compute_seconds),
+            })
+            .collect();
+        self.db
+            .record_actuals(report.graph_id, report.makespan, &report.error, &actuals)
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,52 @@
+//! Step 1: a compute server's periodic heartbeat with a load sample; the reply names the
+//! peers it should measure the network to.
+
+use ninf_proto::v1;
+
+use crate::db::StoredLoad;
+use crate::{Metaserver, MetaserverError, registry, unix_now};
+
+impl Metaserver {
+    /// Step 1: a heartbeat with a load sample.
+    pub async fn heartbeat(
+        &self,
+        request: v1::HeartbeatRequest,
+    ) -> Result<v1::HeartbeatReply, MetaserverError> {
+        let now = unix_now();
+        let (id, peers, was_down) = {
+            let mut state = self.state();
+            if !state
+                .registry
+                .heartbeat(&request.address, request.load.as_ref(), now)
+            {
+                return Ok(v1::HeartbeatReply {
+                    registered: false,
+                    peers: Vec::new(),
+                });
+            }
+            let id = state.registry.get(&request.address).map_or(0, |s| s.id);
+            let was_down = state.down.remove(&id);
+            (id, state.registry.peers(&request.address, now), was_down)
+        };
+        if was_down {
+            tracing::info!(server = %request.address, "server is back up");
+        }
+        let load = request.load.unwrap_or_default();
+        self.db
+            .heartbeat(
+                id,
+                StoredLoad {
+                    time: now,
+                    load: registry::demand(&load),
+                    load_average: load.load_average_1m,
+                    free_memory_bytes: load.free_memory_bytes,
+                    stored_bytes: load.stored_bytes,
+                },
+            )
+            .await?;
+        Ok(v1::HeartbeatReply {
+            registered: true,
+            peers,
+        })
+    }
+}

@@ -1,0 +1,10 @@
+//! The metaserver's operations, one module per request (seed 004's steps 0-5), each an
+//! `impl Metaserver` block over the shared state in `lib.rs`.
+
+pub mod actuals;
+pub mod heartbeat;
+pub mod network;
+pub mod register;
+pub mod schedule;
+pub mod status;
+pub mod upkeep;

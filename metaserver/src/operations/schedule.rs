@@ -1,0 +1,239 @@
+//! Steps 4-5: a proxy asks for a graph to be placed. The graph is checked against the IDL
+//! and planned by the configured scheduler on a snapshot of the registry and the planner,
+//! on a blocking thread and off the state's lock: a 100,000-task graph takes seconds to
+//! plan, and heartbeats, registrations and status requests are answered meanwhile. Graphs
+//! are still planned one at a time, so each sees the placements of the one before.
+
+use std::sync::atomic::Ordering;
+
+use ninf_proto::v1;
+use ninf_scheduling::{Link, Schedule, TaskGraph};
+
+use crate::db::{GraphRecord, PlacementRecord, StoredLink};
+use crate::graph::{self, GraphRejection};
+use crate::operations::network::stored_link;
+use crate::planner::Planner;
+use crate::{CLIENT, Metaserver, MetaserverError, Registry, State, unix_now};
+
+/// What planning one graph needs, owned, so that it can run on another thread.
+struct PlanInput {
+    graph: v1::TaskGraph,
+    scheduler: String,
+    seed: u64,
+    max_tasks: usize,
+    client_links: Vec<(String, Link)>,
+    avoid: Vec<String>,
+    registry: Registry,
+    planner: Planner,
+    now: f64,
+}
+
+/// A planned graph, before it is recorded.
+struct Plan {
+    tasks: TaskGraph,
+    schedule: Schedule,
+    placements: Vec<PlacementRecord>,
+    staging: Vec<v1::StagedInput>,
+    /// The registry the plan's server indices refer to.
+    registry: Registry,
+}
+
+impl Metaserver {
+    /// Steps 4-5: checks and places a graph, records the placements.
+    pub async fn schedule(
+        &self,
+        request: v1::ScheduleRequest,
+    ) -> Result<v1::ScheduleReply, MetaserverError> {
+        let _one_at_a_time = self.scheduling.lock().await;
+        let scheduler = if request.scheduler.is_empty() {
+            self.config.scheduler.clone()
+        } else {
+            request.scheduler.clone()
+        };
+        let now = unix_now();
+        let input = self.plan_input(&request, scheduler.clone(), now);
+        let plan = self.plan_off_lock(input).await?;
+        let inter_server_ratio = plan.schedule.inter_server_ratio(&plan.tasks);
+        let record = GraphRecord {
+            label: request.label.clone(),
+            proxy: request.proxy.clone(),
+            scheduler: scheduler.clone(),
+            predictor: self.config.predictor.clone(),
+            tasks: plan.tasks.tasks.len() as u32,
+            edges: plan.tasks.edges.len() as u32,
+            created: now,
+            predicted_makespan: plan.schedule.makespan,
+            inter_server_ratio,
+        };
+        let graph_id = self.db.record_graph(&record, &plan.placements).await?;
+        // The proxy's measurements enter the DB only now that it asks for a schedule.
+        let proxy_links: Vec<StoredLink> = request
+            .client_links
+            .iter()
+            .map(|s| StoredLink {
+                from: format!("{CLIENT}:{}", request.proxy),
+                ..stored_link(s, now)
+            })
+            .collect();
+        self.db.add_links(&proxy_links).await?;
+        {
+            let mut state = self.state();
+            let State {
+                planner, running, ..
+            } = &mut *state;
+            planner.record(graph_id, &plan.tasks, &plan.schedule, &plan.registry, now);
+            running.insert(graph_id);
+        }
+        tracing::info!(
+            graph = graph_id,
+            label = %request.label,
+            tasks = plan.tasks.tasks.len(),
+            %scheduler,
+            predicted_makespan = plan.schedule.makespan,
+            inter_server_ratio,
+            "graph scheduled"
+        );
+        Ok(reply(
+            graph_id,
+            scheduler,
+            &self.config.predictor,
+            plan,
+            inter_server_ratio,
+        ))
+    }
+
+    /// Graphs being planned right now (0 or 1): for tests and metrics.
+    pub fn planning_now(&self) -> u64 {
+        self.planning.load(Ordering::Relaxed)
+    }
+
+    /// Everything the plan needs, with the registry and planner copied under a brief lock.
+    fn plan_input(&self, request: &v1::ScheduleRequest, scheduler: String, now: f64) -> PlanInput {
+        let (registry, planner, scheduled) = {
+            let mut state = self.state();
+            state.scheduled += 1;
+            (
+                state.registry.clone(),
+                state.planner.clone(),
+                state.scheduled,
+            )
+        };
+        PlanInput {
+            graph: request.graph.clone().unwrap_or_default(),
+            scheduler,
+            // Varies the random scheduler's choices from graph to graph.
+            seed: self.config.random_seed ^ scheduled.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            max_tasks: self.config.max_graph_tasks,
+            client_links: request
+                .client_links
+                .iter()
+                .map(|s| {
+                    let link = Link {
+                        throughput: s.throughput_bytes_per_second,
+                        latency: s.latency_seconds,
+                    };
+                    (s.to.clone(), link)
+                })
+                .collect(),
+            avoid: request.avoid.clone(),
+            registry,
+            planner,
+            now,
+        }
+    }
+
+    /// Runs [`plan`] on a blocking thread, counted in [`Metaserver::planning_now`].
+    async fn plan_off_lock(&self, input: PlanInput) -> Result<Plan, MetaserverError> {
+        self.planning.fetch_add(1, Ordering::Relaxed);
+        let planned = tokio::task::spawn_blocking(move || plan(input)).await;
+        self.planning.fetch_sub(1, Ordering::Relaxed);
+        planned.map_err(|e| MetaserverError::Planning(e.to_string()))?
+    }
+}
+
+/// Checks the graph against the IDL and places it: pure, on owned copies.
+fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
+    let PlanInput {
+        graph,
+        registry,
+        now,
+        ..
+    } = &input;
+    let mut scheduler = ninf_scheduling::by_name(&input.scheduler, input.seed)
+        .map_err(|e| MetaserverError::BadRequest(e.to_string()))?;
+    let tasks = graph::check_graph(graph, input.max_tasks, |f| registry.describe(f, *now))?;
+    let schedule = input
+        .planner
+        .plan_avoiding(
+            registry,
+            &tasks,
+            &input.client_links,
+            &input.avoid,
+            scheduler.as_mut(),
+            *now,
+        )
+        .map_err(GraphRejection::from)?;
+    let servers = registry.servers();
+    let address = |server: usize| servers.get(server).map(|s| s.address.clone());
+    let placements = schedule
+        .servers
+        .iter()
+        .zip(&schedule.timings)
+        .enumerate()
+        .map(|(task, (&server, timing))| PlacementRecord {
+            task: task as u32,
+            label: tasks.tasks[task].label.clone(),
+            function: tasks.tasks[task].function.clone(),
+            server_address: address(server).unwrap_or_default(),
+            processors: tasks.tasks[task].processors,
+            predicted_start: timing.start,
+            predicted_finish: timing.finish,
+        })
+        .collect();
+    let staging = schedule
+        .staging
+        .iter()
+        .filter_map(|s| {
+            Some(v1::StagedInput {
+                task: s.task as u32,
+                parameter: s.parameter,
+                server: address(s.via)?,
+                bytes: s.bytes,
+            })
+        })
+        .collect();
+    Ok(Plan {
+        tasks,
+        schedule,
+        placements,
+        staging,
+        registry: input.registry,
+    })
+}
+
+fn reply(
+    graph_id: u64,
+    scheduler: String,
+    predictor: &str,
+    plan: Plan,
+    inter_server_ratio: f64,
+) -> v1::ScheduleReply {
+    v1::ScheduleReply {
+        graph_id,
+        scheduler,
+        predictor: predictor.to_string(),
+        placements: plan
+            .placements
+            .into_iter()
+            .map(|p| v1::TaskPlacement {
+                task: p.task,
+                server: p.server_address,
+                predicted_start: p.predicted_start,
+                predicted_finish: p.predicted_finish,
+            })
+            .collect(),
+        predicted_makespan: plan.schedule.makespan,
+        inter_server_ratio,
+        staging: plan.staging,
+    }
+}

@@ -1,0 +1,71 @@
+//! Periodic upkeep: servers that stopped sending heartbeats are recorded as down, and history
+//! beyond the retention bounds is deleted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Metaserver, MetaserverError, db, unix_now};
+
+/// How often history is pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Runs the upkeep every heartbeat period until the task is aborted.
+pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let period = Duration::from_secs_f64(metaserver.config.heartbeat_seconds.max(0.05));
+        let mut ticker = tokio::time::interval(period);
+        let mut last_prune = tokio::time::Instant::now();
+        loop {
+            ticker.tick().await;
+            if let Err(e) = metaserver.mark_down().await {
+                tracing::error!(error = %e, "marking silent servers down failed");
+            }
+            if last_prune.elapsed() >= PRUNE_EVERY {
+                last_prune = tokio::time::Instant::now();
+                match metaserver.prune().await {
+                    Ok(rows) if rows > 0 => tracing::info!(rows, "history pruned"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "pruning history failed"),
+                }
+            }
+        }
+    })
+}
+
+impl Metaserver {
+    /// Periodic upkeep: records servers that stopped sending heartbeats as down.
+    pub async fn mark_down(&self) -> Result<(), MetaserverError> {
+        let now = unix_now();
+        let newly_down: Vec<(i64, String)> = {
+            let mut state = self.state();
+            let silent: Vec<(i64, String)> = state
+                .registry
+                .servers()
+                .iter()
+                .filter(|s| !state.registry.is_up(s, now) && !state.down.contains(&s.id))
+                .map(|s| (s.id, s.address.clone()))
+                .collect();
+            state.down.extend(silent.iter().map(|(id, _)| *id));
+            silent
+        };
+        for (id, address) in newly_down {
+            tracing::warn!(server = %address, "no heartbeat: marked down");
+            self.db.set_state(id, "down").await?;
+        }
+        Ok(())
+    }
+
+    /// Periodic upkeep: deletes history beyond the retention bounds.
+    pub async fn prune(&self) -> Result<u64, MetaserverError> {
+        Ok(self
+            .db
+            .prune(
+                db::Retention {
+                    samples: Duration::from_secs_f64(self.config.retention_seconds),
+                    graphs: self.config.retention_graphs,
+                },
+                unix_now(),
+            )
+            .await?)
+    }
+}
