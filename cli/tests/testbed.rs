@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ninf_cli::testbed::{Profile, Testbed, is_root};
+use ninf_lab::testbed::{Profile, Testbed, is_root};
 
 /// Runs `f` on a thread inside namespace `ns` (sockets it opens belong to that namespace).
 fn in_namespace<T: Send + 'static>(

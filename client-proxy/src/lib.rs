@@ -6,7 +6,8 @@
 //! the client asked for, deletes every intermediate it created, and reports what actually
 //! happened to the metaserver.
 //!
-//! [`Proxy`] holds the state and runs graphs; [`service`] is its gRPC shell; [`run`] serves it.
+//! [`Proxy`] holds the state and runs graphs; [`service`] is its gRPC shell; [`bind`] starts
+//! and serves it.
 
 pub mod admission;
 pub mod config;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ninf_proto::net::auth::{AttachToken, Authorized, CheckToken, authorized};
 use ninf_proto::net::tls::GridTls;
-use ninf_proto::net::{ConnectionSettings, Keepalive};
+use ninf_proto::net::{ConnectionSettings, Keepalive, ServeError, Serving};
 use ninf_proto::v1;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -560,8 +561,59 @@ pub fn spawn_probes(proxy: Arc<Proxy>) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// A proxy serving in this process.
+pub struct Running {
+    /// The address it listens on.
+    pub address: String,
+    pub proxy: Arc<Proxy>,
+    serving: Serving,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Listen(#[from] ninf_proto::net::NetError),
+    #[error("no local address: {0}")]
+    Address(std::io::Error),
+    #[error("{}", .0.message())]
+    Setup(Status),
+}
+
+/// Starts a proxy as `config` says: listens on `config.listen`, named `config.name` (or its
+/// address), probes the servers and serves.
+pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
+    let listener = ninf_proto::net::listen(&config.listen).await?;
+    let address = listener
+        .local_addr()
+        .map_err(StartError::Address)?
+        .to_string();
+    let name = config.name.clone().unwrap_or_else(|| address.clone());
+    let proxy = Proxy::new(config, name).map_err(StartError::Setup)?;
+    let serving = {
+        let proxy = proxy.clone();
+        Serving::spawn(move |shutdown| run(listener, proxy, shutdown))
+    };
+    Ok(Running {
+        address,
+        proxy,
+        serving,
+    })
+}
+
+impl Running {
+    /// Stops serving (gracefully).
+    pub async fn stop(self) -> Result<(), ServeError> {
+        self.serving.stop().await
+    }
+
+    /// Serves until `signal` completes, then stops.
+    pub async fn until(self, signal: impl Future<Output = ()>) -> Result<(), ServeError> {
+        self.serving.until(signal).await
+    }
+}
+
 /// Serves the proxy on `listener` until `shutdown` completes.
-pub async fn run(
+async fn run(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()> + Send,

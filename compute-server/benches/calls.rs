@@ -11,11 +11,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ninf::{Arg, NinfClient};
+use ninf_compute_server::ServerConfig;
 use ninf_compute_server::config::ModuleConfig;
-use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_executable::ExecutableProcess;
 use ninf_proto::v1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,9 +50,11 @@ impl v1::echo_server::Echo for EchoService {
     }
 }
 
-async fn start_ninf_server() -> String {
+async fn start_ninf_server() -> ninf_compute_server::Running {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let config = ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        load_interval_seconds: 5.0,
         processors: Some(1),
         max_request_bytes: 1 << 30,
         modules: vec![ModuleConfig {
@@ -61,24 +63,9 @@ async fn start_ninf_server() -> String {
         }],
         ..ServerConfig::default()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let bulk = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let info = v1::ServerInfo {
-        bulk_address: bulk.local_addr().unwrap().to_string(),
-        ..Default::default()
-    };
-    let state = ServerState::start(&config, address.clone(), info)
+    ninf_compute_server::bind(&config, v1::ServerInfo::default())
         .await
-        .unwrap();
-    tokio::spawn(ninf_compute_server::run(
-        listener,
-        Some(bulk),
-        state,
-        Duration::from_secs(5),
-        std::future::pending(),
-    ));
-    address
+        .unwrap()
 }
 
 async fn start_echo_server() -> String {
@@ -266,7 +253,9 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let ninf_address = start_ninf_server().await;
+        // Serves until the end of the block.
+        let ninf_server = start_ninf_server().await;
+        let ninf_address = ninf_server.address.clone();
         let echo_address = start_echo_server().await;
         let tcp_address = start_tcp_echo(32 << 20).await;
         let ninf = NinfClient::connect(&ninf_address).await.unwrap();

@@ -2,9 +2,11 @@
 //! serves its modules' routines through warm pools of generated executables, holds
 //! intermediate arrays in its storage role for calls here or elsewhere, and samples its load.
 //!
-//! [`run`] takes a bound listener, the shared state and a shutdown signal, so tests and the
-//! `ninf-server` binary start it the same way. With a grid token, every service but health
-//! refuses requests without it (the bulk-data port checks it per request).
+//! [`bind`] is the one way to start a server: it binds the gRPC and bulk-data ports, starts
+//! the state (pools, storage, gang master), serves, and registers with the metaserver when
+//! one is configured. The `ninf-server` binary, the embedded grid, tests and benchmarks all
+//! start servers with it. With a grid token, every service but health refuses requests
+//! without it (the bulk-data port checks it per request).
 
 pub mod benchmark;
 pub mod bulk;
@@ -23,6 +25,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ninf_proto::net::{ServeError, Serving};
 use ninf_proto::v1;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -30,14 +33,97 @@ use tonic::service::interceptor::InterceptedService;
 
 pub use config::ServerConfig;
 pub use ninf_executable::keep_freed_memory;
-pub use state::ServerState;
+pub use state::{ServerState, StartError};
 
 /// Largest probe payload a peer may send (network measurements use about 1 MiB).
 const PROBE_LIMIT: usize = 64 << 20;
 
+/// A compute server serving in this process.
+pub struct Running {
+    /// The address it is known by (`advertise`, or the bound address).
+    pub address: String,
+    pub state: Arc<ServerState>,
+    serving: Serving,
+    registration: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts a server as `config` says: listens on `config.listen` and a bulk-data port beside
+/// it, starts the state with `info`'s figures (its processors and bulk address are filled
+/// in), serves, and keeps it registered with `config.metaserver` when one is given.
+pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running, StartError> {
+    let listener = ninf_proto::net::listen(&config.listen).await?;
+    let bound = listener.local_addr().map_err(StartError::Io)?;
+    let advertise = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| bound.to_string());
+    // Bulk calls (large arrays) come on a second port of the same host.
+    let bulk = ninf_proto::net::listen(&format!("{}:0", bound.ip())).await?;
+    let bulk_port = bulk.local_addr().map_err(StartError::Io)?.port();
+    let bulk_host = match advertise.rsplit_once(':') {
+        Some((host, _)) => host.to_string(),
+        None => bound.ip().to_string(),
+    };
+    let info = v1::ServerInfo {
+        processors: config.processors() as u32,
+        bulk_address: format!("{bulk_host}:{bulk_port}"),
+        ..info
+    };
+    let state = ServerState::start(config, advertise.clone(), info).await?;
+    let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
+    let serving = {
+        let state = state.clone();
+        Serving::spawn(move |shutdown| run(listener, Some(bulk), state, interval, shutdown))
+    };
+    let registration = config.metaserver.clone().map(|metaserver| {
+        registration::spawn(
+            state.clone(),
+            registration::RegistrationConfig {
+                metaserver,
+                probe_bytes: config.probe_bytes,
+            },
+        )
+    });
+    Ok(Running {
+        address: advertise,
+        state,
+        serving,
+        registration,
+    })
+}
+
+impl Running {
+    /// Stops its heartbeats (it keeps serving): the metaserver will mark it down.
+    pub fn silence(&self) {
+        if let Some(task) = &self.registration {
+            task.abort();
+        }
+    }
+
+    /// Stops serving (gracefully: calls in progress finish) and stops the pools.
+    pub async fn stop(self) -> Result<(), ServeError> {
+        self.silence();
+        self.serving.stop().await
+    }
+
+    /// Serves until `signal` completes, then stops as [`Running::stop`] does.
+    pub async fn until(self, signal: impl Future<Output = ()>) -> Result<(), ServeError> {
+        let Running {
+            serving,
+            registration,
+            ..
+        } = self;
+        let result = serving.until(signal).await;
+        if let Some(task) = registration {
+            task.abort();
+        }
+        result
+    }
+}
+
 /// Serves every gRPC service on `listener` (and bulk calls on `bulk`, when given) until
 /// `shutdown` completes, then stops the pools.
-pub async fn run(
+async fn run(
     listener: TcpListener,
     bulk: Option<TcpListener>,
     state: Arc<ServerState>,

@@ -74,6 +74,10 @@ pub enum StartError {
     Token(#[from] ninf_proto::net::auth::TokenError),
     #[error(transparent)]
     Tls(#[from] ninf_proto::net::tls::TlsError),
+    #[error(transparent)]
+    Listen(#[from] ninf_proto::net::NetError),
+    #[error("{0}")]
+    Io(std::io::Error),
 }
 
 impl ServerState {

@@ -228,13 +228,17 @@ fn a_processor_slowdown_below_one_is_refused_by_server_and_executable() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Children of a process, from /proc.
+/// Children of a process, from /proc: each thread lists the children it started, and the
+/// server starts them from its runtime's worker threads as well as its main thread.
 fn children(pid: u32) -> Vec<u32> {
-    let path = format!("/proc/{pid}/task/{pid}/children");
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    threads
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
         .collect()
 }
 

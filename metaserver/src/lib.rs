@@ -22,6 +22,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tonic::service::interceptor::InterceptedService;
 
+use ninf_proto::net::{ServeError, Serving};
 use ninf_proto::v1;
 use ninf_scheduling::Link;
 use tokio::net::TcpListener;
@@ -56,13 +57,18 @@ pub enum MetaserverError {
     UnknownGraph(u64),
     #[error("planning the graph failed: {0}")]
     Planning(String),
+    #[error(transparent)]
+    Listen(#[from] ninf_proto::net::NetError),
 }
 
 impl From<MetaserverError> for tonic::Status {
     fn from(error: MetaserverError) -> tonic::Status {
         let message = error.to_string();
         match error {
-            MetaserverError::Db(_) | MetaserverError::Config(_) | MetaserverError::Planning(_) => {
+            MetaserverError::Db(_)
+            | MetaserverError::Config(_)
+            | MetaserverError::Planning(_)
+            | MetaserverError::Listen(_) => {
                 tracing::error!(%message, "metaserver error");
                 tonic::Status::internal(message)
             }
@@ -198,8 +204,48 @@ impl Metaserver {
     }
 }
 
+/// A metaserver serving in this process.
+pub struct Running {
+    /// The address it listens on.
+    pub address: String,
+    pub metaserver: Arc<Metaserver>,
+    serving: Serving,
+}
+
+/// Starts a metaserver as `config` says: listens on `config.listen`, opens the resource DB
+/// and serves.
+pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> {
+    let listener = ninf_proto::net::listen(&config.listen).await?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| MetaserverError::BadRequest(format!("no local address: {e}")))?
+        .to_string();
+    let metaserver = Metaserver::open(config).await?;
+    let serving = {
+        let metaserver = metaserver.clone();
+        Serving::spawn(move |shutdown| run(listener, metaserver, shutdown))
+    };
+    Ok(Running {
+        address,
+        metaserver,
+        serving,
+    })
+}
+
+impl Running {
+    /// Stops serving (gracefully) and closes the resource DB.
+    pub async fn stop(self) -> Result<(), ServeError> {
+        self.serving.stop().await
+    }
+
+    /// Serves until `signal` completes, then stops.
+    pub async fn until(self, signal: impl Future<Output = ()>) -> Result<(), ServeError> {
+        self.serving.until(signal).await
+    }
+}
+
 /// Serves the metaserver on `listener` until `shutdown` completes.
-pub async fn run(
+async fn run(
     listener: TcpListener,
     metaserver: Arc<Metaserver>,
     shutdown: impl Future<Output = ()> + Send,

@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Parser;
-use ninf_client_proxy::{Proxy, ProxyConfig};
+use ninf_client_proxy::ProxyConfig;
 
 #[derive(Parser)]
 #[command(name = "ninf-proxy", version, about = "A Ninf client proxy")]
@@ -46,13 +45,8 @@ async fn main() -> anyhow::Result<()> {
     if let Some(listen) = cli.listen {
         config.listen = listen;
     }
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let address = listener.local_addr()?.to_string();
-    let name = config.name.clone().unwrap_or_else(|| address.clone());
-    let proxy = Proxy::new(config, name).map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-    println!("listening on {address}");
-    ninf_client_proxy::run(listener, proxy, shutdown_signal()).await?;
+    let proxy = ninf_client_proxy::bind(config).await?;
+    println!("listening on {}", proxy.address);
+    proxy.until(shutdown_signal()).await?;
     Ok(())
 }

@@ -3,9 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
-use ninf_compute_server::{ServerConfig, ServerState, benchmark, registration};
+use ninf_compute_server::{ServerConfig, benchmark};
 use ninf_proto::v1;
 
 #[derive(Parser)]
@@ -81,7 +80,6 @@ fn main() -> anyhow::Result<()> {
         v1::ServerInfo {
             cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
             memory_bytes: benchmark::total_memory_bytes().unwrap_or(0),
-            processors: config.processors() as u32,
             ..Default::default()
         }
     } else {
@@ -99,50 +97,16 @@ fn main() -> anyhow::Result<()> {
             cpus: report.cpus as u32,
             memory_bytes: report.memory_bytes,
             benchmark_n: report.benchmark_n as u32,
-            processors: config.processors() as u32,
-            bulk_address: String::new(),
+            ..Default::default()
         }
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let bound = listener.local_addr()?;
-        let advertise = config
-            .advertise
-            .clone()
-            .unwrap_or_else(|| bound.to_string());
-        // Bulk calls (large arrays) come on a second port of the same host.
-        let bulk = tokio::net::TcpListener::bind((bound.ip(), 0))
-            .await
-            .context("cannot open the bulk-data port")?;
-        let bulk_address = match config.advertise.as_deref().and_then(|a| a.rsplit_once(':')) {
-            Some((host, _)) => format!("{host}:{}", bulk.local_addr()?.port()),
-            None => bulk.local_addr()?.to_string(),
-        };
-        let info = v1::ServerInfo {
-            bulk_address,
-            ..info
-        };
-        let state = ServerState::start(&config, advertise.clone(), info).await?;
+        let server = ninf_compute_server::bind(&config, info).await?;
         // The first line on stdout tells scripts and tests where the server is.
-        println!("listening on {advertise}");
-        tracing::info!(address = %advertise, modules = state.modules.len(), "serving");
-        let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
-        let registration = config.metaserver.clone().map(|metaserver| {
-            registration::spawn(
-                state.clone(),
-                registration::RegistrationConfig {
-                    metaserver,
-                    probe_bytes: config.probe_bytes,
-                },
-            )
-        });
-        ninf_compute_server::run(listener, Some(bulk), state, interval, shutdown_signal()).await?;
-        if let Some(task) = registration {
-            task.abort();
-        }
+        println!("listening on {}", server.address);
+        tracing::info!(address = %server.address, modules = server.state.modules.len(), "serving");
+        server.until(shutdown_signal()).await?;
         anyhow::Ok(())
     })
 }

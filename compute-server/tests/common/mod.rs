@@ -5,12 +5,10 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Once};
-use std::time::Duration;
 
 use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_proto::v1;
-use tokio::sync::oneshot;
 
 /// The folder holding the built binaries (`target/<profile>`).
 pub fn binaries() -> PathBuf {
@@ -46,8 +44,7 @@ pub fn module(name: &str) -> ModuleConfig {
 pub struct TestServer {
     pub address: String,
     pub state: Arc<ServerState>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    running: ninf_compute_server::Running,
 }
 
 impl TestServer {
@@ -55,55 +52,25 @@ impl TestServer {
     pub async fn start(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
         ensure_executables();
         let mut config = ServerConfig {
+            listen: "127.0.0.1:0".into(),
             processors: Some(2),
             modules: vec![module("linpack"), module("vector"), module("selftest")],
+            load_interval_seconds: 0.05,
             ..ServerConfig::default()
         };
         configure(&mut config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        let bulk = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let info = v1::ServerInfo {
-            processors: config.processors() as u32,
-            bulk_address: bulk.local_addr().unwrap().to_string(),
-            ..Default::default()
-        };
-        let state = ServerState::start(&config, address.clone(), info)
+        let running = ninf_compute_server::bind(&config, v1::ServerInfo::default())
             .await
             .unwrap();
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn({
-            let state = state.clone();
-            async move {
-                let shutdown = async {
-                    let _ = rx.await;
-                };
-                ninf_compute_server::run(
-                    listener,
-                    Some(bulk),
-                    state,
-                    Duration::from_millis(50),
-                    shutdown,
-                )
-                .await
-                .unwrap();
-            }
-        });
         TestServer {
-            address,
-            state,
-            shutdown: Some(tx),
-            task: Some(task),
+            address: running.address.clone(),
+            state: running.state.clone(),
+            running,
         }
     }
 
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+    pub async fn stop(self) {
+        self.running.stop().await.unwrap();
     }
 }
 

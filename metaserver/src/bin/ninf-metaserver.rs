@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Parser;
-use ninf_metaserver::{Metaserver, MetaserverConfig};
+use ninf_metaserver::MetaserverConfig;
 
 #[derive(Parser)]
 #[command(name = "ninf-metaserver", version, about = "The Ninf metaserver")]
@@ -57,13 +56,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(p) = cli.predictor {
         config.predictor = p;
     }
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let address = listener.local_addr()?;
-    let metaserver = Metaserver::open(config).await?;
+    let metaserver = ninf_metaserver::bind(config).await?;
     // The first line on stdout tells scripts and tests where the metaserver is.
-    println!("listening on {address}");
-    ninf_metaserver::run(listener, metaserver, shutdown_signal()).await?;
+    println!("listening on {}", metaserver.address);
+    metaserver.until(shutdown_signal()).await?;
     Ok(())
 }

@@ -82,6 +82,8 @@ pub enum NetError {
     Tls { address: String, reason: String },
     #[error("cannot connect to {address}: {reason}")]
     Connect { address: String, reason: String },
+    #[error("cannot listen on {address}: {reason}")]
+    Listen { address: String, reason: String },
 }
 
 /// An endpoint for `address` (`host:port`) with the grid's settings: `https` checked against
@@ -157,6 +159,84 @@ pub fn server(tls: Option<&GridTls>) -> Result<Server, tonic::transport::Error> 
     match tls.and_then(GridTls::server_config) {
         Some(config) => builder.tls_config(config),
         None => Ok(builder),
+    }
+}
+
+/// A listener bound for a grid server: `listen` (`host:port`, port 0 for any), with the error
+/// naming the address.
+pub async fn listen(listen: &str) -> Result<tokio::net::TcpListener, NetError> {
+    tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| NetError::Listen {
+            address: listen.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+/// A gRPC server running in a task until it is stopped: what each component's start
+/// function (`ninf_metaserver::bind`, `ninf_client_proxy::bind`, `ninf_compute_server::bind`)
+/// holds, so that binaries, the embedded grid, tests and benchmarks stop them the same way.
+/// Dropping it shuts the server down as well (without waiting).
+pub struct Serving {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// A graceful-shutdown signal handed to a server's serve loop.
+pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the server failed: {}", with_causes(.0))]
+    Transport(#[from] tonic::transport::Error),
+    #[error("the server's task ended abnormally: {0}")]
+    Task(String),
+}
+
+impl Serving {
+    /// Runs `serve` in a task, handing it the shutdown signal that [`Serving::stop`] fires.
+    pub fn spawn<F>(serve: impl FnOnce(Shutdown) -> F) -> Serving
+    where
+        F: std::future::Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
+    {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown: Shutdown = Box::pin(async move {
+            let _ = stopped.await;
+        });
+        Serving {
+            stop: Some(stop),
+            task: tokio::spawn(serve(shutdown)),
+        }
+    }
+
+    /// Shuts the server down gracefully and waits until it has.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.join().await
+    }
+
+    /// Serves until `signal` completes (then stops gracefully), or until the server ends.
+    pub async fn until(
+        mut self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        tokio::select! {
+            () = signal => self.stop().await,
+            ended = &mut self.task => Self::ended(ended),
+        }
+    }
+
+    async fn join(self) -> Result<(), ServeError> {
+        Self::ended(self.task.await)
+    }
+
+    fn ended(
+        ended: Result<Result<(), tonic::transport::Error>, tokio::task::JoinError>,
+    ) -> Result<(), ServeError> {
+        ended.map_err(|e| ServeError::Task(e.to_string()))??;
+        Ok(())
     }
 }
 

@@ -20,15 +20,13 @@ use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_proto::v1;
 use ninf_sim::random::Random;
 use serde::Serialize;
-use tokio::sync::oneshot;
 
 /// A compute server serving `selftest` inside this process (its executables and agents are
 /// processes), for benchmarks.
 pub struct BenchServer {
     pub address: String,
     pub state: Arc<ServerState>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    running: ninf_compute_server::Running,
 }
 
 impl BenchServer {
@@ -50,42 +48,17 @@ impl BenchServer {
                 idl,
             }],
             gang,
+            listen: "127.0.0.1:0".into(),
             ..ServerConfig::default()
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?.to_string();
-        let info = v1::ServerInfo {
-            processors,
-            ..Default::default()
-        };
-        let state = ServerState::start(&config, address.clone(), info)
+        let info = v1::ServerInfo::default();
+        let running = ninf_compute_server::bind(&config, info)
             .await
             .context("starting the benchmark server")?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn({
-            let state = state.clone();
-            async move {
-                let shutdown = async {
-                    let _ = stopped.await;
-                };
-                if let Err(e) = ninf_compute_server::run(
-                    listener,
-                    None,
-                    state,
-                    Duration::from_secs(1),
-                    shutdown,
-                )
-                .await
-                {
-                    tracing::error!(error = %e, "benchmark server stopped");
-                }
-            }
-        });
         let server = BenchServer {
-            address,
-            state,
-            stop: Some(stop),
-            task,
+            address: running.address.clone(),
+            state: running.state.clone(),
+            running,
         };
         server.wait_for_agents().await?;
         Ok(server)
@@ -110,11 +83,10 @@ impl BenchServer {
         anyhow::bail!("the node agents did not attach within 10 s")
     }
 
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+    pub async fn stop(self) {
+        if let Err(e) = self.running.stop().await {
+            tracing::error!(error = %e, "benchmark server stopped");
         }
-        let _ = self.task.await;
     }
 }
 

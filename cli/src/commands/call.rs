@@ -5,9 +5,13 @@
 
 use std::collections::BTreeMap;
 
+use std::path::PathBuf;
+
 use anyhow::{Context, bail};
+use clap::Args;
 use ninf::grid::GridClient;
 use ninf::{Arg, ArrayMut, ArrayRef};
+use ninf_grid::embedded::Endpoints;
 use ninf_idl::{ElementType, Mode};
 use ninf_proto::ArrayData;
 
@@ -61,7 +65,7 @@ fn to_json(array: &ArrayData) -> serde_json::Value {
 }
 
 /// Runs `function` with the given values; returns the JSON to print.
-pub fn call(
+fn call(
     proxy: &str,
     token: Option<&str>,
     tls: Option<&ninf_proto::net::tls::GridTls>,
@@ -155,4 +159,28 @@ pub fn call(
         }
     }
     Ok(serde_json::json!({ "function": function, "status": outcome.status, "outputs": outputs }))
+}
+
+#[derive(Args)]
+pub struct CallArgs {
+    pub routine: String,
+    pub values: Vec<String>,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+pub fn run(args: CallArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.unwrap_or_else(ninf_grid::default_data_dir);
+    let endpoints = Endpoints::read(&data_dir)?;
+    let token = endpoints.token()?;
+    let tls = endpoints.tls()?;
+    let result = call(
+        &endpoints.proxy,
+        token.as_deref(),
+        tls.as_ref(),
+        &args.routine,
+        &args.values,
+    )?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
 }

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::processes::{binary, start, write};
 use crate::testbed::{Profile, Testbed};
-use crate::workloads::{self, Summary, WorkloadRun};
+use ninf_grid::processes::{binary, start, write};
+use ninf_grid::workloads::{self, Summary, WorkloadRun};
 
 /// Ports inside the sites.
 const METASERVER_PORT: u16 = 7000;

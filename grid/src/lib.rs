@@ -1,21 +1,12 @@
-//! The `ninf` command's library: the embedded local grid ([`embedded`]), the seed's workloads
-//! ([`workloads`]), the demo that runs them under several schedulers ([`demo`]), and the
-//! shell-friendly call ([`quick_call`]), the gang scheduler's benchmarks ([`gang_bench`]), and
-//! the scheduling simulator's front end ([`simulate`]), the testbed ([`testbed`]) and its
-//! user-space latency ([`latency`]), the benchmark of the metaserver's
-//! schedulers on random task graphs ([`dag_bench`]), and fault injection ([`chaos`]).
+//! A whole Ninf grid to run, for `ninf up`, the demo, chaos, tests and benchmarks: the
+//! embedded grid in one process ([`embedded`]), grids of real processes ([`processes`]), the
+//! seed's workloads as transactions ([`workloads`]), the demo that runs them under several
+//! schedulers ([`demo`]) and fault injection ([`chaos`]).
 
 pub mod chaos;
-pub mod dag_bench;
 pub mod demo;
 pub mod embedded;
-pub mod experiment;
-pub mod gang_bench;
-pub mod latency;
 pub mod processes;
-pub mod quick_call;
-pub mod simulate;
-pub mod testbed;
 pub mod workloads;
 
 use std::path::PathBuf;

@@ -10,14 +10,11 @@ use std::time::Duration;
 use anyhow::Context;
 use ninf_client_proxy::{Proxy, ProxyConfig};
 use ninf_compute_server::config::ModuleConfig;
-use ninf_compute_server::registration::{self, RegistrationConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::net::tls::{GridTls, TlsFiles};
 use ninf_proto::v1;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -117,44 +114,17 @@ impl Endpoints {
     }
 }
 
-/// A task serving until its shutdown signal fires.
-struct Service {
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
-}
-
-impl Service {
-    fn spawn<F>(serve: impl FnOnce(oneshot::Receiver<()>) -> F) -> Service
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let (tx, rx) = oneshot::channel();
-        Service {
-            shutdown: Some(tx),
-            task: tokio::spawn(serve(rx)),
-        }
-    }
-
-    async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        let _ = self.task.await;
-    }
-}
-
 /// One compute server of the grid.
 pub struct GridServer {
     pub address: String,
     pub state: Arc<ServerState>,
-    service: Service,
-    registration: JoinHandle<()>,
+    running: ninf_compute_server::Running,
 }
 
 impl GridServer {
     /// Stops its heartbeats (it keeps serving): the metaserver will mark it down.
     pub fn silence(&self) {
-        self.registration.abort();
+        self.running.silence();
     }
 }
 
@@ -165,8 +135,8 @@ pub struct EmbeddedGrid {
     pub metaserver: Arc<Metaserver>,
     pub proxy: Arc<Proxy>,
     pub servers: Vec<GridServer>,
-    metaserver_service: Option<Service>,
-    proxy_service: Service,
+    metaserver_service: Option<ninf_metaserver::Running>,
+    proxy_service: ninf_client_proxy::Running,
 }
 
 fn token_file(data_dir: &Path) -> PathBuf {
@@ -210,24 +180,10 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
 async fn start_metaserver(
     options: &GridOptions,
     listen: &str,
-) -> anyhow::Result<(Arc<Metaserver>, Service, String)> {
-    let listener = tokio::net::TcpListener::bind(listen)
+) -> anyhow::Result<ninf_metaserver::Running> {
+    ninf_metaserver::bind(metaserver_config(options, listen))
         .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    let address = listener.local_addr()?.to_string();
-    let metaserver = Metaserver::open(metaserver_config(options, &address)).await?;
-    let service = {
-        let metaserver = metaserver.clone();
-        Service::spawn(move |rx| async move {
-            let shutdown = async {
-                let _ = rx.await;
-            };
-            if let Err(e) = ninf_metaserver::run(listener, metaserver, shutdown).await {
-                tracing::error!(error = %e, "metaserver stopped");
-            }
-        })
-    };
-    Ok((metaserver, service, address))
+        .with_context(|| format!("starting the metaserver on {listen}"))
 }
 
 impl EmbeddedGrid {
@@ -246,8 +202,8 @@ impl EmbeddedGrid {
             let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
             ninf_proto::net::tls::generate(&tls_dir(&options.data_dir), &TLS_NAMES, &hosts)?;
         }
-        let (metaserver, metaserver_service, metaserver_address) =
-            start_metaserver(&options, "127.0.0.1:0").await?;
+        let metaserver_service = start_metaserver(&options, "127.0.0.1:0").await?;
+        let metaserver_address = metaserver_service.address.clone();
         let mflops = match options.mflops {
             Some(m) => m,
             None => {
@@ -262,30 +218,17 @@ impl EmbeddedGrid {
         for (i, &processors) in options.processors.iter().enumerate() {
             servers.push(start_server(&options, i, processors, mflops, &metaserver_address).await?);
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let proxy_address = listener.local_addr()?.to_string();
-        let proxy = Proxy::new(
-            ProxyConfig {
-                probe_seconds: options.probe_seconds,
-                auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
-                max_stored_bytes_per_client: options.max_stored_bytes_per_client,
-                tls: component_tls(&options, "proxy"),
-                ..ProxyConfig::new(metaserver_address.clone())
-            },
-            proxy_address.clone(),
-        )
-        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-        let proxy_service = {
-            let proxy = proxy.clone();
-            Service::spawn(move |rx| async move {
-                let shutdown = async {
-                    let _ = rx.await;
-                };
-                if let Err(e) = ninf_client_proxy::run(listener, proxy, shutdown).await {
-                    tracing::error!(error = %e, "proxy stopped");
-                }
-            })
-        };
+        let proxy_service = ninf_client_proxy::bind(ProxyConfig {
+            listen: "127.0.0.1:0".into(),
+            probe_seconds: options.probe_seconds,
+            auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
+            max_stored_bytes_per_client: options.max_stored_bytes_per_client,
+            tls: component_tls(&options, "proxy"),
+            ..ProxyConfig::new(metaserver_address.clone())
+        })
+        .await
+        .context("starting the proxy")?;
+        let proxy_address = proxy_service.address.clone();
         let endpoints = Endpoints {
             metaserver: metaserver_address,
             proxy: proxy_address,
@@ -297,8 +240,8 @@ impl EmbeddedGrid {
         let grid = EmbeddedGrid {
             options,
             endpoints,
-            metaserver,
-            proxy,
+            metaserver: metaserver_service.metaserver.clone(),
+            proxy: proxy_service.proxy.clone(),
             servers,
             metaserver_service: Some(metaserver_service),
             proxy_service,
@@ -330,11 +273,10 @@ impl EmbeddedGrid {
     /// Stops the metaserver and starts a new one on the same address and database.
     pub async fn restart_metaserver(&mut self) -> anyhow::Result<()> {
         if let Some(service) = self.metaserver_service.take() {
-            service.stop().await;
+            service.stop().await?;
         }
-        let (metaserver, service, _) =
-            start_metaserver(&self.options, &self.endpoints.metaserver).await?;
-        self.metaserver = metaserver;
+        let service = start_metaserver(&self.options, &self.endpoints.metaserver).await?;
+        self.metaserver = service.metaserver.clone();
         self.metaserver_service = Some(service);
         Ok(())
     }
@@ -352,13 +294,17 @@ impl EmbeddedGrid {
 
     /// Stops everything.
     pub async fn stop(self) {
-        self.proxy_service.stop().await;
+        let mut stopped = vec![("proxy".to_string(), self.proxy_service.stop().await)];
         for server in self.servers {
-            server.registration.abort();
-            server.service.stop().await;
+            stopped.push((server.address, server.running.stop().await));
         }
         if let Some(service) = self.metaserver_service {
-            service.stop().await;
+            stopped.push(("metaserver".to_string(), service.stop().await));
+        }
+        for (what, result) in stopped {
+            if let Err(e) = result {
+                tracing::error!(%what, error = %e, "stopped with an error");
+            }
         }
         let _ = std::fs::remove_file(Endpoints::file(&self.options.data_dir));
     }
@@ -372,6 +318,8 @@ async fn start_server(
     metaserver: &str,
 ) -> anyhow::Result<GridServer> {
     let config = ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        load_interval_seconds: 1.0,
         processors: Some(processors.max(1) as usize),
         modules: options.modules.clone(),
         storage: ninf_compute_server::config::StorageConfig {
@@ -383,45 +331,18 @@ async fn start_server(
         tls: component_tls(options, "server"),
         ..ServerConfig::default()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?.to_string();
-    let bulk = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let info = v1::ServerInfo {
         mflops,
         cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
         memory_bytes: ninf_compute_server::benchmark::total_memory_bytes().unwrap_or(0),
-        benchmark_n: 0,
-        processors: config.processors() as u32,
-        bulk_address: bulk.local_addr()?.to_string(),
+        ..Default::default()
     };
-    let state = ServerState::start(&config, address.clone(), info)
+    let running = ninf_compute_server::bind(&config, info)
         .await
         .with_context(|| format!("starting server {index}"))?;
-    let service = {
-        let state = state.clone();
-        Service::spawn(move |rx| async move {
-            let shutdown = async {
-                let _ = rx.await;
-            };
-            let interval = Duration::from_secs(1);
-            if let Err(e) =
-                ninf_compute_server::run(listener, Some(bulk), state, interval, shutdown).await
-            {
-                tracing::error!(error = %e, "compute server stopped");
-            }
-        })
-    };
-    let registration = registration::spawn(
-        state.clone(),
-        RegistrationConfig {
-            metaserver: metaserver.to_string(),
-            probe_bytes: config.probe_bytes,
-        },
-    );
     Ok(GridServer {
-        address,
-        state,
-        service,
-        registration,
+        address: running.address.clone(),
+        state: running.state.clone(),
+        running,
     })
 }

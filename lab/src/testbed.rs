@@ -4,7 +4,7 @@
 //! `netem`, so a profile's latencies are added in user space: the router sends packets
 //! between sites through a TUN device to a delay forwarder ([`crate::latency`], run as
 //! `ninf testbed delay` in the router namespace). Sites get 10.77.k.2/24 (k = 1, 2, ... in the profile's order), the router
-//! 10.77.k.1. Profiles are TOML (`cli/profiles/*.toml`, or a file).
+//! 10.77.k.1. Profiles are TOML (`lab/profiles/*.toml`, or a file).
 //!
 //! Set-up first tears down anything left by an earlier run with the same prefix, so it is
 //! idempotent; tear-down kills every process in the namespaces and deletes them, which also

@@ -8,9 +8,9 @@ use std::sync::Once;
 use std::time::Duration;
 
 use ninf::grid::{GridClient, TxArg};
-use ninf_cli::embedded::{EmbeddedGrid, GridOptions};
-use ninf_cli::workloads;
 use ninf_compute_server::config::ModuleConfig;
+use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
+use ninf_grid::workloads;
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1;
 
@@ -932,7 +932,7 @@ fn over_tls_the_grid_computes_and_refuses_plain_or_uncertified_peers() {
     });
     // A server process with the token and TLS registers and serves (its node agents attach
     // over TLS too); one with the token but without TLS cannot register.
-    let files = ninf_cli::embedded::tls_files(&tls_dir, "server");
+    let files = ninf_grid::embedded::tls_files(&tls_dir, "server");
     let token_file = endpoints.token_file.clone().unwrap();
     let with_tls = format!(
         "auth_token_file = \"{}\"\n[tls]\nca = \"{}\"\ncertificate = \"{}\"\nkey = \"{}\"\n",

@@ -5,7 +5,7 @@
 //! metaserver, no proxy). Prints one JSON object with tasks/s of both, their ratio, and where
 //! the transaction's time went.
 //!
-//! Run with `cargo bench -p ninf-cli --bench tiny_tasks`; figures go to docs/performance.md.
+//! Run with `cargo bench -p ninf-grid --bench tiny_tasks`; figures go to docs/performance.md.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ninf::grid::{GridClient, TxArg};
-use ninf_cli::embedded::{EmbeddedGrid, GridOptions};
 use ninf_compute_server::config::ModuleConfig;
+use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
 use ninf_proto::v1;
 
 const TASKS: usize = 10_000;

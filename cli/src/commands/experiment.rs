@@ -1,0 +1,193 @@
+//! `ninf experiment wan|tables`: seed 004's experiment on the testbed and its tables beside
+//! the seed's; `experiment-client` is its client side, run inside the client's site.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+pub struct ExperimentArgs {
+    #[command(subcommand)]
+    pub kind: ExperimentKind,
+}
+
+#[derive(Subcommand)]
+pub enum ExperimentKind {
+    /// Seed 004's Tables 2-5 next to ours, from the JSON lines `wan` wrote.
+    Tables {
+        /// A results.jsonl written by `ninf experiment wan --out`.
+        results: PathBuf,
+        /// The profile the results were measured on (for its speedup).
+        #[arg(long, default_value = "paper")]
+        profile: String,
+    },
+    /// Seed 004's experiment: the pairs and cascade workloads under each scheduler.
+    Wan {
+        #[arg(long, default_value = "paper")]
+        profile: String,
+        /// Schedulers to compare; `seed-simple` and `seed-flow` are the seed's own.
+        #[arg(long, value_delimiter = ',', default_value = "seed-simple,seed-flow")]
+        scheduler: Vec<String>,
+        /// pairs, cascade or both.
+        #[arg(long, value_delimiter = ',', default_value = "pairs,cascade")]
+        workload: Vec<String>,
+        /// Matrix orders for every workload; by default the seed's: pairs 100,300,500,700
+        /// and cascade 100,200,300.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Option<Vec<usize>>,
+        #[arg(long, default_value_t = 10)]
+        trials: usize,
+        #[arg(long, default_value = "ninf-tb")]
+        prefix: String,
+        /// Also write results.jsonl, results.md and wan-*.svg here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Longest wait for the servers to register and measure the network.
+        #[arg(long, default_value_t = 120.0)]
+        settle_seconds: f64,
+        /// The metaserver's predictor: latest (the seed's), forecast, or capacity.
+        #[arg(long, default_value = "latest")]
+        predictor: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
+    match args.kind {
+        ExperimentKind::Tables { results, profile } => tables(results, &profile),
+        ExperimentKind::Wan {
+            profile,
+            scheduler,
+            workload,
+            sizes,
+            trials,
+            prefix,
+            out,
+            settle_seconds,
+            predictor,
+            json,
+        } => {
+            predictor
+                .parse::<ninf_scheduling::PredictorKind>()
+                .map_err(anyhow::Error::msg)?;
+            let bin_dir = super::bin_dir()?;
+            let options = ninf_lab::experiment::WanOptions {
+                predictor,
+                profile: profile.clone(),
+                schedulers: scheduler,
+                workloads: workload,
+                sizes,
+                trials,
+                prefix,
+                bin_dir,
+                settle_seconds,
+            };
+            let results = ninf_lab::experiment::run(&options)?;
+            if let Some(dir) = out {
+                std::fs::create_dir_all(&dir)?;
+                let lines: Vec<String> = results
+                    .iter()
+                    .map(serde_json::to_string)
+                    .collect::<Result<_, _>>()?;
+                std::fs::write(dir.join("results.jsonl"), lines.join("\n") + "\n")?;
+                std::fs::write(
+                    dir.join("results.md"),
+                    ninf_lab::experiment::markdown(&results),
+                )?;
+                let speedup = ninf_lab::testbed::Profile::load(&profile)?.speedup;
+                std::fs::write(
+                    dir.join("paper-tables.md"),
+                    ninf_lab::experiment::paper_tables(&results, speedup),
+                )?;
+                for path in ninf_lab::experiment::plot(&results, &dir)? {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            if json {
+                for r in &results {
+                    println!("{}", serde_json::to_string(r)?);
+                }
+            } else {
+                print!("{}", ninf_lab::experiment::markdown(&results));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn tables(results: PathBuf, profile: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&results)
+        .with_context(|| format!("cannot read {}", results.display()))?;
+    let parsed: Vec<ninf_lab::experiment::WanResult> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{}:{}: not a result line", results.display(), i + 1))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let speedup = ninf_lab::testbed::Profile::load(profile)?.speedup;
+    print!("{}", ninf_lab::experiment::paper_tables(&parsed, speedup));
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct ClientArgs {
+    #[arg(long)]
+    pub proxy: String,
+    #[arg(long)]
+    pub metaserver: String,
+    #[arg(long)]
+    pub servers: usize,
+    #[arg(long, value_delimiter = ',')]
+    pub schedulers: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    #[arg(long)]
+    pub trials: usize,
+    #[arg(long)]
+    pub settle_seconds: f64,
+    #[arg(long)]
+    pub profile: String,
+    /// site=address of each server.
+    #[arg(long, value_delimiter = ',')]
+    pub sites: Vec<String>,
+}
+
+pub fn run_client(args: ClientArgs) -> anyhow::Result<()> {
+    let ClientArgs {
+        proxy,
+        metaserver,
+        servers,
+        schedulers,
+        workloads,
+        sizes,
+        trials,
+        settle_seconds,
+        profile,
+        sites,
+    } = args;
+    ninf_lab::experiment::client(&ninf_lab::experiment::ClientOptions {
+        proxy,
+        metaserver,
+        servers,
+        schedulers,
+        workloads,
+        sizes,
+        trials,
+        settle_seconds,
+        profile,
+        sites: sites
+            .iter()
+            .filter_map(|s| {
+                s.split_once('=')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+            })
+            .collect(),
+    })
+}

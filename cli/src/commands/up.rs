@@ -1,0 +1,81 @@
+//! `ninf up`: an embedded grid on loopback until Ctrl-C, with its token (and TLS if asked).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
+
+#[derive(Args)]
+pub struct UpArgs {
+    #[arg(long, default_value_t = 2)]
+    pub servers: usize,
+    /// Relative speeds (processors offered), e.g. 2,1; default 1 each.
+    #[arg(long, value_delimiter = ',')]
+    pub speeds: Vec<u32>,
+    #[arg(long, default_value = "flow")]
+    pub scheduler: String,
+    /// latest (the paper's predictor), forecast (NWS-style) or capacity (see docs/scheduling.md).
+    #[arg(long, default_value = "latest")]
+    pub predictor: String,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Run every connection over TLS, with a new certificate authority and certificates
+    /// in DATA_DIR/tls.
+    #[arg(long)]
+    pub tls: bool,
+}
+
+pub fn run(args: UpArgs) -> anyhow::Result<()> {
+    let UpArgs {
+        servers,
+        speeds,
+        scheduler,
+        predictor,
+        data_dir,
+        tls,
+    } = args;
+    let data_dir = data_dir.unwrap_or_else(ninf_grid::default_data_dir);
+    let mut processors = speeds;
+    if processors.is_empty() {
+        processors = vec![1; servers];
+    }
+    if processors.len() != servers {
+        anyhow::bail!(
+            "--speeds gives {} values for {servers} servers",
+            processors.len()
+        );
+    }
+    super::runtime()?.block_on(async move {
+        let mut options = GridOptions::new(processors, &data_dir);
+        options.scheduler = scheduler;
+        options.predictor = predictor;
+        options.auth = true;
+        options.tls = tls;
+        let grid = EmbeddedGrid::start(options).await?;
+        println!("metaserver {}", grid.endpoints.metaserver);
+        println!("proxy      {}", grid.endpoints.proxy);
+        for (i, s) in grid.endpoints.servers.iter().enumerate() {
+            println!("server {i}   {s}");
+        }
+        println!("data       {}", data_dir.display());
+        if let Some(token) = &grid.endpoints.token_file {
+            println!(
+                "token      {} (clients: NINF_TOKEN_FILE={})",
+                token.display(),
+                token.display()
+            );
+        }
+        if let Some(dir) = &grid.endpoints.tls_dir {
+            println!(
+                "tls        {} (clients: NINF_TLS_CA={})",
+                dir.display(),
+                dir.join("ca.pem").display()
+            );
+        }
+        println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
+        ninf_proto::shutdown::signal().await;
+        grid.stop().await;
+        println!("stopped");
+        anyhow::Ok(())
+    })
+}

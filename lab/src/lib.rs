@@ -1,0 +1,12 @@
+//! Measuring the grid: the wide-area testbed of network namespaces with shaped links
+//! ([`testbed`]) and its user-space latency ([`latency`]), seed 004's experiment on it
+//! ([`experiment`]), the gang scheduler's benchmarks ([`gang_bench`]), the metaserver's
+//! schedulers on random task graphs ([`dag_bench`]) and the simulator's front end
+//! ([`simulate`]).
+
+pub mod dag_bench;
+pub mod experiment;
+pub mod gang_bench;
+pub mod latency;
+pub mod simulate;
+pub mod testbed;
