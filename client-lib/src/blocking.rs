@@ -12,37 +12,11 @@ use std::time::Duration;
 use ninf_idl::Mode;
 use ninf_proto::ArrayData;
 use num_complex::Complex64;
-use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use crate::remote::{NinfClient, parse_url, server_address};
+use crate::runtime::runtime;
 use crate::{Arg, ArrayMut, ArrayRef, CallError, CallOutcome, Caller, ErrorKind};
-
-pub(crate) fn runtime() -> Result<&'static Runtime, CallError> {
-    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(CallError::new(
-            ErrorKind::CommunicationFailed,
-            "the synchronous Ninf API was called from inside an async runtime; use ninf::remote::NinfClient there",
-        ));
-    }
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("ninf-client")
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| {
-            CallError::new(
-                ErrorKind::CommunicationFailed,
-                format!("cannot start the client runtime: {e}"),
-            )
-        })
-}
 
 /// Clients by server address, shared by every `ninf_call`, so descriptors are fetched once.
 fn shared_client(address: &str) -> Result<Client, CallError> {

@@ -6,15 +6,17 @@
 
 pub mod args;
 pub mod blocking;
+mod environment;
 pub mod error;
 pub mod grid;
 pub mod local;
 pub mod remote;
+mod runtime;
 
 pub use args::{Arg, ArrayMut, ArrayRef, CallOutcome, decode_outputs, encode_arguments};
 pub use blocking::{CallResult, Client, OwnedArg, SessionId, ninf_call};
 pub use error::{CallError, ErrorKind};
-pub use grid::{Buffer, GridClient, Plan, Transaction, TxArg};
+pub use grid::{AsyncGridClient, Buffer, GridClient, Plan, Transaction, TxArg};
 pub use num_complex;
 pub use remote::NinfClient;
 

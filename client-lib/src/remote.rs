@@ -76,7 +76,7 @@ impl NinfClient {
     /// Connects to `host:port` (or `ninf://host:port`), over TLS when
     /// [`crate::grid::TLS_CA_ENV`] names the grid's certificate authority.
     pub async fn connect(url: &str) -> Result<NinfClient, CallError> {
-        NinfClient::connect_with_tls(url, crate::grid::tls_from_env()?.as_ref()).await
+        NinfClient::connect_with_tls(url, crate::environment::tls_from_env()?.as_ref()).await
     }
 
     /// Connects over TLS checked against the grid's authority when `tls` is given,
@@ -99,7 +99,7 @@ impl NinfClient {
             descriptors: Arc::default(),
             timeout: None,
             bulk: Arc::default(),
-            token: crate::grid::token_from_env()?,
+            token: crate::environment::token_from_env()?,
         })
     }
 

@@ -406,7 +406,6 @@ fn the_metaserver_refuses_graphs_that_disagree_with_the_idl() {
         label: format!("mmul n={n}"),
         function: "mmul".into(),
         scalars: [("n".to_string(), n)].into_iter().collect(),
-        processors: 1,
         ..Default::default()
     };
     let schedule = |tasks: Vec<v1::GraphTask>, edges: Vec<v1::GraphEdge>| {

@@ -27,7 +27,6 @@ fn wide_graph(tasks: usize) -> v1::TaskGraph {
                 function: "mmul".into(),
                 scalars: HashMap::from([("n".to_string(), 100)]),
                 client_out_bytes: 80_000,
-                ..Default::default()
             })
             .collect(),
         edges: Vec::new(),

@@ -1,0 +1,58 @@
+//! What a client takes from its environment: the grid's token file and TLS material, named
+//! by the variables `ninf up` prints.
+
+use ninf_proto::net::auth::AttachToken;
+use ninf_proto::net::tls::GridTls;
+
+use crate::CallError;
+
+/// Environment variable naming the grid's token file; read by [`crate::GridClient::connect`] and
+/// [`crate::NinfClient::connect`].
+pub const TOKEN_FILE_ENV: &str = "NINF_TOKEN_FILE";
+
+/// Environment variable naming the grid's certificate authority (PEM): clients connect over
+/// TLS and check servers against it. [`TLS_CERTIFICATE_ENV`] and [`TLS_KEY_ENV`] add a
+/// client certificate, which compute servers require when called directly.
+pub const TLS_CA_ENV: &str = "NINF_TLS_CA";
+pub const TLS_CERTIFICATE_ENV: &str = "NINF_TLS_CERTIFICATE";
+pub const TLS_KEY_ENV: &str = "NINF_TLS_KEY";
+
+/// The TLS material the environment names, if it names an authority.
+pub(crate) fn tls_from_env() -> Result<Option<GridTls>, CallError> {
+    let Some(ca) = std::env::var_os(TLS_CA_ENV) else {
+        return Ok(None);
+    };
+    let ca = std::path::PathBuf::from(ca);
+    let loaded = match (
+        std::env::var_os(TLS_CERTIFICATE_ENV),
+        std::env::var_os(TLS_KEY_ENV),
+    ) {
+        (Some(certificate), Some(key)) => GridTls::load(&ninf_proto::net::tls::TlsFiles {
+            ca,
+            certificate: certificate.into(),
+            key: key.into(),
+            require_client_certificates: true,
+        }),
+        (None, None) => GridTls::trusting(&ca),
+        _ => {
+            return Err(CallError::bad_argument(format!(
+                "set both {TLS_CERTIFICATE_ENV} and {TLS_KEY_ENV}, or neither"
+            )));
+        }
+    };
+    loaded
+        .map(Some)
+        .map_err(|e| CallError::bad_argument(e.to_string()))
+}
+
+/// The token in the file [`TOKEN_FILE_ENV`] names, if it names one.
+pub(crate) fn token_from_env() -> Result<AttachToken, CallError> {
+    let token = match std::env::var_os(TOKEN_FILE_ENV) {
+        Some(path) => Some(
+            ninf_proto::net::auth::load_token(std::path::Path::new(&path))
+                .map_err(|e| CallError::bad_argument(e.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(AttachToken::new(token.as_deref()))
+}

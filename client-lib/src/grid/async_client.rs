@@ -1,0 +1,124 @@
+//! The async connection to a client proxy, [`AsyncGridClient`]: the core the blocking API,
+//! async programs and the C and Python bindings share (descriptors, running a graph).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ninf_idl::FunctionInterface;
+use ninf_proto::net::auth::AttachToken;
+use ninf_proto::net::tls::GridTls;
+use ninf_proto::v1;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::environment::{tls_from_env, token_from_env};
+use crate::remote::server_address;
+use crate::{CallError, ErrorKind};
+
+/// An async connection to a client proxy.
+#[derive(Clone)]
+pub struct AsyncGridClient {
+    address: String,
+    channel: Channel,
+    descriptors: Arc<Mutex<HashMap<String, Arc<FunctionInterface>>>>,
+    scheduler: Option<String>,
+    /// The grid's token, presented with every request.
+    token: AttachToken,
+}
+
+impl AsyncGridClient {
+    /// Connects to the proxy at `host:port` (or `ninf://host:port`), over TLS when
+    /// [`super::TLS_CA_ENV`] names the grid's certificate authority, presenting the token
+    /// [`super::TOKEN_FILE_ENV`] names.
+    pub async fn connect(url: &str) -> Result<AsyncGridClient, CallError> {
+        AsyncGridClient::connect_with_tls(url, tls_from_env()?.as_ref()).await
+    }
+
+    /// Connects to the proxy, over TLS checked against the grid's authority when `tls` is
+    /// given (and presenting its certificate, if it holds one). The connection has the
+    /// grid's connect timeout and keepalive pings.
+    pub async fn connect_with_tls(
+        url: &str,
+        tls: Option<&GridTls>,
+    ) -> Result<AsyncGridClient, CallError> {
+        let address = server_address(url)?;
+        let settings = ninf_proto::net::ConnectionSettings::default();
+        let channel = ninf_proto::net::connect(&address, tls, settings)
+            .await
+            .map_err(crate::error::connect_error)?;
+        Ok(AsyncGridClient {
+            address,
+            channel,
+            descriptors: Arc::default(),
+            scheduler: None,
+            token: token_from_env()?,
+        })
+    }
+
+    /// Presents this token to the proxy (the grid's `token` file holds it).
+    pub fn with_token(mut self, token: &str) -> AsyncGridClient {
+        self.token = AttachToken::new(Some(token));
+        self
+    }
+
+    /// Asks for this scheduler instead of the metaserver's configured one (experiments).
+    pub fn with_scheduler(mut self, scheduler: &str) -> AsyncGridClient {
+        self.scheduler = Some(scheduler.to_string());
+        self
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// A routine's descriptor without asking the proxy, if it was fetched before; else the
+    /// blocking API's one round trip.
+    pub(crate) fn describe_blocking(
+        &self,
+        function: &str,
+    ) -> Result<Arc<FunctionInterface>, CallError> {
+        match self.cached(function) {
+            Some(found) => Ok(found),
+            None => crate::runtime::runtime()?.block_on(self.describe(function)),
+        }
+    }
+
+    /// The scheduler asked for, if not the metaserver's own.
+    pub fn scheduler(&self) -> Option<&str> {
+        self.scheduler.as_deref()
+    }
+
+    fn proxy(&self) -> v1::proxy_client::ProxyClient<InterceptedService<Channel, AttachToken>> {
+        v1::proxy_client::ProxyClient::with_interceptor(self.channel.clone(), self.token.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    pub(crate) fn cached(&self, function: &str) -> Option<Arc<FunctionInterface>> {
+        let cache = self.descriptors.lock().unwrap_or_else(|e| e.into_inner());
+        cache.get(function).cloned()
+    }
+
+    /// A routine's interface descriptor, fetched once per client.
+    pub async fn describe(&self, function: &str) -> Result<Arc<FunctionInterface>, CallError> {
+        if let Some(found) = self.cached(function) {
+            return Ok(found);
+        }
+        let request = v1::DescribeRequest {
+            function: function.to_string(),
+        };
+        let reply = self.proxy().describe(request).await?.into_inner();
+        let interface = Arc::new(
+            FunctionInterface::try_from(&reply)
+                .map_err(|e| CallError::new(ErrorKind::CommunicationFailed, e.to_string()))?,
+        );
+        let mut cache = self.descriptors.lock().unwrap_or_else(|e| e.into_inner());
+        cache.insert(function.to_string(), interface.clone());
+        Ok(interface)
+    }
+
+    /// Runs a recorded graph (see [`super::Recording::into_request`]) and waits for it.
+    pub async fn run(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
+        Ok(self.proxy().run(request).await?.into_inner())
+    }
+}
