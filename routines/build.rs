@@ -17,7 +17,7 @@ fn main() {
     let out_dir = std::env::var("OUT_DIR").unwrap_or_default();
     println!("cargo:rustc-link-arg-bins={out_dir}/libninfvector.a");
     for module in ["linpack", "vector", "selftest"] {
-        let idl = root.join("../idl/examples").join(format!("{module}.idl"));
+        let idl = root.join("idl").join(format!("{module}.idl"));
         if let Err(error) = ninf_idl::build::compile_module(&idl) {
             eprintln!("{error}");
             std::process::exit(1);

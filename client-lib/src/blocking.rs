@@ -22,11 +22,12 @@ use crate::{Arg, ArrayMut, ArrayRef, CallError, CallOutcome, Caller, ErrorKind};
 fn shared_client(address: &str) -> Result<Client, CallError> {
     static CLIENTS: OnceLock<Mutex<HashMap<String, Client>>> = OnceLock::new();
     let clients = CLIENTS.get_or_init(Mutex::default);
-    if let Some(c) = clients.lock().ok().and_then(|c| c.get(address).cloned()) {
+    if let Some(c) = ninf_proto::sync::lock(clients).get(address).cloned() {
         return Ok(c);
     }
     let client = Client::connect(address)?;
-    if let Ok(mut c) = clients.lock() {
+    {
+        let mut c = ninf_proto::sync::lock(clients);
         c.insert(address.to_string(), client.clone());
     }
     Ok(client)
@@ -123,9 +124,7 @@ impl Client {
     }
 
     fn lock_sessions(&self) -> Result<std::sync::MutexGuard<'_, SessionTable>, CallError> {
-        self.sessions
-            .lock()
-            .map_err(|_| CallError::new(ErrorKind::CommunicationFailed, "session table poisoned"))
+        Ok(ninf_proto::sync::lock(&self.sessions))
     }
 
     fn unknown(id: SessionId) -> CallError {

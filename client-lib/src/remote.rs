@@ -133,11 +133,9 @@ impl NinfClient {
 
     /// The routine's interface descriptor, fetched once per client.
     pub async fn describe(&self, function: &str) -> Result<Arc<FunctionInterface>, CallError> {
-        if let Some(found) = self
-            .descriptors
-            .lock()
-            .ok()
-            .and_then(|d| d.get(function).cloned())
+        if let Some(found) = ninf_proto::sync::lock(&self.descriptors)
+            .get(function)
+            .cloned()
         {
             return Ok(found);
         }
@@ -161,7 +159,8 @@ impl NinfClient {
                 format!("server {}: {e}", self.address),
             )
         })?);
-        if let Ok(mut cache) = self.descriptors.lock() {
+        {
+            let mut cache = ninf_proto::sync::lock(&self.descriptors);
             cache.insert(function.to_string(), interface.clone());
         }
         Ok(interface)
@@ -285,7 +284,7 @@ impl NinfClient {
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
             authorization: self.token.header(),
         };
-        let reused = self.bulk.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let reused = ninf_proto::sync::lock(&self.bulk.idle).pop();
         let mut stream = match reused {
             Some(s) => s,
             None => {
@@ -312,7 +311,8 @@ impl NinfClient {
         };
         match result {
             Ok(outcome) => {
-                if let Ok(mut idle) = self.bulk.idle.lock() {
+                {
+                    let mut idle = ninf_proto::sync::lock(&self.bulk.idle);
                     idle.push(stream);
                 }
                 Ok(outcome)
@@ -384,7 +384,18 @@ async fn bulk_exchange(
 
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).await?;
-    let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+    // The length comes from the server: capped before anything is allocated for it.
+    let len = u32::from_le_bytes(header) as usize;
+    if len > ninf_proto::net::BULK_MAX_FRAME {
+        return Err(BulkFailure::Call(CallError::new(
+            ErrorKind::CommunicationFailed,
+            format!(
+                "bulk reply frame of {len} bytes exceeds {}",
+                ninf_proto::net::BULK_MAX_FRAME
+            ),
+        )));
+    }
+    let mut body = vec![0u8; len];
     stream.read_exact(&mut body).await?;
     let reply = v1::BulkReply::decode(body.as_slice()).map_err(|e| {
         BulkFailure::Call(CallError::new(

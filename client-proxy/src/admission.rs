@@ -70,9 +70,7 @@ impl ClientAdmission {
 
     fn usage_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClientUsage>> {
         // Every update is one add or subtract under the lock: a poisoned map is consistent.
-        self.usage
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        ninf_proto::sync::lock(&self.usage)
     }
 
     /// Counts a new transaction of `client` that keeps `stored_bytes` on the servers, or

@@ -183,7 +183,7 @@ impl Proxy {
     }
 
     fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-        mutex.lock().unwrap_or_else(|e| e.into_inner())
+        ninf_proto::sync::lock(mutex)
     }
 
     fn scheduling(
@@ -464,7 +464,7 @@ impl Proxy {
     fn spawn_renewals(&self, used: UsedServers, owner: &str) -> tokio::task::JoinHandle<()> {
         let connections: Mutex<HashMap<String, Authorized>> = Mutex::default();
         let connect = {
-            let servers = self.servers.lock().map(|s| s.clone()).unwrap_or_default();
+            let servers = Self::lock(&self.servers).clone();
             let token = AttachToken::new(self.token.as_deref());
             let tls = self.tls.clone();
             let settings = connection_settings(&self.config);

@@ -51,7 +51,6 @@ impl v1::echo_server::Echo for EchoService {
 }
 
 async fn start_ninf_server() -> ninf_compute_server::Running {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let config = ServerConfig {
         listen: "127.0.0.1:0".into(),
         load_interval_seconds: 5.0,
@@ -59,7 +58,7 @@ async fn start_ninf_server() -> ninf_compute_server::Running {
         max_request_bytes: 1 << 30,
         modules: vec![ModuleConfig {
             executable: binaries().join("ninf-exec-selftest"),
-            idl: root.join("idl/examples/selftest.idl"),
+            idl: ninf_routines::idl::path("selftest"),
         }],
         ..ServerConfig::default()
     };

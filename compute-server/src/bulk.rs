@@ -20,8 +20,9 @@ use crate::invoke;
 use crate::pool::Outgoing;
 use crate::state::ServerState;
 
-/// Largest request frame (the message, not its bulk bytes).
-const MAX_MESSAGE: usize = 64 << 20;
+/// Largest request frame (the message, not its bulk bytes): the same cap the client puts on
+/// reply frames.
+const MAX_MESSAGE: usize = ninf_proto::net::BULK_MAX_FRAME;
 
 /// Accepts bulk connections until the task is dropped.
 pub async fn serve(listener: TcpListener, state: Arc<ServerState>) {

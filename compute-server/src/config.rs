@@ -381,12 +381,12 @@ impl ServerConfig {
             (
                 dir.join("ninf-exec-linpack"),
                 "linpack.idl",
-                include_str!("../../idl/examples/linpack.idl"),
+                ninf_routines::idl::LINPACK,
             ),
             (
                 dir.join("ninf-exec-vector"),
                 "vector.idl",
-                include_str!("../../idl/examples/vector.idl"),
+                ninf_routines::idl::VECTOR,
             ),
         ]
     }

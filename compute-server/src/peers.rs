@@ -58,7 +58,7 @@ pub struct Peers {
 impl Peers {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // The table holds plain data; a panic elsewhere while it was held leaves it usable.
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+        ninf_proto::sync::lock(&self.table)
     }
 
     /// A channel to `peer`, connecting (outside the lock) if there is none yet.

@@ -213,9 +213,7 @@ impl ExecutablePool {
         for _ in 0..warm.clamp(1, pool.size) {
             started.push(pool.spawn()?);
         }
-        if let Ok(mut idle) = pool.idle.lock() {
-            *idle = started;
-        }
+        *ninf_proto::sync::lock(&pool.idle) = started;
         Ok(pool)
     }
 
@@ -252,18 +250,19 @@ impl ExecutablePool {
 
     /// Process ids of the executables running a call now.
     pub fn busy_pids(&self) -> Vec<u32> {
-        self.busy.lock().map(|b| b.clone()).unwrap_or_default()
+        ninf_proto::sync::lock(&self.busy).clone()
     }
 
     /// Takes an idle executable, or starts one.
     pub fn checkout(&self) -> Result<Checkout<'_>, PoolError> {
-        let taken = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let taken = ninf_proto::sync::lock(&self.idle).pop();
         let process = match taken {
             Some(p) => p,
             None => self.spawn()?,
         };
         let pid = process.child.id();
-        if let (Some(pid), Ok(mut busy)) = (pid, self.busy.lock()) {
+        if let Some(pid) = pid {
+            let mut busy = ninf_proto::sync::lock(&self.busy);
             busy.push(pid);
         }
         self.running.fetch_add(1, Ordering::Relaxed);
@@ -280,11 +279,12 @@ impl ExecutablePool {
     }
 
     fn give_back(&self, mut process: Process) {
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < self.size
         {
-            idle.push(process);
-            return;
+            let mut idle = ninf_proto::sync::lock(&self.idle);
+            if idle.len() < self.size {
+                idle.push(process);
+                return;
+            }
         }
         // More processes than the pool keeps warm ran at once (time-shared jobs); let the
         // extra one go.
@@ -293,11 +293,7 @@ impl ExecutablePool {
 
     /// Kills every idle process (on shutdown).
     pub async fn shutdown(&self) {
-        let idle: Vec<Process> = self
-            .idle
-            .lock()
-            .map(|mut i| i.drain(..).collect())
-            .unwrap_or_default();
+        let idle: Vec<Process> = ninf_proto::sync::lock(&self.idle).drain(..).collect();
         for mut p in idle {
             let _ = p.child.start_kill();
             let _ = p.child.wait().await;
@@ -446,7 +442,8 @@ impl Checkout<'_> {
 
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
-        if let (Some(pid), Ok(mut busy)) = (self.pid, self.pool.busy.lock()) {
+        if let Some(pid) = self.pid {
+            let mut busy = ninf_proto::sync::lock(&self.pool.busy);
             busy.retain(|&p| p != pid);
         }
         self.pool.running.fetch_sub(1, Ordering::Relaxed);

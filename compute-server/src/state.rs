@@ -216,7 +216,8 @@ impl ServerState {
         sample.busy_rows = rows as u32;
         sample.max_rows = self.gang.settings.max_rows as u32;
         sample.expected_wait_seconds = expected_wait;
-        if let Ok(mut last) = self.last_load.write() {
+        {
+            let mut last = ninf_proto::sync::write(&self.last_load);
             *last = sample;
         }
         sample

@@ -104,9 +104,7 @@ impl ObjectStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, Objects> {
         // A panic while holding the lock cannot leave the map half-updated (every update is
         // a single insert or remove), so a poisoned lock is still usable.
-        self.objects
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        ninf_proto::sync::lock(&self.objects)
     }
 
     /// Stores an array; returns its id and where it went.

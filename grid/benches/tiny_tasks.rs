@@ -32,13 +32,12 @@ fn main() {
         .status()
         .unwrap();
     assert!(status.success());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = std::env::temp_dir().join(format!("ninf-bench-{}", std::process::id()));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut options = GridOptions::new(vec![1, 1], &dir);
     options.modules = vec![ModuleConfig {
         executable: binaries().join("ninf-exec-selftest"),
-        idl: root.join("idl/examples/selftest.idl"),
+        idl: ninf_routines::idl::path("selftest"),
     }];
     options.mflops = Some(1000.0);
     let grid = runtime.block_on(EmbeddedGrid::start(options)).unwrap();

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ninf::grid::GridClient;
+use ninf_proto::sync::lock;
 use ninf_proto::v1;
 use serde::Serialize;
 
@@ -246,33 +247,25 @@ fn run_in(
                 }
                 let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
                 if metaserver_every > 0 && fault % metaserver_every == 0 {
-                    if let Ok(mut m) = metaserver_process.lock() {
-                        m.kill();
-                        metaserver_kills.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!("killed the metaserver");
-                        std::thread::sleep(down);
-                        m.start(&metaserver_bin)?;
-                    }
+                    let mut m = lock(&metaserver_process);
+                    m.kill();
+                    metaserver_kills.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("killed the metaserver");
+                    std::thread::sleep(down);
+                    m.start(&metaserver_bin)?;
                     continue;
                 }
-                let count = servers.lock().map(|s| s.len()).unwrap_or(0);
+                let count = lock(&servers).len();
                 if count == 0 {
                     return Ok(());
                 }
                 let i = victim % count;
                 victim += 1;
-                let children = match servers.lock() {
-                    Ok(mut s) => s[i].kill(),
-                    Err(_) => return Ok(()),
-                };
+                let children = lock(&servers)[i].kill();
                 tracing::info!(server = i, executables = children.len(), "killed a server");
-                if let Ok(mut o) = orphans.lock() {
-                    o.extend(children);
-                }
+                lock(&orphans).extend(children);
                 std::thread::sleep(down);
-                if let Ok(mut s) = servers.lock() {
-                    s[i].start(&server_bin)?;
-                }
+                lock(&servers)[i].start(&server_bin)?;
             }
         })
     };
@@ -288,7 +281,8 @@ fn run_in(
                 let grid = match GridClient::connect(&proxy) {
                     Ok(grid) => grid,
                     Err(e) => {
-                        if let Ok(mut r) = results.lock() {
+                        {
+                            let mut r = lock(&results);
                             r.errors.push(format!("cannot connect to the proxy: {e}"));
                         }
                         return;
@@ -300,7 +294,7 @@ fn run_in(
                         return;
                     }
                     let outcome = transaction(&grid, i);
-                    let Ok(mut r) = results.lock() else { return };
+                    let mut r = lock(&results);
                     match outcome {
                         Ok(run) => {
                             r.tasks_retried += u64::from(run.plan.tasks_retried);
@@ -335,9 +329,7 @@ fn run_in(
 
     // Every server up again, then count what is left.
     let addresses: Vec<String> = {
-        let mut s = servers
-            .lock()
-            .map_err(|_| anyhow::anyhow!("server list poisoned"))?;
+        let mut s = lock(&servers);
         for server in s.iter_mut() {
             if server.process.is_none() {
                 server.start(server_bin)?;
@@ -346,17 +338,13 @@ fn run_in(
         s.iter().map(|s| s.address.clone()).collect()
     };
     let stored = runtime.block_on(stored_bytes(&addresses))?;
-    let spilled: u64 = servers
-        .lock()
-        .map(|s| {
-            s.iter()
-                .filter_map(|s| s.spill_dir.as_deref())
-                .map(directory_bytes)
-                .sum()
-        })
-        .unwrap_or(0);
+    let spilled: u64 = lock(&servers)
+        .iter()
+        .filter_map(|s| s.spill_dir.as_deref())
+        .map(directory_bytes)
+        .sum();
     // Executables of a killed server notice their closed pipe and exit; give them a moment.
-    let orphans: Vec<u32> = orphans.lock().map(|o| o.clone()).unwrap_or_default();
+    let orphans: Vec<u32> = lock(&orphans).clone();
     let mut leaked_processes = orphans.iter().filter(|&&p| alive(p)).count();
     for _ in 0..50 {
         if leaked_processes == 0 {
@@ -365,10 +353,7 @@ fn run_in(
         std::thread::sleep(Duration::from_millis(100));
         leaked_processes = orphans.iter().filter(|&&p| alive(p)).count();
     }
-    let mut report = results
-        .lock()
-        .map_err(|_| anyhow::anyhow!("results poisoned"))?
-        .clone();
+    let mut report = lock(&results).clone();
     report.transactions = options.transactions;
     report.faults_injected = faults.load(Ordering::Relaxed);
     report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);

@@ -47,10 +47,9 @@ fn ensure_executables() {
 }
 
 fn module(name: &str) -> ModuleConfig {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     ModuleConfig {
         executable: binaries().join(format!("ninf-exec-{name}")),
-        idl: root.join(format!("idl/examples/{name}.idl")),
+        idl: ninf_routines::idl::path(name),
     }
 }
 

@@ -30,7 +30,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn check_accepts_the_examples() {
-    for example in ["examples/linpack.idl", "examples/vector.idl"] {
+    for example in ["../routines/idl/linpack.idl", "../routines/idl/vector.idl"] {
         let o = ninf_gen(&["check", example]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
@@ -66,7 +66,7 @@ fn check_reports_every_error_and_exits_1() {
 
 #[test]
 fn cost_prints_the_issue_example() {
-    let o = ninf_gen(&["cost", "examples/linpack.idl", "dgefa", "n=700"]);
+    let o = ninf_gen(&["cost", "../routines/idl/linpack.idl", "dgefa", "n=700"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["bytes_in"], 3_920_000);
@@ -81,23 +81,23 @@ fn cost_prints_the_issue_example() {
 fn cost_explains_bad_requests() {
     let cases: [(&[&str], &str); 5] = [
         (
-            &["cost", "examples/linpack.idl", "dgetrf", "n=7"],
+            &["cost", "../routines/idl/linpack.idl", "dgetrf", "n=7"],
             "module `linpack` has no function `dgetrf` (it has: dgefa, dgesl, dgesv, mmul, pmmul)",
         ),
         (
-            &["cost", "examples/linpack.idl", "dgefa", "m=7"],
+            &["cost", "../routines/idl/linpack.idl", "dgefa", "m=7"],
             "`dgefa` has no parameter `m`",
         ),
         (
-            &["cost", "examples/linpack.idl", "dgefa", "a=7"],
+            &["cost", "../routines/idl/linpack.idl", "dgefa", "a=7"],
             "`a` is `INOUT double a[n][n]`; only IN integer scalars take a value",
         ),
         (
-            &["cost", "examples/linpack.idl", "dgefa", "n=seven"],
+            &["cost", "../routines/idl/linpack.idl", "dgefa", "n=seven"],
             "value of `n` must be an integer, got `seven`",
         ),
         (
-            &["cost", "examples/linpack.idl", "dgefa"],
+            &["cost", "../routines/idl/linpack.idl", "dgefa"],
             "cannot compute the cost of `dgefa`: cannot evaluate dimension 1 of `a`: no value for `n`",
         ),
     ];
@@ -110,7 +110,7 @@ fn cost_explains_bad_requests() {
 
 #[test]
 fn interface_prints_the_descriptors_as_json() {
-    let o = ninf_gen(&["interface", "examples/linpack.idl"]);
+    let o = ninf_gen(&["interface", "../routines/idl/linpack.idl"]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["module"], "linpack");
@@ -127,7 +127,7 @@ fn interface_prints_the_descriptors_as_json() {
     assert_eq!(dgesl["callee"]["language"], "Rust");
     assert_eq!(dgesl["callee"]["path"], "ninf_routines::linpack::dgesl");
     assert_eq!(dgesl["parallelism"]["kind"], "sequential");
-    let o = ninf_gen(&["interface", "examples/vector.idl"]);
+    let o = ninf_gen(&["interface", "../routines/idl/vector.idl"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let pscale = &v["functions"][3];
     assert_eq!(
@@ -142,7 +142,7 @@ fn rust_writes_the_same_files_as_the_library() {
     let dir = temp_dir("rust");
     let o = ninf_gen(&[
         "rust",
-        "examples/linpack.idl",
+        "../routines/idl/linpack.idl",
         "--out",
         dir.to_str().unwrap(),
     ]);

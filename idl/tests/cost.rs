@@ -8,7 +8,7 @@ use std::path::Path;
 use ninf_idl::{CostError, EvalError, ModuleInterface, SourceFile};
 
 fn linpack() -> ModuleInterface {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/linpack.idl");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../routines/idl/linpack.idl");
     ninf_idl::compile_file(&path).unwrap()
 }
 

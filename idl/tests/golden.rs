@@ -43,8 +43,12 @@ fn check_golden(name: &str, actual: &str) {
 }
 
 fn golden_module(example: &str) {
-    let module =
-        ninf_idl::compile_file(&root().join("examples").join(format!("{example}.idl"))).unwrap();
+    let module = ninf_idl::compile_file(
+        &root()
+            .join("../routines/idl")
+            .join(format!("{example}.idl")),
+    )
+    .unwrap();
     let generated = ninf_idl::codegen::rust::generate(&module);
     check_golden(&format!("{example}_client.rs"), &generated.client);
     check_golden(&format!("{example}_executable.rs"), &generated.executable);

@@ -167,7 +167,7 @@ proptest! {
 
     #[test]
     fn mutated_examples_never_panic(cut in 0usize..2000, insert in "\\PC{0,3}") {
-        let text = include_str!("../examples/linpack.idl");
+        let text = include_str!("../../routines/idl/linpack.idl");
         let mut cut = cut.min(text.len());
         while !text.is_char_boundary(cut) {
             cut -= 1;
@@ -212,7 +212,10 @@ fn deeply_nested_input_is_refused_not_a_stack_overflow() {
 
 #[test]
 fn the_example_prints_to_a_fixed_point() {
-    let source = SourceFile::new("linpack.idl", include_str!("../examples/linpack.idl"));
+    let source = SourceFile::new(
+        "linpack.idl",
+        include_str!("../../routines/idl/linpack.idl"),
+    );
     let tree = ninf_idl::parse(&source).unwrap();
     let printed = tree.to_string();
     let again = ninf_idl::parse(&SourceFile::new("printed.idl", printed.clone())).unwrap();

@@ -40,7 +40,7 @@ impl BenchServer {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create {}", data_dir.display()))?;
         let idl = data_dir.join("selftest.idl");
-        std::fs::write(&idl, include_str!("../../idl/examples/selftest.idl"))?;
+        std::fs::write(&idl, ninf_routines::idl::SELFTEST)?;
         let config = ServerConfig {
             processors: Some(processors as usize),
             modules: vec![ModuleConfig {

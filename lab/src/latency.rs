@@ -236,10 +236,8 @@ pub fn run_forwarder(
         loop {
             let read = reader.read(&mut buffer).context("reading the TUN device")?;
             let (line, wake) = &*reader_shared;
-            let offer = line
-                .lock()
-                .map_err(|_| anyhow::anyhow!("the delay line's lock was poisoned"))?
-                .offer(buffer[..read].to_vec(), start.elapsed());
+            let offer =
+                ninf_proto::sync::lock(line).offer(buffer[..read].to_vec(), start.elapsed());
             match offer {
                 Offer::Held(_) => wake.notify_one(),
                 Offer::NotIpv4 => {}
@@ -262,9 +260,7 @@ pub fn run_forwarder(
                 Err(_) => bail!("the TUN reader panicked"),
             };
         }
-        let mut guard = line
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the delay line's lock was poisoned"))?;
+        let mut guard = ninf_proto::sync::lock(line);
         let now = start.elapsed();
         if let Some(packet) = guard.take_due(now) {
             drop(guard);

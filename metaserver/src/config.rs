@@ -4,7 +4,7 @@
 //! ```toml
 //! listen = "127.0.0.1:7000"
 //! data_dir = "/var/lib/ninf"
-//! scheduler = "flow"          # simple, flow, round-robin, random
+//! scheduler = "flow"          # any of ninf_scheduling::SCHEDULERS (docs/scheduling.md)
 //! predictor = "latest"        # latest (the paper's) or forecast (NWS-style)
 //! heartbeat_seconds = 1.0
 //! heartbeat_timeout_seconds = 5.0

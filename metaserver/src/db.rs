@@ -1,7 +1,7 @@
 //! The resource DB (seed 004): everything the metaserver must remember across restarts,
 //! behind [`ResourceDb`] so the scheduler never sees SQL. SQLite by default (a file under the
-//! data directory); the statements are plain SQL that PostgreSQL also accepts, so another
-//! pool type can stand in later without touching the scheduler.
+//! data directory). The SQL is SQLite's (`?` placeholders, `INTEGER PRIMARY KEY` row ids);
+//! PostgreSQL needs its own statements and migrations, which only this module would change.
 
 use std::str::FromStr;
 use std::time::Duration;

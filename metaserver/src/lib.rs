@@ -195,7 +195,7 @@ impl Metaserver {
 
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        ninf_proto::sync::lock(&self.state)
     }
 
     /// The resource DB, for tools and tests.

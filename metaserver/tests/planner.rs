@@ -8,7 +8,7 @@ use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
 
 fn registry() -> Registry {
-    let text = include_str!("../../idl/examples/linpack.idl");
+    let text = include_str!("../../routines/idl/linpack.idl");
     let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
     let routines: Vec<v1::FunctionInterface> = module
         .functions

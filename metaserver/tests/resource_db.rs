@@ -12,7 +12,7 @@ use ninf_proto::v1;
 use ninf_scheduling::{Link, Location};
 
 fn linpack() -> Vec<v1::FunctionInterface> {
-    let text = include_str!("../../idl/examples/linpack.idl");
+    let text = include_str!("../../routines/idl/linpack.idl");
     let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
     module
         .functions

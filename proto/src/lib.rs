@@ -6,6 +6,7 @@ pub mod descriptor;
 pub mod net;
 pub mod probe;
 pub mod shutdown;
+pub mod sync;
 pub mod values;
 
 /// Generated protobuf messages and gRPC services, package `ninf.v1`.

@@ -13,7 +13,7 @@ use prost::Message;
 
 fn example(name: &str) -> ModuleInterface {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../idl/examples")
+        .join("../routines/idl")
         .join(name);
     ninf_idl::compile_file(&path).unwrap()
 }

@@ -11,7 +11,7 @@ use ninf_routines::vector_client as vector;
 use num_complex::Complex64;
 
 fn spawn() -> LocalExecutable {
-    let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("../idl/examples/vector.idl");
+    let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/vector.idl");
     let module = ninf_idl::compile_file(&idl).unwrap();
     LocalExecutable::spawn(Path::new(env!("CARGO_BIN_EXE_ninf-exec-vector")), module).unwrap()
 }

@@ -10,7 +10,7 @@ use ninf::{Arg, ErrorKind};
 use ninf_routines::linpack_client as linpack;
 
 fn spawn() -> LocalExecutable {
-    let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("../idl/examples/linpack.idl");
+    let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/linpack.idl");
     let module = ninf_idl::compile_file(&idl).expect("linpack.idl compiles");
     LocalExecutable::spawn(Path::new(env!("CARGO_BIN_EXE_ninf-exec-linpack")), module)
         .expect("executable starts")

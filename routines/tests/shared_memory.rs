@@ -11,7 +11,7 @@ use ninf_routines::selftest_client as selftest;
 
 #[test]
 fn echo_is_exact_across_the_threshold_and_as_regions_grow() {
-    let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("../idl/examples/selftest.idl");
+    let idl = Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/selftest.idl");
     let module = ninf_idl::compile_file(&idl).unwrap();
     let mut exec =
         LocalExecutable::spawn(Path::new(env!("CARGO_BIN_EXE_ninf-exec-selftest")), module)

@@ -8,20 +8,17 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
+use ninf_scheduling::random::SplitMix;
 use ninf_scheduling::{GridView, Link, LoadPredictor, ServerView, Task, TaskGraph, by_name};
 
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+fn splitmix(random: &mut SplitMix) -> u64 {
+    random.next_u64()
 }
 
 /// 100 layers of 100 tasks; each task after the first layer reads two tasks of the layer
 /// before. Four routines; every server serves all of them.
 fn workload() -> (TaskGraph, GridView) {
-    let mut rng = 42u64;
+    let mut rng = SplitMix::new(42);
     let functions = ["dgefa", "dgesl", "mmul", "ddot"];
     let mut graph = TaskGraph::default();
     let (layers, width) = (100, 100);

@@ -5,6 +5,7 @@
 use crate::graph::{GraphError, TaskGraph};
 use crate::grid::{GridView, ServerId};
 use crate::predictor::Predictor;
+use crate::random::SplitMix;
 use crate::schedule::{Prepared, Schedule, Scheduler, finish_schedule};
 
 /// Each task, in dependency order, goes to the next capable server after the last one used.
@@ -44,21 +45,18 @@ impl Scheduler for RoundRobin {
 /// Each task goes to a capable server drawn uniformly at random.
 #[derive(Debug)]
 pub struct Random {
-    state: u64,
+    random: SplitMix,
 }
 
 impl Random {
     pub fn new(seed: u64) -> Random {
-        Random { state: seed }
+        Random {
+            random: SplitMix::new(seed),
+        }
     }
 
-    /// SplitMix64: small, fast, and the same sequence for the same seed everywhere.
     fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.random.next_u64()
     }
 }
 

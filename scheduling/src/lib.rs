@@ -10,6 +10,7 @@ pub mod graph;
 pub mod grid;
 pub mod heft;
 pub mod predictor;
+pub mod random;
 pub mod random_dag;
 pub mod schedule;
 pub mod search;
@@ -36,9 +37,7 @@ pub const SCHEDULERS: [&str; 9] = [
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error(
-    "unknown scheduler `{0}` (known: simple, flow, staged-flow, seed-simple, seed-flow, heft, search, round-robin, random)"
-)]
+#[error("unknown scheduler `{0}` (known: {known})", known = SCHEDULERS.join(", "))]
 pub struct UnknownScheduler(pub String);
 
 /// The scheduler a configuration names (`scheduler = "flow"`); `seed` drives `random`.
@@ -58,4 +57,25 @@ pub fn by_name(name: &str, seed: u64) -> Result<Box<dyn Scheduler>, UnknownSched
         "random" => Box::new(baseline::Random::new(seed)),
         other => return Err(UnknownScheduler(other.to_string())),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_scheduler_resolves_under_its_own_name_and_others_are_refused() {
+        for name in SCHEDULERS {
+            assert_eq!(by_name(name, 1).unwrap().name(), name);
+        }
+        let e = by_name("fastest", 1).err().unwrap().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "unknown scheduler `fastest` (known: {})",
+                SCHEDULERS.join(", ")
+            )
+        );
+    }
 }

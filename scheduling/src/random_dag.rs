@@ -10,37 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::graph::{Edge, Task, TaskGraph};
 use crate::grid::{GridView, Link, Location, ServerView};
 use crate::predictor::LoadPredictor;
-
-/// SplitMix64: the same seed gives the same graphs and platforms everywhere.
-#[derive(Debug, Clone)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `low..high` (empty range: `low`).
-    pub fn below(&mut self, low: usize, high: usize) -> usize {
-        if high <= low {
-            return low;
-        }
-        low + (self.next_u64() % (high - low) as u64) as usize
-    }
-}
+use crate::random::SplitMix;
 
 /// A modelled grid: servers, their links, and what a scheduler's predictor says about them.
 #[derive(Debug, Clone)]

@@ -95,7 +95,7 @@ impl AsyncGridClient {
     }
 
     pub(crate) fn cached(&self, function: &str) -> Option<Arc<FunctionInterface>> {
-        let cache = self.descriptors.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = ninf_proto::sync::lock(&self.descriptors);
         cache.get(function).cloned()
     }
 
@@ -112,7 +112,7 @@ impl AsyncGridClient {
             FunctionInterface::try_from(&reply)
                 .map_err(|e| CallError::new(ErrorKind::CommunicationFailed, e.to_string()))?,
         );
-        let mut cache = self.descriptors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = ninf_proto::sync::lock(&self.descriptors);
         cache.insert(function.to_string(), interface.clone());
         Ok(interface)
     }

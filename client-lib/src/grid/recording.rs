@@ -259,7 +259,7 @@ mod tests {
     use crate::ArrayRef;
 
     fn mmul() -> Arc<FunctionInterface> {
-        let text = include_str!("../../../idl/examples/linpack.idl");
+        let text = include_str!("../../../routines/idl/linpack.idl");
         let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
         Arc::new(module.function("mmul").unwrap().clone())
     }

@@ -109,11 +109,11 @@ pub async fn run(
     tracing::info!(node = %options.node, columns = ?options.columns, "node agent attached");
 
     let report = |shared: &Mutex<Shared>, sync: &Mutex<ClockSync>| {
-        let (checks, drifts, offset) = sync
-            .lock()
-            .map(|s| (s.checks(), s.drifts(), s.offset().unwrap_or(0.0)))
-            .unwrap_or_default();
-        let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let (checks, drifts, offset) = {
+            let s = ninf_proto::sync::lock(sync);
+            (s.checks(), s.drifts(), s.offset().unwrap_or(0.0))
+        };
+        let mut shared = ninf_proto::sync::lock(shared);
         v1::AgentMessage {
             kind: Some(v1::agent_message::Kind::Report(v1::AgentReport {
                 applied_version: shared.applied,
@@ -135,7 +135,7 @@ pub async fn run(
         let next_check = if failed_check {
             Duration::from_secs(1)
         } else {
-            let local = sync.lock().map(|s| s.next_check()).unwrap_or(0.0);
+            let local = ninf_proto::sync::lock(&sync).next_check();
             let machine = options.clock.machine_at(local);
             Duration::from_secs_f64((machine - MachineClock.now()).clamp(0.0, 3600.0))
         };
@@ -230,8 +230,7 @@ async fn check_clock(
     if samples.is_empty() {
         return false;
     }
-    if let Ok(mut sync) = sync.lock()
-        && let Some(outcome) = sync.record(&samples)
+    if let Some(outcome) = ninf_proto::sync::lock(sync).record(&samples)
         && outcome.drift
     {
         tracing::info!(
@@ -259,12 +258,12 @@ fn switching_thread(
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
     let master_now = || {
         let local = options.clock.now();
-        sync.lock().map_or(local, |s| s.to_master(local))
+        ninf_proto::sync::lock(&sync).to_master(local)
     };
     let mut core = NodeAgent::new(options.columns.iter().copied());
     loop {
         let wait = core.next_change(master_now()).map(|boundary| {
-            let local = sync.lock().map_or(boundary, |s| s.to_local(boundary));
+            let local = ninf_proto::sync::lock(&sync).to_local(boundary);
             let machine = options.clock.machine_at(local);
             Duration::from_secs_f64((machine - MachineClock.now()).clamp(0.0, 3600.0))
         });
@@ -277,7 +276,8 @@ fn switching_thread(
                 let version = table.version;
                 let switch = core.install(table, master_now());
                 apply(&options, cores, &switch, &shared, false);
-                if let Ok(mut s) = shared.lock() {
+                {
+                    let mut s = ninf_proto::sync::lock(&shared);
                     s.applied = version;
                     s.table_messages = core.counters().table_messages;
                     s.switches = core.counters().switches;
@@ -287,9 +287,7 @@ fn switching_thread(
             Err(RecvTimeoutError::Timeout) => {
                 if let Some(switch) = core.follow(master_now()) {
                     apply(&options, cores, &switch, &shared, true);
-                    if let Ok(mut s) = shared.lock() {
-                        s.switches = core.counters().switches;
-                    }
+                    ninf_proto::sync::lock(&shared).switches = core.counters().switches;
                 }
             }
             Ok(ThreadCommand::Stop) | Err(RecvTimeoutError::Disconnected) => break,
@@ -353,7 +351,7 @@ fn apply(
             });
         }
     }
-    let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+    let mut shared = ninf_proto::sync::lock(shared);
     shared.signal_failures += failures;
     if shared.resumes.len() + resumed.len() <= MAX_PENDING_RESUMES {
         shared.resumes.extend(resumed);

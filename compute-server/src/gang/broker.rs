@@ -111,7 +111,7 @@ impl SpmdBroker {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<JobId, JobChannels>> {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+        ninf_proto::sync::lock(&self.jobs)
     }
 
     /// A parallel job of `size` ranks starts.

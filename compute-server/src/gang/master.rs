@@ -166,7 +166,7 @@ impl GangMaster {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // The state stays consistent across every early return, so a panic elsewhere while
         // holding the lock leaves nothing half-done worth refusing service for.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        ninf_proto::sync::lock(&self.inner)
     }
 
     /// Queues a job of `processors` for `function` and waits until it enters the table.

@@ -34,10 +34,9 @@ pub fn ensure_executables() {
 }
 
 pub fn module(name: &str) -> ModuleConfig {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     ModuleConfig {
         executable: binaries().join(format!("ninf-exec-{name}")),
-        idl: root.join(format!("idl/examples/{name}.idl")),
+        idl: ninf_routines::idl::path(name),
     }
 }
 
@@ -87,13 +86,12 @@ impl ServerProcess {
         let dir = std::env::temp_dir().join(format!("ninf-server-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join(format!("server-{}.toml", extra.len()));
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut text = String::from("processors = 2\n");
         for m in ["linpack", "vector", "selftest"] {
             text.push_str(&format!(
                 "[[modules]]\nexecutable = {:?}\nidl = {:?}\n",
                 binaries().join(format!("ninf-exec-{m}")),
-                root.join(format!("idl/examples/{m}.idl"))
+                ninf_routines::idl::path(m)
             ));
         }
         std::fs::write(&config, text).unwrap();

@@ -13,8 +13,8 @@ fn modules() -> &'static [ModuleInterface] {
     static MODULES: OnceLock<Vec<ModuleInterface>> = OnceLock::new();
     MODULES.get_or_init(|| {
         [
-            include_str!("../../../idl/examples/linpack.idl"),
-            include_str!("../../../idl/examples/vector.idl"),
+            include_str!("../../../routines/idl/linpack.idl"),
+            include_str!("../../../routines/idl/vector.idl"),
         ]
         .iter()
         .map(|text| {

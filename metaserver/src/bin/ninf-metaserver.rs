@@ -17,7 +17,8 @@ struct Cli {
     /// Folder of the resource DB (overrides the configuration).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Scheduler: simple, flow, round-robin or random (overrides the configuration).
+    /// Scheduler, one of ninf_scheduling::SCHEDULERS (see docs/scheduling.md; overrides the
+    /// configuration).
     #[arg(long)]
     scheduler: Option<String>,
     /// Predictor: latest or forecast (overrides the configuration).
