@@ -9,15 +9,14 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use ninf_proto::v1;
 use tokio::task::JoinSet;
 use tonic::{Code, Status};
 
 use crate::recovery::{self, CallFailure, Candidate};
 use crate::run_state::GraphRun;
-use crate::staging::Staging;
-use crate::{CALL_LIMIT, Executed, Failed, Proxy, RunCounts, UsedServers};
+use crate::staging::{Staging, Uploaded};
+use crate::{Executed, Failed, Proxy, RunCounts, UsedServers};
 
 /// How long a suspect server has to say whether it still holds an object.
 const STAT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,6 +111,42 @@ fn describe(graph: &v1::TaskGraph, task: usize) -> String {
     format!("task {task} (`{}`, {})", meta.label, meta.function)
 }
 
+/// What the run loop waits for next.
+enum Event {
+    /// A call ended (replied or failed).
+    Call(Issued),
+    /// A call's task ended without an answer (it panicked or was cancelled).
+    CallLost(String),
+    /// A staged upload finished.
+    Uploaded(Uploaded),
+    /// Every upload queue ended without reporting some uploads.
+    UploadsGone,
+    /// Nothing is out: no call, no upload.
+    Idle,
+}
+
+/// One graph being run: the state its event handlers share. Tasks become ready
+/// ([`GraphExecution::issue_ready`]), calls reply ([`GraphExecution::on_reply`]) or fail
+/// ([`GraphExecution::on_failure`]), uploads finish (the staging's `settle`), and at the end
+/// kept outputs the client wants are fetched ([`GraphExecution::fetch_kept_outputs`]); a
+/// fault anywhere sends affected tasks back through recovery.
+struct GraphExecution<'a> {
+    proxy: &'a Proxy,
+    graph: &'a v1::TaskGraph,
+    arguments: &'a [v1::TaskArguments],
+    /// One server per task, changed when a task moves after a fault.
+    servers: &'a mut [String],
+    owner: &'a str,
+    used: &'a UsedServers,
+    flow: Dataflow,
+    progress: Progress,
+    staging: Staging,
+    calls: JoinSet<Issued>,
+    start: Instant,
+    /// The graph's start on the proxy's clock, for the suspect board.
+    origin: f64,
+}
+
 impl Proxy {
     /// Runs the graph on `servers` (one per task, changed when a task moves after a fault),
     /// adding every server it stores anything on to `used`.
@@ -123,27 +158,45 @@ impl Proxy {
         owner: &str,
         used: &UsedServers,
     ) -> Result<Executed, Failed> {
-        let n = graph.tasks.len();
         let start = Instant::now();
-        // The graph's start on the proxy's clock, for the suspect board.
-        let origin = self.clock();
-        let fail = |status: Status, actuals: Vec<v1::TaskActual>| Failed {
-            status,
-            actuals,
-            makespan: start.elapsed().as_secs_f64(),
-        };
         let flow = match Dataflow::new(graph, arguments) {
             Ok(flow) => flow,
-            Err(status) => return Err(fail(status, Vec::new())),
+            Err(status) => {
+                return Err(Failed {
+                    status,
+                    actuals: Vec::new(),
+                    makespan: 0.0,
+                });
+            }
         };
-        let mut progress = Progress {
-            run: GraphRun::new(
-                n,
-                graph
-                    .edges
-                    .iter()
-                    .map(|e| (e.from_task as usize, e.to_task as usize)),
-            ),
+        let mut execution = GraphExecution {
+            proxy: self,
+            graph,
+            arguments,
+            servers,
+            owner,
+            used,
+            flow,
+            progress: Progress::new(graph),
+            staging: Staging::start(self, staging_plan, arguments, owner, used),
+            calls: JoinSet::new(),
+            start,
+            origin: self.clock(),
+        };
+        let outcome = execution.run().await;
+        execution.finish(outcome).await
+    }
+}
+
+impl Progress {
+    fn new(graph: &v1::TaskGraph) -> Progress {
+        let n = graph.tasks.len();
+        let dependencies = graph
+            .edges
+            .iter()
+            .map(|e| (e.from_task as usize, e.to_task as usize));
+        Progress {
+            run: GraphRun::new(n, dependencies),
             objects: HashMap::new(),
             reports: vec![None; n],
             actuals: Vec::new(),
@@ -156,263 +209,350 @@ impl Proxy {
                 retried: 0,
                 regenerated: 0,
             },
-        };
-        let mut calls: JoinSet<Issued> = JoinSet::new();
-        let mut staging = Staging::start(self, staging_plan, arguments, owner, used);
-        let outcome: Result<Vec<(usize, v1::CallOutput)>, Status> = 'graph: loop {
-            loop {
-                let mut ready = progress.run.take_ready();
-                ready.extend(staging.take_released());
-                for task in ready {
-                    if staging.park(task) {
-                        continue;
-                    }
-                    let suspects = self.suspects_with(&progress.faults.suspects);
-                    if suspects.contains(&servers[task]) {
-                        self.move_task(graph, task, servers, &suspects, used).await;
-                    }
-                    let call = match build_call(graph, arguments, &flow, &progress, task, owner) {
-                        Ok(mut call) => {
-                            for (parameter, object) in staging.objects_for(task, &suspects) {
-                                if let Some(slot) = call.arguments.get_mut(parameter as usize) {
-                                    *slot = v1::CallArgument {
-                                        source: Some(v1::call_argument::Source::Object(
-                                            object.clone(),
-                                        )),
-                                    };
-                                }
-                            }
-                            call
-                        }
-                        Err(status) => break 'graph Err(status),
-                    };
-                    progress.inputs[task] = call
-                        .arguments
-                        .iter()
-                        .filter_map(|a| match &a.source {
-                            Some(v1::call_argument::Source::Object(o)) => Some(o.object_id.clone()),
-                            _ => None,
-                        })
-                        .collect();
-                    let connection = match self.server(&servers[task]) {
-                        Ok(c) => c,
-                        Err(status) => break 'graph Err(status),
-                    };
-                    let delay = std::mem::take(&mut progress.delays[task]);
-                    let server = servers[task].clone();
-                    calls.spawn(async move {
-                        if !delay.is_zero() {
-                            tokio::time::sleep(delay).await;
-                        }
-                        let _slot = connection.slots.clone().acquire_owned().await;
-                        let started = start.elapsed().as_secs_f64();
-                        let result = v1::invoke_client::InvokeClient::new(connection.channel())
-                            .max_decoding_message_size(CALL_LIMIT)
-                            .max_encoding_message_size(CALL_LIMIT)
-                            .call(call)
-                            .await
-                            .map(tonic::Response::into_inner);
-                        Issued {
-                            task,
-                            server,
-                            started,
-                            finished: start.elapsed().as_secs_f64(),
-                            result,
-                        }
-                    });
-                }
-                // The next call to end, or the next upload to finish; nothing out: done.
-                let joined = tokio::select! {
-                    Some(joined) = calls.join_next() => joined,
-                    uploaded = staging.next(), if staging.uploading() => {
-                        match uploaded {
-                            Some(uploaded) => staging.settle(uploaded),
-                            None => staging.give_up(),
-                        }
-                        continue;
-                    }
-                    else => break,
-                };
-                let issued = match joined {
-                    Ok(issued) => issued,
-                    Err(e) => {
-                        break 'graph Err(Status::internal(format!("a task's call was lost: {e}")));
-                    }
-                };
-                let task = issued.task;
-                match issued.result {
-                    Ok(reply) => {
-                        Self::lock(&self.suspects).worked(&issued.server, origin + issued.started);
-                        let mut outputs = Vec::new();
-                        for output in reply.outputs {
-                            match output.result {
-                                Some(v1::call_output::Result::Object(object)) => {
-                                    progress.objects.insert((task, output.parameter), object);
-                                }
-                                Some(v1::call_output::Result::Array(_))
-                                    if flow.returns[task].contains(&output.parameter) =>
-                                {
-                                    outputs.push(output);
-                                }
-                                _ => {}
-                            }
-                        }
-                        progress.actuals.push(v1::TaskActual {
-                            task: task as u32,
-                            start: issued.started,
-                            finish: issued.finished,
-                            timing: reply.timing,
-                            error: String::new(),
-                        });
-                        progress.reports[task] = Some(v1::TaskReport {
-                            task: task as u32,
-                            server: issued.server,
-                            actual_start: issued.started,
-                            actual_finish: issued.finished,
-                            timing: reply.timing,
-                            status: reply.status,
-                            outputs,
-                            ..Default::default()
-                        });
-                        progress.faults.lost.remove(&task);
-                        progress.run.complete(task);
-                    }
-                    Err(status) => {
-                        progress.run.fail(task);
-                        staging.forget(task);
-                        progress.actuals.push(v1::TaskActual {
-                            task: task as u32,
-                            start: issued.started,
-                            finish: issued.finished,
-                            timing: None,
-                            error: status.message().to_string(),
-                        });
-                        let failure = {
-                            let inputs: Vec<&str> =
-                                progress.inputs[task].iter().map(String::as_str).collect();
-                            recovery::classify(status.code(), status.message(), &inputs)
-                        };
-                        let culprits: Vec<String> = match failure {
-                            CallFailure::Fatal => {
-                                break 'graph Err(Status::new(
-                                    status.code(),
-                                    format!(
-                                        "{} on {}: {}",
-                                        describe(graph, task),
-                                        issued.server,
-                                        status.message()
-                                    ),
-                                ));
-                            }
-                            CallFailure::Server => vec![issued.server.clone()],
-                            CallFailure::LostInputs(ids) => {
-                                let mut culprits = BTreeSet::new();
-                                for (&(producer, _), object) in &progress.objects {
-                                    if ids.contains(&object.object_id) {
-                                        progress.faults.lost.insert(producer);
-                                        culprits.insert(object.server.clone());
-                                    }
-                                }
-                                culprits.into_iter().collect()
-                            }
-                        };
-                        if let Err(status) = self
-                            .recover(graph, &flow, &mut progress, task, &culprits, &status)
-                            .await
-                        {
-                            break 'graph Err(status);
-                        }
-                        tracing::info!(
-                            task,
-                            server = %issued.server,
-                            attempt = progress.faults.attempts[task],
-                            error = %status.message(),
-                            "retrying a task after a fault"
-                        );
-                    }
-                }
-            }
-            if !progress.run.is_complete() {
-                break 'graph Err(Status::internal(
-                    "the graph stopped with tasks never ready (a cycle?)",
-                ));
-            }
-            // Outputs the client wants that other tasks also read were kept: fetch them now.
-            let mut fetched = Vec::new();
-            let mut lost_at_end = None;
-            'fetch: for task in 0..n {
-                for parameter in flow.fetched_at_end(task) {
-                    let Some(object) = progress.objects.get(&(task, parameter)) else {
-                        continue;
-                    };
-                    match self.fetch(object).await {
-                        Ok(array) => fetched.push((
-                            task,
-                            v1::CallOutput {
-                                parameter,
-                                result: Some(v1::call_output::Result::Array(array)),
-                            },
-                        )),
-                        Err(status) => {
-                            lost_at_end = Some((task, object.server.clone(), status));
-                            break 'fetch;
-                        }
-                    }
-                }
-            }
-            let Some((task, server, status)) = lost_at_end else {
-                break 'graph Ok(fetched);
-            };
-            let is_loss = status.code() == Code::NotFound
-                || recovery::classify(status.code(), status.message(), &[]) == CallFailure::Server;
-            if !is_loss {
-                break 'graph Err(status);
-            }
-            progress.faults.lost.insert(task);
-            progress.run.fail(task);
-            if let Err(status) = self
-                .recover(graph, &flow, &mut progress, task, &[server], &status)
-                .await
-            {
-                break 'graph Err(status);
-            }
-        };
-        staging.stop().await;
-        let Progress {
-            reports,
-            actuals,
-            faults,
-            ..
-        } = progress;
-        match outcome {
-            Ok(fetched) => {
-                let mut reports: Vec<v1::TaskReport> = reports.into_iter().flatten().collect();
-                for (task, output) in fetched {
-                    if let Some(report) = reports.iter_mut().find(|r| r.task as usize == task) {
-                        report.outputs.push(output);
-                    }
-                }
-                Ok(Executed {
-                    reports,
-                    actuals,
-                    makespan: start.elapsed().as_secs_f64(),
-                    counts: RunCounts {
-                        retried: faults.retried,
-                        regenerated: faults.regenerated,
-                        staged_uploads: staging.uploaded,
-                        staged_upload_seconds: staging.upload_seconds,
-                    },
-                })
-            }
-            Err(status) => {
-                // Stop the calls still out before the caller deletes what they stored.
-                calls.abort_all();
-                while calls.join_next().await.is_some() {}
-                Err(fail(status, actuals))
+        }
+    }
+}
+
+impl GraphExecution<'_> {
+    /// Runs every task, then fetches the kept outputs the client wants; a loss found then
+    /// sends the run back to its calls.
+    async fn run(&mut self) -> Result<Vec<(usize, v1::CallOutput)>, Status> {
+        loop {
+            self.run_calls().await?;
+            if let Some(fetched) = self.fetch_kept_outputs().await? {
+                return Ok(fetched);
             }
         }
     }
 
+    /// Issues ready tasks and handles what comes back until nothing is out.
+    async fn run_calls(&mut self) -> Result<(), Status> {
+        loop {
+            self.issue_ready().await?;
+            match self.next_event().await {
+                Event::Call(issued) => match issued.result {
+                    Ok(reply) => {
+                        let (task, server) = (issued.task, issued.server.clone());
+                        self.on_reply(task, server, (issued.started, issued.finished), reply);
+                    }
+                    Err(ref status) => {
+                        let status = status.clone();
+                        self.on_failure(&issued, status).await?;
+                    }
+                },
+                Event::CallLost(e) => {
+                    return Err(Status::internal(format!("a task's call was lost: {e}")));
+                }
+                Event::Uploaded(uploaded) => self.staging.settle(uploaded),
+                Event::UploadsGone => self.staging.give_up(),
+                Event::Idle => break,
+            }
+        }
+        if self.progress.run.is_complete() {
+            Ok(())
+        } else {
+            Err(Status::internal(
+                "the graph stopped with tasks never ready (a cycle?)",
+            ))
+        }
+    }
+
+    /// The next call to end or upload to finish.
+    async fn next_event(&mut self) -> Event {
+        let uploading = self.staging.uploading();
+        tokio::select! {
+            Some(joined) = self.calls.join_next() => match joined {
+                Ok(issued) => Event::Call(issued),
+                Err(e) => Event::CallLost(e.to_string()),
+            },
+            uploaded = self.staging.next(), if uploading => match uploaded {
+                Some(uploaded) => Event::Uploaded(uploaded),
+                None => Event::UploadsGone,
+            },
+            else => Event::Idle,
+        }
+    }
+
+    /// Issues every task that is ready and not waiting for a staged upload.
+    async fn issue_ready(&mut self) -> Result<(), Status> {
+        let mut ready = self.progress.run.take_ready();
+        ready.extend(self.staging.take_released());
+        for task in ready {
+            if self.staging.park(task) {
+                continue;
+            }
+            let suspects = self.proxy.suspects_with(&self.progress.faults.suspects);
+            if suspects.contains(&self.servers[task]) {
+                self.proxy
+                    .move_task(self.graph, task, self.servers, &suspects, self.used)
+                    .await;
+            }
+            let call = self.call_for(task, &suspects)?;
+            self.issue(task, call);
+        }
+        Ok(())
+    }
+
+    /// `task`'s call: its arguments, edges fed from stored objects, staged arrays named.
+    fn call_for(
+        &mut self,
+        task: usize,
+        suspects: &HashSet<String>,
+    ) -> Result<v1::CallRequest, Status> {
+        let mut call = build_call(
+            self.graph,
+            self.arguments,
+            &self.flow,
+            &self.progress,
+            task,
+            self.owner,
+        )?;
+        for (parameter, object) in self.staging.objects_for(task, suspects) {
+            if let Some(slot) = call.arguments.get_mut(parameter as usize) {
+                *slot = v1::CallArgument {
+                    source: Some(v1::call_argument::Source::Object(object.clone())),
+                };
+            }
+        }
+        self.progress.inputs[task] = call
+            .arguments
+            .iter()
+            .filter_map(|a| match &a.source {
+                Some(v1::call_argument::Source::Object(o)) => Some(o.object_id.clone()),
+                _ => None,
+            })
+            .collect();
+        Ok(call)
+    }
+
+    /// Sends `task`'s call to its server after its back-off, if it has one.
+    fn issue(&mut self, task: usize, call: v1::CallRequest) {
+        let cluster = self.proxy.cluster.clone();
+        let delay = std::mem::take(&mut self.progress.delays[task]);
+        let server = self.servers[task].clone();
+        let start = self.start;
+        self.calls.spawn(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let started = start.elapsed().as_secs_f64();
+            let result = cluster.invoke(&server, call).await;
+            Issued {
+                task,
+                server,
+                started,
+                finished: start.elapsed().as_secs_f64(),
+                result,
+            }
+        });
+    }
+
+    /// A call replied: its kept outputs are recorded, the ones the client wants kept for
+    /// the reply, and its consumers may become ready.
+    fn on_reply(
+        &mut self,
+        task: usize,
+        server: String,
+        (started, finished): (f64, f64),
+        reply: v1::CallReply,
+    ) {
+        let progress = &mut self.progress;
+        ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
+        let mut outputs = Vec::new();
+        for output in reply.outputs {
+            match output.result {
+                Some(v1::call_output::Result::Object(object)) => {
+                    progress.objects.insert((task, output.parameter), object);
+                }
+                Some(v1::call_output::Result::Array(_))
+                    if self.flow.returns[task].contains(&output.parameter) =>
+                {
+                    outputs.push(output);
+                }
+                _ => {}
+            }
+        }
+        progress.actuals.push(v1::TaskActual {
+            task: task as u32,
+            start: started,
+            finish: finished,
+            timing: reply.timing,
+            error: String::new(),
+        });
+        progress.reports[task] = Some(v1::TaskReport {
+            task: task as u32,
+            server,
+            actual_start: started,
+            actual_finish: finished,
+            timing: reply.timing,
+            status: reply.status,
+            outputs,
+            ..Default::default()
+        });
+        progress.faults.lost.remove(&task);
+        progress.run.complete(task);
+    }
+
+    /// A call failed: the graph fails if the call itself was wrong; otherwise the failure
+    /// is blamed on its server or on the servers that lost its inputs, and recovery runs.
+    async fn on_failure(&mut self, issued: &Issued, status: Status) -> Result<(), Status> {
+        let task = issued.task;
+        self.progress.run.fail(task);
+        self.staging.forget(task);
+        self.progress.actuals.push(v1::TaskActual {
+            task: task as u32,
+            start: issued.started,
+            finish: issued.finished,
+            timing: None,
+            error: status.message().to_string(),
+        });
+        let failure = {
+            let inputs: Vec<&str> = self.progress.inputs[task]
+                .iter()
+                .map(String::as_str)
+                .collect();
+            recovery::classify(status.code(), status.message(), &inputs)
+        };
+        let culprits = match failure {
+            CallFailure::Fatal => {
+                let what = describe(self.graph, task);
+                let message = format!("{what} on {}: {}", issued.server, status.message());
+                return Err(Status::new(status.code(), message));
+            }
+            CallFailure::Server => vec![issued.server.clone()],
+            CallFailure::LostInputs(ids) => self.blame_lost(&ids),
+        };
+        self.proxy
+            .recover(
+                self.graph,
+                &self.flow,
+                &mut self.progress,
+                task,
+                &culprits,
+                &status,
+            )
+            .await?;
+        tracing::info!(
+            task,
+            server = %issued.server,
+            attempt = self.progress.faults.attempts[task],
+            error = %status.message(),
+            "retrying a task after a fault"
+        );
+        Ok(())
+    }
+
+    /// The producers of the lost objects `ids` are marked lost; their servers are blamed.
+    fn blame_lost(&mut self, ids: &[String]) -> Vec<String> {
+        let mut culprits = BTreeSet::new();
+        for (&(producer, _), object) in &self.progress.objects {
+            if ids.contains(&object.object_id) {
+                self.progress.faults.lost.insert(producer);
+                culprits.insert(object.server.clone());
+            }
+        }
+        culprits.into_iter().collect()
+    }
+
+    /// Fetches the kept outputs the client also wants. `None` when one was lost: its
+    /// producer is sent back to run again.
+    async fn fetch_kept_outputs(&mut self) -> Result<Option<Vec<(usize, v1::CallOutput)>>, Status> {
+        let mut fetched = Vec::new();
+        let wanted: Vec<(usize, u32)> = (0..self.graph.tasks.len())
+            .flat_map(|task| self.flow.fetched_at_end(task).map(move |p| (task, p)))
+            .collect();
+        for (task, parameter) in wanted {
+            let Some(object) = self.progress.objects.get(&(task, parameter)) else {
+                continue;
+            };
+            match self.proxy.fetch(object).await {
+                Ok(array) => fetched.push((
+                    task,
+                    v1::CallOutput {
+                        parameter,
+                        result: Some(v1::call_output::Result::Array(array)),
+                    },
+                )),
+                Err(status) => {
+                    let server = object.server.clone();
+                    self.on_lost_at_end(task, server, status).await?;
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(fetched))
+    }
+
+    /// A kept output could not be fetched at the end: lost with its server (its producer
+    /// runs again), or a failure recovery cannot help.
+    async fn on_lost_at_end(
+        &mut self,
+        task: usize,
+        server: String,
+        status: Status,
+    ) -> Result<(), Status> {
+        let is_loss = status.code() == Code::NotFound
+            || recovery::classify(status.code(), status.message(), &[]) == CallFailure::Server;
+        if !is_loss {
+            return Err(status);
+        }
+        self.progress.faults.lost.insert(task);
+        self.progress.run.fail(task);
+        self.proxy
+            .recover(
+                self.graph,
+                &self.flow,
+                &mut self.progress,
+                task,
+                &[server],
+                &status,
+            )
+            .await
+    }
+
+    /// Stops the uploads (and, after a failure, the calls still out, before the caller
+    /// deletes what they stored) and reports the run.
+    async fn finish(
+        mut self,
+        outcome: Result<Vec<(usize, v1::CallOutput)>, Status>,
+    ) -> Result<Executed, Failed> {
+        self.staging.stop().await;
+        let makespan = || self.start.elapsed().as_secs_f64();
+        let fetched = match outcome {
+            Ok(fetched) => fetched,
+            Err(status) => {
+                self.calls.abort_all();
+                while self.calls.join_next().await.is_some() {}
+                return Err(Failed {
+                    status,
+                    actuals: self.progress.actuals,
+                    makespan: makespan(),
+                });
+            }
+        };
+        let mut reports: Vec<v1::TaskReport> =
+            self.progress.reports.into_iter().flatten().collect();
+        for (task, output) in fetched {
+            if let Some(report) = reports.iter_mut().find(|r| r.task as usize == task) {
+                report.outputs.push(output);
+            }
+        }
+        let faults = &self.progress.faults;
+        Ok(Executed {
+            reports,
+            actuals: self.progress.actuals,
+            makespan: makespan(),
+            counts: RunCounts {
+                retried: faults.retried,
+                regenerated: faults.regenerated,
+                staged_uploads: self.staging.uploaded,
+                staged_upload_seconds: self.staging.upload_seconds,
+            },
+        })
+    }
+}
+
+impl Proxy {
     /// After a fault on `task` (whose call failed, or whose output was found lost at the
     /// end) blamed on `culprits`: counts the retry or gives up, finds which kept outputs the
     /// culprits lost, schedules their producers again where something still needs them, and
@@ -489,17 +629,11 @@ impl Proxy {
         objects: &HashMap<(usize, u32), v1::ObjectRef>,
         lost: &mut HashSet<usize>,
     ) {
-        let Ok(connection) = self.server(server) else {
-            return;
-        };
         for (&(task, _), object) in objects {
             if object.server != server || lost.contains(&task) {
                 continue;
             }
-            let mut storage = v1::storage_client::StorageClient::new(connection.channel());
-            let stat = storage.stat(v1::StatRequest {
-                object_id: object.object_id.clone(),
-            });
+            let stat = self.cluster.stat(server, &object.object_id);
             let present = matches!(tokio::time::timeout(STAT_TIMEOUT, stat).await, Ok(Ok(_)));
             if !present {
                 lost.insert(task);
@@ -509,22 +643,7 @@ impl Proxy {
 
     /// The servers the metaserver lists as up.
     async fn candidates(&self) -> Result<Vec<Candidate>, Status> {
-        let status = self
-            .scheduling()
-            .status(v1::StatusRequest { recent_graphs: 0 })
-            .await?
-            .into_inner();
-        Ok(status
-            .servers
-            .into_iter()
-            .filter(|s| s.up)
-            .map(|s| Candidate {
-                mflops: s.mflops * f64::from(s.processors.max(1)),
-                load: s.load,
-                address: s.address,
-                functions: s.functions,
-            })
-            .collect())
+        self.cluster.up_servers().await
     }
 
     /// Moves `task` off its suspect server to the best healthy one offering its routine;
@@ -554,27 +673,7 @@ impl Proxy {
 
     /// Reads a stored object.
     async fn fetch(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {
-        let connection = self.server(&object.server)?;
-        let mut stream = v1::storage_client::StorageClient::new(connection.channel())
-            .max_decoding_message_size(CALL_LIMIT)
-            .get(v1::GetRequest {
-                object_id: object.object_id.clone(),
-            })
-            .await?
-            .into_inner();
-        let mut data = BytesMut::new();
-        let mut element_type = 0;
-        while let Some(chunk) = stream.message().await? {
-            if chunk.total_bytes > 0 {
-                element_type = chunk.element_type;
-                data.reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
-            }
-            data.extend_from_slice(&chunk.data);
-        }
-        Ok(v1::Array {
-            element_type,
-            data: data.freeze(),
-        })
+        self.cluster.get(object).await
     }
 }
 

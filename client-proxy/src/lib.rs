@@ -10,8 +10,13 @@
 //! and serves it.
 
 pub mod admission;
+pub mod cluster;
 pub mod config;
 mod execution;
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod fake_cluster_tests;
 pub mod links;
 pub mod recovery;
 pub mod run_state;
@@ -19,17 +24,18 @@ pub mod service;
 mod staging;
 pub mod suspects;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ninf_proto::net::auth::{AttachToken, Authorized, CheckToken, authorized};
+pub(crate) use cluster::CALL_LIMIT;
+pub use cluster::{Cluster, GrpcCluster};
+use ninf_proto::net::auth::{AttachToken, CheckToken};
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::net::{ConnectionSettings, Keepalive, ServeError, Serving};
 use ninf_proto::v1;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
@@ -38,31 +44,8 @@ use tonic::transport::Channel;
 pub use config::ProxyConfig;
 use links::LinkRecord;
 
-/// Largest reply a server may send the proxy (outputs of one call).
-const CALL_LIMIT: usize = 1 << 30;
-
 /// How long a suspect server's health check may take before it counts as no answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Connections to one server and the calls it may have outstanding. One HTTP/2 connection
-/// is driven by one task, which caps the calls per second it carries; tiny tasks need
-/// several.
-#[derive(Clone)]
-struct ServerConnection {
-    channels: Arc<Vec<Channel>>,
-    next: Arc<std::sync::atomic::AtomicUsize>,
-    slots: Arc<Semaphore>,
-    /// The grid's token, which servers require when the grid has one.
-    token: AttachToken,
-}
-
-impl ServerConnection {
-    /// The next connection, round robin, presenting the grid's token.
-    fn channel(&self) -> Authorized {
-        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        authorized(self.channels[i % self.channels.len()].clone(), &self.token)
-    }
-}
 
 /// The proxy's state.
 pub struct Proxy {
@@ -71,7 +54,8 @@ pub struct Proxy {
     pub name: String,
     metaserver: Channel,
     links: Mutex<LinkRecord>,
-    servers: Mutex<HashMap<String, ServerConnection>>,
+    /// Every call to a compute server goes through it.
+    cluster: Arc<dyn Cluster>,
     /// Transactions running per client.
     pub admission: Arc<admission::ClientAdmission>,
     /// The grid's token, if clients must present it (and for the metaserver).
@@ -85,38 +69,35 @@ pub struct Proxy {
     epoch: Instant,
 }
 
-/// How the proxy's connections behave: the grid's settings with its configured keepalive.
-fn connection_settings(config: &ProxyConfig) -> ConnectionSettings {
-    ConnectionSettings {
-        keepalive: Keepalive::from_seconds(
-            config.keepalive_seconds,
-            config.keepalive_timeout_seconds,
-        ),
-        ..ConnectionSettings::default()
-    }
-}
-
-fn lazy_channel(
-    address: &str,
-    tls: Option<&GridTls>,
-    settings: ConnectionSettings,
-) -> Result<Channel, Status> {
-    ninf_proto::net::connect_lazy(address, tls, settings)
-        .map_err(|e| Status::invalid_argument(e.to_string()))
-}
-
 impl Proxy {
     pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
         let precondition = |e: &dyn std::fmt::Display| Status::failed_precondition(e.to_string());
         let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())
             .map_err(|e| precondition(&e))?;
         let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
-        let metaserver = lazy_channel(
-            &config.metaserver,
-            tls.as_ref(),
-            connection_settings(&config),
-        )?;
+        let cluster = Arc::new(GrpcCluster::new(&config, token.as_deref(), tls.clone())?);
+        Proxy::with_cluster(config, name, cluster, token, tls)
+    }
+
+    /// A proxy whose calls to compute servers go through `cluster` (tests give it a fake).
+    pub fn with_cluster(
+        config: ProxyConfig,
+        name: String,
+        cluster: Arc<dyn Cluster>,
+        token: Option<String>,
+        tls: Option<GridTls>,
+    ) -> Result<Arc<Proxy>, Status> {
+        let settings = ConnectionSettings {
+            keepalive: Keepalive::from_seconds(
+                config.keepalive_seconds,
+                config.keepalive_timeout_seconds,
+            ),
+            ..ConnectionSettings::default()
+        };
+        let metaserver = ninf_proto::net::connect_lazy(&config.metaserver, tls.as_ref(), settings)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Arc::new(Proxy {
+            cluster,
             suspects: Arc::new(Mutex::new(suspects::SuspectBoard::new(
                 config.suspect_seconds,
             ))),
@@ -131,7 +112,6 @@ impl Proxy {
             config,
             name,
             metaserver,
-            servers: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -149,10 +129,8 @@ impl Proxy {
         if !fresh {
             return;
         }
-        let Ok(connection) = self.server(server) else {
-            return;
-        };
         let (board, epoch, server) = (self.suspects.clone(), self.epoch, server.to_string());
+        let cluster = self.cluster.clone();
         let interval = Duration::from_secs_f64(self.config.suspect_recheck_seconds.max(0.05));
         tokio::spawn(async move {
             loop {
@@ -161,10 +139,8 @@ impl Proxy {
                 if !Self::lock(&board).is_suspect(&server, began) {
                     return;
                 }
-                let mut interface =
-                    v1::interface_client::InterfaceClient::new(connection.channel());
-                let list = interface.list(v1::ListRequest {});
-                if let Ok(Ok(_)) = tokio::time::timeout(HEALTH_TIMEOUT, list).await {
+                let health = cluster.health(&server);
+                if let Ok(Ok(())) = tokio::time::timeout(HEALTH_TIMEOUT, health).await {
                     let mut board = Self::lock(&board);
                     board.worked(&server, began);
                     if !board.is_suspect(&server, began) {
@@ -197,30 +173,6 @@ impl Proxy {
         .max_encoding_message_size(CALL_LIMIT)
     }
 
-    fn server(&self, address: &str) -> Result<ServerConnection, Status> {
-        let mut servers = Self::lock(&self.servers);
-        if let Some(c) = servers.get(address) {
-            return Ok(c.clone());
-        }
-        let channels = (0..self.config.connections_per_server.max(1))
-            .map(|_| {
-                lazy_channel(
-                    address,
-                    self.tls.as_ref(),
-                    connection_settings(&self.config),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let connection = ServerConnection {
-            channels: Arc::new(channels),
-            next: Arc::default(),
-            slots: Arc::new(Semaphore::new(self.config.max_in_flight_per_server.max(1))),
-            token: AttachToken::new(self.token.as_deref()),
-        };
-        servers.insert(address.to_string(), connection.clone());
-        Ok(connection)
-    }
-
     /// Step 2: measures the path to every server the metaserver lists as up whose latest
     /// measurement is `max_age` old or older (never measured counts as too old); returns how
     /// many it measured.
@@ -242,9 +194,8 @@ impl Proxy {
             if !Self::lock(&self.links).due(address, unix_ms(), max_age_ms) {
                 continue;
             }
-            let connection = self.server(address)?;
             let began = self.clock();
-            match ninf_proto::probe::measure(connection.channel(), self.config.probe_bytes).await {
+            match self.cluster.probe(address, self.config.probe_bytes).await {
                 Ok(m) => {
                     Self::lock(&self.suspects).worked(address, began);
                     Self::lock(&self.links).add(address, m, unix_ms());
@@ -309,35 +260,8 @@ impl Proxy {
         };
         let placement = self.schedule(request).await?;
         let schedule_seconds = asked.elapsed().as_secs_f64();
-        let mut servers = vec![String::new(); n];
-        let mut predicted = vec![(0.0, 0.0); n];
-        for p in &placement.placements {
-            if let Some(slot) = servers.get_mut(p.task as usize) {
-                *slot = p.server.clone();
-                predicted[p.task as usize] = (p.predicted_start, p.predicted_finish);
-            }
-        }
-        if let Some(task) = servers.iter().position(String::is_empty) {
-            return Err(Status::internal(format!(
-                "the metaserver placed no server for task {task}"
-            )));
-        }
-        // Staged arrays are stored on the servers like intermediates: staged only if the
-        // client's quota has room for them, else each goes with its call.
-        let staged_bytes = placement
-            .staging
-            .iter()
-            .fold(0u64, |sum, s| sum.saturating_add(s.bytes));
-        let staging: &[v1::StagedInput] = if staged_bytes == 0 || admitted.try_grow(staged_bytes) {
-            &placement.staging
-        } else {
-            tracing::info!(
-                graph = placement.graph_id,
-                staged_bytes,
-                "no room in the client's storage quota to stage its arrays; they go with their calls"
-            );
-            &[]
-        };
+        let (mut servers, predicted) = placed_servers(&placement, n)?;
+        let staging = staging_within_quota(&placement, admitted);
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         let renewals = self.spawn_renewals(used.clone(), &owner);
@@ -445,15 +369,7 @@ impl Proxy {
     }
 
     async fn delete_owner(&self, server: &str, owner: &str) {
-        let Ok(connection) = self.server(server) else {
-            return;
-        };
-        let result = v1::storage_client::StorageClient::new(connection.channel())
-            .delete_owner(v1::DeleteOwnerRequest {
-                owner: owner.to_string(),
-            })
-            .await;
-        if let Err(status) = result {
+        if let Err(status) = self.cluster.delete_owner(server, owner).await {
             tracing::warn!(%server, %owner, error = %status.message(), "cannot delete intermediates");
         }
     }
@@ -462,25 +378,7 @@ impl Proxy {
     /// over after a fault) every `lease_renew_seconds` until aborted, so a long graph keeps
     /// its intermediates while one whose proxy died loses them.
     fn spawn_renewals(&self, used: UsedServers, owner: &str) -> tokio::task::JoinHandle<()> {
-        let connections: Mutex<HashMap<String, Authorized>> = Mutex::default();
-        let connect = {
-            let servers = Self::lock(&self.servers).clone();
-            let token = AttachToken::new(self.token.as_deref());
-            let tls = self.tls.clone();
-            let settings = connection_settings(&self.config);
-            move |address: &str| -> Option<Authorized> {
-                let mut known = Self::lock(&connections);
-                if let Some(channel) = known.get(address) {
-                    return Some(channel.clone());
-                }
-                let channel = match servers.get(address) {
-                    Some(connection) => connection.channel(),
-                    None => authorized(lazy_channel(address, tls.as_ref(), settings).ok()?, &token),
-                };
-                known.insert(address.to_string(), channel.clone());
-                Some(channel)
-            }
-        };
+        let cluster = self.cluster.clone();
         let owner = owner.to_string();
         let period = Duration::from_secs_f64(self.config.lease_renew_seconds.max(0.01));
         tokio::spawn(async move {
@@ -490,16 +388,8 @@ impl Proxy {
             loop {
                 ticker.tick().await;
                 let addresses: Vec<String> = Self::lock(&used).iter().cloned().collect();
-                let targets = addresses
-                    .into_iter()
-                    .filter_map(|a| connect(&a).map(|channel| (a, channel)));
-                for (address, channel) in targets {
-                    let renewed = v1::storage_client::StorageClient::new(channel.clone())
-                        .renew(v1::RenewRequest {
-                            owner: owner.clone(),
-                        })
-                        .await;
-                    if let Err(status) = renewed {
+                for address in addresses {
+                    if let Err(status) = cluster.renew(&address, &owner).await {
                         tracing::debug!(server = %address, %owner, error = %status.message(), "lease renewal failed");
                     }
                 }
@@ -508,10 +398,57 @@ impl Proxy {
     }
 }
 
+/// Each task's predicted (start, finish), seconds from the graph's start.
+type PredictedTimes = Vec<(f64, f64)>;
+
+/// Each task's server and predicted times, from the metaserver's placement; an error if it
+/// left a task without a server.
+fn placed_servers(
+    placement: &v1::ScheduleReply,
+    tasks: usize,
+) -> Result<(Vec<String>, PredictedTimes), Status> {
+    let mut servers = vec![String::new(); tasks];
+    let mut predicted = vec![(0.0, 0.0); tasks];
+    for p in &placement.placements {
+        if let Some(slot) = servers.get_mut(p.task as usize) {
+            *slot = p.server.clone();
+            predicted[p.task as usize] = (p.predicted_start, p.predicted_finish);
+        }
+    }
+    match servers.iter().position(String::is_empty) {
+        Some(task) => Err(Status::internal(format!(
+            "the metaserver placed no server for task {task}"
+        ))),
+        None => Ok((servers, predicted)),
+    }
+}
+
+/// The staged uploads to make. Staged arrays are stored on the servers like intermediates:
+/// staged only if the client's quota has room for them, else each goes with its call.
+fn staging_within_quota<'a>(
+    placement: &'a v1::ScheduleReply,
+    admitted: &mut admission::Admitted,
+) -> &'a [v1::StagedInput] {
+    let staged_bytes = placement
+        .staging
+        .iter()
+        .fold(0u64, |sum, s| sum.saturating_add(s.bytes));
+    if staged_bytes == 0 || admitted.try_grow(staged_bytes) {
+        return &placement.staging;
+    }
+    tracing::info!(
+        graph = placement.graph_id,
+        staged_bytes,
+        "no room in the client's storage quota to stage its arrays; they go with their calls"
+    );
+    &[]
+}
+
 /// The servers a graph has used so far.
 type UsedServers = Arc<Mutex<BTreeSet<String>>>;
 
 /// A graph that ran to the end.
+#[derive(Debug)]
 struct Executed {
     reports: Vec<v1::TaskReport>,
     actuals: Vec<v1::TaskActual>,
@@ -533,6 +470,7 @@ struct RunCounts {
 }
 
 /// A graph that stopped.
+#[derive(Debug)]
 struct Failed {
     status: Status,
     actuals: Vec<v1::TaskActual>,

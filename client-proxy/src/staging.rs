@@ -15,10 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tonic::Status;
 
-use crate::{CALL_LIMIT, Proxy, UsedServers};
-
-/// Bytes per chunk of an upload's stream.
-const CHUNK_BYTES: usize = 1 << 20;
+use crate::{Proxy, UsedServers};
 
 /// One upload's outcome.
 pub(crate) struct Uploaded {
@@ -87,15 +84,12 @@ impl Staging {
         let mut uploads = JoinSet::new();
         for (server, queue) in queues {
             Proxy::lock(used).insert(server.to_string());
-            let connection = proxy.server(server);
+            let cluster = proxy.cluster.clone();
             let (sender, owner, server) = (sender.clone(), owner.to_string(), server.to_string());
             uploads.spawn(async move {
                 for (task, parameter, array) in queue {
                     let started = std::time::Instant::now();
-                    let result = match &connection {
-                        Ok(connection) => put(connection.channel(), &server, &owner, array).await,
-                        Err(status) => Err(status.clone()),
-                    };
+                    let result = cluster.put(&server, &owner, array).await;
                     if let Err(status) = &result {
                         tracing::warn!(task, parameter, %server, error = %status.message(),
                             "a staged upload failed; the array goes with its call");
@@ -191,36 +185,4 @@ impl Staging {
         self.uploads.abort_all();
         while self.uploads.join_next().await.is_some() {}
     }
-}
-
-/// Uploads `array` into `server`'s storage under `owner`.
-async fn put(
-    channel: ninf_proto::net::auth::Authorized,
-    server: &str,
-    owner: &str,
-    array: v1::Array,
-) -> Result<v1::ObjectRef, Status> {
-    let mut chunks = Vec::with_capacity(array.data.len() / CHUNK_BYTES + 1);
-    let mut offset = 0;
-    loop {
-        let end = (offset + CHUNK_BYTES).min(array.data.len());
-        chunks.push(v1::PutChunk {
-            owner: owner.to_string(),
-            element_type: array.element_type,
-            data: array.data.slice(offset..end),
-        });
-        offset = end;
-        if offset >= array.data.len() {
-            break;
-        }
-    }
-    let info = v1::storage_client::StorageClient::new(channel)
-        .max_encoding_message_size(CALL_LIMIT)
-        .put(tokio_stream::iter(chunks))
-        .await?
-        .into_inner();
-    Ok(v1::ObjectRef {
-        server: server.to_string(),
-        object_id: info.object_id,
-    })
 }

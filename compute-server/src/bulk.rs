@@ -240,14 +240,7 @@ async fn call(
     reader: &mut (impl AsyncReadExt + Unpin),
     writer: &mut (impl AsyncWriteExt + Unpin),
 ) -> Result<(), Failure> {
-    let bulk_bytes: u64 = request
-        .arguments
-        .iter()
-        .filter_map(|a| match &a.source {
-            Some(Source::Bulk(b)) => Some(b.bytes),
-            _ => None,
-        })
-        .fold(0u64, u64::saturating_add);
+    let bulk_bytes = bulk_bytes(&request);
     let prepared = match invoke::prepare(state, &request) {
         Ok(p) => p,
         Err(status) if bulk_bytes <= state.max_request_bytes => {
@@ -258,11 +251,7 @@ async fn call(
     };
     let function = prepared.function;
     let name = function.name.clone();
-    if prepared.processors > 1 {
-        let status = Status::invalid_argument(format!(
-            "`{name}` runs on {} processors; parallel routines are called through Invoke.Call, not a bulk connection",
-            prepared.processors
-        ));
+    if let Some(status) = parallel_refused(&name, prepared.processors) {
         discard(reader, bulk_bytes).await?;
         return Err(Failure::Answer(status));
     }
@@ -270,27 +259,13 @@ async fn call(
     // Arguments that do not come in bulk are resolved first (storage fetches may fail);
     // bulk ones are read from the socket straight into the region below.
     let fetch_start = Instant::now();
-    let mut parts = Vec::with_capacity(request.arguments.len());
-    let mut failure = None;
-    for (parameter, argument) in function.parameters.iter().zip(request.arguments) {
-        match argument.source {
-            Some(Source::Bulk(b)) => parts.push(Part::Bulk {
-                element_type: b.element_type,
-                bytes: b.bytes as usize,
-            }),
-            source => match invoke::resolve(state, function, parameter, source).await {
-                Ok(value) => parts.push(Part::Encoded(value)),
-                Err(status) => {
-                    failure = Some(status);
-                    break;
-                }
-            },
+    let parts = match resolve_parts(state, function, request.arguments).await {
+        Ok(parts) => parts,
+        Err(status) => {
+            discard(reader, bulk_bytes).await?;
+            return Err(Failure::Answer(status));
         }
-    }
-    if let Some(status) = failure {
-        discard(reader, bulk_bytes).await?;
-        return Err(Failure::Answer(status));
-    }
+    };
 
     let queue_start = Instant::now();
     let ticket = match state.gang.admit(&name, 1).await {
@@ -347,47 +322,14 @@ async fn call(
     let compute_seconds = compute_start.elapsed().as_secs_f64();
     let success = match reply.result {
         Some(v1::exec_reply::Result::Success(success)) => success,
-        other => {
-            let status = checkout
-                .finish(v1::ExecReply {
-                    call_id,
-                    result: other,
-                })
-                .err()
-                .map(|e| invoke::pool_status(&name, e))
-                .unwrap_or_else(|| Status::internal("reply without a result"));
-            return Err(Failure::Answer(status));
-        }
+        other => return Err(Failure::Answer(failed_reply(checkout, call_id, other, &name))),
     };
 
     // Outputs still live in the executable's reply region: keep (copied into storage) or
     // stream them, then give the executable back.
-    let mut outputs = Vec::with_capacity(success.outputs.len());
-    let mut payloads: Vec<Bytes> = Vec::new();
-    for output in success.outputs {
-        let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
-            return Err(Failure::Answer(Status::internal(format!(
-                "`{name}` returned a non-array output"
-            ))));
-        };
-        let result = if prepared.keep.contains(&output.parameter) {
-            v1::call_output::Result::Object(
-                invoke::keep_output(state, &request.owner, &array, true)
-                    .map_err(Failure::Answer)?,
-            )
-        } else {
-            let bulk = v1::BulkArray {
-                element_type: array.element_type,
-                bytes: array.data.len() as u64,
-            };
-            payloads.push(array.data);
-            v1::call_output::Result::Bulk(bulk)
-        };
-        outputs.push(v1::CallOutput {
-            parameter: output.parameter,
-            result: Some(result),
-        });
-    }
+    let kept = (&prepared.keep, request.owner.as_str());
+    let (outputs, payloads) =
+        split_outputs(state, &name, kept, success.outputs).map_err(Failure::Answer)?;
     let reply = v1::BulkReply {
         result: Some(v1::bulk_reply::Result::Reply(v1::CallReply {
             outputs,
@@ -399,14 +341,7 @@ async fn call(
             }),
         })),
     };
-    let sent = async {
-        send_frame(writer, &reply).await?;
-        for payload in &payloads {
-            writer.write_all(payload).await?;
-        }
-        writer.flush().await
-    }
-    .await;
+    let sent = send_reply(writer, &reply, &payloads).await;
     drop(payloads);
     let _ = checkout.finish(v1::ExecReply {
         call_id,
@@ -416,4 +351,107 @@ async fn call(
         })),
     });
     sent.map_err(Failure::Broken)
+}
+
+/// The status of an executable's reply that is not a success; the executable goes back to
+/// its pool (or is replaced) as `finish` decides.
+fn failed_reply(
+    checkout: crate::pool::Checkout<'_>,
+    call_id: u64,
+    result: Option<v1::exec_reply::Result>,
+    name: &str,
+) -> Status {
+    checkout
+        .finish(v1::ExecReply { call_id, result })
+        .err()
+        .map(|e| invoke::pool_status(name, e))
+        .unwrap_or_else(|| Status::internal("reply without a result"))
+}
+
+/// Parallel routines run as SPMD jobs through `Invoke.Call`, never on a bulk connection.
+fn parallel_refused(name: &str, processors: u32) -> Option<Status> {
+    (processors > 1).then(|| {
+        Status::invalid_argument(format!(
+            "`{name}` runs on {processors} processors; parallel routines are called through Invoke.Call, not a bulk connection"
+        ))
+    })
+}
+
+/// Bytes the request's bulk arguments bring after its frame.
+fn bulk_bytes(request: &v1::CallRequest) -> u64 {
+    request
+        .arguments
+        .iter()
+        .filter_map(|a| match &a.source {
+            Some(Source::Bulk(b)) => Some(b.bytes),
+            _ => None,
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// The request's arguments as the executable will get them: bulk ones to be read from the
+/// socket, the others resolved now (inline, or fetched from storage).
+async fn resolve_parts(
+    state: &ServerState,
+    function: &ninf_idl::FunctionInterface,
+    arguments: Vec<v1::CallArgument>,
+) -> Result<Vec<Part>, Status> {
+    let mut parts = Vec::with_capacity(arguments.len());
+    for (parameter, argument) in function.parameters.iter().zip(arguments) {
+        parts.push(match argument.source {
+            Some(Source::Bulk(b)) => Part::Bulk {
+                element_type: b.element_type,
+                bytes: b.bytes as usize,
+            },
+            source => Part::Encoded(invoke::resolve(state, function, parameter, source).await?),
+        });
+    }
+    Ok(parts)
+}
+
+/// The reply's outputs: those in `keep` copied into storage under `owner`, the others
+/// described for the reply with their bytes to stream after it.
+fn split_outputs(
+    state: &ServerState,
+    name: &str,
+    (keep, owner): (&std::collections::HashSet<u32>, &str),
+    outputs: Vec<v1::ExecOutput>,
+) -> Result<(Vec<v1::CallOutput>, Vec<Bytes>), Status> {
+    let mut described = Vec::with_capacity(outputs.len());
+    let mut payloads = Vec::new();
+    for output in outputs {
+        let Some(WireValue::Array(array)) = output.value.and_then(|v| v.value) else {
+            return Err(Status::internal(format!(
+                "`{name}` returned a non-array output"
+            )));
+        };
+        let result = if keep.contains(&output.parameter) {
+            v1::call_output::Result::Object(invoke::keep_output(state, owner, &array, true)?)
+        } else {
+            let bulk = v1::BulkArray {
+                element_type: array.element_type,
+                bytes: array.data.len() as u64,
+            };
+            payloads.push(array.data);
+            v1::call_output::Result::Bulk(bulk)
+        };
+        described.push(v1::CallOutput {
+            parameter: output.parameter,
+            result: Some(result),
+        });
+    }
+    Ok((described, payloads))
+}
+
+/// Sends the reply frame, then each streamed output's bytes.
+async fn send_reply(
+    writer: &mut (impl AsyncWriteExt + Unpin),
+    reply: &v1::BulkReply,
+    payloads: &[Bytes],
+) -> std::io::Result<()> {
+    send_frame(writer, reply).await?;
+    for payload in payloads {
+        writer.write_all(payload).await?;
+    }
+    writer.flush().await
 }

@@ -1,0 +1,291 @@
+//! Every call the proxy makes to a compute server (invoke, get, stat, put, delete, renew,
+//! health, probe) and the metaserver's list of live servers, behind one trait: [`Cluster`].
+//! [`GrpcCluster`] is the real one; tests drive the proxy's graph execution and recovery
+//! with an in-memory fake (`crate::fake`), with no processes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use ninf_proto::net::auth::{AttachToken, Authorized, authorized};
+use ninf_proto::net::tls::GridTls;
+use ninf_proto::net::{ConnectionSettings, Keepalive};
+use ninf_proto::probe::PathMeasurement;
+use ninf_proto::v1;
+use tokio::sync::Semaphore;
+use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::config::ProxyConfig;
+use crate::recovery::Candidate;
+
+/// Largest reply a server may send the proxy (outputs of one call).
+pub(crate) const CALL_LIMIT: usize = 1 << 30;
+
+/// The compute servers and the metaserver's view of them, as the proxy uses them.
+#[tonic::async_trait]
+pub trait Cluster: Send + Sync + 'static {
+    /// Runs one call on `server` (at most `max_in_flight_per_server` at a time per server).
+    async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status>;
+    /// Reads a stored object.
+    async fn get(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status>;
+    /// Whether `server` still holds `object_id` (an error when it does not or cannot say).
+    async fn stat(&self, server: &str, object_id: &str) -> Result<(), Status>;
+    /// Stores `array` on `server` under `owner`.
+    async fn put(
+        &self,
+        server: &str,
+        owner: &str,
+        array: v1::Array,
+    ) -> Result<v1::ObjectRef, Status>;
+    /// Deletes everything `owner` stored on `server`.
+    async fn delete_owner(&self, server: &str, owner: &str) -> Result<(), Status>;
+    /// Extends `owner`'s lease on `server`.
+    async fn renew(&self, server: &str, owner: &str) -> Result<(), Status>;
+    /// Whether `server` answers at all (it lists its modules).
+    async fn health(&self, server: &str) -> Result<(), Status>;
+    /// Measures the path to `server` with `bytes` of payload.
+    async fn probe(&self, server: &str, bytes: usize) -> Result<PathMeasurement, Status>;
+    /// The servers the metaserver lists as up.
+    async fn up_servers(&self) -> Result<Vec<Candidate>, Status>;
+}
+
+/// Connections to one server and the calls it may have outstanding. One HTTP/2 connection
+/// is driven by one task, which caps the calls per second it carries; tiny tasks need
+/// several.
+#[derive(Clone)]
+struct ServerConnection {
+    channels: Arc<Vec<Channel>>,
+    next: Arc<AtomicUsize>,
+    slots: Arc<Semaphore>,
+    /// The grid's token, which servers require when the grid has one.
+    token: AttachToken,
+}
+
+impl ServerConnection {
+    /// The next connection, round robin, presenting the grid's token.
+    fn channel(&self) -> Authorized {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        authorized(self.channels[i % self.channels.len()].clone(), &self.token)
+    }
+}
+
+/// The real cluster: gRPC to the servers and the metaserver.
+pub struct GrpcCluster {
+    servers: Mutex<HashMap<String, ServerConnection>>,
+    metaserver: Channel,
+    token: AttachToken,
+    tls: Option<GridTls>,
+    settings: ConnectionSettings,
+    connections_per_server: usize,
+    max_in_flight_per_server: usize,
+}
+
+/// How the proxy's connections behave: the grid's settings with its configured keepalive.
+fn connection_settings(config: &ProxyConfig) -> ConnectionSettings {
+    ConnectionSettings {
+        keepalive: Keepalive::from_seconds(
+            config.keepalive_seconds,
+            config.keepalive_timeout_seconds,
+        ),
+        ..ConnectionSettings::default()
+    }
+}
+
+fn lazy_channel(
+    address: &str,
+    tls: Option<&GridTls>,
+    settings: ConnectionSettings,
+) -> Result<Channel, Status> {
+    ninf_proto::net::connect_lazy(address, tls, settings)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+impl GrpcCluster {
+    pub fn new(
+        config: &ProxyConfig,
+        token: Option<&str>,
+        tls: Option<GridTls>,
+    ) -> Result<GrpcCluster, Status> {
+        let settings = connection_settings(config);
+        Ok(GrpcCluster {
+            metaserver: lazy_channel(&config.metaserver, tls.as_ref(), settings)?,
+            servers: Mutex::default(),
+            token: AttachToken::new(token),
+            tls,
+            settings,
+            connections_per_server: config.connections_per_server.max(1),
+            max_in_flight_per_server: config.max_in_flight_per_server.max(1),
+        })
+    }
+
+    /// The metaserver's scheduling service, presenting the grid's token.
+    pub(crate) fn scheduling(
+        &self,
+    ) -> v1::scheduling_client::SchedulingClient<InterceptedService<Channel, AttachToken>> {
+        v1::scheduling_client::SchedulingClient::with_interceptor(
+            self.metaserver.clone(),
+            self.token.clone(),
+        )
+        .max_decoding_message_size(CALL_LIMIT)
+        .max_encoding_message_size(CALL_LIMIT)
+    }
+
+    fn server(&self, address: &str) -> Result<ServerConnection, Status> {
+        let mut servers = ninf_proto::sync::lock(&self.servers);
+        if let Some(c) = servers.get(address) {
+            return Ok(c.clone());
+        }
+        let channels = (0..self.connections_per_server)
+            .map(|_| lazy_channel(address, self.tls.as_ref(), self.settings))
+            .collect::<Result<Vec<_>, _>>()?;
+        let connection = ServerConnection {
+            channels: Arc::new(channels),
+            next: Arc::default(),
+            slots: Arc::new(Semaphore::new(self.max_in_flight_per_server)),
+            token: self.token.clone(),
+        };
+        servers.insert(address.to_string(), connection.clone());
+        Ok(connection)
+    }
+
+    fn storage(
+        &self,
+        server: &str,
+    ) -> Result<v1::storage_client::StorageClient<Authorized>, Status> {
+        Ok(
+            v1::storage_client::StorageClient::new(self.server(server)?.channel())
+                .max_decoding_message_size(CALL_LIMIT)
+                .max_encoding_message_size(CALL_LIMIT),
+        )
+    }
+}
+
+/// Bytes per chunk of an upload's stream.
+const CHUNK_BYTES: usize = 1 << 20;
+
+#[tonic::async_trait]
+impl Cluster for GrpcCluster {
+    async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
+        let connection = self.server(server)?;
+        let _slot = connection.slots.clone().acquire_owned().await;
+        Ok(v1::invoke_client::InvokeClient::new(connection.channel())
+            .max_decoding_message_size(CALL_LIMIT)
+            .max_encoding_message_size(CALL_LIMIT)
+            .call(call)
+            .await?
+            .into_inner())
+    }
+
+    async fn get(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {
+        let request = v1::GetRequest {
+            object_id: object.object_id.clone(),
+        };
+        let mut stream = self
+            .storage(&object.server)?
+            .get(request)
+            .await?
+            .into_inner();
+        let mut data = BytesMut::new();
+        let mut element_type = 0;
+        while let Some(chunk) = stream.message().await? {
+            if chunk.total_bytes > 0 {
+                element_type = chunk.element_type;
+                data.reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok(v1::Array {
+            element_type,
+            data: data.freeze(),
+        })
+    }
+
+    async fn stat(&self, server: &str, object_id: &str) -> Result<(), Status> {
+        let request = v1::StatRequest {
+            object_id: object_id.to_string(),
+        };
+        self.storage(server)?.stat(request).await?;
+        Ok(())
+    }
+
+    async fn put(
+        &self,
+        server: &str,
+        owner: &str,
+        array: v1::Array,
+    ) -> Result<v1::ObjectRef, Status> {
+        let mut chunks = Vec::with_capacity(array.data.len() / CHUNK_BYTES + 1);
+        let mut offset = 0;
+        loop {
+            let end = (offset + CHUNK_BYTES).min(array.data.len());
+            chunks.push(v1::PutChunk {
+                owner: owner.to_string(),
+                element_type: array.element_type,
+                data: array.data.slice(offset..end),
+            });
+            offset = end;
+            if offset >= array.data.len() {
+                break;
+            }
+        }
+        let info = self
+            .storage(server)?
+            .put(tokio_stream::iter(chunks))
+            .await?
+            .into_inner();
+        Ok(v1::ObjectRef {
+            server: server.to_string(),
+            object_id: info.object_id,
+        })
+    }
+
+    async fn delete_owner(&self, server: &str, owner: &str) -> Result<(), Status> {
+        let request = v1::DeleteOwnerRequest {
+            owner: owner.to_string(),
+        };
+        self.storage(server)?.delete_owner(request).await?;
+        Ok(())
+    }
+
+    async fn renew(&self, server: &str, owner: &str) -> Result<(), Status> {
+        let request = v1::RenewRequest {
+            owner: owner.to_string(),
+        };
+        self.storage(server)?.renew(request).await?;
+        Ok(())
+    }
+
+    async fn health(&self, server: &str) -> Result<(), Status> {
+        let channel = self.server(server)?.channel();
+        v1::interface_client::InterfaceClient::new(channel)
+            .list(v1::ListRequest {})
+            .await?;
+        Ok(())
+    }
+
+    async fn probe(&self, server: &str, bytes: usize) -> Result<PathMeasurement, Status> {
+        ninf_proto::probe::measure(self.server(server)?.channel(), bytes).await
+    }
+
+    async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
+        let status = self
+            .scheduling()
+            .status(v1::StatusRequest { recent_graphs: 0 })
+            .await?
+            .into_inner();
+        Ok(status
+            .servers
+            .into_iter()
+            .filter(|s| s.up)
+            .map(|s| Candidate {
+                mflops: s.mflops * f64::from(s.processors.max(1)),
+                load: s.load,
+                address: s.address,
+                functions: s.functions,
+            })
+            .collect())
+    }
+}

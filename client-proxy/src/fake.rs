@@ -1,0 +1,250 @@
+//! An in-memory cluster for tests of the proxy's graph execution and recovery, with no
+//! processes: servers that run one routine, hold objects, and fail on demand (dead, losing
+//! what they store, refusing uploads). Its routine adds 1 to the element-wise sum of its
+//! input arrays (f64); the last argument is the output.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use ninf_proto::probe::PathMeasurement;
+use ninf_proto::v1;
+use tonic::Status;
+
+use crate::cluster::Cluster;
+use crate::recovery::Candidate;
+
+/// One fake server.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FakeServer {
+    pub mflops: f64,
+    /// Down: every request to it fails as a refused connection would.
+    pub dead: bool,
+    /// Objects it stores are gone at once (a restart between calls).
+    pub loses_objects: bool,
+    /// Uploads to it fail.
+    pub refuses_uploads: bool,
+    pub(crate) objects: HashMap<String, Bytes>,
+}
+
+/// What a call looked like when it arrived, for assertions.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Invocation {
+    pub server: String,
+    /// Per argument: "value", "object" or "none".
+    pub sources: Vec<&'static str>,
+}
+
+#[derive(Default)]
+struct State {
+    servers: BTreeMap<String, FakeServer>,
+    invocations: Vec<Invocation>,
+    next_id: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct FakeCluster {
+    state: Mutex<State>,
+}
+
+fn refused(server: &str) -> Status {
+    Status::unavailable(format!("connection to {server} refused"))
+}
+
+pub(crate) fn doubles(values: &[f64]) -> v1::Array {
+    v1::Array {
+        element_type: v1::ElementType::Double as i32,
+        data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+pub(crate) fn values(data: &[u8]) -> Vec<f64> {
+    data.chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+impl FakeCluster {
+    pub(crate) fn new(servers: &[(&str, FakeServer)]) -> FakeCluster {
+        let cluster = FakeCluster::default();
+        let mut state = ninf_proto::sync::lock(&cluster.state);
+        for (address, server) in servers {
+            state.servers.insert(address.to_string(), server.clone());
+        }
+        drop(state);
+        cluster
+    }
+
+    pub(crate) fn invocations(&self) -> Vec<Invocation> {
+        ninf_proto::sync::lock(&self.state).invocations.clone()
+    }
+
+    pub(crate) fn stored_on(&self, server: &str) -> usize {
+        let state = ninf_proto::sync::lock(&self.state);
+        state.servers.get(server).map_or(0, |s| s.objects.len())
+    }
+
+    /// Reads an argument's data: inline, or from the server that stores it.
+    fn read(state: &State, argument: &v1::CallArgument) -> Result<Option<Vec<f64>>, Status> {
+        match &argument.source {
+            Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+                value: Some(v1::argument_value::Value::Array(array)),
+            })) => Ok(Some(values(&array.data))),
+            Some(v1::call_argument::Source::Object(object)) => {
+                let data = state
+                    .servers
+                    .get(&object.server)
+                    .filter(|s| !s.dead)
+                    .and_then(|s| s.objects.get(&object.object_id));
+                match data {
+                    Some(data) => Ok(Some(values(data))),
+                    None => Err(Status::failed_precondition(format!(
+                        "cannot fetch object {} from {}: not found",
+                        object.object_id, object.server
+                    ))),
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn store(state: &mut State, server: &str, data: Bytes) -> v1::ObjectRef {
+        state.next_id += 1;
+        let object_id = format!("object-{}", state.next_id);
+        if let Some(s) = state.servers.get_mut(server)
+            && !s.loses_objects
+        {
+            s.objects.insert(object_id.clone(), data);
+        }
+        v1::ObjectRef {
+            server: server.to_string(),
+            object_id,
+        }
+    }
+
+    fn live<'a>(state: &'a mut State, server: &str) -> Result<&'a mut FakeServer, Status> {
+        state
+            .servers
+            .get_mut(server)
+            .filter(|s| !s.dead)
+            .ok_or_else(|| refused(server))
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for FakeCluster {
+    async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        let sources = call
+            .arguments
+            .iter()
+            .map(|a| match a.source {
+                Some(v1::call_argument::Source::Value(_)) => "value",
+                Some(v1::call_argument::Source::Object(_)) => "object",
+                Some(v1::call_argument::Source::Bulk(_)) => "bulk",
+                None => "none",
+            })
+            .collect();
+        state.invocations.push(Invocation {
+            server: server.to_string(),
+            sources,
+        });
+        Self::live(&mut state, server)?;
+        let mut sum: Vec<f64> = Vec::new();
+        for argument in &call.arguments {
+            if let Some(input) = Self::read(&state, argument)? {
+                sum.resize(sum.len().max(input.len()), 0.0);
+                sum.iter_mut().zip(&input).for_each(|(s, v)| *s += v);
+            }
+        }
+        let result: Vec<f64> = sum.iter().map(|v| v + 1.0).collect();
+        let parameter = call.arguments.len().saturating_sub(1) as u32;
+        let output = if call.keep.contains(&parameter) {
+            let data = doubles(&result).data;
+            v1::call_output::Result::Object(Self::store(&mut state, server, data))
+        } else {
+            v1::call_output::Result::Array(doubles(&result))
+        };
+        Ok(v1::CallReply {
+            outputs: vec![v1::CallOutput {
+                parameter,
+                result: Some(output),
+            }],
+            ..Default::default()
+        })
+    }
+
+    async fn get(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        let server = Self::live(&mut state, &object.server)?;
+        let data = server
+            .objects
+            .get(&object.object_id)
+            .ok_or_else(|| Status::not_found(format!("no object {}", object.object_id)))?;
+        Ok(v1::Array {
+            element_type: v1::ElementType::Double as i32,
+            data: data.clone(),
+        })
+    }
+
+    async fn stat(&self, server: &str, object_id: &str) -> Result<(), Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        match Self::live(&mut state, server)?
+            .objects
+            .contains_key(object_id)
+        {
+            true => Ok(()),
+            false => Err(Status::not_found(format!("no object {object_id}"))),
+        }
+    }
+
+    async fn put(
+        &self,
+        server: &str,
+        _owner: &str,
+        array: v1::Array,
+    ) -> Result<v1::ObjectRef, Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        if Self::live(&mut state, server)?.refuses_uploads {
+            return Err(Status::resource_exhausted(format!("{server} is full")));
+        }
+        Ok(Self::store(&mut state, server, array.data))
+    }
+
+    async fn delete_owner(&self, server: &str, _owner: &str) -> Result<(), Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        Self::live(&mut state, server)?.objects.clear();
+        Ok(())
+    }
+
+    async fn renew(&self, server: &str, _owner: &str) -> Result<(), Status> {
+        Self::live(&mut ninf_proto::sync::lock(&self.state), server).map(|_| ())
+    }
+
+    async fn health(&self, server: &str) -> Result<(), Status> {
+        Self::live(&mut ninf_proto::sync::lock(&self.state), server).map(|_| ())
+    }
+
+    async fn probe(&self, server: &str, _bytes: usize) -> Result<PathMeasurement, Status> {
+        Self::live(&mut ninf_proto::sync::lock(&self.state), server)?;
+        Ok(PathMeasurement {
+            throughput_bytes_per_second: 1e9,
+            latency_seconds: 1e-4,
+        })
+    }
+
+    async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
+        // The metaserver lists a dead server as up until its heartbeats time out.
+        let state = ninf_proto::sync::lock(&self.state);
+        Ok(state
+            .servers
+            .iter()
+            .map(|(address, s)| Candidate {
+                address: address.clone(),
+                mflops: s.mflops,
+                load: 0.0,
+                functions: vec!["inc".to_string()],
+            })
+            .collect())
+    }
+}

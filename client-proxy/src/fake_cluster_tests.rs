@@ -1,0 +1,277 @@
+//! The proxy's graph execution and recovery against the in-memory cluster ([`crate::fake`]):
+//! a server dying before a call, an intermediate lost with its server and regenerated from
+//! its producer, a suspect server placed around, a staged upload that fails, and a task
+//! that no server can run. Values, placements and error messages are checked; no process
+//! runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use ninf_proto::v1;
+
+use crate::fake::{FakeCluster, FakeServer, doubles, values};
+use crate::{Executed, Proxy, ProxyConfig};
+
+fn server(mflops: f64) -> FakeServer {
+    FakeServer {
+        mflops,
+        ..FakeServer::default()
+    }
+}
+
+fn proxy(cluster: Arc<FakeCluster>) -> Arc<Proxy> {
+    let config = ProxyConfig {
+        retry_backoff_seconds: 0.001,
+        retry_backoff_max_seconds: 0.01,
+        task_retries: 2,
+        ..ProxyConfig::new("127.0.0.1:1")
+    };
+    Proxy::with_cluster(config, "test".into(), cluster, None, None).unwrap()
+}
+
+/// A task of the fake routine: inputs are arrays by value, or fed by an edge (no source);
+/// the last argument is the output.
+fn task(label: &str, inputs: &[Option<&[f64]>]) -> (v1::GraphTask, v1::TaskArguments) {
+    let mut arguments: Vec<v1::CallArgument> = inputs
+        .iter()
+        .map(|input| v1::CallArgument {
+            source: input.map(|values| {
+                v1::call_argument::Source::Value(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::Array(doubles(values))),
+                })
+            }),
+        })
+        .collect();
+    arguments.push(v1::CallArgument { source: None });
+    let graph_task = v1::GraphTask {
+        label: label.into(),
+        function: "inc".into(),
+        ..Default::default()
+    };
+    (
+        graph_task,
+        v1::TaskArguments {
+            arguments,
+            returns: Vec::new(),
+        },
+    )
+}
+
+struct Run {
+    graph: v1::TaskGraph,
+    arguments: Vec<v1::TaskArguments>,
+    servers: Vec<String>,
+    staging: Vec<v1::StagedInput>,
+}
+
+impl Run {
+    /// `x = inc(a)` on `first`, then `y = inc(x)` on `second`; the client wants `y`.
+    fn chain(first: &str, second: &str) -> Run {
+        let (t0, a0) = task("inc#0", &[Some(&[1.0, 2.0])]);
+        let (t1, mut a1) = task("inc#1", &[None]);
+        a1.returns = vec![1];
+        Run {
+            graph: v1::TaskGraph {
+                tasks: vec![t0, t1],
+                edges: vec![v1::GraphEdge {
+                    from_task: 0,
+                    from_parameter: 1,
+                    to_task: 1,
+                    to_parameter: 0,
+                    bytes: 16,
+                }],
+            },
+            arguments: vec![a0, a1],
+            servers: vec![first.into(), second.into()],
+            staging: Vec::new(),
+        }
+    }
+
+    /// One task `inc(a)` on `on`; the client wants its output.
+    fn single(on: &str) -> Run {
+        let (t0, mut a0) = task("inc#0", &[Some(&[1.0, 2.0])]);
+        a0.returns = vec![1];
+        Run {
+            graph: v1::TaskGraph {
+                tasks: vec![t0],
+                edges: Vec::new(),
+            },
+            arguments: vec![a0],
+            servers: vec![on.into()],
+            staging: Vec::new(),
+        }
+    }
+
+    async fn execute(&mut self, proxy: &Proxy) -> Result<Executed, crate::Failed> {
+        let used = Arc::new(Mutex::new(
+            self.servers.iter().cloned().collect::<BTreeSet<_>>(),
+        ));
+        let placement = (&mut self.servers[..], &self.staging[..]);
+        proxy
+            .execute(
+                &self.graph,
+                &self.arguments,
+                placement,
+                "test/graph-1",
+                &used,
+            )
+            .await
+    }
+}
+
+/// The array the client gets back for `task`'s output.
+fn returned(executed: &Executed, task: u32) -> Vec<f64> {
+    let report = executed.reports.iter().find(|r| r.task == task).unwrap();
+    match &report.outputs[0].result {
+        Some(v1::call_output::Result::Array(array)) => values(&array.data),
+        other => panic!("task {task} returned {other:?}"),
+    }
+}
+
+fn server_of(executed: &Executed, task: u32) -> String {
+    let report = executed.reports.iter().find(|r| r.task == task).unwrap();
+    report.server.clone()
+}
+
+#[tokio::test]
+async fn a_call_to_a_dead_server_runs_again_on_a_live_one() {
+    let dead = FakeServer {
+        dead: true,
+        ..server(2000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[("s1", dead), ("s2", server(1000.0))]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::single("s1");
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 0), [2.0, 3.0]);
+    assert_eq!(server_of(&executed, 0), "s2");
+    assert_eq!(executed.counts.retried, 1);
+    assert_eq!(run.servers, ["s2"], "the task moved off the suspect server");
+    let servers: Vec<String> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.server)
+        .collect();
+    assert_eq!(servers, ["s1", "s2"]);
+}
+
+#[tokio::test]
+async fn an_intermediate_lost_with_its_server_is_made_again_by_its_producer() {
+    // s1 keeps nothing it stores (it restarted after inc#0): inc#1 on s2 cannot read x.
+    let forgetful = FakeServer {
+        loses_objects: true,
+        ..server(2000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", forgetful),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::chain("s1", "s2");
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 1), [3.0, 4.0], "y = (a + 1) + 1");
+    assert_eq!(executed.counts.regenerated, 1, "inc#0 ran again");
+    assert_eq!(executed.counts.retried, 1, "inc#1 was retried once");
+    assert_eq!(server_of(&executed, 0), "s2", "the producer moved off s1");
+    let calls: Vec<(String, Vec<&str>)> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| (i.server, i.sources))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("s1".to_string(), vec!["value", "none"]),
+            ("s2".to_string(), vec!["object", "none"]),
+            ("s2".to_string(), vec!["value", "none"]),
+            ("s2".to_string(), vec!["object", "none"]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_server_on_the_suspect_board_gets_no_call() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", server(2000.0)),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    proxy.suspect("s1");
+    let mut run = Run::chain("s1", "s1");
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 1), [3.0, 4.0]);
+    assert_eq!(executed.counts.retried, 0);
+    assert!(cluster.invocations().iter().all(|i| i.server == "s2"));
+    assert_eq!(run.servers, ["s2", "s2"]);
+}
+
+#[tokio::test]
+async fn a_failed_staged_upload_sends_its_array_with_the_call() {
+    let full = FakeServer {
+        refuses_uploads: true,
+        ..server(1000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[("s1", full), ("s2", server(1000.0))]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::single("s2");
+    run.staging = vec![v1::StagedInput {
+        task: 0,
+        parameter: 0,
+        server: "s1".into(),
+        bytes: 16,
+    }];
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 0), [2.0, 3.0]);
+    assert_eq!(executed.counts.staged_uploads, 0);
+    let calls = cluster.invocations();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].sources,
+        ["value", "none"],
+        "the array went by value"
+    );
+    assert_eq!(cluster.stored_on("s1"), 0);
+}
+
+#[tokio::test]
+async fn a_staged_upload_feeds_its_call_from_storage() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", server(1000.0)),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::single("s2");
+    run.staging = vec![v1::StagedInput {
+        task: 0,
+        parameter: 0,
+        server: "s1".into(),
+        bytes: 16,
+    }];
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 0), [2.0, 3.0]);
+    assert_eq!(executed.counts.staged_uploads, 1);
+    assert_eq!(cluster.invocations()[0].sources, ["object", "none"]);
+}
+
+#[tokio::test]
+async fn a_task_no_live_server_can_run_fails_the_graph_by_name() {
+    let dead = || FakeServer {
+        dead: true,
+        ..server(1000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[("s1", dead()), ("s2", dead())]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::single("s1");
+    let failed = run.execute(&proxy).await.err().unwrap();
+    let message = failed.status.message().to_string();
+    assert!(
+        message.starts_with("task 0 (`inc#0`, inc) cannot run: no healthy server offers `inc`"),
+        "{message}"
+    );
+    assert!(message.ends_with("connection to s2 refused"), "{message}");
+    assert_eq!(failed.status.code(), tonic::Code::Unavailable);
+    // One try and two retries, each on a server not yet seen failing while one was left.
+    assert_eq!(cluster.invocations().len(), 3);
+}
