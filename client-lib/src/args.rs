@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ninf_idl::{ElementType, FunctionInterface, Mode};
+use ninf_idl::{ElementType, FunctionInterface, Mode, Parameter};
 use ninf_proto::v1::{self, argument_value::Value as WireValue};
 use ninf_proto::values::{decode_into, encode};
 use num_complex::{Complex32, Complex64};
@@ -320,6 +320,28 @@ pub(crate) fn check_and_encode_with(
             args.len()
         )));
     }
+    let bindings = integer_bindings(function, args)?;
+    let mut values = Vec::with_capacity(args.len());
+    for (i, (p, arg)) in function.parameters.iter().zip(args).enumerate() {
+        let value = if p.is_array() {
+            let is_writable = writable.get(i).copied().unwrap_or(false);
+            encode_array(function, p, arg, &bindings, (bulk, is_writable))?
+        } else {
+            Encoded::Value(v1::ArgumentValue {
+                value: Some(encode_scalar(function, p, arg)?),
+            })
+        };
+        values.push(value);
+    }
+    Ok(values)
+}
+
+/// The call's IN integer scalars by name, checked first: array sizes depend on them.
+fn integer_bindings(
+    function: &FunctionInterface,
+    args: &[Arg<'_>],
+) -> Result<BTreeMap<String, i64>, CallError> {
+    let name = &function.name;
     let mut bindings = BTreeMap::new();
     for (p, arg) in function.parameters.iter().zip(args) {
         if p.mode == Mode::In && !p.is_array() && p.element_type.is_integer() {
@@ -341,118 +363,133 @@ pub(crate) fn check_and_encode_with(
             bindings.insert(p.name.clone(), *v);
         }
     }
-    let mut values = Vec::with_capacity(args.len());
-    for (i, (p, arg)) in function.parameters.iter().zip(args).enumerate() {
-        let is_writable = writable.get(i).copied().unwrap_or(false);
-        let mismatch = |what: String| {
-            CallError::bad_argument(format!(
-                "argument `{}` of `{name}` must be {what}, got {}",
+    Ok(bindings)
+}
+
+/// The error for an argument of the wrong kind.
+fn mismatch(function: &FunctionInterface, p: &Parameter, arg: &Arg<'_>, what: String) -> CallError {
+    CallError::bad_argument(format!(
+        "argument `{}` of `{}` must be {what}, got {}",
+        p.name,
+        function.name,
+        arg.describe()
+    ))
+}
+
+/// A scalar argument checked against its parameter's type (a file is read now).
+fn encode_scalar(
+    function: &FunctionInterface,
+    p: &Parameter,
+    arg: &Arg<'_>,
+) -> Result<WireValue, CallError> {
+    let name = &function.name;
+    let t = p.element_type;
+    Ok(match (t, arg) {
+        (t, Arg::Integer(v)) if t.is_integer() => WireValue::IntValue(*v),
+        (ElementType::Float | ElementType::Double, Arg::Real(v)) => WireValue::FloatValue(*v),
+        (ElementType::Scomplex | ElementType::Dcomplex, Arg::Complex(c)) => {
+            WireValue::ComplexValue(v1::Complex { re: c.re, im: c.im })
+        }
+        (ElementType::String, Arg::Text(s)) => WireValue::StringValue(s.to_string()),
+        (ElementType::Filename, Arg::File(path)) => WireValue::FileContent(
+            std::fs::read(path)
+                .map_err(|e| {
+                    CallError::bad_argument(format!(
+                        "argument `{}` of `{name}`: cannot read {}: {e}",
+                        p.name,
+                        path.display()
+                    ))
+                })?
+                .into(),
+        ),
+        _ => return Err(mismatch(function, p, arg, t.with_article())),
+    })
+}
+
+/// An array argument checked against its parameter (kind, type, element count) and
+/// encoded: by value, as a bulk description (`bulk`), or nothing when the server allocates
+/// it or the caller's buffer stands for it (`is_writable`).
+fn encode_array(
+    function: &FunctionInterface,
+    p: &Parameter,
+    arg: &Arg<'_>,
+    bindings: &BTreeMap<String, i64>,
+    (bulk, is_writable): (bool, bool),
+) -> Result<Encoded, CallError> {
+    let name = &function.name;
+    let mismatch = |what: String| mismatch(function, p, arg, what);
+    let dims = function
+        .dimensions_of(p, bindings)
+        .map_err(|e| CallError::bad_argument(format!("argument `{}` of `{name}`: {e}", p.name)))?;
+    let expected = function
+        .element_count(p, bindings)
+        .map_err(|e| CallError::bad_argument(format!("argument `{}` of `{name}`: {e}", p.name)))?;
+    let array = match (p.mode, arg) {
+        (Mode::Work, Arg::Work) => None,
+        (Mode::Work, _) => {
+            return Err(mismatch(
+                "`Arg::Work` (WORK arrays stay on the server)".into(),
+            ));
+        }
+        (Mode::In, Arg::In(a)) => Some(a),
+        (Mode::InOut | Mode::Out, Arg::In(_)) if is_writable => None,
+        (Mode::In, Arg::Out(_)) | (Mode::InOut | Mode::Out, Arg::Out(_)) => None,
+        (Mode::In, _) => {
+            return Err(mismatch(format!(
+                "an array of {}",
+                p.element_type.keyword()
+            )));
+        }
+        _ => {
+            return Err(mismatch(format!(
+                "a mutable array of {} ({} results are written back)",
+                p.element_type.keyword(),
+                p.mode.keyword()
+            )));
+        }
+    };
+    let (actual_type, actual_len) = match arg {
+        Arg::In(a) => (Some(a.element_type()), a.len()),
+        Arg::Out(a) => (Some(a.as_ref().element_type()), a.as_ref().len()),
+        _ => (None, 0),
+    };
+    if let Some(actual_type) = actual_type {
+        if actual_type != p.element_type {
+            return Err(CallError::bad_argument(format!(
+                "argument `{}` of `{name}` must be an array of {}, got an array of {}",
                 p.name,
-                arg.describe()
-            ))
-        };
-        let value = if !p.is_array() {
-            let t = p.element_type;
-            Some(match (t, arg) {
-                (t, Arg::Integer(v)) if t.is_integer() => WireValue::IntValue(*v),
-                (ElementType::Float | ElementType::Double, Arg::Real(v)) => {
-                    WireValue::FloatValue(*v)
-                }
-                (ElementType::Scomplex | ElementType::Dcomplex, Arg::Complex(c)) => {
-                    WireValue::ComplexValue(v1::Complex { re: c.re, im: c.im })
-                }
-                (ElementType::String, Arg::Text(s)) => WireValue::StringValue(s.to_string()),
-                (ElementType::Filename, Arg::File(path)) => WireValue::FileContent(
-                    std::fs::read(path)
-                        .map_err(|e| {
-                            CallError::bad_argument(format!(
-                                "argument `{}` of `{name}`: cannot read {}: {e}",
-                                p.name,
-                                path.display()
-                            ))
-                        })?
-                        .into(),
-                ),
-                _ => return Err(mismatch(t.with_article())),
-            })
-        } else {
-            let dims = function.dimensions_of(p, &bindings).map_err(|e| {
-                CallError::bad_argument(format!("argument `{}` of `{name}`: {e}", p.name))
-            })?;
-            let expected = function.element_count(p, &bindings).map_err(|e| {
-                CallError::bad_argument(format!("argument `{}` of `{name}`: {e}", p.name))
-            })?;
-            let array = match (p.mode, arg) {
-                (Mode::Work, Arg::Work) => None,
-                (Mode::Work, _) => {
-                    return Err(mismatch(
-                        "`Arg::Work` (WORK arrays stay on the server)".into(),
-                    ));
-                }
-                (Mode::In, Arg::In(a)) => Some(a),
-                (Mode::InOut | Mode::Out, Arg::In(_)) if is_writable => None,
-                (Mode::In, Arg::Out(_)) | (Mode::InOut | Mode::Out, Arg::Out(_)) => None,
-                (Mode::In, _) => {
-                    return Err(mismatch(format!(
-                        "an array of {}",
-                        p.element_type.keyword()
-                    )));
-                }
-                _ => {
-                    return Err(mismatch(format!(
-                        "a mutable array of {} ({} results are written back)",
-                        p.element_type.keyword(),
-                        p.mode.keyword()
-                    )));
-                }
-            };
-            let (actual_type, actual_len) = match arg {
-                Arg::In(a) => (Some(a.element_type()), a.len()),
-                Arg::Out(a) => (Some(a.as_ref().element_type()), a.as_ref().len()),
-                _ => (None, 0),
-            };
-            if let Some(actual_type) = actual_type {
-                if actual_type != p.element_type {
-                    return Err(CallError::bad_argument(format!(
-                        "argument `{}` of `{name}` must be an array of {}, got an array of {}",
-                        p.name,
-                        p.element_type.keyword(),
-                        actual_type.keyword()
-                    )));
-                }
-                if actual_len as u64 != expected {
-                    return Err(CallError::bad_argument(format!(
-                        "argument `{}` of `{name}` has {actual_len} elements, expected {expected} ({})",
-                        p.name,
-                        p.shape(&dims)
-                    )));
-                }
-            }
-            let source = match (p.mode, array, arg) {
-                (Mode::In, Some(a), _) => Some(a.reborrow()),
-                (Mode::InOut, None, Arg::In(a)) => Some(a.reborrow()),
-                (Mode::In | Mode::InOut, None, Arg::Out(a)) => Some(a.as_ref()),
-                _ => None,
-            };
-            let element_type = ninf_proto::descriptor::element_type_to_proto(p.element_type).into();
-            match source {
-                Some(a) if bulk => {
-                    values.push(Encoded::Bulk(v1::BulkArray {
-                        element_type,
-                        bytes: a.len() as u64 * p.element_type.size_bytes().unwrap_or(1),
-                    }));
-                    continue;
-                }
-                Some(a) => Some(WireValue::Array(v1::Array {
-                    element_type,
-                    data: a.encode().into(),
-                })),
-                None => None,
-            }
-        };
-        values.push(Encoded::Value(v1::ArgumentValue { value }));
+                p.element_type.keyword(),
+                actual_type.keyword()
+            )));
+        }
+        if actual_len as u64 != expected {
+            return Err(CallError::bad_argument(format!(
+                "argument `{}` of `{name}` has {actual_len} elements, expected {expected} ({})",
+                p.name,
+                p.shape(&dims)
+            )));
+        }
     }
-    Ok(values)
+    let source = match (p.mode, array, arg) {
+        (Mode::In, Some(a), _) => Some(a.reborrow()),
+        (Mode::InOut, None, Arg::In(a)) => Some(a.reborrow()),
+        (Mode::In | Mode::InOut, None, Arg::Out(a)) => Some(a.as_ref()),
+        _ => None,
+    };
+    let element_type = ninf_proto::descriptor::element_type_to_proto(p.element_type).into();
+    Ok(match source {
+        Some(a) if bulk => Encoded::Bulk(v1::BulkArray {
+            element_type,
+            bytes: a.len() as u64 * p.element_type.size_bytes().unwrap_or(1),
+        }),
+        Some(a) => Encoded::Value(v1::ArgumentValue {
+            value: Some(WireValue::Array(v1::Array {
+                element_type,
+                data: a.encode().into(),
+            })),
+        }),
+        None => Encoded::Value(v1::ArgumentValue { value: None }),
+    })
 }
 
 /// Writes a routine's OUT and INOUT results back into the caller's mutable arrays, checking

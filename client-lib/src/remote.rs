@@ -382,42 +382,7 @@ async fn bulk_exchange(
     }
     stream.flush().await?;
 
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).await?;
-    // The length comes from the server: capped before anything is allocated for it.
-    let len = u32::from_le_bytes(header) as usize;
-    if len > ninf_proto::net::BULK_MAX_FRAME {
-        return Err(BulkFailure::Call(CallError::new(
-            ErrorKind::CommunicationFailed,
-            format!(
-                "bulk reply frame of {len} bytes exceeds {}",
-                ninf_proto::net::BULK_MAX_FRAME
-            ),
-        )));
-    }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).await?;
-    let reply = v1::BulkReply::decode(body.as_slice()).map_err(|e| {
-        BulkFailure::Call(CallError::new(
-            ErrorKind::CommunicationFailed,
-            format!("undecodable bulk reply: {e}"),
-        ))
-    })?;
-    let reply = match reply.result {
-        Some(v1::bulk_reply::Result::Reply(r)) => r,
-        Some(v1::bulk_reply::Result::Error(e)) => {
-            return Err(BulkFailure::Call(CallError::from(tonic::Status::new(
-                tonic::Code::from(e.code),
-                e.message,
-            ))));
-        }
-        None => {
-            return Err(BulkFailure::Call(CallError::new(
-                ErrorKind::CommunicationFailed,
-                "empty bulk reply",
-            )));
-        }
-    };
+    let reply = read_reply(stream).await?;
     let protocol = |message: String| {
         BulkFailure::Call(CallError::new(ErrorKind::CommunicationFailed, message))
     };
@@ -489,4 +454,40 @@ async fn bulk_exchange(
     Ok(CallOutcome {
         status: reply.status,
     })
+}
+
+/// Reads a bulk reply's frame: the call's reply, or the server's error as a call error.
+async fn read_reply(stream: &mut TcpStream) -> Result<v1::CallReply, BulkFailure> {
+    use prost::Message;
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await?;
+    // The length comes from the server: capped before anything is allocated for it.
+    let len = u32::from_le_bytes(header) as usize;
+    if len > ninf_proto::net::BULK_MAX_FRAME {
+        return Err(BulkFailure::Call(CallError::new(
+            ErrorKind::CommunicationFailed,
+            format!(
+                "bulk reply frame of {len} bytes exceeds {}",
+                ninf_proto::net::BULK_MAX_FRAME
+            ),
+        )));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await?;
+    let reply = v1::BulkReply::decode(body.as_slice()).map_err(|e| {
+        BulkFailure::Call(CallError::new(
+            ErrorKind::CommunicationFailed,
+            format!("undecodable bulk reply: {e}"),
+        ))
+    })?;
+    match reply.result {
+        Some(v1::bulk_reply::Result::Reply(r)) => Ok(r),
+        Some(v1::bulk_reply::Result::Error(e)) => Err(BulkFailure::Call(CallError::from(
+            tonic::Status::new(tonic::Code::from(e.code), e.message),
+        ))),
+        None => Err(BulkFailure::Call(CallError::new(
+            ErrorKind::CommunicationFailed,
+            "empty bulk reply",
+        ))),
+    }
 }

@@ -244,16 +244,14 @@ async fn call(
     let prepared = match invoke::prepare(state, &request) {
         Ok(p) => p,
         Err(status) if bulk_bytes <= state.max_request_bytes => {
-            discard(reader, bulk_bytes).await?;
-            return Err(Failure::Answer(status));
+            return refuse(reader, bulk_bytes, status).await;
         }
         Err(status) => return Err(Failure::AnswerAndClose(status)),
     };
     let function = prepared.function;
     let name = function.name.clone();
     if let Some(status) = parallel_refused(&name, prepared.processors) {
-        discard(reader, bulk_bytes).await?;
-        return Err(Failure::Answer(status));
+        return refuse(reader, bulk_bytes, status).await;
     }
 
     // Arguments that do not come in bulk are resolved first (storage fetches may fail);
@@ -261,27 +259,18 @@ async fn call(
     let fetch_start = Instant::now();
     let parts = match resolve_parts(state, function, request.arguments).await {
         Ok(parts) => parts,
-        Err(status) => {
-            discard(reader, bulk_bytes).await?;
-            return Err(Failure::Answer(status));
-        }
+        Err(status) => return refuse(reader, bulk_bytes, status).await,
     };
 
     let queue_start = Instant::now();
     let ticket = match state.gang.admit(&name, 1).await {
         Ok(ticket) => ticket,
-        Err(e) => {
-            discard(reader, bulk_bytes).await?;
-            return Err(Failure::Answer(invoke::gang_status(&name, e)));
-        }
+        Err(e) => return refuse(reader, bulk_bytes, invoke::gang_status(&name, e)).await,
     };
     let queued = queue_start.elapsed();
     let mut checkout = match prepared.pool.checkout() {
         Ok(c) => c,
-        Err(e) => {
-            discard(reader, bulk_bytes).await?;
-            return Err(Failure::Answer(invoke::pool_status(&name, e)));
-        }
+        Err(e) => return refuse(reader, bulk_bytes, invoke::pool_status(&name, e)).await,
     };
     ticket
         .attach(checkout.pid().into_iter().collect(), true)
@@ -322,7 +311,11 @@ async fn call(
     let compute_seconds = compute_start.elapsed().as_secs_f64();
     let success = match reply.result {
         Some(v1::exec_reply::Result::Success(success)) => success,
-        other => return Err(Failure::Answer(failed_reply(checkout, call_id, other, &name))),
+        other => {
+            return Err(Failure::Answer(failed_reply(
+                checkout, call_id, other, &name,
+            )));
+        }
     };
 
     // Outputs still live in the executable's reply region: keep (copied into storage) or
@@ -366,6 +359,17 @@ fn failed_reply(
         .err()
         .map(|e| invoke::pool_status(name, e))
         .unwrap_or_else(|| Status::internal("reply without a result"))
+}
+
+/// Answers the request with `status` after reading past its bulk bytes, so the connection
+/// stays usable for the next request.
+async fn refuse<T>(
+    reader: &mut (impl AsyncReadExt + Unpin),
+    bulk_bytes: u64,
+    status: Status,
+) -> Result<T, Failure> {
+    discard(reader, bulk_bytes).await?;
+    Err(Failure::Answer(status))
 }
 
 /// Parallel routines run as SPMD jobs through `Invoke.Call`, never on a bulk connection.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ninf_idl::{ElementType, FunctionInterface, Mode, ModuleInterface, SourceFile};
+use ninf_idl::{ElementType, FunctionInterface, Mode, ModuleInterface, Parameter, SourceFile};
 use ninf_proto::v1::{self, ExecErrorKind, argument_value::Value as WireValue};
 use ninf_proto::{ArrayData, Element};
 use num_complex::{Complex32, Complex64};
@@ -259,9 +259,33 @@ pub fn decode_arguments(
             arguments.len()
         )));
     }
-    // IN integer scalars first: array sizes depend on them.
+    let bindings = integer_bindings(function, &arguments)?;
+    let mut call = CallArgs {
+        function: name.clone(),
+        slots: Vec::with_capacity(arguments.len()),
+        temp_files: Vec::new(),
+    };
+    for (index, (parameter, argument)) in function.parameters.iter().zip(arguments).enumerate() {
+        let slot = if parameter.is_array() {
+            let limits = (&bindings, max_array_bytes);
+            array_slot(function, parameter, argument.value, limits)?
+        } else {
+            scalar_slot(function, parameter, argument.value, &mut call.temp_files)?
+        };
+        debug_assert_eq!(call.slots.len(), index);
+        call.slots.push(slot);
+    }
+    Ok(call)
+}
+
+/// The IN integer scalars by name, checked first: array sizes depend on them.
+fn integer_bindings(
+    function: &FunctionInterface,
+    arguments: &[v1::ArgumentValue],
+) -> Result<BTreeMap<String, i64>, RoutineError> {
+    let name = &function.name;
     let mut bindings = BTreeMap::new();
-    for (parameter, argument) in function.parameters.iter().zip(&arguments) {
+    for (parameter, argument) in function.parameters.iter().zip(arguments) {
         if parameter.mode == Mode::In
             && !parameter.is_array()
             && parameter.element_type.is_integer()
@@ -287,123 +311,127 @@ pub fn decode_arguments(
             bindings.insert(parameter.name.clone(), value);
         }
     }
+    Ok(bindings)
+}
 
-    let mut call = CallArgs {
-        function: name.clone(),
-        slots: Vec::with_capacity(arguments.len()),
-        temp_files: Vec::new(),
-    };
-    for (index, (parameter, argument)) in function.parameters.iter().zip(arguments).enumerate() {
-        let pname = &parameter.name;
-        let value = argument.value;
-        let slot = if !parameter.is_array() {
-            match (parameter.element_type, value) {
-                (t, Some(WireValue::IntValue(v))) if t.is_integer() => Slot::Integer(v),
-                (ElementType::Float | ElementType::Double, Some(WireValue::FloatValue(v))) => {
-                    Slot::Real(v)
-                }
-                (
-                    ElementType::Scomplex | ElementType::Dcomplex,
-                    Some(WireValue::ComplexValue(c)),
-                ) => Slot::Complex(Complex64::new(c.re, c.im)),
-                (ElementType::String, Some(WireValue::StringValue(s))) => Slot::Text(s),
-                (ElementType::Filename, Some(WireValue::FileContent(bytes))) => {
-                    let path = std::env::temp_dir().join(format!(
-                        "ninf-exec-{}-{}",
-                        std::process::id(),
-                        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-                    ));
-                    std::fs::write(&path, bytes).map_err(|e| {
-                        RoutineError::new(
-                            ExecErrorKind::RoutineFailed,
-                            format!("cannot store file argument `{pname}`: {e}"),
-                        )
-                    })?;
-                    call.temp_files.push(path.clone());
-                    Slot::File(path)
-                }
-                (t, other) => {
-                    return Err(RoutineError::bad_argument(format!(
-                        "argument `{pname}` of `{name}` must be {}, got {}",
-                        t.with_article(),
-                        other.as_ref().map_or("nothing", type_of)
-                    )));
-                }
+/// A scalar argument, checked against its parameter's type; file contents are written to a
+/// temporary file (listed in `temp_files`) whose path the routine gets.
+fn scalar_slot(
+    function: &FunctionInterface,
+    parameter: &Parameter,
+    value: Option<WireValue>,
+    temp_files: &mut Vec<std::path::PathBuf>,
+) -> Result<Slot, RoutineError> {
+    let (name, pname) = (&function.name, &parameter.name);
+    Ok(match (parameter.element_type, value) {
+        (t, Some(WireValue::IntValue(v))) if t.is_integer() => Slot::Integer(v),
+        (ElementType::Float | ElementType::Double, Some(WireValue::FloatValue(v))) => Slot::Real(v),
+        (ElementType::Scomplex | ElementType::Dcomplex, Some(WireValue::ComplexValue(c))) => {
+            Slot::Complex(Complex64::new(c.re, c.im))
+        }
+        (ElementType::String, Some(WireValue::StringValue(s))) => Slot::Text(s),
+        (ElementType::Filename, Some(WireValue::FileContent(bytes))) => {
+            let path = std::env::temp_dir().join(format!(
+                "ninf-exec-{}-{}",
+                std::process::id(),
+                TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::write(&path, bytes).map_err(|e| {
+                RoutineError::new(
+                    ExecErrorKind::RoutineFailed,
+                    format!("cannot store file argument `{pname}`: {e}"),
+                )
+            })?;
+            temp_files.push(path.clone());
+            Slot::File(path)
+        }
+        (t, other) => {
+            return Err(RoutineError::bad_argument(format!(
+                "argument `{pname}` of `{name}` must be {}, got {}",
+                t.with_article(),
+                other.as_ref().map_or("nothing", type_of)
+            )));
+        }
+    })
+}
+
+/// An array argument: an IN or INOUT array checked against its type and element count, or
+/// a zeroed OUT or WORK array of the size the IDL gives (at most `max_array_bytes`).
+fn array_slot(
+    function: &FunctionInterface,
+    parameter: &Parameter,
+    value: Option<WireValue>,
+    (bindings, max_array_bytes): (&BTreeMap<String, i64>, u64),
+) -> Result<Slot, RoutineError> {
+    let (name, pname) = (&function.name, &parameter.name);
+    let dims = function.dimensions_of(parameter, bindings).map_err(|e| {
+        RoutineError::new(
+            ExecErrorKind::Evaluation,
+            format!("argument `{pname}` of `{name}`: {e}"),
+        )
+    })?;
+    let expected = function.element_count(parameter, bindings).map_err(|e| {
+        RoutineError::new(
+            ExecErrorKind::Evaluation,
+            format!("argument `{pname}` of `{name}`: {e}"),
+        )
+    })?;
+    let shape = parameter.shape(&dims);
+    Ok(match (parameter.mode, value) {
+        (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
+            let data = ArrayData::from_proto(&array).map_err(|e| {
+                RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
+            })?;
+            if data.element_type() != parameter.element_type {
+                return Err(RoutineError::bad_argument(format!(
+                    "argument `{pname}` of `{name}` must be an array of {}, got an array of {}",
+                    parameter.element_type.keyword(),
+                    data.element_type().keyword()
+                )));
             }
-        } else {
-            let dims = function.dimensions_of(parameter, &bindings).map_err(|e| {
+            if data.len() as u64 != expected {
+                return Err(RoutineError::bad_argument(format!(
+                    "argument `{pname}` of `{name}` has {} elements, expected {expected} ({shape})",
+                    data.len()
+                )));
+            }
+            Slot::Array(data)
+        }
+        (Mode::Out | Mode::Work, None) => {
+            let bytes = function.byte_size(parameter, bindings).map_err(|e| {
                 RoutineError::new(
                     ExecErrorKind::Evaluation,
                     format!("argument `{pname}` of `{name}`: {e}"),
                 )
             })?;
-            let expected = function.element_count(parameter, &bindings).map_err(|e| {
-                RoutineError::new(
-                    ExecErrorKind::Evaluation,
-                    format!("argument `{pname}` of `{name}`: {e}"),
-                )
-            })?;
-            let shape = parameter.shape(&dims);
-            match (parameter.mode, value) {
-                (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
-                    let data = ArrayData::from_proto(&array).map_err(|e| {
-                        RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
-                    })?;
-                    if data.element_type() != parameter.element_type {
-                        return Err(RoutineError::bad_argument(format!(
-                            "argument `{pname}` of `{name}` must be an array of {}, got an array of {}",
-                            parameter.element_type.keyword(),
-                            data.element_type().keyword()
-                        )));
-                    }
-                    if data.len() as u64 != expected {
-                        return Err(RoutineError::bad_argument(format!(
-                            "argument `{pname}` of `{name}` has {} elements, expected {expected} ({shape})",
-                            data.len()
-                        )));
-                    }
-                    Slot::Array(data)
-                }
-                (Mode::Out | Mode::Work, None) => {
-                    let bytes = function.byte_size(parameter, &bindings).map_err(|e| {
-                        RoutineError::new(
-                            ExecErrorKind::Evaluation,
-                            format!("argument `{pname}` of `{name}`: {e}"),
-                        )
-                    })?;
-                    if bytes > max_array_bytes {
-                        return Err(RoutineError::bad_argument(format!(
-                            "argument `{pname}` of `{name}` would need {bytes} bytes ({shape}), over the limit of {max_array_bytes}"
-                        )));
-                    }
-                    let len = usize::try_from(expected).map_err(|_| {
-                        RoutineError::bad_argument(format!(
-                            "argument `{pname}` of `{name}` is too large ({shape})"
-                        ))
-                    })?;
-                    Slot::Array(ArrayData::zeroed(parameter.element_type, len).map_err(|e| {
-                        RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
-                    })?)
-                }
-                (Mode::Out | Mode::Work, Some(_)) => {
-                    return Err(RoutineError::bad_argument(format!(
-                        "argument `{pname}` of `{name}` is {}: the caller must not send a value",
-                        parameter.mode.keyword()
-                    )));
-                }
-                (_, other) => {
-                    return Err(RoutineError::bad_argument(format!(
-                        "argument `{pname}` of `{name}` must be an array of {} ({shape}), got {}",
-                        parameter.element_type.keyword(),
-                        other.as_ref().map_or("nothing", type_of)
-                    )));
-                }
+            if bytes > max_array_bytes {
+                return Err(RoutineError::bad_argument(format!(
+                    "argument `{pname}` of `{name}` would need {bytes} bytes ({shape}), over the limit of {max_array_bytes}"
+                )));
             }
-        };
-        debug_assert_eq!(call.slots.len(), index);
-        call.slots.push(slot);
-    }
-    Ok(call)
+            let len = usize::try_from(expected).map_err(|_| {
+                RoutineError::bad_argument(format!(
+                    "argument `{pname}` of `{name}` is too large ({shape})"
+                ))
+            })?;
+            Slot::Array(ArrayData::zeroed(parameter.element_type, len).map_err(|e| {
+                RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
+            })?)
+        }
+        (Mode::Out | Mode::Work, Some(_)) => {
+            return Err(RoutineError::bad_argument(format!(
+                "argument `{pname}` of `{name}` is {}: the caller must not send a value",
+                parameter.mode.keyword()
+            )));
+        }
+        (_, other) => {
+            return Err(RoutineError::bad_argument(format!(
+                "argument `{pname}` of `{name}` must be an array of {} ({shape}), got {}",
+                parameter.element_type.keyword(),
+                other.as_ref().map_or("nothing", type_of)
+            )));
+        }
+    })
 }
 
 /// Encodes the OUT and INOUT arrays after the routine ran.

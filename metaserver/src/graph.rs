@@ -4,6 +4,8 @@
 //! IN/INOUT array of its consumer of the same type and the same size. A graph that fails any
 //! check is refused before anything runs, with a message naming the task, parameter and sizes.
 
+use std::collections::HashSet;
+
 use ninf_idl::{FunctionInterface, Mode};
 use ninf_proto::v1;
 use ninf_scheduling::{ClientInput, GraphError, Task, TaskGraph};
@@ -58,78 +60,11 @@ pub fn check_graph<'a>(
     }
     // Bytes of each task's inputs that arrive by edges rather than from the client.
     let mut fed_bytes = vec![0u64; graph.tasks.len()];
-    let mut fed = std::collections::HashSet::new();
+    let mut fed = HashSet::new();
     let mut edges = Vec::with_capacity(graph.edges.len());
     for (e, edge) in graph.edges.iter().enumerate() {
-        let bad = |reason: String| GraphRejection::Edge { edge: e, reason };
+        let produced = check_edge(graph, &interfaces, e, &mut fed)?;
         let (from, to) = (edge.from_task as usize, edge.to_task as usize);
-        let n = graph.tasks.len();
-        if from >= n || to >= n {
-            return Err(bad(format!(
-                "joins task {from} to task {to}, but the graph has {n} tasks"
-            )));
-        }
-        let (producer, consumer) = (&graph.tasks[from], &graph.tasks[to]);
-        let parameter = |f: &'a FunctionInterface, index: u32, label: &str| {
-            f.parameters.get(index as usize).ok_or_else(|| {
-                bad(format!(
-                    "`{label}` ({}) has {} parameters, not {}",
-                    f.name,
-                    f.parameters.len(),
-                    index + 1
-                ))
-            })
-        };
-        let out = parameter(interfaces[from], edge.from_parameter, &producer.label)?;
-        let input = parameter(interfaces[to], edge.to_parameter, &consumer.label)?;
-        let what = format!(
-            "`{}`.{} -> `{}`.{}",
-            producer.label, out.name, consumer.label, input.name
-        );
-        if !out.is_array() || !matches!(out.mode, Mode::Out | Mode::InOut) {
-            return Err(bad(format!(
-                "{what}: `{}` is not an OUT or INOUT array of {}",
-                out.name, interfaces[from].name
-            )));
-        }
-        if !input.is_array() || !matches!(input.mode, Mode::In | Mode::InOut) {
-            return Err(bad(format!(
-                "{what}: `{}` is not an IN or INOUT array of {}",
-                input.name, interfaces[to].name
-            )));
-        }
-        if out.element_type != input.element_type {
-            return Err(bad(format!(
-                "{what}: the producer writes {} but the consumer reads {}",
-                out.element_type.keyword(),
-                input.element_type.keyword()
-            )));
-        }
-        if !fed.insert((to, edge.to_parameter)) {
-            return Err(bad(format!(
-                "{what}: `{}` of `{}` is already fed by another edge",
-                input.name, consumer.label
-            )));
-        }
-        let size = |f: &FunctionInterface, p, task: &v1::GraphTask| {
-            f.byte_size(p, &task.scalars)
-                .map_err(|e| bad(format!("{what}: {e}")))
-        };
-        let produced = size(interfaces[from], out, producer)?;
-        let consumed = size(interfaces[to], input, consumer)?;
-        if produced != consumed {
-            return Err(bad(format!(
-                "{what}: the producer's `{}` has {produced} bytes but the consumer's `{}` \
-                 needs {consumed} bytes",
-                out.name, input.name
-            )));
-        }
-        if edge.bytes != produced {
-            return Err(bad(format!(
-                "{what}: the edge says {} bytes but the interface gives {produced}",
-                edge.bytes
-            )));
-        }
         fed_bytes[to] = fed_bytes[to].saturating_add(produced);
         edges.push(ninf_scheduling::Edge {
             from,
@@ -140,50 +75,8 @@ pub fn check_graph<'a>(
     let mut tasks = Vec::with_capacity(graph.tasks.len());
     let mut client_inputs = Vec::with_capacity(graph.tasks.len());
     for (i, (task, interface)) in graph.tasks.iter().zip(&interfaces).enumerate() {
-        // The IN arrays no edge feeds come from the client: each can be staged apart from
-        // the call (their sizes were checked just as the costs are).
-        let mut inputs = Vec::new();
-        for (index, parameter) in interface.parameters.iter().enumerate() {
-            let from_client = parameter.is_array()
-                && matches!(parameter.mode, Mode::In | Mode::InOut)
-                && !fed.contains(&(i, index as u32));
-            if !from_client {
-                continue;
-            }
-            let bytes = interface.byte_size(parameter, &task.scalars).map_err(|e| {
-                GraphRejection::Cost {
-                    task: i,
-                    label: task.label.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-            inputs.push(ClientInput {
-                parameter: index as u32,
-                bytes,
-            });
-        }
-        client_inputs.push(inputs);
-        let cost = interface
-            .cost(&task.scalars)
-            .map_err(|e| GraphRejection::Cost {
-                task: i,
-                label: task.label.clone(),
-                reason: e.to_string(),
-            })?;
-        let processors = u32::try_from(cost.processors).map_err(|_| GraphRejection::Cost {
-            task: i,
-            label: task.label.clone(),
-            reason: format!("{} processors is beyond any server", cost.processors),
-        })?;
-        tasks.push(Task {
-            label: task.label.clone(),
-            function: task.function.clone(),
-            flops: cost.flops,
-            client_in_bytes: (cost.bytes_in + cost.scalar_bytes_in).saturating_sub(fed_bytes[i]),
-            // The client may want fewer outputs than the routine writes, never more.
-            client_out_bytes: task.client_out_bytes.min(cost.bytes_out),
-            processors,
-        });
+        client_inputs.push(inputs_from_client(i, task, interface, &fed)?);
+        tasks.push(costed_task(i, task, interface, fed_bytes[i])?);
     }
     let graph = TaskGraph {
         tasks,
@@ -192,4 +85,149 @@ pub fn check_graph<'a>(
     };
     graph.validate()?;
     Ok(graph)
+}
+
+/// Checks edge `e`: it joins an OUT/INOUT array of its producer to an IN/INOUT array of its
+/// consumer, of the same type and size, which no other edge feeds. Returns its bytes.
+fn check_edge<'b>(
+    graph: &v1::TaskGraph,
+    interfaces: &[&'b FunctionInterface],
+    e: usize,
+    fed: &mut HashSet<(usize, u32)>,
+) -> Result<u64, GraphRejection> {
+    let edge = &graph.edges[e];
+    let bad = |reason: String| GraphRejection::Edge { edge: e, reason };
+    let (from, to) = (edge.from_task as usize, edge.to_task as usize);
+    let n = graph.tasks.len();
+    if from >= n || to >= n {
+        return Err(bad(format!(
+            "joins task {from} to task {to}, but the graph has {n} tasks"
+        )));
+    }
+    let (producer, consumer) = (&graph.tasks[from], &graph.tasks[to]);
+    let parameter = |f: &'b FunctionInterface, index: u32, label: &str| {
+        f.parameters.get(index as usize).ok_or_else(|| {
+            bad(format!(
+                "`{label}` ({}) has {} parameters, not {}",
+                f.name,
+                f.parameters.len(),
+                index + 1
+            ))
+        })
+    };
+    let out = parameter(interfaces[from], edge.from_parameter, &producer.label)?;
+    let input = parameter(interfaces[to], edge.to_parameter, &consumer.label)?;
+    let what = format!(
+        "`{}`.{} -> `{}`.{}",
+        producer.label, out.name, consumer.label, input.name
+    );
+    if !out.is_array() || !matches!(out.mode, Mode::Out | Mode::InOut) {
+        return Err(bad(format!(
+            "{what}: `{}` is not an OUT or INOUT array of {}",
+            out.name, interfaces[from].name
+        )));
+    }
+    if !input.is_array() || !matches!(input.mode, Mode::In | Mode::InOut) {
+        return Err(bad(format!(
+            "{what}: `{}` is not an IN or INOUT array of {}",
+            input.name, interfaces[to].name
+        )));
+    }
+    if out.element_type != input.element_type {
+        return Err(bad(format!(
+            "{what}: the producer writes {} but the consumer reads {}",
+            out.element_type.keyword(),
+            input.element_type.keyword()
+        )));
+    }
+    if !fed.insert((to, edge.to_parameter)) {
+        return Err(bad(format!(
+            "{what}: `{}` of `{}` is already fed by another edge",
+            input.name, consumer.label
+        )));
+    }
+    let size = |f: &FunctionInterface, p, task: &v1::GraphTask| {
+        f.byte_size(p, &task.scalars)
+            .map_err(|e| bad(format!("{what}: {e}")))
+    };
+    let produced = size(interfaces[from], out, producer)?;
+    let consumed = size(interfaces[to], input, consumer)?;
+    if produced != consumed {
+        return Err(bad(format!(
+            "{what}: the producer's `{}` has {produced} bytes but the consumer's `{}` \
+         needs {consumed} bytes",
+            out.name, input.name
+        )));
+    }
+    if edge.bytes != produced {
+        return Err(bad(format!(
+            "{what}: the edge says {} bytes but the interface gives {produced}",
+            edge.bytes
+        )));
+    }
+    Ok(produced)
+}
+
+/// The IN arrays of task `i` that no edge feeds: they come from the client, and each can be
+/// staged apart from the call.
+fn inputs_from_client(
+    i: usize,
+    task: &v1::GraphTask,
+    interface: &FunctionInterface,
+    fed: &HashSet<(usize, u32)>,
+) -> Result<Vec<ClientInput>, GraphRejection> {
+    let mut inputs = Vec::new();
+    for (index, parameter) in interface.parameters.iter().enumerate() {
+        let from_client = parameter.is_array()
+            && matches!(parameter.mode, Mode::In | Mode::InOut)
+            && !fed.contains(&(i, index as u32));
+        if !from_client {
+            continue;
+        }
+        let bytes = interface
+            .byte_size(parameter, &task.scalars)
+            .map_err(|e| cost_error(i, task, e.to_string()))?;
+        inputs.push(ClientInput {
+            parameter: index as u32,
+            bytes,
+        });
+    }
+    Ok(inputs)
+}
+
+/// Task `i` as the schedulers see it: its costs from the IDL and its scalars; `fed_bytes` of
+/// its inputs arrive by edges rather than from the client.
+fn costed_task(
+    i: usize,
+    task: &v1::GraphTask,
+    interface: &FunctionInterface,
+    fed_bytes: u64,
+) -> Result<Task, GraphRejection> {
+    let cost = interface
+        .cost(&task.scalars)
+        .map_err(|e| cost_error(i, task, e.to_string()))?;
+    let processors = u32::try_from(cost.processors).map_err(|_| {
+        cost_error(
+            i,
+            task,
+            format!("{} processors is beyond any server", cost.processors),
+        )
+    })?;
+    Ok(Task {
+        label: task.label.clone(),
+        function: task.function.clone(),
+        flops: cost.flops,
+        client_in_bytes: (cost.bytes_in + cost.scalar_bytes_in).saturating_sub(fed_bytes),
+        // The client may want fewer outputs than the routine writes, never more.
+        client_out_bytes: task.client_out_bytes.min(cost.bytes_out),
+        processors,
+    })
+}
+
+fn cost_error(task: usize, graph_task: &v1::GraphTask, reason: String) -> GraphRejection {
+    GraphRejection::Cost {
+        task,
+        label: graph_task.label.clone(),
+        reason,
+    }
 }

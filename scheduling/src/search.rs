@@ -139,55 +139,9 @@ impl Scheduler for LocalSearch {
         };
         let mut improved = true;
         while improved && trial.left > 0 {
-            improved = false;
-            for &t in &by_rank {
-                let current = trial.servers[t];
-                for &s in &prepared.capable[prepared.function_of[t]] {
-                    if s != current && trial.left > 0 && trial.try_move(&[(t, s)], predictor) {
-                        improved = true;
-                        break;
-                    }
-                }
-            }
-            // Both ends of an edge together: a producer and its consumer that are each
-            // better where they are alone may be better elsewhere as a pair.
-            for edge in &graph.edges {
-                let (u, v) = (edge.from, edge.to);
-                for s in 0..grid.servers.len() {
-                    let already = trial.servers[u] == s && trial.servers[v] == s;
-                    let serves = prepared.serves[prepared.function_of[u]][s]
-                        && prepared.serves[prepared.function_of[v]][s];
-                    if trial.left > 0
-                        && !already
-                        && serves
-                        && trial.try_move(&[(u, s), (v, s)], predictor)
-                    {
-                        improved = true;
-                        break;
-                    }
-                }
-            }
-            for cluster in clusters(graph, &trial.servers) {
-                let current = trial.servers[cluster[0]];
-                let targets: Vec<ServerId> = (0..grid.servers.len())
-                    .filter(|&s| {
-                        s != current
-                            && cluster
-                                .iter()
-                                .all(|&t| prepared.serves[prepared.function_of[t]][s])
-                    })
-                    .collect();
-                for s in targets {
-                    if trial.left == 0 {
-                        break;
-                    }
-                    let moves: Vec<(TaskId, ServerId)> = cluster.iter().map(|&t| (t, s)).collect();
-                    if trial.try_move(&moves, predictor) {
-                        improved = true;
-                        break;
-                    }
-                }
-            }
+            improved = trial.single_moves(&by_rank, predictor);
+            improved |= trial.edge_moves(predictor);
+            improved |= trial.cluster_moves(predictor);
             // Stuck: any two tasks to any two servers, the critical ones first, for as long
             // as the budget lasts (it covers every pair on small graphs).
             if !improved {
@@ -246,6 +200,76 @@ struct Trial<'a> {
 }
 
 impl Trial<'_> {
+    /// Each task to each other server that can run it, the critical ones first; the first
+    /// move that helps a task is kept.
+    fn single_moves(&mut self, by_rank: &[TaskId], predictor: &mut dyn Predictor) -> bool {
+        let prepared = self.prepared;
+        let mut improved = false;
+        for &t in by_rank {
+            let current = self.servers[t];
+            for &s in &prepared.capable[prepared.function_of[t]] {
+                if s != current && self.left > 0 && self.try_move(&[(t, s)], predictor) {
+                    improved = true;
+                    break;
+                }
+            }
+        }
+        improved
+    }
+
+    /// Both ends of an edge together: a producer and its consumer that are each better
+    /// where they are alone may be better elsewhere as a pair.
+    fn edge_moves(&mut self, predictor: &mut dyn Predictor) -> bool {
+        let (graph, prepared) = (self.graph, self.prepared);
+        let mut improved = false;
+        for edge in &graph.edges {
+            let (u, v) = (edge.from, edge.to);
+            for s in 0..self.grid.servers.len() {
+                let already = self.servers[u] == s && self.servers[v] == s;
+                let serves = prepared.serves[prepared.function_of[u]][s]
+                    && prepared.serves[prepared.function_of[v]][s];
+                if self.left > 0
+                    && !already
+                    && serves
+                    && self.try_move(&[(u, s), (v, s)], predictor)
+                {
+                    improved = true;
+                    break;
+                }
+            }
+        }
+        improved
+    }
+
+    /// Every cluster of tasks placed together, moved whole to each other server that can
+    /// run all of it.
+    fn cluster_moves(&mut self, predictor: &mut dyn Predictor) -> bool {
+        let prepared = self.prepared;
+        let mut improved = false;
+        for cluster in clusters(self.graph, &self.servers) {
+            let current = self.servers[cluster[0]];
+            let targets: Vec<ServerId> = (0..self.grid.servers.len())
+                .filter(|&s| {
+                    s != current
+                        && cluster
+                            .iter()
+                            .all(|&t| prepared.serves[prepared.function_of[t]][s])
+                })
+                .collect();
+            for s in targets {
+                if self.left == 0 {
+                    break;
+                }
+                let moves: Vec<(TaskId, ServerId)> = cluster.iter().map(|&t| (t, s)).collect();
+                if self.try_move(&moves, predictor) {
+                    improved = true;
+                    break;
+                }
+            }
+        }
+        improved
+    }
+
     /// Moves each listed task to its server and times the graph; keeps the move if the
     /// makespan drops, and undoes it otherwise.
     fn try_move(&mut self, moves: &[(TaskId, ServerId)], predictor: &mut dyn Predictor) -> bool {
