@@ -457,7 +457,9 @@ async fn bulk_exchange(
 }
 
 /// Reads a bulk reply's frame: the call's reply, or the server's error as a call error.
-async fn read_reply(stream: &mut TcpStream) -> Result<v1::CallReply, BulkFailure> {
+async fn read_reply(
+    stream: &mut (impl AsyncReadExt + Unpin),
+) -> Result<v1::CallReply, BulkFailure> {
     use prost::Message;
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).await?;
@@ -489,5 +491,29 @@ async fn read_reply(stream: &mut TcpStream) -> Result<v1::CallReply, BulkFailure
             ErrorKind::CommunicationFailed,
             "empty bulk reply",
         ))),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_bulk_reply_frame_over_the_cap_is_refused_before_it_is_allocated() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let len = (ninf_proto::net::BULK_MAX_FRAME + 1) as u32;
+        server.write_all(&len.to_le_bytes()).await.unwrap();
+        let Err(BulkFailure::Call(e)) = read_reply(&mut client).await else {
+            panic!("a frame over the cap was accepted");
+        };
+        assert_eq!(e.kind, ErrorKind::CommunicationFailed);
+        assert_eq!(
+            e.message,
+            format!(
+                "bulk reply frame of {len} bytes exceeds {}",
+                ninf_proto::net::BULK_MAX_FRAME
+            )
+        );
     }
 }
