@@ -225,57 +225,123 @@ fn run_in(
     let faults = Arc::new(AtomicUsize::new(0));
     let metaserver_kills = Arc::new(AtomicUsize::new(0));
     let orphans: Arc<Mutex<Vec<u32>>> = Arc::default();
-    let injector = {
-        let (servers, done, faults, orphans) = (
-            servers.clone(),
-            done.clone(),
-            faults.clone(),
-            orphans.clone(),
-        );
-        let (metaserver_process, metaserver_kills) =
-            (metaserver_process.clone(), metaserver_kills.clone());
-        let server_bin = server_bin.to_path_buf();
-        let metaserver_bin = metaserver_bin.to_path_buf();
-        let metaserver_every = options.metaserver_every;
-        let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
-        let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
-        std::thread::spawn(move || -> anyhow::Result<()> {
-            let mut victim = 0;
-            loop {
-                if sleep_unless(&done, every) {
-                    return Ok(());
-                }
-                let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
-                if metaserver_every > 0 && fault % metaserver_every == 0 {
-                    let mut m = lock(&metaserver_process);
-                    m.kill();
-                    metaserver_kills.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!("killed the metaserver");
-                    std::thread::sleep(down);
-                    m.start(&metaserver_bin)?;
-                    continue;
-                }
-                let count = lock(&servers).len();
-                if count == 0 {
-                    return Ok(());
-                }
-                let i = victim % count;
-                victim += 1;
-                let children = lock(&servers)[i].kill();
-                tracing::info!(server = i, executables = children.len(), "killed a server");
-                lock(&orphans).extend(children);
-                std::thread::sleep(down);
-                lock(&servers)[i].start(&server_bin)?;
-            }
-        })
-    };
+    let injector = spawn_injector(
+        Shared {
+            servers: servers.clone(),
+            metaserver: metaserver_process.clone(),
+            done: done.clone(),
+            faults: faults.clone(),
+            metaserver_kills: metaserver_kills.clone(),
+            orphans: orphans.clone(),
+        },
+        (server_bin, metaserver_bin),
+        options,
+    );
 
-    // The transactions, `concurrency` at a time, each checked against the local computation.
+    let results = run_transactions(&proxy, options);
+    let seconds = started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let injected = injector
+        .join()
+        .map_err(|_| anyhow::anyhow!("the fault injector panicked"))?;
+    injected.context("restarting a killed server")?;
+
+    // Every server up again, then count what is left.
+    let addresses: Vec<String> = {
+        let mut s = lock(&servers);
+        for server in s.iter_mut() {
+            if server.process.is_none() {
+                server.start(server_bin)?;
+            }
+        }
+        s.iter().map(|s| s.address.clone()).collect()
+    };
+    let stored = runtime.block_on(stored_bytes(&addresses))?;
+    let spilled: u64 = lock(&servers)
+        .iter()
+        .filter_map(|s| s.spill_dir.as_deref())
+        .map(directory_bytes)
+        .sum();
+    let leaked_processes = still_alive(&lock(&orphans));
+    let mut report = results;
+    report.transactions = options.transactions;
+    report.faults_injected = faults.load(Ordering::Relaxed);
+    report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);
+    report.leaked_bytes = stored + spilled;
+    report.leaked_processes = leaked_processes;
+    report.seconds = seconds;
+    Ok(report)
+}
+
+/// What the fault injector shares with the run.
+struct Shared {
+    servers: Arc<Mutex<Vec<ChaosServer>>>,
+    metaserver: Arc<Mutex<ChaosServer>>,
+    done: Arc<AtomicBool>,
+    faults: Arc<AtomicUsize>,
+    metaserver_kills: Arc<AtomicUsize>,
+    orphans: Arc<Mutex<Vec<u32>>>,
+}
+
+/// Kills a server (or, every `metaserver_every` faults, the metaserver) every
+/// `kill_every_seconds` and starts it again `down_seconds` later, until `done` is set.
+fn spawn_injector(
+    shared: Shared,
+    (server_bin, metaserver_bin): (&Path, &Path),
+    options: &ChaosOptions,
+) -> std::thread::JoinHandle<anyhow::Result<()>> {
+    let Shared {
+        servers,
+        metaserver: metaserver_process,
+        done,
+        faults,
+        metaserver_kills,
+        orphans,
+    } = shared;
+    let server_bin = server_bin.to_path_buf();
+    let metaserver_bin = metaserver_bin.to_path_buf();
+    let metaserver_every = options.metaserver_every;
+    let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
+    let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
+    std::thread::spawn(move || -> anyhow::Result<()> {
+        let mut victim = 0;
+        loop {
+            if sleep_unless(&done, every) {
+                return Ok(());
+            }
+            let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
+            if metaserver_every > 0 && fault % metaserver_every == 0 {
+                let mut m = lock(&metaserver_process);
+                m.kill();
+                metaserver_kills.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("killed the metaserver");
+                std::thread::sleep(down);
+                m.start(&metaserver_bin)?;
+                continue;
+            }
+            let count = lock(&servers).len();
+            if count == 0 {
+                return Ok(());
+            }
+            let i = victim % count;
+            victim += 1;
+            let children = lock(&servers)[i].kill();
+            tracing::info!(server = i, executables = children.len(), "killed a server");
+            lock(&orphans).extend(children);
+            std::thread::sleep(down);
+            lock(&servers)[i].start(&server_bin)?;
+        }
+    })
+}
+
+/// Runs the transactions, `concurrency` at a time, each checked bit for bit against the
+/// local computation; returns the counts.
+fn run_transactions(proxy: &str, options: &ChaosOptions) -> ChaosReport {
     let next = Arc::new(AtomicUsize::new(0));
     let results: Arc<Mutex<ChaosReport>> = Arc::default();
     let workers: Vec<_> = (0..options.concurrency.max(1))
         .map(|_| {
-            let (next, results, proxy) = (next.clone(), results.clone(), proxy.clone());
+            let (next, results, proxy) = (next.clone(), results.clone(), proxy.to_string());
             let total = options.transactions;
             std::thread::spawn(move || {
                 let grid = match GridClient::connect(&proxy) {
@@ -320,47 +386,21 @@ fn run_in(
     for worker in workers {
         let _ = worker.join();
     }
-    let seconds = started.elapsed().as_secs_f64();
-    done.store(true, Ordering::Relaxed);
-    let injected = injector
-        .join()
-        .map_err(|_| anyhow::anyhow!("the fault injector panicked"))?;
-    injected.context("restarting a killed server")?;
+    lock(&results).clone()
+}
 
-    // Every server up again, then count what is left.
-    let addresses: Vec<String> = {
-        let mut s = lock(&servers);
-        for server in s.iter_mut() {
-            if server.process.is_none() {
-                server.start(server_bin)?;
-            }
-        }
-        s.iter().map(|s| s.address.clone()).collect()
-    };
-    let stored = runtime.block_on(stored_bytes(&addresses))?;
-    let spilled: u64 = lock(&servers)
-        .iter()
-        .filter_map(|s| s.spill_dir.as_deref())
-        .map(directory_bytes)
-        .sum();
-    // Executables of a killed server notice their closed pipe and exit; give them a moment.
-    let orphans: Vec<u32> = lock(&orphans).clone();
-    let mut leaked_processes = orphans.iter().filter(|&&p| alive(p)).count();
+/// How many of `pids` are still running, after giving them up to 5 s to exit (executables of
+/// a killed server notice their closed pipe and exit).
+fn still_alive(pids: &[u32]) -> usize {
+    let mut alive_now = pids.iter().filter(|&&p| alive(p)).count();
     for _ in 0..50 {
-        if leaked_processes == 0 {
+        if alive_now == 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
-        leaked_processes = orphans.iter().filter(|&&p| alive(p)).count();
+        alive_now = pids.iter().filter(|&&p| alive(p)).count();
     }
-    let mut report = lock(&results).clone();
-    report.transactions = options.transactions;
-    report.faults_injected = faults.load(Ordering::Relaxed);
-    report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);
-    report.leaked_bytes = stored + spilled;
-    report.leaked_processes = leaked_processes;
-    report.seconds = seconds;
-    Ok(report)
+    alive_now
 }
 
 /// Sleeps `duration` in short steps; true if `done` was set meanwhile.

@@ -526,7 +526,13 @@ pub fn paper_tables(results: &[WanResult], speedup: f64) -> String {
         }
         out.push('\n');
     }
-    // Tables 4 and 5: the seed gives pairs over all sizes and the cascade at n = 300.
+    out.push_str(&ratio_tables(results, &schedulers));
+    out
+}
+
+/// Tables 4 and 5: the seed gives pairs over all sizes and the cascade at n = 300.
+fn ratio_tables(results: &[WanResult], schedulers: &[&str]) -> String {
+    let mut out = String::new();
     for (workload, title, paper, only) in [
         (
             "pairs",
@@ -555,7 +561,7 @@ pub fn paper_tables(results: &[WanResult], speedup: f64) -> String {
             paper[1].0 * 100.0,
             paper[1].1 * 100.0
         ));
-        for s in &schedulers {
+        for s in schedulers {
             let rows: Vec<&&WanResult> = chosen.iter().filter(|r| r.scheduler == *s).collect();
             if rows.is_empty() {
                 continue;

@@ -230,8 +230,10 @@ fn mean_ci(values: &[f64]) -> (f64, f64) {
     (mean, 1.96 * (variance / n).sqrt())
 }
 
-pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimResult>> {
-    let (name, swf_jobs, default_processors) = match workload {
+/// A workload's name, its jobs when they come from a file (generated workloads are drawn per
+/// seed and load), and the processors the papers ran it on.
+fn workload_setting(workload: &Workload) -> anyhow::Result<(String, Option<Vec<Job>>, u32)> {
+    Ok(match workload {
         Workload::Cenju3 => ("cenju3".to_string(), None, 8),
         Workload::Dqt => ("dqt".to_string(), None, 128),
         Workload::Lublin => ("lublin".to_string(), None, 128),
@@ -268,7 +270,11 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 declared.unwrap_or(widest).max(widest),
             )
         }
-    };
+    })
+}
+
+pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimResult>> {
+    let (name, swf_jobs, default_processors) = workload_setting(workload)?;
     let processors = options.processors.unwrap_or(default_processors);
     let loads: Vec<Option<f64>> = if swf_jobs.is_some() {
         vec![None]
