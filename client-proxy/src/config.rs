@@ -32,6 +32,9 @@ pub struct ProxyConfig {
     /// address.
     #[serde(default)]
     pub name: Option<String>,
+    /// Where to serve Prometheus metrics (`GET /metrics`, `host:port`); none: not served.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// How often the paths to the servers are measured.
     #[serde(default = "default_probe_seconds")]
     pub probe_seconds: f64,
@@ -177,6 +180,7 @@ impl ProxyConfig {
             listen: default_listen(),
             metaserver: metaserver.into(),
             name: None,
+            metrics_listen: None,
             probe_seconds: default_probe_seconds(),
             probe_bytes: default_probe_bytes(),
             link_history: default_link_history(),

@@ -413,6 +413,11 @@ impl GraphExecution<'_> {
                 .collect();
             recovery::classify(status.code(), status.message(), &inputs)
         };
+        let reason = match &failure {
+            CallFailure::Fatal => "fatal",
+            CallFailure::Server => "server",
+            CallFailure::LostInputs(_) => "lost_input",
+        };
         let culprits = match failure {
             CallFailure::Fatal => {
                 let what = describe(self.graph, task);
@@ -432,6 +437,7 @@ impl GraphExecution<'_> {
                 &status,
             )
             .await?;
+        self.proxy.metrics.retry(reason);
         tracing::info!(
             task,
             server = %issued.server,
@@ -507,7 +513,9 @@ impl GraphExecution<'_> {
                 &[server],
                 &status,
             )
-            .await
+            .await?;
+        self.proxy.metrics.retry("lost_output");
+        Ok(())
     }
 
     /// Stops the uploads (and, after a failure, the calls still out, before the caller

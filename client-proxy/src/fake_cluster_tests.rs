@@ -155,6 +155,11 @@ async fn a_call_to_a_dead_server_runs_again_on_a_live_one() {
         .map(|i| i.server)
         .collect();
     assert_eq!(servers, ["s1", "s2"]);
+    let metrics = ninf_telemetry::render(&proxy.metrics_registry);
+    assert!(
+        metrics.contains("ninf_retries_total{reason=\"server\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -174,6 +179,11 @@ async fn an_intermediate_lost_with_its_server_is_made_again_by_its_producer() {
     assert_eq!(returned(&executed, 1), [3.0, 4.0], "y = (a + 1) + 1");
     assert_eq!(executed.counts.regenerated, 1, "inc#0 ran again");
     assert_eq!(executed.counts.retried, 1, "inc#1 was retried once");
+    let metrics = ninf_telemetry::render(&proxy.metrics_registry);
+    assert!(
+        metrics.contains("ninf_retries_total{reason=\"lost_input\"} 1"),
+        "{metrics}"
+    );
     assert_eq!(server_of(&executed, 0), "s2", "the producer moved off s1");
     let calls: Vec<(String, Vec<&str>)> = cluster
         .invocations()

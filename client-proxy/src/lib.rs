@@ -18,6 +18,7 @@ mod fake;
 #[cfg(test)]
 mod fake_cluster_tests;
 pub mod links;
+pub mod metrics;
 pub mod recovery;
 pub mod run_state;
 pub mod service;
@@ -56,6 +57,9 @@ pub struct Proxy {
     links: Mutex<LinkRecord>,
     /// Every call to a compute server goes through it.
     cluster: Arc<dyn Cluster>,
+    /// What it counts for Prometheus, and the registry it is served from.
+    metrics: metrics::ProxyMetrics,
+    metrics_registry: Arc<ninf_telemetry::Registry>,
     /// Transactions running per client.
     pub admission: Arc<admission::ClientAdmission>,
     /// The grid's token, if clients must present it (and for the metaserver).
@@ -96,7 +100,10 @@ impl Proxy {
         };
         let metaserver = ninf_proto::net::connect_lazy(&config.metaserver, tls.as_ref(), settings)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (metrics, metrics_registry) = metrics::ProxyMetrics::new();
         Ok(Arc::new(Proxy {
+            metrics,
+            metrics_registry: Arc::new(metrics_registry),
             cluster,
             suspects: Arc::new(Mutex::new(suspects::SuspectBoard::new(
                 config.suspect_seconds,
@@ -504,6 +511,8 @@ pub struct Running {
     /// The address it listens on.
     pub address: String,
     pub proxy: Arc<Proxy>,
+    /// Where its metrics are served, when `metrics_listen` is set.
+    pub metrics: Option<ninf_telemetry::MetricsEndpoint>,
     serving: Serving,
 }
 
@@ -526,7 +535,12 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
         .map_err(StartError::Address)?
         .to_string();
     let name = config.name.clone().unwrap_or_else(|| address.clone());
+    let metrics_listen = config.metrics_listen.clone();
     let proxy = Proxy::new(config, name).map_err(StartError::Setup)?;
+    let metrics = match metrics_listen {
+        Some(listen) => Some(ninf_telemetry::serve(&listen, proxy.metrics_registry.clone()).await?),
+        None => None,
+    };
     let serving = {
         let proxy = proxy.clone();
         Serving::spawn(move |shutdown| run(listener, proxy, shutdown))
@@ -534,6 +548,7 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
     Ok(Running {
         address,
         proxy,
+        metrics,
         serving,
     })
 }
@@ -541,11 +556,15 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
 impl Running {
     /// Stops serving (gracefully).
     pub async fn stop(self) -> Result<(), ServeError> {
+        if let Some(metrics) = self.metrics {
+            metrics.stop().await;
+        }
         self.serving.stop().await
     }
 
     /// Serves until `signal` completes, then stops.
     pub async fn until(self, signal: impl Future<Output = ()>) -> Result<(), ServeError> {
+        let _metrics = self.metrics;
         self.serving.until(signal).await
     }
 }

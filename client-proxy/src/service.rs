@@ -30,7 +30,13 @@ impl v1::proxy_server::Proxy for ProxyService {
             .inspect_err(|status| {
                 tracing::warn!(%client, error = %status.message(), "transaction refused");
             })?;
-        let result = self.0.run_graph(request.into_inner(), &mut admitted).await;
+        let request = request.into_inner();
+        let bytes_in = prost::Message::encoded_len(&request) as u64;
+        let result = self.0.run_graph(request, &mut admitted).await;
+        let bytes_out = result
+            .as_ref()
+            .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);
+        self.0.metrics.client_bytes(bytes_in, bytes_out);
         if let Err(status) = &result {
             tracing::info!(code = ?status.code(), error = %status.message(), "graph failed");
         }

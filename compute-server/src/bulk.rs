@@ -95,8 +95,17 @@ async fn connection(socket: TcpStream, peer: &str, state: &ServerState) -> std::
             send_error(&mut writer, &status).await?;
             return Ok(());
         }
-        match call(state, request, &mut reader, &mut writer).await {
-            Ok(()) => {}
+        let (routine, bytes_in) = (request.function.clone(), len as u64 + bulk_bytes(&request));
+        let started = std::time::Instant::now();
+        let outcome = call(state, request, &mut reader, &mut writer).await;
+        let bytes_out = *outcome.as_ref().unwrap_or(&0);
+        let traffic = (crate::metrics::Path::Bulk, bytes_in, bytes_out);
+        let seconds = started.elapsed().as_secs_f64();
+        state
+            .metrics
+            .call(&routine, outcome.is_ok(), seconds, traffic);
+        match outcome {
+            Ok(_) => {}
             Err(Failure::Answer(status)) => send_error(&mut writer, &status).await?,
             Err(Failure::AnswerAndClose(status)) => {
                 send_error(&mut writer, &status).await?;
@@ -239,7 +248,7 @@ async fn call(
     request: v1::CallRequest,
     reader: &mut (impl AsyncReadExt + Unpin),
     writer: &mut (impl AsyncWriteExt + Unpin),
-) -> Result<(), Failure> {
+) -> Result<u64, Failure> {
     let bulk_bytes = bulk_bytes(&request);
     let prepared = match invoke::prepare(state, &request) {
         Ok(p) => p,
@@ -335,6 +344,8 @@ async fn call(
         })),
     };
     let sent = send_reply(writer, &reply, &payloads).await;
+    let bytes_out = prost::Message::encoded_len(&reply) as u64
+        + payloads.iter().map(|p| p.len() as u64).sum::<u64>();
     drop(payloads);
     let _ = checkout.finish(v1::ExecReply {
         call_id,
@@ -343,7 +354,7 @@ async fn call(
             status: success.status,
         })),
     });
-    sent.map_err(Failure::Broken)
+    sent.map(|()| bytes_out).map_err(Failure::Broken)
 }
 
 /// The status of an executable's reply that is not a success; the executable goes back to

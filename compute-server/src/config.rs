@@ -54,6 +54,9 @@ pub struct ServerConfig {
     /// Metaserver to register with (`host:port`); none: the server runs on its own.
     #[serde(default)]
     pub metaserver: Option<String>,
+    /// Where to serve Prometheus metrics (`GET /metrics`, `host:port`); none: not served.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// Payload of the throughput probes sent to peers.
     #[serde(default = "default_probe_bytes")]
     pub probe_bytes: usize,
@@ -302,6 +305,7 @@ impl Default for ServerConfig {
             call_timeout_seconds: default_call_timeout(),
             load_interval_seconds: default_load_interval(),
             metaserver: None,
+            metrics_listen: None,
             probe_bytes: default_probe_bytes(),
             gang: GangSettings::default(),
             cpu_slowdown: default_cpu_slowdown(),

@@ -13,6 +13,7 @@ pub mod bulk;
 pub mod config;
 pub mod gang;
 pub mod invoke;
+pub mod metrics;
 pub mod monitor;
 pub mod peers;
 pub mod pool;
@@ -43,6 +44,8 @@ pub struct Running {
     /// The address it is known by (`advertise`, or the bound address).
     pub address: String,
     pub state: Arc<ServerState>,
+    /// Where its metrics are served, when `metrics_listen` is set.
+    pub metrics: Option<ninf_telemetry::MetricsEndpoint>,
     serving: Serving,
     registration: Option<tokio::task::JoinHandle<()>>,
 }
@@ -84,9 +87,14 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
             },
         )
     });
+    let metrics = match &config.metrics_listen {
+        Some(listen) => Some(ninf_telemetry::serve(listen, state.metrics_registry.clone()).await?),
+        None => None,
+    };
     Ok(Running {
         address: advertise,
         state,
+        metrics,
         serving,
         registration,
     })
@@ -103,6 +111,9 @@ impl Running {
     /// Stops serving (gracefully: calls in progress finish) and stops the pools.
     pub async fn stop(self) -> Result<(), ServeError> {
         self.silence();
+        if let Some(metrics) = self.metrics {
+            metrics.stop().await;
+        }
         self.serving.stop().await
     }
 
@@ -111,8 +122,11 @@ impl Running {
         let Running {
             serving,
             registration,
+            metrics,
             ..
         } = self;
+        // Served until the server ends.
+        let _metrics = metrics;
         let result = serving.until(signal).await;
         if let Some(task) = registration {
             task.abort();

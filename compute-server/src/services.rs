@@ -58,12 +58,22 @@ impl v1::invoke_server::Invoke for InvokeService {
     ) -> Result<Response<v1::CallReply>, Status> {
         let request = request.into_inner();
         let function = request.function.clone();
+        let bytes_in = prost::Message::encoded_len(&request) as u64;
+        let started = std::time::Instant::now();
         let state = self.0.clone();
         // Run on its own task: if the client goes away mid-call, the routine still finishes
         // (or times out) and its executable goes back to the pool in a known state.
         let outcome = tokio::spawn(async move { crate::invoke::call(&state, request).await })
             .await
             .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
+        let bytes_out = outcome
+            .as_ref()
+            .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);
+        let seconds = started.elapsed().as_secs_f64();
+        let traffic = (crate::metrics::Path::Grpc, bytes_in, bytes_out);
+        self.0
+            .metrics
+            .call(&function, outcome.is_ok(), seconds, traffic);
         match &outcome {
             Ok(reply) => tracing::debug!(%function, status = reply.status, "call done"),
             Err(status) => {

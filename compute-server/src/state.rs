@@ -27,6 +27,9 @@ pub struct ServedModule {
 pub struct ServerState {
     /// Address under which this server's stored objects are known (`host:port`).
     pub advertise: String,
+    /// What the server counts for Prometheus, and the registry it is served from.
+    pub metrics: crate::metrics::ServerMetrics,
+    pub metrics_registry: Arc<ninf_telemetry::Registry>,
     pub modules: Vec<ServedModule>,
     /// Function name to index in `modules`.
     functions: HashMap<String, usize>,
@@ -150,7 +153,10 @@ impl ServerState {
             std::env::temp_dir().join(format!("ninf-spill-{}", std::process::id()))
         });
         let store = ObjectStore::new(config.storage.memory_limit_bytes, spill_dir);
+        let (metrics, registry) = crate::metrics::ServerMetrics::new(&advertise);
         let state = ServerState {
+            metrics,
+            metrics_registry: Arc::new(registry),
             advertise,
             modules,
             functions,
@@ -211,6 +217,8 @@ impl ServerState {
     pub fn sample_load(&self) -> v1::LoadSample {
         let (running, queued, rows, expected_wait) = self.gang.load();
         let (memory, spilled) = self.store.usage();
+        self.metrics
+            .sample(queued, memory + spilled, self.gang.switches());
         let mut sample = crate::monitor::sample(running, queued, memory + spilled);
         sample.processors = self.gang.processors;
         sample.busy_rows = rows as u32;

@@ -78,6 +78,10 @@ pub struct Endpoints {
     /// The folder of the grid's TLS material, when it runs over TLS.
     #[serde(default)]
     pub tls_dir: Option<PathBuf>,
+    /// Where each service serves its Prometheus metrics (`GET /metrics`): `metaserver`,
+    /// `proxy`, and `server-0`, `server-1`, ... in the order of `servers`.
+    #[serde(default)]
+    pub metrics: std::collections::BTreeMap<String, String>,
 }
 
 impl Endpoints {
@@ -173,6 +177,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         network_seconds: options.network_seconds,
         auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
         tls: component_tls(options, "metaserver"),
+        metrics_listen: Some("127.0.0.1:0".into()),
         ..MetaserverConfig::default()
     }
 }
@@ -184,6 +189,26 @@ async fn start_metaserver(
     ninf_metaserver::bind(metaserver_config(options, listen))
         .await
         .with_context(|| format!("starting the metaserver on {listen}"))
+}
+
+/// Every service's metrics address, by name.
+fn metrics_addresses(
+    metaserver: &ninf_metaserver::Running,
+    proxy: &ninf_client_proxy::Running,
+    servers: &[GridServer],
+) -> std::collections::BTreeMap<String, String> {
+    let mut addresses = std::collections::BTreeMap::new();
+    let mut add = |name: String, endpoint: Option<&ninf_telemetry::MetricsEndpoint>| {
+        if let Some(endpoint) = endpoint {
+            addresses.insert(name, endpoint.address.clone());
+        }
+    };
+    add("metaserver".into(), metaserver.metrics.as_ref());
+    add("proxy".into(), proxy.metrics.as_ref());
+    for (i, server) in servers.iter().enumerate() {
+        add(format!("server-{i}"), server.running.metrics.as_ref());
+    }
+    addresses
 }
 
 impl EmbeddedGrid {
@@ -220,6 +245,7 @@ impl EmbeddedGrid {
         }
         let proxy_service = ninf_client_proxy::bind(ProxyConfig {
             listen: "127.0.0.1:0".into(),
+            metrics_listen: Some("127.0.0.1:0".into()),
             probe_seconds: options.probe_seconds,
             auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
             max_stored_bytes_per_client: options.max_stored_bytes_per_client,
@@ -236,6 +262,7 @@ impl EmbeddedGrid {
             pid: std::process::id(),
             token_file: options.auth.then(|| token_file(&options.data_dir)),
             tls_dir: options.tls.then(|| tls_dir(&options.data_dir)),
+            metrics: metrics_addresses(&metaserver_service, &proxy_service, &servers),
         };
         let grid = EmbeddedGrid {
             options,
@@ -319,6 +346,7 @@ async fn start_server(
 ) -> anyhow::Result<GridServer> {
     let config = ServerConfig {
         listen: "127.0.0.1:0".into(),
+        metrics_listen: Some("127.0.0.1:0".into()),
         load_interval_seconds: 1.0,
         processors: Some(processors.max(1) as usize),
         modules: options.modules.clone(),

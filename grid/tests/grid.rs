@@ -1052,3 +1052,113 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
     let status = grid.status();
     assert_eq!(status.servers.len(), 2, "{:?}", status.servers);
 }
+
+/// `GET /metrics` from `address`, as a scraper would.
+fn scrape(address: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: ninf\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The sum of the samples of `metric` whose labels include every one of `labels`.
+fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|line| {
+            line.starts_with(&format!("{metric}{{")) || line.starts_with(&format!("{metric} "))
+        })
+        .filter(|line| labels.iter().all(|l| line.contains(l)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn every_service_serves_metrics_that_count_what_the_grid_did() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let metrics = grid.grid().endpoints.metrics.clone();
+    assert_eq!(
+        metrics.keys().cloned().collect::<Vec<_>>(),
+        ["metaserver", "proxy", "server-0", "server-1"]
+    );
+    let client = grid.client("round-robin");
+    let n = 10usize;
+    let (a, b) = (matrix(n, 1), matrix(n, 2));
+    let mut products = vec![vec![0.0; n * n]; 4];
+    client
+        .transaction(|tx| {
+            let [ha, hb] = [&a, &b].map(|m| tx.input(m));
+            for product in products.iter_mut() {
+                let hc = tx.buffer(product);
+                tx.call(
+                    "mmul",
+                    &[TxArg::from(n as i64), ha.into(), hb.into(), hc.into()],
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let bad = client.call("mmul", &mut [ninf::Arg::Integer(-1)]);
+    assert!(
+        bad.is_err(),
+        "a call with too few arguments is refused by the client"
+    );
+
+    // Four products ran, two on each server (round robin), each with two n x n inputs in
+    // and one out.
+    let mut calls = 0.0;
+    for i in 0..2 {
+        let text = scrape(&metrics[&format!("server-{i}")]);
+        let server = &grid.grid().endpoints.servers[i];
+        let ok = sample_sum(
+            &text,
+            "ninf_calls_total",
+            &[
+                "routine=\"mmul\"",
+                &format!("server=\"{server}\""),
+                "outcome=\"ok\"",
+            ],
+        );
+        assert_eq!(ok, 2.0, "{text}");
+        calls += ok;
+        let bytes_in = sample_sum(&text, "ninf_bytes_total", &["direction=\"in\""]);
+        assert!(bytes_in >= 2.0 * 2.0 * (8 * n * n) as f64, "{text}");
+        let bytes_out = sample_sum(&text, "ninf_bytes_total", &["direction=\"out\""]);
+        assert!(bytes_out >= 2.0 * (8 * n * n) as f64, "{text}");
+        assert_eq!(
+            sample_sum(&text, "ninf_call_seconds_count", &["routine=\"mmul\""]),
+            2.0
+        );
+        assert!(text.contains("ninf_queue_length"), "{text}");
+        assert!(text.contains("ninf_storage_bytes"), "{text}");
+    }
+    assert_eq!(calls, 4.0);
+
+    let text = scrape(&metrics["metaserver"]);
+    assert_eq!(
+        sample_sum(
+            &text,
+            "ninf_graphs_total",
+            &["scheduler=\"round-robin\"", "outcome=\"ok\""]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample_sum(&text, "ninf_prediction_error_ratio_count", &[]),
+        1.0
+    );
+
+    let text = scrape(&metrics["proxy"]);
+    let from_clients = sample_sum(
+        &text,
+        "ninf_bytes_total",
+        &["direction=\"in\"", "path=\"client\""],
+    );
+    assert!(from_clients >= 2.0 * (8 * n * n) as f64, "{text}");
+    assert_eq!(sample_sum(&text, "ninf_retries_total", &[]), 0.0);
+}

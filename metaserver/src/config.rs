@@ -32,6 +32,9 @@ pub struct MetaserverConfig {
     /// The scheduler every graph gets unless a request names another.
     #[serde(default = "default_scheduler")]
     pub scheduler: String,
+    /// Where to serve Prometheus metrics (`GET /metrics`, `host:port`); none: not served.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
     /// How monitoring history becomes a prediction: `latest` or `forecast`.
     #[serde(default = "default_predictor")]
     pub predictor: String,
@@ -128,6 +131,7 @@ impl Default for MetaserverConfig {
             data_dir: default_data_dir(),
             database_url: None,
             scheduler: default_scheduler(),
+            metrics_listen: None,
             predictor: default_predictor(),
             random_seed: 0,
             heartbeat_seconds: default_heartbeat(),

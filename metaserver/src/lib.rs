@@ -11,13 +11,14 @@
 pub mod config;
 pub mod db;
 pub mod graph;
+pub mod metrics;
 pub mod operations;
 pub mod planner;
 pub mod registry;
 pub mod service;
 
 use ninf_proto::net::auth::CheckToken;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tonic::service::interceptor::InterceptedService;
@@ -85,6 +86,12 @@ impl From<MetaserverError> for tonic::Status {
     }
 }
 
+/// A graph scheduled and not yet reported: what its report is measured against.
+struct RunningGraph {
+    scheduler: String,
+    predicted_makespan: f64,
+}
+
 /// What the metaserver keeps in memory, under one lock.
 struct State {
     registry: Registry,
@@ -92,7 +99,7 @@ struct State {
     /// Servers the DB records as down.
     down: HashSet<i64>,
     /// Graphs scheduled and not yet reported.
-    running: HashSet<u64>,
+    running: HashMap<u64, RunningGraph>,
     /// Graphs scheduled since start-up (varies the random scheduler's seed).
     scheduled: u64,
 }
@@ -106,6 +113,9 @@ pub struct Metaserver {
     scheduling: tokio::sync::Mutex<()>,
     /// Graphs being planned off the lock (see [`operations::schedule`]).
     planning: std::sync::atomic::AtomicU64,
+    /// What it counts for Prometheus, and the registry it is served from.
+    metrics: metrics::MetaserverMetrics,
+    metrics_registry: Arc<ninf_telemetry::Registry>,
     /// The grid's token, if requests must carry it.
     token: Option<String>,
     /// TLS material for the port, if it serves TLS.
@@ -176,6 +186,7 @@ impl Metaserver {
                 latency: config.default_latency_seconds.max(0.0),
             },
         );
+        let (metrics, metrics_registry) = metrics::MetaserverMetrics::new();
         Ok(Arc::new(Metaserver {
             config,
             db,
@@ -183,11 +194,13 @@ impl Metaserver {
                 registry,
                 planner,
                 down: HashSet::new(),
-                running: HashSet::new(),
+                running: HashMap::new(),
                 scheduled: 0,
             }),
             scheduling: tokio::sync::Mutex::new(()),
             planning: std::sync::atomic::AtomicU64::new(0),
+            metrics,
+            metrics_registry: Arc::new(metrics_registry),
             token,
             tls,
         }))
@@ -209,6 +222,8 @@ pub struct Running {
     /// The address it listens on.
     pub address: String,
     pub metaserver: Arc<Metaserver>,
+    /// Where its metrics are served, when `metrics_listen` is set.
+    pub metrics: Option<ninf_telemetry::MetricsEndpoint>,
     serving: Serving,
 }
 
@@ -220,7 +235,14 @@ pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> 
         .local_addr()
         .map_err(|e| MetaserverError::BadRequest(format!("no local address: {e}")))?
         .to_string();
+    let metrics_listen = config.metrics_listen.clone();
     let metaserver = Metaserver::open(config).await?;
+    let metrics = match metrics_listen {
+        Some(listen) => {
+            Some(ninf_telemetry::serve(&listen, metaserver.metrics_registry.clone()).await?)
+        }
+        None => None,
+    };
     let serving = {
         let metaserver = metaserver.clone();
         Serving::spawn(move |shutdown| run(listener, metaserver, shutdown))
@@ -228,6 +250,7 @@ pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> 
     Ok(Running {
         address,
         metaserver,
+        metrics,
         serving,
     })
 }
@@ -235,11 +258,15 @@ pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> 
 impl Running {
     /// Stops serving (gracefully) and closes the resource DB.
     pub async fn stop(self) -> Result<(), ServeError> {
+        if let Some(metrics) = self.metrics {
+            metrics.stop().await;
+        }
         self.serving.stop().await
     }
 
     /// Serves until `signal` completes, then stops.
     pub async fn until(self, signal: impl Future<Output = ()>) -> Result<(), ServeError> {
+        let _metrics = self.metrics;
         self.serving.until(signal).await
     }
 }

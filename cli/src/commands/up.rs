@@ -72,6 +72,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
                 dir.join("ca.pem").display()
             );
         }
+        for (service, address) in &grid.endpoints.metrics {
+            println!("metrics    {service} http://{address}/metrics");
+        }
         println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
         ninf_proto::shutdown::signal().await;
         grid.stop().await;

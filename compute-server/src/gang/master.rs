@@ -445,6 +445,11 @@ impl GangMaster {
         (running, queued, rows, expected_wait(&inner))
     }
 
+    /// Slot switches the node agents have reported, summed.
+    pub fn switches(&self) -> u64 {
+        self.lock().nodes.values().map(|n| n.report.switches).sum()
+    }
+
     pub fn status(&self) -> v1::GangStatus {
         let inner = self.lock();
         let config = inner.scheduler.config;

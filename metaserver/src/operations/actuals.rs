@@ -12,9 +12,13 @@ impl Metaserver {
         let now = unix_now();
         {
             let mut state = self.state();
-            if !state.running.remove(&report.graph_id) {
+            let Some(graph) = state.running.remove(&report.graph_id) else {
                 return Err(MetaserverError::UnknownGraph(report.graph_id));
-            }
+            };
+            let failed = !report.error.is_empty();
+            let predicted = graph.predicted_makespan;
+            self.metrics
+                .graph(&graph.scheduler, failed, predicted, report.makespan);
             let times: Vec<(usize, f64, f64)> = report
                 .tasks
                 .iter()

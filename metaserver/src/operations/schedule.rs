@@ -82,7 +82,11 @@ impl Metaserver {
                 planner, running, ..
             } = &mut *state;
             planner.record(graph_id, &plan.tasks, &plan.schedule, &plan.registry, now);
-            running.insert(graph_id);
+            let graph = crate::RunningGraph {
+                scheduler: scheduler.clone(),
+                predicted_makespan: plan.schedule.makespan,
+            };
+            running.insert(graph_id, graph);
         }
         tracing::info!(
             graph = graph_id,

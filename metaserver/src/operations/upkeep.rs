@@ -46,6 +46,9 @@ impl Metaserver {
                 .map(|s| (s.id, s.address.clone()))
                 .collect();
             state.down.extend(silent.iter().map(|(id, _)| *id));
+            let servers = state.registry.servers().len();
+            let down = state.down.len().min(servers);
+            self.metrics.servers(servers - down, down);
             silent
         };
         for (id, address) in newly_down {

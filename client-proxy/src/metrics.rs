@@ -1,0 +1,61 @@
+//! The proxy's metrics (served at `metrics_listen`, see `ninf-telemetry`): calls issued again
+//! after a fault, by reason, and the bytes its clients sent and received.
+
+use ninf_telemetry::{Counter, EncodeLabelSet, Family, Registry};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// `server` (its server failed), `lost_input` (an input was lost with its server) or
+    /// `lost_output` (a kept output the client wants was lost at the end).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BytesLabels {
+    /// `in` (graphs and their inputs from clients) or `out` (replies to them).
+    pub direction: &'static str,
+    pub path: &'static str,
+}
+
+/// Every metric the proxy keeps.
+pub struct ProxyMetrics {
+    retries: Family<ReasonLabels, Counter>,
+    bytes: Family<BytesLabels, Counter>,
+}
+
+impl ProxyMetrics {
+    /// The metrics, registered in a new registry.
+    pub fn new() -> (ProxyMetrics, Registry) {
+        let metrics = ProxyMetrics {
+            retries: Family::default(),
+            bytes: Family::default(),
+        };
+        let mut registry = Registry::default();
+        registry.register(
+            "ninf_retries",
+            "Tasks run again after a fault, by reason",
+            metrics.retries.clone(),
+        );
+        registry.register(
+            "ninf_bytes",
+            "Bytes from and to clients",
+            metrics.bytes.clone(),
+        );
+        (metrics, registry)
+    }
+
+    pub fn retry(&self, reason: &'static str) {
+        self.retries.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// One transaction's request and reply sizes.
+    pub fn client_bytes(&self, bytes_in: u64, bytes_out: u64) {
+        for (direction, bytes) in [("in", bytes_in), ("out", bytes_out)] {
+            let labels = BytesLabels {
+                direction,
+                path: "client",
+            };
+            self.bytes.get_or_create(&labels).inc_by(bytes);
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The compute server's metrics (served at `metrics_listen`, see `ninf-telemetry`): calls by
+//! routine and outcome, their durations, bytes in and out by path, the gang scheduler's
+//! queue and switches, and what storage holds.
+
+use ninf_telemetry::{
+    Counter, EncodeLabelSet, EncodeLabelValue, Family, Gauge, Histogram, Registry, seconds_buckets,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    ok,
+    error,
+}
+
+/// How a call came: gRPC `Invoke.Call` or the bulk-data port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Grpc,
+    Bulk,
+}
+
+impl Path {
+    fn label(self) -> &'static str {
+        match self {
+            Path::Grpc => "grpc",
+            Path::Bulk => "bulk",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub routine: String,
+    pub server: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoutineLabels {
+    pub routine: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BytesLabels {
+    /// `in` (arguments received) or `out` (results sent).
+    pub direction: &'static str,
+    pub path: &'static str,
+}
+
+fn seconds_histogram() -> Histogram {
+    Histogram::new(seconds_buckets())
+}
+
+/// Every metric a compute server keeps.
+pub struct ServerMetrics {
+    /// The address calls are counted under (the server's advertised address).
+    server: String,
+    calls: Family<CallLabels, Counter>,
+    call_seconds: Family<RoutineLabels, Histogram>,
+    bytes: Family<BytesLabels, Counter>,
+    queue_length: Gauge,
+    gang_switches: Counter,
+    storage_bytes: Gauge,
+    /// Switches already counted, from the agents' reports.
+    switches_seen: std::sync::atomic::AtomicU64,
+}
+
+impl ServerMetrics {
+    /// The metrics, registered in a new registry.
+    pub fn new(server: &str) -> (ServerMetrics, Registry) {
+        let metrics = ServerMetrics {
+            server: server.to_string(),
+            calls: Family::default(),
+            call_seconds: Family::new_with_constructor(seconds_histogram),
+            bytes: Family::default(),
+            queue_length: Gauge::default(),
+            gang_switches: Counter::default(),
+            storage_bytes: Gauge::default(),
+            switches_seen: Default::default(),
+        };
+        let mut registry = Registry::default();
+        let r = &mut registry;
+        r.register(
+            "ninf_calls",
+            "Calls served, by routine and outcome",
+            metrics.calls.clone(),
+        );
+        r.register(
+            "ninf_call_seconds",
+            "Duration of calls served, by routine",
+            metrics.call_seconds.clone(),
+        );
+        r.register(
+            "ninf_bytes",
+            "Argument bytes received and result bytes sent, by path",
+            metrics.bytes.clone(),
+        );
+        r.register(
+            "ninf_queue_length",
+            "Jobs waiting for the gang scheduler",
+            metrics.queue_length.clone(),
+        );
+        r.register(
+            "ninf_gang_switches",
+            "Slot switches the node agents made",
+            metrics.gang_switches.clone(),
+        );
+        r.register(
+            "ninf_storage_bytes",
+            "Bytes held in storage (memory and spill)",
+            metrics.storage_bytes.clone(),
+        );
+        (metrics, registry)
+    }
+
+    /// One call served: its routine, whether it succeeded, how long it took, and the bytes
+    /// that came in and went out on `path`.
+    pub fn call(
+        &self,
+        routine: &str,
+        ok: bool,
+        seconds: f64,
+        (path, bytes_in, bytes_out): (Path, u64, u64),
+    ) {
+        let outcome = if ok { Outcome::ok } else { Outcome::error };
+        let labels = CallLabels {
+            routine: routine.to_string(),
+            server: self.server.clone(),
+            outcome,
+        };
+        self.calls.get_or_create(&labels).inc();
+        let routine = RoutineLabels {
+            routine: routine.to_string(),
+        };
+        self.call_seconds.get_or_create(&routine).observe(seconds);
+        for (direction, bytes) in [("in", bytes_in), ("out", bytes_out)] {
+            let labels = BytesLabels {
+                direction,
+                path: path.label(),
+            };
+            self.bytes.get_or_create(&labels).inc_by(bytes);
+        }
+    }
+
+    /// The latest load sample: queue and storage, and switches since the last sample.
+    pub fn sample(&self, queued: usize, stored_bytes: u64, switches: u64) {
+        self.queue_length.set(queued as i64);
+        self.storage_bytes
+            .set(i64::try_from(stored_bytes).unwrap_or(i64::MAX));
+        let seen = self
+            .switches_seen
+            .fetch_max(switches, std::sync::atomic::Ordering::Relaxed);
+        if switches > seen {
+            self.gang_switches.inc_by(switches - seen);
+        }
+    }
+}
