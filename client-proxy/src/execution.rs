@@ -82,6 +82,8 @@ struct Faults {
     lost: HashSet<usize>,
     retried: u32,
     regenerated: u32,
+    /// What went wrong and what was done, for the metaserver's event log.
+    incidents: Vec<v1::GraphIncident>,
 }
 
 /// The graph's progress that the run loop and its recovery share.
@@ -95,6 +97,8 @@ struct Progress {
     /// Back-off before each task's next call.
     delays: Vec<Duration>,
     faults: Faults,
+    /// When the graph started, for the incidents' times.
+    started: Instant,
 }
 
 impl Progress {
@@ -166,6 +170,7 @@ impl Proxy {
                     status,
                     actuals: Vec::new(),
                     makespan: 0.0,
+                    incidents: Vec::new(),
                 });
             }
         };
@@ -208,7 +213,9 @@ impl Progress {
                 lost: HashSet::new(),
                 retried: 0,
                 regenerated: 0,
+                incidents: Vec::new(),
             },
+            started: Instant::now(),
         }
     }
 }
@@ -283,9 +290,14 @@ impl GraphExecution<'_> {
             }
             let suspects = self.proxy.suspects_with(&self.progress.faults.suspects);
             if suspects.contains(&self.servers[task]) {
-                self.proxy
+                let from = self.servers[task].clone();
+                let moved = self
+                    .proxy
                     .move_task(self.graph, task, self.servers, &suspects, self.used)
                     .await;
+                if let Some(to) = moved {
+                    self.note("moved", task, &from, format!("to {to}"));
+                }
             }
             let call = self.call_for(task, &suspects)?;
             self.issue(task, call);
@@ -438,6 +450,7 @@ impl GraphExecution<'_> {
             )
             .await?;
         self.proxy.metrics.retry(reason);
+        self.note("retry", task, &issued.server, status.message().to_string());
         tracing::info!(
             task,
             server = %issued.server,
@@ -510,12 +523,26 @@ impl GraphExecution<'_> {
                 &self.flow,
                 &mut self.progress,
                 task,
-                &[server],
+                std::slice::from_ref(&server),
                 &status,
             )
             .await?;
         self.proxy.metrics.retry("lost_output");
+        let detail = format!("its output was lost: {}", status.message());
+        self.note("regenerate", task, &server, detail);
         Ok(())
+    }
+
+    /// Records an incident for the metaserver's event log.
+    fn note(&mut self, kind: &str, task: usize, server: &str, detail: String) {
+        let at = self.progress.started.elapsed().as_secs_f64();
+        self.progress.faults.incidents.push(v1::GraphIncident {
+            kind: kind.to_string(),
+            task: task as u32,
+            server: server.to_string(),
+            detail,
+            at,
+        });
     }
 
     /// Stops the uploads (and, after a failure, the calls still out, before the caller
@@ -535,6 +562,7 @@ impl GraphExecution<'_> {
                     status,
                     actuals: self.progress.actuals,
                     makespan: makespan(),
+                    incidents: self.progress.faults.incidents,
                 });
             }
         };
@@ -545,11 +573,12 @@ impl GraphExecution<'_> {
                 report.outputs.push(output);
             }
         }
-        let faults = &self.progress.faults;
+        let faults = self.progress.faults;
         Ok(Executed {
             reports,
             actuals: self.progress.actuals,
             makespan: makespan(),
+            incidents: faults.incidents,
             counts: RunCounts {
                 retried: faults.retried,
                 regenerated: faults.regenerated,
@@ -603,7 +632,15 @@ impl Proxy {
         faults.retried += 1;
         for culprit in culprits {
             self.suspect(culprit);
-            progress.faults.suspects.insert(culprit.clone());
+            if progress.faults.suspects.insert(culprit.clone()) {
+                progress.faults.incidents.push(v1::GraphIncident {
+                    kind: "suspect".to_string(),
+                    task: task as u32,
+                    server: culprit.clone(),
+                    detail: status.message().to_string(),
+                    at: progress.started.elapsed().as_secs_f64(),
+                });
+            }
             self.find_lost(culprit, &progress.objects, &mut progress.faults.lost)
                 .await;
         }
@@ -663,20 +700,20 @@ impl Proxy {
         servers: &mut [String],
         suspects: &HashSet<String>,
         used: &UsedServers,
-    ) {
+    ) -> Option<String> {
         let function = &graph.tasks[task].function;
         let candidates = match self.candidates().await {
             Ok(c) => c,
             Err(status) => {
                 tracing::warn!(error = %status.message(), "cannot list servers to move a task to");
-                return;
+                return None;
             }
         };
-        if let Some(to) = recovery::replacement(function, &candidates, suspects) {
-            tracing::info!(task, from = %servers[task], to = %to.address, "moving a task off a suspect server");
-            servers[task] = to.address.clone();
-            Self::lock(used).insert(to.address.clone());
-        }
+        let to = recovery::replacement(function, &candidates, suspects)?;
+        tracing::info!(task, from = %servers[task], to = %to.address, "moving a task off a suspect server");
+        servers[task] = to.address.clone();
+        Self::lock(used).insert(to.address.clone());
+        Some(to.address.clone())
     }
 
     /// Reads a stored object.

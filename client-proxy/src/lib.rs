@@ -283,12 +283,13 @@ impl Proxy {
             self.delete_owner(server, &owner).await;
         }
         let mut counts = RunCounts::default();
-        let (tasks, actuals, error, makespan) = match outcome {
+        let (tasks, actuals, error, makespan, incidents) = match outcome {
             Ok(Executed {
                 mut reports,
                 actuals,
                 makespan,
                 counts: run_counts,
+                incidents,
             }) => {
                 counts = run_counts;
                 for (task, report) in reports.iter_mut().enumerate() {
@@ -296,15 +297,16 @@ impl Proxy {
                     report.function = graph.tasks[task].function.clone();
                     (report.predicted_start, report.predicted_finish) = predicted[task];
                 }
-                (Ok(reports), actuals, String::new(), makespan)
+                (Ok(reports), actuals, String::new(), makespan, incidents)
             }
             Err(Failed {
                 status,
                 actuals,
                 makespan,
+                incidents,
             }) => {
                 let message = status.message().to_string();
-                (Err(status), actuals, message, makespan)
+                (Err(status), actuals, message, makespan, incidents)
             }
         };
         let report = v1::ActualsReport {
@@ -312,6 +314,7 @@ impl Proxy {
             tasks: actuals,
             makespan,
             error,
+            incidents,
         };
         if let Err(status) = self.scheduling().report_actuals(report).await {
             tracing::warn!(graph = placement.graph_id, error = %status.message(), "cannot report actuals");
@@ -461,6 +464,7 @@ struct Executed {
     actuals: Vec<v1::TaskActual>,
     makespan: f64,
     counts: RunCounts,
+    incidents: Vec<v1::GraphIncident>,
 }
 
 /// What a graph that ran to the end did beyond its calls.
@@ -482,6 +486,7 @@ struct Failed {
     status: Status,
     actuals: Vec<v1::TaskActual>,
     makespan: f64,
+    incidents: Vec<v1::GraphIncident>,
 }
 
 /// Now, in Unix milliseconds.

@@ -82,6 +82,9 @@ pub struct Endpoints {
     /// `proxy`, and `server-0`, `server-1`, ... in the order of `servers`.
     #[serde(default)]
     pub metrics: std::collections::BTreeMap<String, String>,
+    /// The metaserver's dashboard (`http://...` or `https://...`), without the token.
+    #[serde(default)]
+    pub dashboard: Option<String>,
 }
 
 impl Endpoints {
@@ -100,6 +103,18 @@ impl Endpoints {
             Some(dir) => Ok(Some(GridTls::load(&tls_files(dir, "client"))?)),
             None => Ok(None),
         }
+    }
+
+    /// The dashboard's address to open: with `?token=...` when the grid has a token, so one
+    /// click opens it (the dashboard then keeps the token in a cookie).
+    pub fn dashboard_link(&self) -> anyhow::Result<Option<String>> {
+        let Some(url) = &self.dashboard else {
+            return Ok(None);
+        };
+        Ok(Some(match self.token()? {
+            Some(token) => format!("{url}/?token={token}"),
+            None => format!("{url}/"),
+        }))
     }
 
     pub fn file(data_dir: &Path) -> PathBuf {
@@ -178,6 +193,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
         tls: component_tls(options, "metaserver"),
         metrics_listen: Some("127.0.0.1:0".into()),
+        dashboard_listen: Some("127.0.0.1:0".into()),
         ..MetaserverConfig::default()
     }
 }
@@ -263,6 +279,7 @@ impl EmbeddedGrid {
             token_file: options.auth.then(|| token_file(&options.data_dir)),
             tls_dir: options.tls.then(|| tls_dir(&options.data_dir)),
             metrics: metrics_addresses(&metaserver_service, &proxy_service, &servers),
+            dashboard: metaserver_service.dashboard.as_ref().map(|d| d.url()),
         };
         let grid = EmbeddedGrid {
             options,

@@ -3,130 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::sync::Once;
+mod common;
+
 use std::time::Duration;
 
+use common::{TestGrid, binaries, local_mmul, matrix, module};
 use ninf::grid::{GridClient, TxArg};
-use ninf_compute_server::config::ModuleConfig;
-use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
 use ninf_grid::workloads;
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1;
-
-/// The folder holding the built binaries (`target/<profile>`).
-fn binaries() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .to_path_buf()
-}
-
-fn ensure_executables() {
-    static BUILD: Once = Once::new();
-    BUILD.call_once(|| {
-        let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo.args([
-            "build",
-            "-q",
-            "-p",
-            "ninf-routines",
-            "-p",
-            "ninf-compute-server",
-            "--bins",
-        ]);
-        if binaries().ends_with("release") {
-            cargo.arg("--release");
-        }
-        assert!(
-            cargo.status().unwrap().success(),
-            "building the executables failed"
-        );
-    });
-}
-
-fn module(name: &str) -> ModuleConfig {
-    ModuleConfig {
-        executable: binaries().join(format!("ninf-exec-{name}")),
-        idl: ninf_routines::idl::path(name),
-    }
-}
-
-/// A grid of servers offering these processors, with fixed speed figures so placements do
-/// not depend on a benchmark run.
-struct TestGrid {
-    runtime: tokio::runtime::Runtime,
-    grid: Option<EmbeddedGrid>,
-    _dir: tempfile::TempDir,
-}
-
-impl TestGrid {
-    fn start(processors: Vec<u32>, configure: impl FnOnce(&mut GridOptions)) -> TestGrid {
-        ensure_executables();
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut options = GridOptions::new(processors, dir.path());
-        options.modules = vec![module("linpack"), module("selftest")];
-        options.mflops = Some(1000.0);
-        configure(&mut options);
-        let grid = runtime.block_on(EmbeddedGrid::start(options)).unwrap();
-        TestGrid {
-            runtime,
-            grid: Some(grid),
-            _dir: dir,
-        }
-    }
-
-    fn grid(&self) -> &EmbeddedGrid {
-        self.grid.as_ref().unwrap()
-    }
-
-    fn client(&self, scheduler: &str) -> GridClient {
-        GridClient::connect(&self.grid().endpoints.proxy)
-            .unwrap()
-            .with_scheduler(scheduler)
-    }
-
-    fn status(&self) -> v1::GridStatus {
-        self.runtime
-            .block_on(self.grid().metaserver.status(10))
-            .unwrap()
-    }
-
-    /// Storage on every server must be empty once transactions are over.
-    fn assert_no_leftovers(&self) {
-        assert_eq!(
-            self.grid().stored_bytes(),
-            vec![0; self.grid().servers.len()],
-            "intermediate data left on the servers"
-        );
-    }
-}
-
-impl Drop for TestGrid {
-    fn drop(&mut self) {
-        if let Some(grid) = self.grid.take() {
-            self.runtime.block_on(grid.stop());
-        }
-    }
-}
-
-fn matrix(n: usize, seed: u64) -> Vec<f64> {
-    (0..n * n)
-        .map(|i| ((i as u64 * 2654435761 + seed * 97) % 1000) as f64 / 1000.0)
-        .collect()
-}
-
-fn local_mmul(n: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
-    let mut c = vec![0.0; n * n];
-    ninf_routines::blas::mmul(n as i32, a, b, &mut c).unwrap();
-    c
-}
 
 #[test]
 fn the_seeds_mmul_transaction_builds_its_three_node_graph_and_computes_g() {
@@ -676,6 +561,21 @@ fn tasks_of_a_killed_server_run_again_on_a_live_one_with_the_same_results() {
             .all(|t| t.server == local && t.server != external.address),
         "every call ends on the live server: {plan}"
     );
+    // The proxy told the metaserver what went wrong: the dashboard's events name the dead
+    // server as suspect and the retries of this graph.
+    let events = grid.grid().metaserver.events_since(0, 100);
+    let of_graph = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| e.kind == kind && e.graph == Some(plan.graph_id))
+            .collect::<Vec<_>>()
+    };
+    let suspects = of_graph("suspect");
+    assert_eq!(suspects.len(), 1, "{events:?}");
+    assert_eq!(suspects[0].server, external.address);
+    let retries = of_graph("retry");
+    assert_eq!(retries.len() as u32, plan.tasks_retried, "{events:?}");
+    assert!(retries.iter().all(|e| e.server == external.address));
     grid.assert_no_leftovers();
 }
 

@@ -11,6 +11,8 @@
 //! network_seconds = 10.0
 //! retention_seconds = 3600
 //! retention_graphs = 1000
+//! metrics_listen = "127.0.0.1:9100"    # Prometheus text at /metrics
+//! dashboard_listen = "127.0.0.1:7080"  # the dashboard (docs/observability.md)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -35,6 +37,10 @@ pub struct MetaserverConfig {
     /// Where to serve Prometheus metrics (`GET /metrics`, `host:port`); none: not served.
     #[serde(default)]
     pub metrics_listen: Option<String>,
+    /// Where to serve the dashboard (`host:port`, e.g. `127.0.0.1:7080`; keep it on loopback
+    /// unless the grid has a token); none: not served.
+    #[serde(default)]
+    pub dashboard_listen: Option<String>,
     /// How monitoring history becomes a prediction: `latest` or `forecast`.
     #[serde(default = "default_predictor")]
     pub predictor: String,
@@ -132,6 +138,7 @@ impl Default for MetaserverConfig {
             database_url: None,
             scheduler: default_scheduler(),
             metrics_listen: None,
+            dashboard_listen: None,
             predictor: default_predictor(),
             random_seed: 0,
             heartbeat_seconds: default_heartbeat(),

@@ -80,6 +80,14 @@ pub struct PlacementRecord {
     pub predicted_finish: f64,
 }
 
+/// One edge of a recorded graph: an output of `from_task` that `to_task` reads.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct EdgeRecord {
+    pub from_task: u32,
+    pub to_task: u32,
+    pub bytes: u64,
+}
+
 /// What happened to one task.
 #[derive(Debug, Clone, Copy)]
 pub struct ActualRecord {
@@ -334,11 +342,12 @@ impl ResourceDb {
             .map_err(DbError::from)
     }
 
-    /// Records a scheduled graph and its placements; returns the graph's id.
+    /// Records a scheduled graph, its placements and its edges; returns the graph's id.
     pub async fn record_graph(
         &self,
         graph: &GraphRecord,
         placements: &[PlacementRecord],
+        edges: &[EdgeRecord],
     ) -> Result<u64, DbError> {
         let mut tx = self.pool.begin().await?;
         let id: i64 = sqlx::query(
@@ -372,6 +381,17 @@ impl ResourceDb {
                     .push_bind(i64::from(p.processors))
                     .push_bind(p.predicted_start)
                     .push_bind(p.predicted_finish);
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        for chunk in edges.chunks(BATCH_ROWS) {
+            let mut insert: QueryBuilder<Sqlite> =
+                QueryBuilder::new("INSERT INTO graph_edges (graph_id, from_task, to_task, bytes) ");
+            insert.push_values(chunk, |mut row, e| {
+                row.push_bind(id)
+                    .push_bind(i64::from(e.from_task))
+                    .push_bind(i64::from(e.to_task))
+                    .push_bind(to_i64(e.bytes));
             });
             insert.build().execute(&mut *tx).await?;
         }
@@ -426,31 +446,53 @@ impl ResourceDb {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
+        rows.iter()
+            .map(summary)
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(DbError::from)
+    }
+
+    /// One graph's summary, if it is still kept.
+    pub async fn graph(&self, graph: u64) -> Result<Option<v1::GraphSummary>, DbError> {
+        let row = sqlx::query(
+            "SELECT id, label, scheduler, tasks, edges, predicted_makespan, actual_makespan,
+                    state, inter_server_ratio, error FROM graphs WHERE id = ?",
+        )
+        .bind(to_i64(graph))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| summary(&row))
+            .transpose()
+            .map_err(DbError::from)
+    }
+
+    /// The edges of one graph.
+    pub async fn graph_edges(&self, graph: u64) -> Result<Vec<EdgeRecord>, DbError> {
+        let rows = sqlx::query(
+            "SELECT from_task, to_task, bytes FROM graph_edges WHERE graph_id = ?
+             ORDER BY from_task, to_task",
+        )
+        .bind(to_i64(graph))
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter()
             .map(|row| {
-                Ok(v1::GraphSummary {
-                    graph_id: to_u64(row.try_get(0)?),
-                    label: row.try_get(1)?,
-                    scheduler: row.try_get(2)?,
-                    tasks: u32::try_from(row.try_get::<i64, _>(3)?).unwrap_or(0),
-                    edges: u32::try_from(row.try_get::<i64, _>(4)?).unwrap_or(0),
-                    predicted_makespan: row.try_get(5)?,
-                    actual_makespan: row.try_get::<Option<f64>, _>(6)?.unwrap_or(0.0),
-                    state: row.try_get(7)?,
-                    inter_server_ratio: row.try_get(8)?,
-                    error: row.try_get(9)?,
+                Ok(EdgeRecord {
+                    from_task: u32::try_from(row.try_get::<i64, _>(0)?).unwrap_or(0),
+                    to_task: u32::try_from(row.try_get::<i64, _>(1)?).unwrap_or(0),
+                    bytes: to_u64(row.try_get(2)?),
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(DbError::from)
     }
 
-    /// The placements of one graph: (task, server address, predicted start, predicted
-    /// finish, actual start, actual finish), by task.
+    /// The placements of one graph with their actual times, if reported, by task.
     pub async fn placements(&self, graph: u64) -> Result<Vec<PlacementRow>, DbError> {
         let rows = sqlx::query(
             "SELECT task, server_address, predicted_start, predicted_finish, actual_start,
-                    actual_finish FROM placements WHERE graph_id = ? ORDER BY task",
+                    actual_finish, label, function, processors
+             FROM placements WHERE graph_id = ? ORDER BY task",
         )
         .bind(to_i64(graph))
         .fetch_all(&self.pool)
@@ -464,6 +506,9 @@ impl ResourceDb {
                     predicted_finish: row.try_get(3)?,
                     actual_start: row.try_get(4)?,
                     actual_finish: row.try_get(5)?,
+                    label: row.try_get(6)?,
+                    function: row.try_get(7)?,
+                    processors: u32::try_from(row.try_get::<i64, _>(8)?).unwrap_or(0),
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
@@ -485,6 +530,15 @@ impl ResourceDb {
             .await?
             .rows_affected();
         let mut tx = self.pool.begin().await?;
+        deleted += sqlx::query(
+            "DELETE FROM graph_edges WHERE graph_id IN
+                 (SELECT id FROM graphs WHERE id NOT IN
+                     (SELECT id FROM graphs ORDER BY id DESC LIMIT ?))",
+        )
+        .bind(i64::from(retention.graphs))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         deleted += sqlx::query(
             "DELETE FROM placements WHERE graph_id IN
                  (SELECT id FROM graphs WHERE id NOT IN
@@ -524,7 +578,7 @@ impl ResourceDb {
 }
 
 /// A stored placement with its actual times, if reported.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PlacementRow {
     pub task: u32,
     pub server_address: String,
@@ -532,4 +586,23 @@ pub struct PlacementRow {
     pub predicted_finish: f64,
     pub actual_start: Option<f64>,
     pub actual_finish: Option<f64>,
+    pub label: String,
+    pub function: String,
+    pub processors: u32,
+}
+
+/// A `graphs` row (columns as `recent_graphs` selects them) as the status message's summary.
+fn summary(row: &sqlx::sqlite::SqliteRow) -> Result<v1::GraphSummary, sqlx::Error> {
+    Ok(v1::GraphSummary {
+        graph_id: to_u64(row.try_get(0)?),
+        label: row.try_get(1)?,
+        scheduler: row.try_get(2)?,
+        tasks: u32::try_from(row.try_get::<i64, _>(3)?).unwrap_or(0),
+        edges: u32::try_from(row.try_get::<i64, _>(4)?).unwrap_or(0),
+        predicted_makespan: row.try_get(5)?,
+        actual_makespan: row.try_get::<Option<f64>, _>(6)?.unwrap_or(0.0),
+        state: row.try_get(7)?,
+        inter_server_ratio: row.try_get(8)?,
+        error: row.try_get(9)?,
+    })
 }

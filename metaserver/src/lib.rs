@@ -9,7 +9,9 @@
 //! until shutdown, like every Ninf server.
 
 pub mod config;
+pub mod dashboard;
 pub mod db;
+pub mod events;
 pub mod graph;
 pub mod metrics;
 pub mod operations;
@@ -102,6 +104,8 @@ struct State {
     running: HashMap<u64, RunningGraph>,
     /// Graphs scheduled since start-up (varies the random scheduler's seed).
     scheduled: u64,
+    /// Recent events, for people.
+    events: events::EventLog,
 }
 
 /// The metaserver's state and operations.
@@ -120,6 +124,8 @@ pub struct Metaserver {
     token: Option<String>,
     /// TLS material for the port, if it serves TLS.
     tls: Option<ninf_proto::net::tls::GridTls>,
+    /// Tells live views what changed.
+    changes: tokio::sync::broadcast::Sender<events::Change>,
 }
 
 impl Metaserver {
@@ -196,6 +202,7 @@ impl Metaserver {
                 down: HashSet::new(),
                 running: HashMap::new(),
                 scheduled: 0,
+                events: events::EventLog::new(events::EVENTS_KEPT),
             }),
             scheduling: tokio::sync::Mutex::new(()),
             planning: std::sync::atomic::AtomicU64::new(0),
@@ -203,6 +210,7 @@ impl Metaserver {
             metrics_registry: Arc::new(metrics_registry),
             token,
             tls,
+            changes: tokio::sync::broadcast::channel(256).0,
         }))
     }
 
@@ -224,6 +232,8 @@ pub struct Running {
     pub metaserver: Arc<Metaserver>,
     /// Where its metrics are served, when `metrics_listen` is set.
     pub metrics: Option<ninf_telemetry::MetricsEndpoint>,
+    /// Where its dashboard is served, when `dashboard_listen` is set.
+    pub dashboard: Option<ninf_telemetry::HttpEndpoint>,
     serving: Serving,
 }
 
@@ -236,11 +246,16 @@ pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> 
         .map_err(|e| MetaserverError::BadRequest(format!("no local address: {e}")))?
         .to_string();
     let metrics_listen = config.metrics_listen.clone();
+    let dashboard_listen = config.dashboard_listen.clone();
     let metaserver = Metaserver::open(config).await?;
     let metrics = match metrics_listen {
         Some(listen) => {
             Some(ninf_telemetry::serve(&listen, metaserver.metrics_registry.clone()).await?)
         }
+        None => None,
+    };
+    let dashboard = match dashboard_listen {
+        Some(listen) => Some(dashboard::serve(metaserver.clone(), &listen).await?),
         None => None,
     };
     let serving = {
@@ -251,6 +266,7 @@ pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> 
         address,
         metaserver,
         metrics,
+        dashboard,
         serving,
     })
 }
@@ -261,12 +277,15 @@ impl Running {
         if let Some(metrics) = self.metrics {
             metrics.stop().await;
         }
+        if let Some(dashboard) = self.dashboard {
+            dashboard.stop().await;
+        }
         self.serving.stop().await
     }
 
     /// Serves until `signal` completes, then stops.
     pub async fn until(self, signal: impl Future<Output = ()>) -> Result<(), ServeError> {
-        let _metrics = self.metrics;
+        let _endpoints = (self.metrics, self.dashboard);
         self.serving.until(signal).await
     }
 }

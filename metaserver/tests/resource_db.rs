@@ -195,7 +195,7 @@ fn registrations_and_history_survive_a_reopen_and_retention_bounds_them() {
                 predicted_start: 0.0,
                 predicted_finish: 1.0,
             };
-            let graph_id = db.record_graph(&graph, &[placement]).await.unwrap();
+            let graph_id = db.record_graph(&graph, &[placement], &[]).await.unwrap();
             let actual = ActualRecord {
                 task: 0,
                 start: 0.1,

@@ -2,7 +2,8 @@
 //! `prometheus-client` registry (OpenMetrics text, the format Prometheus scrapes) and serves
 //! them at `GET /metrics` on its `metrics_listen` address with [`serve`] (axum, on the
 //! service's own runtime). Services define their families in their own `metrics` module;
-//! this crate holds what they share.
+//! this crate holds what they share, and the HTTP serving itself ([`http`]), which the
+//! metaserver's dashboard uses too.
 
 use std::sync::Arc;
 
@@ -10,8 +11,10 @@ use axum::Router;
 use axum::http::header;
 use axum::routing::get;
 use ninf_proto::net::NetError;
-use tokio::sync::oneshot;
 
+pub mod http;
+
+pub use http::{HttpEndpoint, HttpEndpoint as MetricsEndpoint, serve_router};
 pub use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::family::Family;
@@ -41,34 +44,8 @@ pub fn render(registry: &Registry) -> String {
     text
 }
 
-/// A metrics endpoint serving in this process; dropping it stops it.
-pub struct MetricsEndpoint {
-    /// The address it listens on (`host:port`).
-    pub address: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl MetricsEndpoint {
-    /// Stops serving and waits until it has.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
-    }
-}
-
 /// Serves `registry` at `GET /metrics` on `listen` (port 0 picks a free one).
 pub async fn serve(listen: &str, registry: Arc<Registry>) -> Result<MetricsEndpoint, NetError> {
-    let listener = ninf_proto::net::listen(listen).await?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| NetError::Listen {
-            address: listen.to_string(),
-            reason: e.to_string(),
-        })?
-        .to_string();
     let app = Router::new().route(
         "/metrics",
         get(move || {
@@ -76,23 +53,7 @@ pub async fn serve(listen: &str, registry: Arc<Registry>) -> Result<MetricsEndpo
             async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&registry)) }
         }),
     );
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "the metrics endpoint stopped");
-        }
-    });
-    Ok(MetricsEndpoint {
-        address,
-        stop: Some(stop),
-        task,
-    })
+    http::serve_router(listen, app, None).await
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
-//! `ninf status`: the running grid's servers, network matrix and recent graphs.
+//! `ninf status`: the running grid's servers, network matrix and recent graphs; with
+//! `--watch`, a view that redraws every `--interval` seconds until Ctrl-C.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -16,84 +19,171 @@ pub struct StatusArgs {
     /// Graphs to list.
     #[arg(long, default_value_t = 10)]
     pub graphs: u32,
+    /// Redraw the view (servers, queues, running and recent graphs) until Ctrl-C.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Seconds between redraws with `--watch`.
+    #[arg(long, default_value_t = 2.0, requires = "watch")]
+    pub interval: f64,
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let StatusArgs {
-        json,
-        data_dir,
-        graphs,
-    } = args;
-    let data_dir = data_dir.unwrap_or_else(ninf_grid::default_data_dir);
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(ninf_grid::default_data_dir);
     let endpoints = Endpoints::read(&data_dir)?;
-    let status = super::runtime()?.block_on(async {
-        let tls = endpoints.tls()?;
-        let channel = ninf_proto::net::connect(
-            &endpoints.metaserver,
-            tls.as_ref(),
-            ninf_proto::net::ConnectionSettings::default(),
-        )
-        .await
-        .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
-        let token = ninf_proto::net::auth::AttachToken::new(endpoints.token()?.as_deref());
-        let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
-            .status(v1::StatusRequest {
-                recent_graphs: graphs,
-            })
-            .await
-            .map_err(|s| anyhow::anyhow!("metaserver: {}", s.message()))?;
-        anyhow::Ok(reply.into_inner())
-    })?;
-    if json {
-        let value = serde_json::json!({
-            "metaserver": endpoints.metaserver,
-            "proxy": endpoints.proxy,
-            "scheduler": status.scheduler,
-            "predictor": status.predictor,
-            "servers": status.servers.iter().map(|s| serde_json::json!({
-                "address": s.address, "up": s.up, "mflops": s.mflops,
-                "processors": s.processors, "load": s.load, "stored_bytes": s.stored_bytes,
-                "seconds_since_heartbeat": s.seconds_since_heartbeat,
-                "routines": s.functions,
-            })).collect::<Vec<_>>(),
-            "network": status.network.iter().map(|n| serde_json::json!({
-                "from": n.from, "to": n.to,
-                "throughput_bytes_per_second": n.throughput_bytes_per_second,
-                "latency_seconds": n.latency_seconds,
-            })).collect::<Vec<_>>(),
-            "graphs": status.graphs.iter().map(|g| serde_json::json!({
-                "id": g.graph_id, "label": g.label, "scheduler": g.scheduler, "tasks": g.tasks,
-                "state": g.state, "predicted_makespan_s": g.predicted_makespan,
-                "actual_makespan_s": g.actual_makespan, "inter_server_ratio": g.inter_server_ratio,
-                "error": g.error,
-            })).collect::<Vec<_>>(),
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(());
+    let runtime = super::runtime()?;
+    if args.watch {
+        if !(args.interval.is_finite() && args.interval > 0.0) {
+            anyhow::bail!(
+                "--interval must be a positive number of seconds, not {}",
+                args.interval
+            );
+        }
+        return runtime.block_on(watch(&endpoints, args.graphs, args.interval));
     }
-    println!(
+    let status = runtime.block_on(fetch(&endpoints, args.graphs))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json(&endpoints, &status))?
+        );
+    } else {
+        print!("{}", text(&endpoints, &status));
+    }
+    Ok(())
+}
+
+async fn fetch(endpoints: &Endpoints, graphs: u32) -> anyhow::Result<v1::GridStatus> {
+    let tls = endpoints.tls()?;
+    let channel = ninf_proto::net::connect(
+        &endpoints.metaserver,
+        tls.as_ref(),
+        ninf_proto::net::ConnectionSettings::default(),
+    )
+    .await
+    .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
+    let token = ninf_proto::net::auth::AttachToken::new(endpoints.token()?.as_deref());
+    let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
+        .status(v1::StatusRequest {
+            recent_graphs: graphs,
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("metaserver: {}", s.message()))?;
+    Ok(reply.into_inner())
+}
+
+/// Redraws until Ctrl-C; a metaserver that cannot be reached is shown, not fatal (it may be
+/// restarting).
+async fn watch(endpoints: &Endpoints, graphs: u32, interval: f64) -> anyhow::Result<()> {
+    let stop = ninf_proto::shutdown::signal();
+    tokio::pin!(stop);
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(interval));
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = ticker.tick() => {}
+        }
+        let view = match fetch(endpoints, graphs).await {
+            Ok(status) => text(endpoints, &status),
+            Err(e) => format!("{e:#}\n"),
+        };
+        // Clear the screen and home the cursor (ANSI), then draw.
+        print!(
+            "\x1b[2J\x1b[H{} (every {interval} s; Ctrl-C stops)\n\n{view}",
+            clock()
+        );
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+    }
+}
+
+/// Local time of day, `HH:MM:SS` (UTC when the offset is unknown).
+fn clock() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let day = seconds % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        day / 3600,
+        (day % 3600) / 60,
+        day % 60
+    )
+}
+
+fn json(endpoints: &Endpoints, status: &v1::GridStatus) -> serde_json::Value {
+    serde_json::json!({
+        "metaserver": endpoints.metaserver,
+        "proxy": endpoints.proxy,
+        "dashboard": endpoints.dashboard,
+        "scheduler": status.scheduler,
+        "predictor": status.predictor,
+        "servers": status.servers.iter().map(|s| serde_json::json!({
+            "address": s.address, "up": s.up, "mflops": s.mflops,
+            "processors": s.processors, "load": s.load, "stored_bytes": s.stored_bytes,
+            "running_jobs": s.running_jobs, "queued_jobs": s.queued_jobs,
+            "seconds_since_heartbeat": s.seconds_since_heartbeat,
+            "routines": s.functions,
+        })).collect::<Vec<_>>(),
+        "network": status.network.iter().map(|n| serde_json::json!({
+            "from": n.from, "to": n.to,
+            "throughput_bytes_per_second": n.throughput_bytes_per_second,
+            "latency_seconds": n.latency_seconds,
+        })).collect::<Vec<_>>(),
+        "graphs": status.graphs.iter().map(|g| serde_json::json!({
+            "id": g.graph_id, "label": g.label, "scheduler": g.scheduler, "tasks": g.tasks,
+            "state": g.state, "predicted_makespan_s": g.predicted_makespan,
+            "actual_makespan_s": g.actual_makespan, "inter_server_ratio": g.inter_server_ratio,
+            "error": g.error,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The view as text: servers with their queues, the network, running graphs first.
+fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "metaserver {} (scheduler {}, predictor {}), proxy {}",
         endpoints.metaserver, status.scheduler, status.predictor, endpoints.proxy
     );
-    println!(
-        "\n{:<22} {:<5} {:>8} {:>5} {:>6} {:>12} {:>10}",
-        "server", "state", "MFLOPS", "procs", "load", "stored (B)", "heartbeat"
+    if let Some(dashboard) = &endpoints.dashboard {
+        let _ = writeln!(out, "dashboard  {dashboard}");
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<22} {:<5} {:>8} {:>5} {:>6} {:>7} {:>6} {:>12} {:>10}",
+        "server",
+        "state",
+        "MFLOPS",
+        "procs",
+        "load",
+        "running",
+        "queued",
+        "stored (B)",
+        "heartbeat"
     );
     for s in &status.servers {
-        println!(
-            "{:<22} {:<5} {:>8.0} {:>5} {:>6.1} {:>12} {:>9.1}s",
+        let _ = writeln!(
+            out,
+            "{:<22} {:<5} {:>8.0} {:>5} {:>6.1} {:>7} {:>6} {:>12} {:>9.1}s",
             s.address,
             if s.up { "up" } else { "down" },
             s.mflops,
             s.processors,
             s.load,
+            s.running_jobs,
+            s.queued_jobs,
             s.stored_bytes,
             s.seconds_since_heartbeat
         );
     }
-    println!("\nnetwork (latest samples)");
+    let _ = writeln!(out, "\nnetwork (latest samples)");
     for n in &status.network {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<22} -> {:<22} {:>10.1} MB/s {:>8.3} ms",
             n.from,
             n.to,
@@ -101,9 +191,17 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             n.latency_seconds * 1e3
         );
     }
-    println!("\nrecent graphs");
-    for g in &status.graphs {
-        println!(
+    let running = status
+        .graphs
+        .iter()
+        .filter(|g| g.state == "running")
+        .count();
+    let _ = writeln!(out, "\nrecent graphs ({running} running)");
+    let mut graphs: Vec<&v1::GraphSummary> = status.graphs.iter().collect();
+    graphs.sort_by_key(|g| g.state != "running");
+    for g in graphs {
+        let _ = writeln!(
+            out,
             "  #{:<5} {:<20} {:<12} {:>5} tasks {:<8} predicted {:.3}s actual {:.3}s inter-server {:.0}% {}",
             g.graph_id,
             g.label,
@@ -116,5 +214,5 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             g.error
         );
     }
-    Ok(())
+    out
 }

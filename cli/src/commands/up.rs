@@ -75,6 +75,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         for (service, address) in &grid.endpoints.metrics {
             println!("metrics    {service} http://{address}/metrics");
         }
+        if let Some(link) = grid.endpoints.dashboard_link()? {
+            println!("dashboard  {link}");
+        }
         println!("grid is up; `ninf status` in another terminal; Ctrl-C stops it");
         ninf_proto::shutdown::signal().await;
         grid.stop().await;

@@ -511,7 +511,12 @@ impl GangMaster {
         };
         let skews = sorted(&inner.skews_us);
         let install_skews = sorted(&inner.install_skews_us);
+        let table = self.current.borrow().clone();
+        let slot = table.slot(table.slot_number(MachineClock.now()));
         v1::GangStatus {
+            slot_active: slot.is_some(),
+            current_row: slot.map_or(0, |s| s.row as u32),
+            running_now: slot.map_or_else(Vec::new, |s| s.running.clone()),
             processors: config.processors,
             max_rows: config.max_rows as u32,
             rows: matrix.rows() as u32,

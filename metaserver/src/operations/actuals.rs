@@ -39,6 +39,23 @@ impl Metaserver {
         self.db
             .record_actuals(report.graph_id, report.makespan, &report.error, &actuals)
             .await?;
+        self.log_incidents(&report);
+        self.graph_changed(report.graph_id);
         Ok(())
+    }
+
+    /// The faults a proxy met during the graph, and its failure, as events.
+    fn log_incidents(&self, report: &v1::ActualsReport) {
+        let graph = Some(report.graph_id);
+        for incident in &report.incidents {
+            let message = format!(
+                "task {} at {:.3} s: {}",
+                incident.task, incident.at, incident.detail
+            );
+            self.log_event(&incident.kind, &incident.server, graph, message);
+        }
+        if !report.error.is_empty() {
+            self.log_event("graph-failed", "", graph, report.error.clone());
+        }
     }
 }

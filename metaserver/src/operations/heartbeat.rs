@@ -30,6 +30,7 @@ impl Metaserver {
         };
         if was_down {
             tracing::info!(server = %request.address, "server is back up");
+            self.log_event("up", &request.address, None, "heartbeats again".into());
         }
         let load = request.load.unwrap_or_default();
         self.db

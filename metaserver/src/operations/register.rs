@@ -3,7 +3,7 @@
 
 use ninf_proto::v1;
 
-use crate::{Metaserver, MetaserverError, unix_now};
+use crate::{Metaserver, MetaserverError, events, unix_now};
 
 impl Metaserver {
     /// Step 0: a compute server registers.
@@ -27,13 +27,20 @@ impl Metaserver {
             .db
             .register(&request.address, &info, &routines, now)
             .await?;
-        let rejected = {
+        let (before, rejected) = {
             let mut state = self.state();
             state.down.remove(&id);
-            state
+            let before: Option<Vec<String>> = state
                 .registry
-                .register(id, &request.address, info.clone(), &routines, now)
+                .get(&request.address)
+                .map(|s| s.routines.keys().cloned().collect());
+            let rejected =
+                state
+                    .registry
+                    .register(id, &request.address, info.clone(), &routines, now);
+            (before, rejected)
         };
+        self.log_registration(&request.address, before, &routines, &rejected);
         for (routine, reason) in &rejected {
             tracing::warn!(server = %request.address, %routine, %reason, "routine refused");
         }
@@ -50,5 +57,45 @@ impl Metaserver {
             heartbeat_seconds: self.config.heartbeat_seconds,
             network_seconds: self.config.network_seconds,
         })
+    }
+
+    /// A first registration, or a registration again (a restart) that says which routines
+    /// came and went.
+    fn log_registration(
+        &self,
+        address: &str,
+        before: Option<Vec<String>>,
+        routines: &[v1::FunctionInterface],
+        rejected: &[(String, String)],
+    ) {
+        let after: Vec<String> = routines
+            .iter()
+            .map(|r| r.name.clone())
+            .filter(|name| !rejected.iter().any(|(r, _)| r == name))
+            .collect();
+        let refused = if rejected.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = rejected.iter().map(|(r, _)| r.as_str()).collect();
+            format!("; refused {}", names.join(", "))
+        };
+        let Some(before) = before else {
+            let message = format!("registered with {} routines{refused}", after.len());
+            return self.log_event("registered", address, None, message);
+        };
+        let (added, removed) = events::routine_changes(&before, &after);
+        let message = if added.is_empty() && removed.is_empty() {
+            format!(
+                "registered again with the same {} routines{refused}",
+                after.len()
+            )
+        } else {
+            format!(
+                "registered again: added [{}], removed [{}]{refused}",
+                added.join(", "),
+                removed.join(", ")
+            )
+        };
+        self.log_event("reloaded", address, None, message);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use ninf_proto::v1;
 use ninf_scheduling::{Link, Schedule, TaskGraph};
 
-use crate::db::{GraphRecord, PlacementRecord, StoredLink};
+use crate::db::{EdgeRecord, GraphRecord, PlacementRecord, StoredLink};
 use crate::graph::{self, GraphRejection};
 use crate::operations::network::stored_link;
 use crate::planner::Planner;
@@ -65,7 +65,20 @@ impl Metaserver {
             predicted_makespan: plan.schedule.makespan,
             inter_server_ratio,
         };
-        let graph_id = self.db.record_graph(&record, &plan.placements).await?;
+        let edges: Vec<EdgeRecord> = plan
+            .tasks
+            .edges
+            .iter()
+            .map(|e| EdgeRecord {
+                from_task: e.from as u32,
+                to_task: e.to as u32,
+                bytes: e.bytes,
+            })
+            .collect();
+        let graph_id = self
+            .db
+            .record_graph(&record, &plan.placements, &edges)
+            .await?;
         // The proxy's measurements enter the DB only now that it asks for a schedule.
         let proxy_links: Vec<StoredLink> = request
             .client_links
@@ -88,6 +101,7 @@ impl Metaserver {
             };
             running.insert(graph_id, graph);
         }
+        self.graph_changed(graph_id);
         tracing::info!(
             graph = graph_id,
             label = %request.label,

@@ -30,6 +30,8 @@ impl Metaserver {
                     cpus: s.info.cpus,
                     load: s.load.back().copied().unwrap_or(0.0),
                     stored_bytes: s.latest.map_or(0, |l| l.stored_bytes),
+                    running_jobs: s.latest.map_or(0, |l| l.running_jobs),
+                    queued_jobs: s.latest.map_or(0, |l| l.queued_jobs),
                     seconds_since_heartbeat: (now - s.last_heartbeat).max(0.0),
                     functions: s.routines.keys().cloned().collect(),
                 })

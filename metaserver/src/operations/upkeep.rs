@@ -53,6 +53,11 @@ impl Metaserver {
         };
         for (id, address) in newly_down {
             tracing::warn!(server = %address, "no heartbeat: marked down");
+            let message = format!(
+                "no heartbeat for {} s: marked down",
+                self.config.heartbeat_timeout_seconds
+            );
+            self.log_event("down", &address, None, message);
             self.db.set_state(id, "down").await?;
         }
         Ok(())

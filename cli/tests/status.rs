@@ -1,0 +1,98 @@
+//! `ninf status` against a grid `ninf up` started as its own process: the JSON lists every
+//! server and the dashboard's address, `--watch` redraws until it is interrupted, and a bad
+//! interval is refused by name.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn ninf() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ninf"))
+}
+
+/// `ninf up` in the background, stopped with SIGINT when dropped.
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+    }
+}
+
+fn up(data_dir: &Path) -> Up {
+    // The servers run the standard routines' executables, found next to `ninf`.
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "ninf-routines", "--bins"])
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let child = Command::new(ninf())
+        .args(["up", "--servers", "2", "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let grid = Up(child);
+    let file = data_dir.join("grid.toml");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "ninf up wrote no grid file");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    grid
+}
+
+#[test]
+fn status_lists_the_grid_and_watch_redraws_until_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let _grid = up(dir.path());
+
+    let output = Command::new(ninf())
+        .args(["status", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["servers"].as_array().unwrap().len(), 2, "{status}");
+    assert_eq!(status["servers"][0]["queued_jobs"], 0);
+    let dashboard = status["dashboard"].as_str().unwrap();
+    assert!(dashboard.starts_with("http://127.0.0.1:"), "{dashboard}");
+
+    let watching = Command::new(ninf())
+        .args(["status", "--watch", "--interval", "0.2", "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(watching.id() as i32, libc::SIGINT) };
+    let output = watching.wait_with_output().unwrap();
+    assert!(output.status.success(), "Ctrl-C ends the watch cleanly");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let redraws = text.matches("\x1b[2J").count();
+    assert!(redraws >= 2, "redrawn {redraws} times: {text}");
+    let last = text.rsplit("\x1b[2J").next().unwrap();
+    for server in status["servers"].as_array().unwrap() {
+        assert!(last.contains(server["address"].as_str().unwrap()), "{last}");
+    }
+    assert!(last.contains("queued"), "{last}");
+
+    let refused = Command::new(ninf())
+        .args(["status", "--watch", "--interval", "0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        error.contains("--interval must be a positive number"),
+        "{error}"
+    );
+}

@@ -1,0 +1,126 @@
+//! What the grid's end-to-end tests share: the executables built once, a grid of real
+//! servers with fixed speeds on its own runtime, and test matrices.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Once;
+
+use ninf::grid::GridClient;
+use ninf_compute_server::config::ModuleConfig;
+use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
+use ninf_proto::v1;
+
+/// The folder holding the built binaries (`target/<profile>`).
+pub fn binaries() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf()
+}
+
+pub fn ensure_executables() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo.args([
+            "build",
+            "-q",
+            "-p",
+            "ninf-routines",
+            "-p",
+            "ninf-compute-server",
+            "--bins",
+        ]);
+        if binaries().ends_with("release") {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building the executables failed"
+        );
+    });
+}
+
+pub fn module(name: &str) -> ModuleConfig {
+    ModuleConfig {
+        executable: binaries().join(format!("ninf-exec-{name}")),
+        idl: ninf_routines::idl::path(name),
+    }
+}
+
+/// A grid of servers offering these processors, with fixed speed figures so placements do
+/// not depend on a benchmark run.
+pub struct TestGrid {
+    pub runtime: tokio::runtime::Runtime,
+    pub grid: Option<EmbeddedGrid>,
+    pub _dir: tempfile::TempDir,
+}
+
+impl TestGrid {
+    pub fn start(processors: Vec<u32>, configure: impl FnOnce(&mut GridOptions)) -> TestGrid {
+        ensure_executables();
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut options = GridOptions::new(processors, dir.path());
+        options.modules = vec![module("linpack"), module("selftest")];
+        options.mflops = Some(1000.0);
+        configure(&mut options);
+        let grid = runtime.block_on(EmbeddedGrid::start(options)).unwrap();
+        TestGrid {
+            runtime,
+            grid: Some(grid),
+            _dir: dir,
+        }
+    }
+
+    pub fn grid(&self) -> &EmbeddedGrid {
+        self.grid.as_ref().unwrap()
+    }
+
+    pub fn client(&self, scheduler: &str) -> GridClient {
+        GridClient::connect(&self.grid().endpoints.proxy)
+            .unwrap()
+            .with_scheduler(scheduler)
+    }
+
+    pub fn status(&self) -> v1::GridStatus {
+        self.runtime
+            .block_on(self.grid().metaserver.status(10))
+            .unwrap()
+    }
+
+    /// Storage on every server must be empty once transactions are over.
+    pub fn assert_no_leftovers(&self) {
+        assert_eq!(
+            self.grid().stored_bytes(),
+            vec![0; self.grid().servers.len()],
+            "intermediate data left on the servers"
+        );
+    }
+}
+
+impl Drop for TestGrid {
+    fn drop(&mut self) {
+        if let Some(grid) = self.grid.take() {
+            self.runtime.block_on(grid.stop());
+        }
+    }
+}
+
+pub fn matrix(n: usize, seed: u64) -> Vec<f64> {
+    (0..n * n)
+        .map(|i| ((i as u64 * 2654435761 + seed * 97) % 1000) as f64 / 1000.0)
+        .collect()
+}
+
+pub fn local_mmul(n: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let mut c = vec![0.0; n * n];
+    ninf_routines::blas::mmul(n as i32, a, b, &mut c).unwrap();
+    c
+}

@@ -1,0 +1,180 @@
+//! The metaserver's event log and the dashboard's API over HTTP: a server registering again
+//! with other routines is a `reloaded` event naming them, the faults a proxy reports become
+//! events of their graph, a graph's edges are kept for its Gantt chart, and the dashboard
+//! refuses requests without the grid's token.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+use ninf_metaserver::MetaserverConfig;
+use ninf_proto::v1;
+
+fn linpack() -> Vec<v1::FunctionInterface> {
+    let text = include_str!("../../routines/idl/linpack.idl");
+    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
+    module
+        .functions
+        .iter()
+        .map(v1::FunctionInterface::from)
+        .collect()
+}
+
+fn registration(address: &str, functions: Vec<v1::FunctionInterface>) -> v1::RegisterRequest {
+    v1::RegisterRequest {
+        address: address.into(),
+        info: Some(v1::ServerInfo {
+            mflops: 1000.0,
+            processors: 1,
+            cpus: 1,
+            ..Default::default()
+        }),
+        modules: vec![v1::ModuleInterface {
+            name: "linpack".into(),
+            functions,
+            ..Default::default()
+        }],
+    }
+}
+
+/// A chain of two products: task 0's C feeds task 1's A.
+fn chain() -> v1::TaskGraph {
+    let task = |i: usize| v1::GraphTask {
+        label: format!("mmul#{i}"),
+        function: "mmul".into(),
+        scalars: HashMap::from([("n".to_string(), 50)]),
+        client_out_bytes: 20_000,
+    };
+    v1::TaskGraph {
+        tasks: vec![task(0), task(1)],
+        edges: vec![v1::GraphEdge {
+            from_task: 0,
+            from_parameter: 3,
+            to_task: 1,
+            to_parameter: 1,
+            bytes: 20_000,
+        }],
+    }
+}
+
+/// GET `path` on `address` with an optional bearer token: (status line, body).
+fn get(address: &str, path: &str, token: Option<&str>) -> (String, String) {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: ninf\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_registrations_and_graphs_reach_the_event_log_and_the_dashboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let token = ninf_proto::net::auth::generate_token(&token_file).unwrap();
+    let running = ninf_metaserver::bind(MetaserverConfig {
+        data_dir: dir.path().to_path_buf(),
+        scheduler: "round-robin".into(),
+        auth_token_file: Some(token_file),
+        dashboard_listen: Some("127.0.0.1:0".into()),
+        ..MetaserverConfig::default()
+    })
+    .await
+    .unwrap();
+    let metaserver = running.metaserver.clone();
+    metaserver
+        .register(registration("a:1", linpack()))
+        .await
+        .unwrap();
+    metaserver
+        .register(registration("b:1", linpack()))
+        .await
+        .unwrap();
+    let without_dgefa: Vec<_> = linpack()
+        .into_iter()
+        .filter(|f| f.name != "dgefa")
+        .collect();
+    metaserver
+        .register(registration("a:1", without_dgefa))
+        .await
+        .unwrap();
+
+    let placed = metaserver
+        .schedule(v1::ScheduleRequest {
+            graph: Some(chain()),
+            proxy: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let graph = placed.graph_id;
+    let incident = v1::GraphIncident {
+        kind: "retry".into(),
+        task: 1,
+        server: "b:1".into(),
+        detail: "connection refused".into(),
+        at: 0.25,
+    };
+    metaserver
+        .report_actuals(v1::ActualsReport {
+            graph_id: graph,
+            makespan: 0.5,
+            error: "mmul#1 failed 3 times".into(),
+            incidents: vec![incident],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let events = metaserver.events_since(0, 100);
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.kind.as_str(), e.server.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("registered", "a:1"),
+            ("registered", "b:1"),
+            ("reloaded", "a:1"),
+            ("retry", "b:1"),
+            ("graph-failed", ""),
+        ]
+    );
+    assert!(
+        events[2].message.contains("removed [dgefa]"),
+        "{}",
+        events[2].message
+    );
+    assert!(events[3].message.contains("connection refused"));
+    assert_eq!(events[3].graph, Some(graph));
+    assert_eq!(metaserver.events_since(3, 100).len(), 2, "only the newer");
+
+    // The dashboard: refused without the token; with it, the graph's page has its edge.
+    let dashboard = running.dashboard.as_ref().unwrap().address.clone();
+    let (status, body) = get(&dashboard, "/api/events", None);
+    assert!(status.contains("401"), "{status}");
+    assert!(body.contains("?token="), "{body}");
+    let (status, body) = get(&dashboard, &format!("/api/graphs/{graph}"), Some(&token));
+    assert!(status.contains("200"), "{status} {body}");
+    let gantt: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(gantt["graph"]["state"], "failed");
+    assert_eq!(gantt["edges"][0]["from_task"], 0);
+    assert_eq!(gantt["edges"][0]["bytes"], 20_000);
+    let crosses = placed.placements[0].server != placed.placements[1].server;
+    assert_eq!(gantt["edges"][0]["crosses"], crosses);
+    let (status, _) = get(&dashboard, "/api/graphs/999", Some(&token));
+    assert!(status.contains("404"), "{status}");
+    let (_, body) = get(&dashboard, "/", Some(&token));
+    assert!(
+        body.contains("/assets/app.js"),
+        "the page is served: {body}"
+    );
+    running.stop().await.unwrap();
+}
