@@ -24,9 +24,18 @@ impl Drop for Up {
 }
 
 fn up(data_dir: &Path) -> Up {
-    // The servers run the standard routines' executables, found next to `ninf`.
+    // The servers run the standard routines' executables, found next to `ninf`. The same
+    // command as the grid tests', so that one build serves both.
     let built = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "ninf-routines", "--bins"])
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "ninf-routines",
+            "-p",
+            "ninf-compute-server",
+            "--bins",
+        ])
         .status()
         .unwrap();
     assert!(built.success());

@@ -13,6 +13,7 @@ use ninf_proto::v1;
 use tokio::task::JoinSet;
 use tonic::{Code, Status};
 
+use crate::progress::ProgressSink;
 use crate::recovery::{self, CallFailure, Candidate};
 use crate::run_state::GraphRun;
 use crate::staging::{Staging, Uploaded};
@@ -96,6 +97,8 @@ struct Progress {
     inputs: Vec<Vec<String>>,
     /// Back-off before each task's next call.
     delays: Vec<Duration>,
+    /// Bytes of each task's latest call request.
+    sent_bytes: Vec<u64>,
     faults: Faults,
     /// When the graph started, for the incidents' times.
     started: Instant,
@@ -149,6 +152,8 @@ struct GraphExecution<'a> {
     start: Instant,
     /// The graph's start on the proxy's clock, for the suspect board.
     origin: f64,
+    /// Where a client following the run sees its progress.
+    sink: &'a ProgressSink,
 }
 
 impl Proxy {
@@ -161,6 +166,7 @@ impl Proxy {
         (servers, staging_plan): (&mut [String], &[v1::StagedInput]),
         owner: &str,
         used: &UsedServers,
+        sink: &ProgressSink,
     ) -> Result<Executed, Failed> {
         let start = Instant::now();
         let flow = match Dataflow::new(graph, arguments) {
@@ -187,6 +193,7 @@ impl Proxy {
             calls: JoinSet::new(),
             start,
             origin: self.clock(),
+            sink,
         };
         let outcome = execution.run().await;
         execution.finish(outcome).await
@@ -207,6 +214,7 @@ impl Progress {
             actuals: Vec::new(),
             inputs: vec![Vec::new(); n],
             delays: vec![Duration::ZERO; n],
+            sent_bytes: vec![0; n],
             faults: Faults {
                 attempts: vec![0; n],
                 suspects: HashSet::new(),
@@ -343,6 +351,7 @@ impl GraphExecution<'_> {
         let delay = std::mem::take(&mut self.progress.delays[task]);
         let server = self.servers[task].clone();
         let start = self.start;
+        self.progress.sent_bytes[task] = prost::Message::encoded_len(&call) as u64;
         self.calls.spawn(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -368,6 +377,9 @@ impl GraphExecution<'_> {
         (started, finished): (f64, f64),
         reply: v1::CallReply,
     ) {
+        let moved = self.progress.sent_bytes[task]
+            + prost::Message::encoded_len(&reply) as u64
+            + self.bytes_read_from_storage(task);
         let progress = &mut self.progress;
         ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
         let mut outputs = Vec::new();
@@ -403,6 +415,22 @@ impl GraphExecution<'_> {
         });
         progress.faults.lost.remove(&task);
         progress.run.complete(task);
+        self.sink.task_done(self.tasks_done(), moved);
+    }
+
+    /// Bytes of the intermediate results `task` read from storage (its incoming edges).
+    fn bytes_read_from_storage(&self, task: usize) -> u64 {
+        self.graph
+            .edges
+            .iter()
+            .filter(|e| e.to_task as usize == task)
+            .map(|e| e.bytes)
+            .sum()
+    }
+
+    /// Tasks whose calls replied (and were not sent back since).
+    fn tasks_done(&self) -> usize {
+        self.progress.reports.iter().flatten().count()
     }
 
     /// A call failed: the graph fails if the call itself was wrong; otherwise the failure
@@ -450,6 +478,7 @@ impl GraphExecution<'_> {
             )
             .await?;
         self.proxy.metrics.retry(reason);
+        self.sink.retried(self.tasks_done());
         self.note("retry", task, &issued.server, status.message().to_string());
         tracing::info!(
             task,
@@ -528,6 +557,7 @@ impl GraphExecution<'_> {
             )
             .await?;
         self.proxy.metrics.retry("lost_output");
+        self.sink.retried(self.tasks_done());
         let detail = format!("its output was lost: {}", status.message());
         self.note("regenerate", task, &server, detail);
         Ok(())

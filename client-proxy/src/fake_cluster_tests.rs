@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use ninf_proto::v1;
 
 use crate::fake::{FakeCluster, FakeServer, doubles, values};
+use crate::progress::ProgressSink;
 use crate::{Executed, Proxy, ProxyConfig};
 
 fn server(mflops: f64) -> FakeServer {
@@ -64,9 +65,17 @@ struct Run {
     arguments: Vec<v1::TaskArguments>,
     servers: Vec<String>,
     staging: Vec<v1::StagedInput>,
+    progress: ProgressSink,
 }
 
 impl Run {
+    /// The same run, followed as `RunWithProgress` follows it.
+    fn followed(mut self) -> (Run, tokio::sync::watch::Receiver<v1::RunProgress>) {
+        let (sink, receiver) = ProgressSink::channel();
+        self.progress = sink;
+        (self, receiver)
+    }
+
     /// `x = inc(a)` on `first`, then `y = inc(x)` on `second`; the client wants `y`.
     fn chain(first: &str, second: &str) -> Run {
         let (t0, a0) = task("inc#0", &[Some(&[1.0, 2.0])]);
@@ -86,6 +95,7 @@ impl Run {
             arguments: vec![a0, a1],
             servers: vec![first.into(), second.into()],
             staging: Vec::new(),
+            progress: ProgressSink::none(),
         }
     }
 
@@ -101,6 +111,7 @@ impl Run {
             arguments: vec![a0],
             servers: vec![on.into()],
             staging: Vec::new(),
+            progress: ProgressSink::none(),
         }
     }
 
@@ -116,6 +127,7 @@ impl Run {
                 placement,
                 "test/graph-1",
                 &used,
+                &self.progress,
             )
             .await
     }
@@ -174,9 +186,16 @@ async fn an_intermediate_lost_with_its_server_is_made_again_by_its_producer() {
         ("s2", server(1000.0)),
     ]));
     let proxy = proxy(cluster.clone());
-    let mut run = Run::chain("s1", "s2");
+    let (mut run, progress) = Run::chain("s1", "s2").followed();
     let executed = run.execute(&proxy).await.unwrap();
     assert_eq!(returned(&executed, 1), [3.0, 4.0], "y = (a + 1) + 1");
+    let followed = *progress.borrow();
+    assert_eq!(followed.tasks_done, 2, "{followed:?}");
+    assert_eq!(followed.retries, 1, "{followed:?}");
+    assert!(
+        followed.bytes_moved > 2 * 16,
+        "four calls' requests and replies, and the edge read twice: {followed:?}"
+    );
     assert_eq!(executed.counts.regenerated, 1, "inc#0 ran again");
     assert_eq!(executed.counts.retried, 1, "inc#1 was retried once");
     let metrics = ninf_telemetry::render(&proxy.metrics_registry);

@@ -19,6 +19,7 @@ mod fake;
 mod fake_cluster_tests;
 pub mod links;
 pub mod metrics;
+pub mod progress;
 pub mod recovery;
 pub mod run_state;
 pub mod service;
@@ -234,6 +235,7 @@ impl Proxy {
         &self,
         request: v1::RunRequest,
         admitted: &mut admission::Admitted,
+        progress: &progress::ProgressSink,
     ) -> Result<v1::RunReply, Status> {
         let v1::RunRequest {
             graph,
@@ -266,6 +268,7 @@ impl Proxy {
             avoid: Self::lock(&self.suspects).current(self.clock()),
         };
         let placement = self.schedule(request).await?;
+        progress.placed(placement.graph_id, n);
         let schedule_seconds = asked.elapsed().as_secs_f64();
         let (mut servers, predicted) = placed_servers(&placement, n)?;
         let staging = staging_within_quota(&placement, admitted);
@@ -273,7 +276,14 @@ impl Proxy {
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         let renewals = self.spawn_renewals(used.clone(), &owner);
         let outcome = self
-            .execute(&graph, &arguments, (&mut servers, staging), &owner, &used)
+            .execute(
+                &graph,
+                &arguments,
+                (&mut servers, staging),
+                &owner,
+                &used,
+                progress,
+            )
             .await;
         renewals.abort();
         // Whatever happened, nothing the graph stored may stay behind, on the servers first

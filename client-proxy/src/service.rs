@@ -1,20 +1,25 @@
 //! The gRPC shell around [`crate::Proxy`].
 
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::Stream;
 use ninf_proto::v1;
+use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
 use crate::Proxy;
+use crate::admission::Admitted;
+use crate::progress::ProgressSink;
 
 pub struct ProxyService(pub Arc<Proxy>);
 
-#[tonic::async_trait]
-impl v1::proxy_server::Proxy for ProxyService {
-    async fn run(
-        &self,
-        request: Request<v1::RunRequest>,
-    ) -> Result<Response<v1::RunReply>, Status> {
+/// Updates a followed run sends: progress, then the reply or the error.
+type UpdateStream = Pin<Box<dyn Stream<Item = Result<v1::RunUpdate, Status>> + Send>>;
+
+impl ProxyService {
+    /// Admits a run request from its client (its storage quota), or says why not.
+    fn admit(&self, request: &Request<v1::RunRequest>) -> Result<Admitted, Status> {
         let client = request
             .remote_addr()
             .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
@@ -23,24 +28,97 @@ impl v1::proxy_server::Proxy for ProxyService {
             .graph
             .as_ref()
             .map_or(0, crate::admission::stored_bytes);
-        let mut admitted = self
-            .0
+        self.0
             .admission
             .admit(&client, stored)
             .inspect_err(|status| {
                 tracing::warn!(%client, error = %status.message(), "transaction refused");
-            })?;
-        let request = request.into_inner();
-        let bytes_in = prost::Message::encoded_len(&request) as u64;
-        let result = self.0.run_graph(request, &mut admitted).await;
-        let bytes_out = result
-            .as_ref()
-            .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);
-        self.0.metrics.client_bytes(bytes_in, bytes_out);
-        if let Err(status) = &result {
-            tracing::info!(code = ?status.code(), error = %status.message(), "graph failed");
+            })
+    }
+}
+
+/// Runs an admitted graph, counting the client's bytes and logging a failure.
+async fn run_admitted(
+    proxy: &Proxy,
+    request: v1::RunRequest,
+    mut admitted: Admitted,
+    progress: &ProgressSink,
+) -> Result<v1::RunReply, Status> {
+    let bytes_in = prost::Message::encoded_len(&request) as u64;
+    let result = proxy.run_graph(request, &mut admitted, progress).await;
+    let bytes_out = result
+        .as_ref()
+        .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);
+    proxy.metrics.client_bytes(bytes_in, bytes_out);
+    if let Err(status) = &result {
+        tracing::info!(code = ?status.code(), error = %status.message(), "graph failed");
+    }
+    result
+}
+
+/// Runs the graph, sending its progress as it changes and then the reply. A client that goes
+/// away ends the run, as it does a unary `Run`.
+async fn follow(
+    proxy: Arc<Proxy>,
+    request: v1::RunRequest,
+    admitted: Admitted,
+    updates: mpsc::Sender<Result<v1::RunUpdate, Status>>,
+) {
+    let (sink, mut progress) = ProgressSink::channel();
+    let run = run_admitted(&proxy, request, admitted, &sink);
+    tokio::pin!(run);
+    let result = loop {
+        tokio::select! {
+            result = &mut run => break result,
+            Ok(()) = progress.changed() => {
+                let update = v1::run_update::Update::Progress(*progress.borrow_and_update());
+                let sent = updates.send(Ok(v1::RunUpdate { update: Some(update) })).await;
+                if sent.is_err() {
+                    tracing::info!("the client stopped following its run; it is abandoned");
+                    return;
+                }
+            }
         }
-        Ok(Response::new(result?))
+    };
+    let last = result.map(|reply| v1::RunUpdate {
+        update: Some(v1::run_update::Update::Reply(reply)),
+    });
+    let _ = updates.send(last).await;
+}
+
+#[tonic::async_trait]
+impl v1::proxy_server::Proxy for ProxyService {
+    async fn run(
+        &self,
+        request: Request<v1::RunRequest>,
+    ) -> Result<Response<v1::RunReply>, Status> {
+        let admitted = self.admit(&request)?;
+        let reply = run_admitted(
+            &self.0,
+            request.into_inner(),
+            admitted,
+            &ProgressSink::none(),
+        )
+        .await?;
+        Ok(Response::new(reply))
+    }
+
+    type RunWithProgressStream = UpdateStream;
+
+    async fn run_with_progress(
+        &self,
+        request: Request<v1::RunRequest>,
+    ) -> Result<Response<UpdateStream>, Status> {
+        let admitted = self.admit(&request)?;
+        let (updates, received) = mpsc::channel(4);
+        tokio::spawn(follow(
+            self.0.clone(),
+            request.into_inner(),
+            admitted,
+            updates,
+        ));
+        let stream = tokio_stream::wrappers::ReceiverStream::new(received);
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn describe(

@@ -2,7 +2,8 @@
 //! three servers, with the results checked against a local computation and a table shaped
 //! like seed 004's Tables 2-5.
 
-use ninf::grid::GridClient;
+use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
+use ninf::grid::{GridClient, Progress};
 
 use crate::workloads::{self, Summary};
 
@@ -20,7 +21,10 @@ pub struct DemoOptions {
 pub fn run(proxy: &str, options: &DemoOptions) -> anyhow::Result<Vec<Summary>> {
     let mut summaries = Vec::new();
     for scheduler in &options.schedulers {
-        let grid = GridClient::connect(proxy)?.with_scheduler(scheduler);
+        let bar = progress_bar(scheduler);
+        let grid = GridClient::connect(proxy)?
+            .with_scheduler(scheduler)
+            .with_progress(follow(bar.clone()));
         // Each trial gets its own seed; every scheduler sees the same seeds.
         let trials = |run: &dyn Fn(u64) -> Result<workloads::WorkloadRun, ninf::CallError>| {
             (0..options.trials as u64)
@@ -31,8 +35,37 @@ pub fn run(proxy: &str, options: &DemoOptions) -> anyhow::Result<Vec<Summary>> {
         summaries.push(Summary::of(scheduler, "pairs", options.pairs_n, &runs));
         let runs = trials(&|trial| workloads::cascade(&grid, options.cascade_n, 23 + trial))?;
         summaries.push(Summary::of(scheduler, "cascade", options.cascade_n, &runs));
+        bar.finish_and_clear();
     }
     Ok(summaries)
+}
+
+/// A bar on standard error for the transactions run under `scheduler` (drawn only when it is
+/// a terminal).
+fn progress_bar(scheduler: &str) -> ProgressBar {
+    let style = ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} tasks {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    ProgressBar::new(0)
+        .with_style(style)
+        .with_prefix(scheduler.to_string())
+}
+
+/// Shows a transaction's progress on `bar`.
+fn follow(bar: ProgressBar) -> impl Fn(&Progress) + Send + Sync + 'static {
+    move |p| {
+        bar.set_length(u64::from(p.tasks_total));
+        bar.set_position(u64::from(p.tasks_done));
+        let retries = match p.retries {
+            0 => String::new(),
+            n => format!(", {n} retried"),
+        };
+        bar.set_message(format!(
+            "graph #{}, {} moved{retries}",
+            p.graph_id,
+            HumanBytes(p.bytes_moved)
+        ));
+    }
 }
 
 /// The tables, as text.

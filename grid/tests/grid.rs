@@ -1062,3 +1062,51 @@ fn every_service_serves_metrics_that_count_what_the_grid_did() {
     assert!(from_clients >= 2.0 * (8 * n * n) as f64, "{text}");
     assert_eq!(sample_sum(&text, "ninf_retries_total", &[]), 0.0);
 }
+
+#[test]
+fn a_followed_transaction_reports_its_progress_to_the_end() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = {
+        let reports = reports.clone();
+        grid.client("round-robin")
+            .with_progress(move |p| reports.lock().unwrap().push(*p))
+    };
+    let n = 16usize;
+    let (a, b) = (matrix(n, 1), matrix(n, 2));
+    let mut products = vec![vec![0.0; n * n]; 4];
+    let plan = client
+        .transaction(|tx| {
+            let [ha, hb] = [&a, &b].map(|m| tx.input(m));
+            for product in products.iter_mut() {
+                let hc = tx.buffer(product);
+                tx.call(
+                    "mmul",
+                    &[TxArg::from(n as i64), ha.into(), hb.into(), hc.into()],
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    for product in &products {
+        assert_eq!(
+            product,
+            &local_mmul(n, &a, &b),
+            "followed runs compute the same"
+        );
+    }
+    let reports = reports.lock().unwrap().clone();
+    let last = *reports.last().expect("at least one report");
+    assert_eq!(last.graph_id, plan.graph_id);
+    assert_eq!((last.tasks_done, last.tasks_total), (4, 4), "{reports:?}");
+    assert_eq!(last.retries, 0);
+    // Each call carries its two n x n inputs and returns one.
+    assert!(last.bytes_moved >= 4 * 3 * (8 * n * n) as u64, "{last:?}");
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].tasks_done <= w[1].tasks_done && w[0].bytes_moved <= w[1].bytes_moved),
+        "progress never goes back without a fault: {reports:?}"
+    );
+    grid.assert_no_leftovers();
+}

@@ -11,6 +11,7 @@ use ninf_proto::v1;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use super::progress::{Progress, ProgressCallback};
 use crate::environment::{tls_from_env, token_from_env};
 use crate::remote::server_address;
 use crate::{CallError, ErrorKind};
@@ -24,6 +25,8 @@ pub struct AsyncGridClient {
     scheduler: Option<String>,
     /// The grid's token, presented with every request.
     token: AttachToken,
+    /// Called as a followed transaction's tasks end.
+    progress: Option<ProgressCallback>,
 }
 
 impl AsyncGridClient {
@@ -52,6 +55,7 @@ impl AsyncGridClient {
             descriptors: Arc::default(),
             scheduler: None,
             token: token_from_env()?,
+            progress: None,
         })
     }
 
@@ -64,6 +68,13 @@ impl AsyncGridClient {
     /// Asks for this scheduler instead of the metaserver's configured one (experiments).
     pub fn with_scheduler(mut self, scheduler: &str) -> AsyncGridClient {
         self.scheduler = Some(scheduler.to_string());
+        self
+    }
+
+    /// Follows every transaction: `callback` gets its progress as its tasks end (on the
+    /// library's runtime; keep it short).
+    pub fn with_progress(mut self, callback: ProgressCallback) -> AsyncGridClient {
+        self.progress = Some(callback);
         self
     }
 
@@ -117,8 +128,23 @@ impl AsyncGridClient {
         Ok(interface)
     }
 
-    /// Runs a recorded graph (see [`super::Recording::into_request`]) and waits for it.
+    /// Runs a recorded graph (see [`super::Recording::into_request`]) and waits for it,
+    /// following its progress when the client has a progress callback.
     pub async fn run(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
-        Ok(self.proxy().run(request).await?.into_inner())
+        let Some(callback) = &self.progress else {
+            return Ok(self.proxy().run(request).await?.into_inner());
+        };
+        let mut updates = self.proxy().run_with_progress(request).await?.into_inner();
+        while let Some(update) = updates.message().await? {
+            match update.update {
+                Some(v1::run_update::Update::Progress(p)) => callback(&Progress::from(&p)),
+                Some(v1::run_update::Update::Reply(reply)) => return Ok(reply),
+                None => {}
+            }
+        }
+        Err(CallError::new(
+            ErrorKind::CommunicationFailed,
+            "the proxy ended the run's updates without a reply",
+        ))
     }
 }

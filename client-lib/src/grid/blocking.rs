@@ -48,6 +48,17 @@ impl GridClient {
         }
     }
 
+    /// Follows every transaction: `callback` gets its progress as its tasks end (on the
+    /// library's background runtime; keep it short).
+    pub fn with_progress(
+        self,
+        callback: impl Fn(&super::Progress) + Send + Sync + 'static,
+    ) -> GridClient {
+        GridClient {
+            inner: self.inner.with_progress(std::sync::Arc::new(callback)),
+        }
+    }
+
     pub fn address(&self) -> &str {
         self.inner.address()
     }

@@ -40,6 +40,7 @@
 mod async_client;
 mod blocking;
 mod plan;
+mod progress;
 mod recording;
 mod transaction;
 
@@ -47,5 +48,6 @@ pub use crate::environment::{TLS_CA_ENV, TLS_CERTIFICATE_ENV, TLS_KEY_ENV, TOKEN
 pub use async_client::AsyncGridClient;
 pub use blocking::GridClient;
 pub use plan::{Plan, TaskPlan};
+pub use progress::{Progress, ProgressCallback};
 pub use recording::{Buffer, RecordedGraph, Recording, TxArg};
 pub use transaction::Transaction;
