@@ -24,6 +24,9 @@ struct Cli {
     /// Predictor: latest or forecast (overrides the configuration).
     #[arg(long)]
     predictor: Option<String>,
+    /// Serve the dashboard here, e.g. 127.0.0.1:7080 (overrides the configuration).
+    #[arg(long)]
+    dashboard_listen: Option<String>,
 }
 
 async fn shutdown_signal() {
@@ -57,9 +60,15 @@ async fn main() -> anyhow::Result<()> {
     if let Some(p) = cli.predictor {
         config.predictor = p;
     }
+    if let Some(listen) = cli.dashboard_listen {
+        config.dashboard_listen = Some(listen);
+    }
     let metaserver = ninf_metaserver::bind(config).await?;
     // The first line on stdout tells scripts and tests where the metaserver is.
     println!("listening on {}", metaserver.address);
+    if let Some(dashboard) = &metaserver.dashboard {
+        println!("dashboard {}/", dashboard.url());
+    }
     metaserver.until(shutdown_signal()).await?;
     Ok(())
 }
