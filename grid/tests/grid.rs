@@ -954,6 +954,30 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
 }
 
 /// `GET /metrics` from `address`, as a scraper would.
+/// Four independent products `a * b` of n x n matrices in one transaction, checked against
+/// the local product.
+fn four_products(client: &GridClient, n: usize) -> ninf::grid::Plan {
+    let (a, b) = (matrix(n, 1), matrix(n, 2));
+    let mut products = vec![vec![0.0; n * n]; 4];
+    let plan = client
+        .transaction(|tx| {
+            let [ha, hb] = [&a, &b].map(|m| tx.input(m));
+            for product in products.iter_mut() {
+                let hc = tx.buffer(product);
+                tx.call(
+                    "mmul",
+                    &[TxArg::from(n as i64), ha.into(), hb.into(), hc.into()],
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    for product in &products {
+        assert_eq!(product, &local_mmul(n, &a, &b));
+    }
+    plan
+}
+
 fn scrape(address: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).unwrap();
@@ -987,21 +1011,7 @@ fn every_service_serves_metrics_that_count_what_the_grid_did() {
     );
     let client = grid.client("round-robin");
     let n = 10usize;
-    let (a, b) = (matrix(n, 1), matrix(n, 2));
-    let mut products = vec![vec![0.0; n * n]; 4];
-    client
-        .transaction(|tx| {
-            let [ha, hb] = [&a, &b].map(|m| tx.input(m));
-            for product in products.iter_mut() {
-                let hc = tx.buffer(product);
-                tx.call(
-                    "mmul",
-                    &[TxArg::from(n as i64), ha.into(), hb.into(), hc.into()],
-                )?;
-            }
-            Ok(())
-        })
-        .unwrap();
+    four_products(&client, n);
     let bad = client.call("mmul", &mut [ninf::Arg::Integer(-1)]);
     assert!(
         bad.is_err(),
@@ -1073,28 +1083,7 @@ fn a_followed_transaction_reports_its_progress_to_the_end() {
             .with_progress(move |p| reports.lock().unwrap().push(*p))
     };
     let n = 16usize;
-    let (a, b) = (matrix(n, 1), matrix(n, 2));
-    let mut products = vec![vec![0.0; n * n]; 4];
-    let plan = client
-        .transaction(|tx| {
-            let [ha, hb] = [&a, &b].map(|m| tx.input(m));
-            for product in products.iter_mut() {
-                let hc = tx.buffer(product);
-                tx.call(
-                    "mmul",
-                    &[TxArg::from(n as i64), ha.into(), hb.into(), hc.into()],
-                )?;
-            }
-            Ok(())
-        })
-        .unwrap();
-    for product in &products {
-        assert_eq!(
-            product,
-            &local_mmul(n, &a, &b),
-            "followed runs compute the same"
-        );
-    }
+    let plan = four_products(&client, n);
     let reports = reports.lock().unwrap().clone();
     let last = *reports.last().expect("at least one report");
     assert_eq!(last.graph_id, plan.graph_id);

@@ -5,21 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 
+use common::linpack;
 use ninf_metaserver::MetaserverConfig;
 use ninf_proto::v1;
-
-fn linpack() -> Vec<v1::FunctionInterface> {
-    let text = include_str!("../../routines/idl/linpack.idl");
-    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
-    module
-        .functions
-        .iter()
-        .map(v1::FunctionInterface::from)
-        .collect()
-}
 
 fn registration(address: &str, functions: Vec<v1::FunctionInterface>) -> v1::RegisterRequest {
     v1::RegisterRequest {

@@ -3,20 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 
+use common::linpack;
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::v1;
-
-fn linpack() -> Vec<v1::FunctionInterface> {
-    let text = include_str!("../../routines/idl/linpack.idl");
-    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
-    module
-        .functions
-        .iter()
-        .map(v1::FunctionInterface::from)
-        .collect()
-}
 
 /// `tasks` independent products of 100 x 100 matrices.
 fn wide_graph(tasks: usize) -> v1::TaskGraph {

@@ -2,24 +2,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
+use common::linpack;
 use ninf_metaserver::db::{
     ActualRecord, GraphRecord, PlacementRecord, ResourceDb, Retention, StoredLink, StoredLoad,
 };
 use ninf_metaserver::{CLIENT, Registry};
 use ninf_proto::v1;
 use ninf_scheduling::{Link, Location};
-
-fn linpack() -> Vec<v1::FunctionInterface> {
-    let text = include_str!("../../routines/idl/linpack.idl");
-    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
-    module
-        .functions
-        .iter()
-        .map(v1::FunctionInterface::from)
-        .collect()
-}
 
 fn info(mflops: f64, processors: u32) -> v1::ServerInfo {
     v1::ServerInfo {

@@ -1,0 +1,16 @@
+//! What the metaserver's tests share.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use ninf_proto::v1;
+
+/// The interfaces of the standard `linpack` module, as a server registers them.
+pub fn linpack() -> Vec<v1::FunctionInterface> {
+    let text = include_str!("../../../routines/idl/linpack.idl");
+    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
+    module
+        .functions
+        .iter()
+        .map(v1::FunctionInterface::from)
+        .collect()
+}
