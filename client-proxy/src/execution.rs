@@ -39,6 +39,8 @@ struct Dataflow {
     keep: Vec<BTreeSet<u32>>,
     /// Outputs the client wants back, per task.
     returns: Vec<HashSet<u32>>,
+    /// Bytes each task reads from its producers' storage (its incoming edges).
+    fed_bytes: Vec<u64>,
 }
 
 impl Dataflow {
@@ -46,6 +48,7 @@ impl Dataflow {
         let n = graph.tasks.len();
         let mut fed: Vec<Vec<(u32, usize, u32)>> = vec![Vec::new(); n];
         let mut keep: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
+        let mut fed_bytes = vec![0u64; n];
         for edge in &graph.edges {
             let (from, to) = (edge.from_task as usize, edge.to_task as usize);
             if from >= n || to >= n {
@@ -55,12 +58,18 @@ impl Dataflow {
             }
             fed[to].push((edge.to_parameter, from, edge.from_parameter));
             keep[from].insert(edge.from_parameter);
+            fed_bytes[to] += edge.bytes;
         }
         let returns = arguments
             .iter()
             .map(|a| a.returns.iter().copied().collect())
             .collect();
-        Ok(Dataflow { fed, keep, returns })
+        Ok(Dataflow {
+            fed,
+            keep,
+            returns,
+            fed_bytes,
+        })
     }
 
     /// Kept outputs the client also wants: fetched from storage after the last task.
@@ -351,7 +360,9 @@ impl GraphExecution<'_> {
         let delay = std::mem::take(&mut self.progress.delays[task]);
         let server = self.servers[task].clone();
         let start = self.start;
-        self.progress.sent_bytes[task] = prost::Message::encoded_len(&call) as u64;
+        if self.sink.is_followed() {
+            self.progress.sent_bytes[task] = prost::Message::encoded_len(&call) as u64;
+        }
         self.calls.spawn(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -377,9 +388,12 @@ impl GraphExecution<'_> {
         (started, finished): (f64, f64),
         reply: v1::CallReply,
     ) {
-        let moved = self.progress.sent_bytes[task]
-            + prost::Message::encoded_len(&reply) as u64
-            + self.bytes_read_from_storage(task);
+        let moved = if self.sink.is_followed() {
+            let replied = prost::Message::encoded_len(&reply) as u64;
+            self.progress.sent_bytes[task] + replied + self.flow.fed_bytes[task]
+        } else {
+            0
+        };
         let progress = &mut self.progress;
         ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
         let mut outputs = Vec::new();
@@ -415,22 +429,7 @@ impl GraphExecution<'_> {
         });
         progress.faults.lost.remove(&task);
         progress.run.complete(task);
-        self.sink.task_done(self.tasks_done(), moved);
-    }
-
-    /// Bytes of the intermediate results `task` read from storage (its incoming edges).
-    fn bytes_read_from_storage(&self, task: usize) -> u64 {
-        self.graph
-            .edges
-            .iter()
-            .filter(|e| e.to_task as usize == task)
-            .map(|e| e.bytes)
-            .sum()
-    }
-
-    /// Tasks whose calls replied (and were not sent back since).
-    fn tasks_done(&self) -> usize {
-        self.progress.reports.iter().flatten().count()
+        self.sink.task_done(progress.run.done(), moved);
     }
 
     /// A call failed: the graph fails if the call itself was wrong; otherwise the failure
@@ -478,7 +477,7 @@ impl GraphExecution<'_> {
             )
             .await?;
         self.proxy.metrics.retry(reason);
-        self.sink.retried(self.tasks_done());
+        self.sink.retried(self.progress.run.done());
         self.note("retry", task, &issued.server, status.message().to_string());
         tracing::info!(
             task,
@@ -557,7 +556,7 @@ impl GraphExecution<'_> {
             )
             .await?;
         self.proxy.metrics.retry("lost_output");
-        self.sink.retried(self.tasks_done());
+        self.sink.retried(self.progress.run.done());
         let detail = format!("its output was lost: {}", status.message());
         self.note("regenerate", task, &server, detail);
         Ok(())

@@ -21,6 +21,11 @@ impl ProgressSink {
         (ProgressSink(Some(sender)), receiver)
     }
 
+    /// Whether a client follows the run (else its figures need not be worked out).
+    pub fn is_followed(&self) -> bool {
+        self.0.is_some()
+    }
+
     fn update(&self, change: impl FnOnce(&mut v1::RunProgress)) {
         if let Some(sender) = &self.0 {
             sender.send_modify(change);

@@ -186,6 +186,11 @@ impl GraphRun {
         self.states.get(task).copied()
     }
 
+    /// Tasks done now (a task invalidated or retried counts again once it is done again).
+    pub fn done(&self) -> usize {
+        self.done
+    }
+
     /// Every task is done.
     pub fn is_complete(&self) -> bool {
         self.done == self.states.len()
