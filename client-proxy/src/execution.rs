@@ -114,6 +114,17 @@ struct Progress {
 }
 
 impl Progress {
+    /// Records an incident for the metaserver's event log.
+    fn note(&mut self, kind: &str, task: usize, server: &str, detail: String) {
+        self.faults.incidents.push(v1::GraphIncident {
+            kind: kind.to_string(),
+            task: task as u32,
+            server: server.to_string(),
+            detail,
+            at: self.started.elapsed().as_secs_f64(),
+        });
+    }
+
     /// Forgets what a task's earlier run produced (it runs again).
     fn forget(&mut self, task: usize) {
         self.objects.retain(|&(t, _), _| t != task);
@@ -313,7 +324,7 @@ impl GraphExecution<'_> {
                     .move_task(self.graph, task, self.servers, &suspects, self.used)
                     .await;
                 if let Some(to) = moved {
-                    self.note("moved", task, &from, format!("to {to}"));
+                    self.progress.note("moved", task, &from, format!("to {to}"));
                 }
             }
             let call = self.call_for(task, &suspects)?;
@@ -478,7 +489,8 @@ impl GraphExecution<'_> {
             .await?;
         self.proxy.metrics.retry(reason);
         self.sink.retried(self.progress.run.done());
-        self.note("retry", task, &issued.server, status.message().to_string());
+        self.progress
+            .note("retry", task, &issued.server, status.message().to_string());
         tracing::info!(
             task,
             server = %issued.server,
@@ -558,20 +570,8 @@ impl GraphExecution<'_> {
         self.proxy.metrics.retry("lost_output");
         self.sink.retried(self.progress.run.done());
         let detail = format!("its output was lost: {}", status.message());
-        self.note("regenerate", task, &server, detail);
+        self.progress.note("regenerate", task, &server, detail);
         Ok(())
-    }
-
-    /// Records an incident for the metaserver's event log.
-    fn note(&mut self, kind: &str, task: usize, server: &str, detail: String) {
-        let at = self.progress.started.elapsed().as_secs_f64();
-        self.progress.faults.incidents.push(v1::GraphIncident {
-            kind: kind.to_string(),
-            task: task as u32,
-            server: server.to_string(),
-            detail,
-            at,
-        });
     }
 
     /// Stops the uploads (and, after a failure, the calls still out, before the caller
@@ -662,13 +662,7 @@ impl Proxy {
         for culprit in culprits {
             self.suspect(culprit);
             if progress.faults.suspects.insert(culprit.clone()) {
-                progress.faults.incidents.push(v1::GraphIncident {
-                    kind: "suspect".to_string(),
-                    task: task as u32,
-                    server: culprit.clone(),
-                    detail: status.message().to_string(),
-                    at: progress.started.elapsed().as_secs_f64(),
-                });
+                progress.note("suspect", task, culprit, status.message().to_string());
             }
             self.find_lost(culprit, &progress.objects, &mut progress.faults.lost)
                 .await;

@@ -69,6 +69,17 @@ struct Run {
 }
 
 impl Run {
+    /// The same run with task 0's first array staged on `server` ahead of its call.
+    fn staged_on(mut self, server: &str) -> Run {
+        self.staging = vec![v1::StagedInput {
+            task: 0,
+            parameter: 0,
+            server: server.into(),
+            bytes: 16,
+        }];
+        self
+    }
+
     /// The same run, followed as `RunWithProgress` follows it.
     fn followed(mut self) -> (Run, tokio::sync::watch::Receiver<v1::RunProgress>) {
         let (sink, receiver) = ProgressSink::channel();
@@ -244,13 +255,7 @@ async fn a_failed_staged_upload_sends_its_array_with_the_call() {
     };
     let cluster = Arc::new(FakeCluster::new(&[("s1", full), ("s2", server(1000.0))]));
     let proxy = proxy(cluster.clone());
-    let mut run = Run::single("s2");
-    run.staging = vec![v1::StagedInput {
-        task: 0,
-        parameter: 0,
-        server: "s1".into(),
-        bytes: 16,
-    }];
+    let mut run = Run::single("s2").staged_on("s1");
     let executed = run.execute(&proxy).await.unwrap();
     assert_eq!(returned(&executed, 0), [2.0, 3.0]);
     assert_eq!(executed.counts.staged_uploads, 0);
@@ -271,13 +276,7 @@ async fn a_staged_upload_feeds_its_call_from_storage() {
         ("s2", server(1000.0)),
     ]));
     let proxy = proxy(cluster.clone());
-    let mut run = Run::single("s2");
-    run.staging = vec![v1::StagedInput {
-        task: 0,
-        parameter: 0,
-        server: "s1".into(),
-        bytes: 16,
-    }];
+    let mut run = Run::single("s2").staged_on("s1");
     let executed = run.execute(&proxy).await.unwrap();
     assert_eq!(returned(&executed, 0), [2.0, 3.0]);
     assert_eq!(executed.counts.staged_uploads, 1);

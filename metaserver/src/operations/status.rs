@@ -22,18 +22,12 @@ impl Metaserver {
                 .registry
                 .servers()
                 .iter()
-                .map(|s| v1::ServerStatus {
-                    address: s.address.clone(),
-                    up: state.registry.is_up(s, now),
-                    mflops: s.info.mflops,
-                    processors: s.info.processors,
-                    cpus: s.info.cpus,
-                    load: s.load.back().copied().unwrap_or(0.0),
-                    stored_bytes: s.latest.map_or(0, |l| l.stored_bytes),
-                    running_jobs: s.latest.map_or(0, |l| l.running_jobs),
-                    queued_jobs: s.latest.map_or(0, |l| l.queued_jobs),
-                    seconds_since_heartbeat: (now - s.last_heartbeat).max(0.0),
-                    functions: s.routines.keys().cloned().collect(),
+                .map(|s| {
+                    server_status(crate::dashboard::views::server_view(
+                        &state.registry,
+                        s,
+                        now,
+                    ))
                 })
                 .collect();
             let network = state
@@ -57,5 +51,24 @@ impl Metaserver {
             network,
             graphs: self.db.recent_graphs(recent_graphs).await?,
         })
+    }
+}
+
+/// The status message's row of a server: the dashboard's view of it, its routines by name.
+fn server_status(view: crate::dashboard::views::ServerView) -> v1::ServerStatus {
+    let mut functions: Vec<String> = view.modules.into_values().flatten().collect();
+    functions.sort();
+    v1::ServerStatus {
+        address: view.address,
+        up: view.up,
+        mflops: view.mflops,
+        processors: view.processors,
+        cpus: view.cpus,
+        load: view.load,
+        stored_bytes: view.stored_bytes,
+        seconds_since_heartbeat: view.seconds_since_heartbeat,
+        functions,
+        running_jobs: view.running_jobs,
+        queued_jobs: view.queued_jobs,
     }
 }
