@@ -66,6 +66,9 @@ async fn main() -> anyhow::Result<()> {
     let metaserver = ninf_metaserver::bind(config).await?;
     // The first line on stdout tells scripts and tests where the metaserver is.
     println!("listening on {}", metaserver.address);
+    if let Some(metrics) = &metaserver.metrics {
+        println!("metrics {}/metrics", metrics.url());
+    }
     if let Some(dashboard) = &metaserver.dashboard {
         println!("dashboard {}/", dashboard.url());
     }
