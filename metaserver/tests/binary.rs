@@ -79,7 +79,10 @@ fn the_configured_dashboard_and_metrics_answer_and_the_flag_overrides_the_file()
         .unwrap_or_else(|| panic!("not a metrics line: {}", lines[1]));
     let (status, body) = get(metrics, "/metrics");
     assert!(status.contains("200"), "{status}");
-    assert!(body.contains("ninf_servers"), "{body}");
+    assert!(
+        body.contains("# TYPE ninf_prediction_error_ratio histogram"),
+        "{body}"
+    );
     let dashboard = dashboard_address(&lines[2]);
     let (status, body) = get(&dashboard, "/api/overview");
     assert!(status.contains("200"), "{status}");
