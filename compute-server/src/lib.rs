@@ -29,7 +29,6 @@ use std::time::Duration;
 use ninf_proto::net::{ServeError, Serving};
 use ninf_proto::v1;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 pub use config::ServerConfig;
@@ -244,7 +243,7 @@ async fn run(
             )),
             state.check(),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
     sampler.abort();
     sweeper.abort();

@@ -140,7 +140,7 @@ mod tests {
         let server = ninf_proto::net::server(Some(&tls))
             .unwrap()
             .add_service(health)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(live));
+            .serve_with_incoming(ninf_proto::net::incoming(live));
         let serving = tokio::spawn(server);
 
         let peers = std::sync::Arc::new(Peers::default());

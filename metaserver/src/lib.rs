@@ -29,7 +29,6 @@ use ninf_proto::net::{ServeError, Serving};
 use ninf_proto::v1;
 use ninf_scheduling::Link;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 pub use config::MetaserverConfig;
 use db::{DbError, ResourceDb};
@@ -318,7 +317,7 @@ async fn run(
             .max_encoding_message_size(limit),
             CheckToken::new("metaserver", metaserver.token.as_deref()),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
     upkeep.abort();
     metaserver.db.close().await;

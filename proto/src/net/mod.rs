@@ -165,6 +165,18 @@ pub fn server(tls: Option<&GridTls>) -> Result<Server, tonic::transport::Error> 
     }
 }
 
+/// Metadata a proxy sets on a refusal that lifts when the client's running transactions
+/// end (too many at once, or over its storage quota only with them): the client waits and
+/// sends the graph again.
+pub const BUSY_METADATA: &str = "ninf-busy";
+
+/// The connections a grid server's `listener` accepts, with Nagle's algorithm off. tonic
+/// applies its own `tcp_nodelay` only to listeners it binds itself; without this, a reply's
+/// last small frame waited for the caller's delayed ACK, 40 ms per call through the proxy.
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// A listener bound for a grid server: `listen` (`host:port`, port 0 for any), with the error
 /// naming the address.
 pub async fn listen(listen: &str) -> Result<tokio::net::TcpListener, NetError> {
