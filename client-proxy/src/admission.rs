@@ -79,11 +79,11 @@ impl ClientAdmission {
         let mut map = self.usage_map();
         let usage = map.entry(client.to_string()).or_default();
         if usage.transactions >= self.limits.transactions {
-            return Err(Status::resource_exhausted(format!(
+            return Err(busy(Status::resource_exhausted(format!(
                 "client {client} already runs {} transactions, the proxy's limit \
                  (max_transactions_per_client); wait for one to finish",
                 usage.transactions
-            )));
+            ))));
         }
         let total = usage.stored_bytes.saturating_add(stored_bytes);
         if total > self.limits.stored_bytes {
@@ -96,12 +96,14 @@ impl ClientAdmission {
             } else {
                 format!(" (with the {held} bytes its running transactions keep, {total})")
             };
-            return Err(Status::resource_exhausted(format!(
+            let refusal = Status::resource_exhausted(format!(
                 "client {client}'s transaction would keep {stored_bytes} bytes of intermediate \
                  data on the servers{context}, over the proxy's quota of {} bytes per client \
                  (max_stored_bytes_per_client)",
                 self.limits.stored_bytes
-            )));
+            ));
+            // Over the quota only with its running transactions: it fits once they end.
+            return Err(if held == 0 { refusal } else { busy(refusal) });
         }
         usage.transactions += 1;
         usage.stored_bytes = total;
@@ -147,6 +149,16 @@ impl Drop for Admitted {
             }
         }
     }
+}
+
+/// Marks a refusal that lifts when the client's running transactions end: clients wait and
+/// send again ([`ninf_proto::net::BUSY_METADATA`]).
+fn busy(mut status: Status) -> Status {
+    status.metadata_mut().insert(
+        ninf_proto::net::BUSY_METADATA,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    status
 }
 
 #[cfg(test)]

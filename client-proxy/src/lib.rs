@@ -38,7 +38,7 @@ use ninf_proto::net::tls::GridTls;
 use ninf_proto::net::{ConnectionSettings, Keepalive, ServeError, Serving};
 use ninf_proto::v1;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -230,12 +230,36 @@ impl Proxy {
         .await
     }
 
-    /// Steps 3-6 for one graph, admitted for its client as `admitted`.
+    /// The routines some server that is up serves, sorted, each once.
+    pub async fn functions(&self) -> Result<Vec<String>, Status> {
+        let status = self
+            .with_metaserver(|| {
+                let mut scheduling = self.scheduling();
+                async move {
+                    let request = v1::StatusRequest { recent_graphs: 0 };
+                    Ok(scheduling.status(request).await?.into_inner())
+                }
+            })
+            .await?;
+        let names: BTreeSet<String> = status
+            .servers
+            .into_iter()
+            .filter(|s| s.up)
+            .flat_map(|s| s.functions)
+            .collect();
+        Ok(names.into_iter().collect())
+    }
+
+    /// Steps 3-6 for one graph, admitted for its client as `admitted`. When `cancel` fires
+    /// (its client went away) the graph stops where it is and is cleaned up as a failed
+    /// one: calls in flight are abandoned (their servers kill the executables), and every
+    /// intermediate it stored is deleted.
     pub async fn run_graph(
         &self,
         request: v1::RunRequest,
         admitted: &mut admission::Admitted,
         progress: &progress::ProgressSink,
+        cancel: &CancellationToken,
     ) -> Result<v1::RunReply, Status> {
         let v1::RunRequest {
             graph,
@@ -275,16 +299,23 @@ impl Proxy {
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         let renewals = self.spawn_renewals(used.clone(), &owner);
-        let outcome = self
-            .execute(
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            outcome = self.execute(
                 &graph,
                 &arguments,
                 (&mut servers, staging),
                 &owner,
                 &used,
                 progress,
-            )
-            .await;
+            ) => outcome,
+            () = cancel.cancelled() => Err(Failed {
+                status: Status::cancelled("the client cancelled the transaction"),
+                actuals: Vec::new(),
+                makespan: started.elapsed().as_secs_f64(),
+                incidents: Vec::new(),
+            }),
+        };
         renewals.abort();
         // Whatever happened, nothing the graph stored may stay behind, on the servers first
         // chosen or on those that took over after a fault.
@@ -605,7 +636,7 @@ async fn run(
                 .max_encoding_message_size(limit),
             CheckToken::new("proxy", proxy.token.as_deref()),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
     probes.abort();
     result

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures_util::Stream;
 use ninf_proto::v1;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::Proxy;
@@ -43,9 +44,12 @@ async fn run_admitted(
     request: v1::RunRequest,
     mut admitted: Admitted,
     progress: &ProgressSink,
+    cancel: &CancellationToken,
 ) -> Result<v1::RunReply, Status> {
     let bytes_in = prost::Message::encoded_len(&request) as u64;
-    let result = proxy.run_graph(request, &mut admitted, progress).await;
+    let result = proxy
+        .run_graph(request, &mut admitted, progress, cancel)
+        .await;
     let bytes_out = result
         .as_ref()
         .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);
@@ -56,8 +60,27 @@ async fn run_admitted(
     result
 }
 
+/// Runs an admitted graph in a task of its own, so that a client going away (the request's
+/// future dropped) cancels it and its clean-up still runs to the end.
+async fn run_detached(
+    proxy: Arc<Proxy>,
+    request: v1::RunRequest,
+    admitted: Admitted,
+) -> Result<v1::RunReply, Status> {
+    let cancel = CancellationToken::new();
+    let on_drop = cancel.clone().drop_guard();
+    let run = tokio::spawn(async move {
+        run_admitted(&proxy, request, admitted, &ProgressSink::none(), &cancel).await
+    });
+    let result = run
+        .await
+        .unwrap_or_else(|e| Err(Status::internal(format!("the run's task ended: {e}"))));
+    on_drop.disarm();
+    result
+}
+
 /// Runs the graph, sending its progress as it changes and then the reply. A client that goes
-/// away ends the run, as it does a unary `Run`.
+/// away cancels the run, as it does a unary `Run`.
 async fn follow(
     proxy: Arc<Proxy>,
     request: v1::RunRequest,
@@ -65,17 +88,20 @@ async fn follow(
     updates: mpsc::Sender<Result<v1::RunUpdate, Status>>,
 ) {
     let (sink, mut progress) = ProgressSink::channel();
-    let run = run_admitted(&proxy, request, admitted, &sink);
+    let cancel = CancellationToken::new();
+    let run = run_admitted(&proxy, request, admitted, &sink, &cancel);
     tokio::pin!(run);
     let result = loop {
         tokio::select! {
             result = &mut run => break result,
+            () = updates.closed(), if !cancel.is_cancelled() => {
+                tracing::info!("the client stopped following its run; it is cancelled");
+                cancel.cancel();
+            }
             Ok(()) = progress.changed() => {
                 let update = v1::run_update::Update::Progress(*progress.borrow_and_update());
-                let sent = updates.send(Ok(v1::RunUpdate { update: Some(update) })).await;
-                if sent.is_err() {
-                    tracing::info!("the client stopped following its run; it is abandoned");
-                    return;
+                if updates.send(Ok(v1::RunUpdate { update: Some(update) })).await.is_err() {
+                    cancel.cancel();
                 }
             }
         }
@@ -93,13 +119,7 @@ impl v1::proxy_server::Proxy for ProxyService {
         request: Request<v1::RunRequest>,
     ) -> Result<Response<v1::RunReply>, Status> {
         let admitted = self.admit(&request)?;
-        let reply = run_admitted(
-            &self.0,
-            request.into_inner(),
-            admitted,
-            &ProgressSink::none(),
-        )
-        .await?;
+        let reply = run_detached(self.0.clone(), request.into_inner(), admitted).await?;
         Ok(Response::new(reply))
     }
 
@@ -128,5 +148,14 @@ impl v1::proxy_server::Proxy for ProxyService {
         Ok(Response::new(
             self.0.describe(request.into_inner().function).await?,
         ))
+    }
+
+    async fn functions(
+        &self,
+        _request: Request<v1::FunctionsRequest>,
+    ) -> Result<Response<v1::FunctionsReply>, Status> {
+        Ok(Response::new(v1::FunctionsReply {
+            functions: self.0.functions().await?,
+        }))
     }
 }

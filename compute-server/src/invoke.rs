@@ -433,6 +433,9 @@ pub fn pool_status(function: &str, error: PoolError) -> Status {
             let code = match kind {
                 ExecErrorKind::FunctionNotFound => Code::NotFound,
                 ExecErrorKind::BadArgument | ExecErrorKind::Evaluation => Code::InvalidArgument,
+                // The routine's own failure: the same call fails on any server, so the
+                // proxy must not retry it elsewhere or suspect this server (`Aborted`).
+                ExecErrorKind::RoutineFailed => Code::Internal,
                 _ => Code::Aborted,
             };
             Status::new(code, message)

@@ -61,11 +61,20 @@ impl v1::invoke_server::Invoke for InvokeService {
         let bytes_in = prost::Message::encoded_len(&request) as u64;
         let started = std::time::Instant::now();
         let state = self.0.clone();
-        // Run on its own task: if the client goes away mid-call, the routine still finishes
-        // (or times out) and its executable goes back to the pool in a known state.
-        let outcome = tokio::spawn(async move { crate::invoke::call(&state, request).await })
-            .await
-            .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
+        // Run on its own task, cancelled when the caller goes away (a proxy whose client
+        // cancelled, or that died): the executable is killed and replaced, the gang table
+        // lets the job go, and nothing is stored for a run that no longer exists.
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let on_drop = cancel.clone().drop_guard();
+        let outcome = tokio::spawn(async move {
+            tokio::select! {
+                outcome = crate::invoke::call(&state, request) => outcome,
+                () = cancel.cancelled() => Err(Status::cancelled("the caller went away")),
+            }
+        })
+        .await
+        .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
+        on_drop.disarm();
         let bytes_out = outcome
             .as_ref()
             .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);

@@ -259,6 +259,13 @@ fn bad_calls_are_refused_where_they_are_made_and_nothing_runs() {
         })
         .unwrap_err();
     assert!(error.message.contains("`fail#1`"), "{}", error.message);
+    // The routine's own error: not retried elsewhere, reported as the routine's failure.
+    assert_eq!(error.kind, ninf::ErrorKind::SessionFailed, "{error}");
+    assert!(
+        error.message.contains("selftest failure with code 3"),
+        "{}",
+        error.message
+    );
     grid.assert_no_leftovers();
     let mut ok = vec![0.0; n * n];
     client

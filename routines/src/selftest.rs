@@ -13,6 +13,12 @@ pub fn sleep_ms(ms: i32) -> Result<(), String> {
     Ok(())
 }
 
+pub fn slow_echo(ms: i32, n: i64, x: &[f64], y: &mut [f64]) -> Result<(), String> {
+    sleep_ms(ms)?;
+    echo(n, x, y);
+    Ok(())
+}
+
 pub fn fail(code: i32) -> Result<(), String> {
     Err(format!("selftest failure with code {code}"))
 }

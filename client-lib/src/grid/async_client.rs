@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ninf_idl::FunctionInterface;
+use ninf_proto::net::BUSY_METADATA;
 use ninf_proto::net::auth::AttachToken;
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1;
@@ -128,23 +129,49 @@ impl AsyncGridClient {
         Ok(interface)
     }
 
+    /// The routines some server that is up serves, sorted.
+    pub async fn functions(&self) -> Result<Vec<String>, CallError> {
+        let reply = self.proxy().functions(v1::FunctionsRequest {}).await?;
+        Ok(reply.into_inner().functions)
+    }
+
     /// Runs a recorded graph (see [`super::Recording::into_request`]) and waits for it,
-    /// following its progress when the client has a progress callback.
+    /// following its progress when the client has a progress callback. While the proxy is
+    /// busy with this client's other transactions (its per-client limits), waits and asks
+    /// again.
     pub async fn run(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
+        let mut wait = std::time::Duration::from_millis(1);
+        loop {
+            match self.run_once(request.clone()).await {
+                Err(status) if status.metadata().contains_key(BUSY_METADATA) => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_millis(100));
+                }
+                Err(status) => return Err(status.into()),
+                Ok(reply) => return reply,
+            }
+        }
+    }
+
+    /// One attempt: the proxy's refusal as it came, or the run's outcome.
+    async fn run_once(
+        &self,
+        request: v1::RunRequest,
+    ) -> Result<Result<v1::RunReply, CallError>, tonic::Status> {
         let Some(callback) = &self.progress else {
-            return Ok(self.proxy().run(request).await?.into_inner());
+            return Ok(Ok(self.proxy().run(request).await?.into_inner()));
         };
         let mut updates = self.proxy().run_with_progress(request).await?.into_inner();
         while let Some(update) = updates.message().await? {
             match update.update {
                 Some(v1::run_update::Update::Progress(p)) => callback(&Progress::from(&p)),
-                Some(v1::run_update::Update::Reply(reply)) => return Ok(reply),
+                Some(v1::run_update::Update::Reply(reply)) => return Ok(Ok(reply)),
                 None => {}
             }
         }
-        Err(CallError::new(
+        Ok(Err(CallError::new(
             ErrorKind::CommunicationFailed,
             "the proxy ended the run's updates without a reply",
-        ))
+        )))
     }
 }
