@@ -11,7 +11,7 @@ pub mod error;
 pub mod grid;
 pub mod local;
 pub mod remote;
-mod runtime;
+pub mod runtime;
 
 pub use args::{Arg, ArrayMut, ArrayRef, CallOutcome, decode_outputs, encode_arguments};
 pub use blocking::{CallResult, Client, OwnedArg, SessionId, ninf_call};

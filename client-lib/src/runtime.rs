@@ -1,5 +1,5 @@
 //! The one background runtime the synchronous API (`ninf_call`, `Client`, `GridClient`)
-//! runs the async core on.
+//! and the C and Python bindings run the async core on.
 
 use std::sync::OnceLock;
 
@@ -7,7 +7,9 @@ use tokio::runtime::Runtime;
 
 use crate::{CallError, ErrorKind};
 
-pub(crate) fn runtime() -> Result<&'static Runtime, CallError> {
+/// The library's background runtime (two worker threads), started on first use; refused
+/// from inside another async runtime, where blocking on it would stall that runtime.
+pub fn runtime() -> Result<&'static Runtime, CallError> {
     static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(CallError::new(

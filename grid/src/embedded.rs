@@ -158,6 +158,33 @@ pub struct EmbeddedGrid {
     proxy_service: ninf_client_proxy::Running,
 }
 
+/// The standard modules and `selftest` (`noop`, `echo`, `sleep_ms`, `fail`, ...: for
+/// checking and benchmarking a grid), served from the executables beside this program, with
+/// their IDL written into `data_dir`.
+pub fn modules_with_selftest(data_dir: &Path) -> anyhow::Result<Vec<ModuleConfig>> {
+    let bin = std::env::current_exe()?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    std::fs::create_dir_all(data_dir)?;
+    let idl = ninf_routines::idl::LINPACK;
+    let texts = [
+        ("linpack", idl),
+        ("vector", ninf_routines::idl::VECTOR),
+        ("selftest", ninf_routines::idl::SELFTEST),
+    ];
+    let mut modules = Vec::new();
+    for (name, text) in texts {
+        let path = data_dir.join(format!("{name}.idl"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        modules.push(ModuleConfig {
+            executable: bin.join(format!("ninf-exec-{name}")),
+            idl: path,
+        });
+    }
+    Ok(modules)
+}
+
 fn token_file(data_dir: &Path) -> PathBuf {
     data_dir.join("token")
 }
@@ -295,10 +322,11 @@ impl EmbeddedGrid {
             .probe_servers(std::time::Duration::ZERO)
             .await
             .map_err(|s| anyhow::anyhow!("probing servers: {}", s.message()))?;
-        std::fs::write(
-            Endpoints::file(&grid.options.data_dir),
-            toml::to_string(&grid.endpoints)?,
-        )?;
+        // Written whole, then renamed: a client polling for the file never reads half of it.
+        let file = Endpoints::file(&grid.options.data_dir);
+        let partial = file.with_extension("toml.partial");
+        std::fs::write(&partial, toml::to_string(&grid.endpoints)?)?;
+        std::fs::rename(&partial, &file)?;
         Ok(grid)
     }
 

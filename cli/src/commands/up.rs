@@ -23,6 +23,10 @@ pub struct UpArgs {
     /// in DATA_DIR/tls.
     #[arg(long)]
     pub tls: bool,
+    /// Serve the selftest module too (noop, echo, sleep_ms, fail, ...), for checking and
+    /// benchmarking the grid.
+    #[arg(long)]
+    pub selftest: bool,
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -33,6 +37,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         predictor,
         data_dir,
         tls,
+        selftest,
     } = args;
     let data_dir = data_dir.unwrap_or_else(ninf_grid::default_data_dir);
     let mut processors = speeds;
@@ -51,6 +56,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         options.predictor = predictor;
         options.auth = true;
         options.tls = tls;
+        if selftest {
+            options.modules = ninf_grid::embedded::modules_with_selftest(&data_dir)?;
+        }
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);

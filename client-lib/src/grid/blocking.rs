@@ -34,6 +34,12 @@ impl GridClient {
         Ok(GridClient { inner })
     }
 
+    /// The blocking API over an async client already connected (by [`super::GridFile`],
+    /// say).
+    pub fn from_async(inner: AsyncGridClient) -> GridClient {
+        GridClient { inner }
+    }
+
     /// Presents this token to the proxy (the grid's `token` file holds it).
     pub fn with_token(self, token: &str) -> GridClient {
         GridClient {

@@ -32,13 +32,17 @@
 //! ```
 
 //!
-//! [`AsyncGridClient`] is the async core (for async programs and the C and Python bindings);
+//! [`AsyncGridClient`] is the async core (for async programs and the C and Python bindings,
+//! which record over their own memory with [`ForeignTransaction`] and find the grid by its
+//! [`GridFile`]);
 //! [`GridClient`] is a thin blocking wrapper over it. Recording a transaction is pure
 //! ([`Recording`]: no I/O, descriptors passed in); only looking up descriptors and running
 //! the graph talk to the proxy.
 
 mod async_client;
 mod blocking;
+mod foreign;
+mod grid_file;
 mod plan;
 mod progress;
 mod recording;
@@ -47,6 +51,9 @@ mod transaction;
 pub use crate::environment::{TLS_CA_ENV, TLS_CERTIFICATE_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV};
 pub use async_client::AsyncGridClient;
 pub use blocking::GridClient;
+pub use foreign::{ForeignArg, ForeignArray, ForeignRun, ForeignTransaction};
+pub use grid_file::{GRID_FILE_ENV, GridFile, GridFileError, default_data_dir, default_grid_file};
+pub use ninf_proto::net::tls::GridTls;
 pub use plan::{Plan, TaskPlan};
 pub use progress::{Progress, ProgressCallback};
 pub use recording::{Buffer, RecordedGraph, Recording, TxArg};

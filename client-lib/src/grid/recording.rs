@@ -94,6 +94,12 @@ impl Recording {
         self.tasks.is_empty()
     }
 
+    /// Forgets the buffers from `first` on, which no recorded call names (the binding
+    /// registered them for a call that was refused).
+    pub(crate) fn truncate_buffers(&mut self, first: usize) {
+        self.writer.truncate(first);
+    }
+
     /// The call and parameter whose output is each buffer's final value, by buffer.
     pub fn writers(&self) -> &[Option<(usize, u32)>] {
         &self.writer

@@ -1,0 +1,507 @@
+//! Transactions over memory another language owns: the C and Python clients' arrays, named
+//! by address as Ninf's C API names them. The same memory passed to two calls is one buffer,
+//! so an edge joins the call that wrote it to a later call that reads it; every array a call
+//! writes (OUT, INOUT) receives its final value in place when the run ends, and none is
+//! written if the run fails or is dropped first.
+//!
+//! The binding promises what Rust's borrows promise in [`super::Transaction`]: each array
+//! stays alive, the same size, and untouched by anyone else until its run has ended or
+//! been dropped (the Python client keeps a reference to every array in the run's handle).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ninf_idl::{ElementType, FunctionInterface};
+use ninf_proto::v1;
+use num_complex::{Complex32, Complex64};
+
+use super::async_client::AsyncGridClient;
+use super::plan::Plan;
+use super::recording::{Buffer, RecordedGraph, Recording, TxArg};
+use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
+
+/// An array in memory the caller owns.
+#[derive(Debug, Clone, Copy)]
+pub struct ForeignArray {
+    address: usize,
+    len: usize,
+    element_type: ElementType,
+    writable: bool,
+}
+
+impl ForeignArray {
+    /// An array of `len` elements of `element_type` at `address`.
+    ///
+    /// # Safety
+    /// `address` must point to `len` initialised elements of `element_type`, valid for
+    /// reads (and for writes when `writable`) for as long as any transaction or run holding
+    /// this array exists, and nobody else may write it meanwhile.
+    pub unsafe fn new(
+        address: *mut u8,
+        len: usize,
+        element_type: ElementType,
+        writable: bool,
+    ) -> Result<ForeignArray, CallError> {
+        let size = element_type.size_bytes().ok_or_else(|| {
+            CallError::bad_argument(format!("{} cannot be an array", element_type.keyword()))
+        })? as usize;
+        // Complex numbers align as their parts do.
+        let complex = matches!(element_type, ElementType::Scomplex | ElementType::Dcomplex);
+        let align = if complex { size / 2 } else { size };
+        if len > 0 && (address.is_null() || !(address as usize).is_multiple_of(align)) {
+            return Err(CallError::bad_argument(format!(
+                "an array of {} at {address:p} is not aligned to {align} bytes",
+                element_type.keyword()
+            )));
+        }
+        Ok(ForeignArray {
+            address: address as usize,
+            len,
+            element_type,
+            writable,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * self.element_type.size_bytes().unwrap_or(1) as usize
+    }
+
+    fn overlaps(&self, other: &ForeignArray) -> bool {
+        self.address < other.address + other.bytes() && other.address < self.address + self.bytes()
+    }
+
+    fn same_memory(&self, other: &ForeignArray) -> bool {
+        (self.address, self.bytes(), self.element_type)
+            == (other.address, other.bytes(), other.element_type)
+    }
+
+    /// The elements, read-only.
+    fn view(&self) -> ArrayRef<'_> {
+        // An empty array may have a dangling address; a slice needs an aligned non-null one.
+        macro_rules! slice {
+            ($variant:ident, $t:ty) => {
+                ArrayRef::$variant(if self.len == 0 {
+                    &[]
+                } else {
+                    // SAFETY: `new`'s contract: `len` initialised, aligned elements, alive.
+                    unsafe { std::slice::from_raw_parts(self.address as *const $t, self.len) }
+                })
+            };
+        }
+        match self.element_type {
+            ElementType::Char => slice!(Char, u8),
+            ElementType::Short => slice!(Short, i16),
+            ElementType::Int => slice!(Int, i32),
+            ElementType::Long => slice!(Long, i64),
+            ElementType::Float => slice!(Float, f32),
+            ElementType::Scomplex => slice!(Scomplex, Complex32),
+            ElementType::Dcomplex => slice!(Dcomplex, Complex64),
+            _ => slice!(Double, f64),
+        }
+    }
+
+    /// The elements, to write the run's results into.
+    ///
+    /// # Safety
+    /// The array must be writable and no other view of it may be alive.
+    unsafe fn view_mut(&mut self) -> ArrayMut<'_> {
+        macro_rules! slice {
+            ($variant:ident, $t:ty) => {
+                ArrayMut::$variant(if self.len == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the caller's and `new`'s contracts.
+                    unsafe { std::slice::from_raw_parts_mut(self.address as *mut $t, self.len) }
+                })
+            };
+        }
+        match self.element_type {
+            ElementType::Char => slice!(Char, u8),
+            ElementType::Short => slice!(Short, i16),
+            ElementType::Int => slice!(Int, i32),
+            ElementType::Long => slice!(Long, i64),
+            ElementType::Float => slice!(Float, f32),
+            ElementType::Scomplex => slice!(Scomplex, Complex32),
+            ElementType::Dcomplex => slice!(Dcomplex, Complex64),
+            _ => slice!(Double, f64),
+        }
+    }
+}
+
+/// One argument of a foreign call, in IDL order.
+#[derive(Debug, Clone)]
+pub enum ForeignArg {
+    Integer(i64),
+    Real(f64),
+    Complex(Complex64),
+    Text(String),
+    File(PathBuf),
+    Array(ForeignArray),
+    /// A WORK array: the server allocates it.
+    Work,
+}
+
+/// A transaction being recorded over foreign memory. A single call is a transaction of one.
+#[derive(Debug, Default)]
+pub struct ForeignTransaction {
+    recording: Recording,
+    arrays: Vec<ForeignArray>,
+    by_address: HashMap<(usize, usize, ElementType), Buffer>,
+    label: String,
+}
+
+impl ForeignTransaction {
+    pub fn new() -> ForeignTransaction {
+        ForeignTransaction::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.recording.is_empty()
+    }
+
+    /// Names the transaction in the metaserver's records.
+    pub fn set_label(&mut self, label: &str) {
+        self.label = label.to_string();
+    }
+
+    /// The graph recorded so far.
+    pub fn graph(&self) -> RecordedGraph {
+        self.recording.graph()
+    }
+
+    /// Records a call of `interface`. Checked now (count, types, sizes, writability, arrays
+    /// that partly overlap another of the transaction's); a refused call records nothing.
+    pub fn call(
+        &mut self,
+        interface: &Arc<FunctionInterface>,
+        args: &[ForeignArg],
+    ) -> Result<(), CallError> {
+        self.check_overlaps(interface, args)?;
+        let first_new = self.arrays.len();
+        let mut tx_args = Vec::with_capacity(args.len());
+        for arg in args {
+            tx_args.push(match arg {
+                ForeignArg::Integer(v) => TxArg::Integer(*v),
+                ForeignArg::Real(v) => TxArg::Real(*v),
+                ForeignArg::Complex(v) => TxArg::Complex(*v),
+                ForeignArg::Text(s) => TxArg::Text(s.clone()),
+                ForeignArg::File(p) => TxArg::File(p.clone()),
+                ForeignArg::Array(array) => TxArg::Buffer(self.buffer(*array)),
+                ForeignArg::Work => TxArg::Work,
+            });
+        }
+        let views: Vec<Arg<'_>> = args
+            .iter()
+            .zip(&tx_args)
+            .map(|(arg, tx_arg)| match (arg, tx_arg) {
+                (ForeignArg::Integer(v), _) => Arg::Integer(*v),
+                (ForeignArg::Real(v), _) => Arg::Real(*v),
+                (ForeignArg::Complex(v), _) => Arg::Complex(*v),
+                (ForeignArg::Text(s), _) => Arg::Text(s),
+                (ForeignArg::File(p), _) => Arg::File(p),
+                (ForeignArg::Array(_), TxArg::Buffer(Buffer(b))) => Arg::In(self.arrays[*b].view()),
+                _ => Arg::Work,
+            })
+            .collect();
+        let writable: Vec<bool> = args
+            .iter()
+            .map(|a| matches!(a, ForeignArg::Array(array) if array.writable))
+            .collect();
+        let recorded = self
+            .recording
+            .record(interface, &tx_args, &views, &writable);
+        if recorded.is_err() {
+            self.forget_from(first_new);
+        }
+        recorded
+    }
+
+    /// The buffer standing for this memory: the same one each time the same memory comes.
+    fn buffer(&mut self, array: ForeignArray) -> Buffer {
+        let key = (array.address, array.bytes(), array.element_type);
+        if let Some(&buffer) = self.by_address.get(&key) {
+            if array.writable {
+                self.arrays[buffer.0].writable = true;
+            }
+            return buffer;
+        }
+        let buffer = self.recording.add_buffer();
+        self.arrays.push(array);
+        self.by_address.insert(key, buffer);
+        buffer
+    }
+
+    /// Drops the buffers a refused call added, so the transaction is as it was.
+    fn forget_from(&mut self, first_new: usize) {
+        self.arrays.truncate(first_new);
+        self.by_address.retain(|_, b| b.0 < first_new);
+        self.recording.truncate_buffers(first_new);
+    }
+
+    /// Memory that partly overlaps another array would make the dataflow wrong (a call
+    /// would read a value another call has changed underneath): refused when either side
+    /// is written.
+    fn check_overlaps(
+        &self,
+        interface: &FunctionInterface,
+        args: &[ForeignArg],
+    ) -> Result<(), CallError> {
+        let arrays: Vec<(&str, bool, &ForeignArray)> = interface
+            .parameters
+            .iter()
+            .zip(args)
+            .filter_map(|(p, a)| match a {
+                ForeignArg::Array(array) => Some((p.name.as_str(), p.mode.is_output(), array)),
+                _ => None,
+            })
+            .collect();
+        let written = |b: usize| self.recording.writers().get(b).is_some_and(Option::is_some);
+        for (i, (name, writes, array)) in arrays.iter().enumerate() {
+            let earlier = self
+                .arrays
+                .iter()
+                .enumerate()
+                .filter(|(b, _)| *writes || written(*b))
+                .map(|(_, other)| other);
+            let in_call = arrays[..i]
+                .iter()
+                .filter(|(_, other_writes, _)| *writes || *other_writes)
+                .map(|(_, _, other)| *other);
+            if let Some(other) = earlier
+                .chain(in_call)
+                .find(|other| array.overlaps(other) && !array.same_memory(other))
+            {
+                return Err(CallError::bad_argument(format!(
+                    "argument `{name}` of `{}` overlaps another array of this transaction \
+                     ({} bytes at {:#x} against {} bytes at {:#x}) without being the same \
+                     array; pass whole arrays, or copies",
+                    interface.name,
+                    array.bytes(),
+                    array.address,
+                    other.bytes(),
+                    other.address
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The request to run, and what to write back when it returns.
+    pub fn into_run(self, scheduler: Option<&str>) -> ForeignRun {
+        let ForeignTransaction {
+            recording,
+            arrays,
+            label,
+            ..
+        } = self;
+        let writers = recording.writers().to_vec();
+        let wanted = |Buffer(b): Buffer| arrays.get(b).is_some_and(|a| a.writable);
+        let request = recording.into_request(wanted, scheduler, &label);
+        ForeignRun {
+            graph: request.graph.clone().unwrap_or_default(),
+            request,
+            writers,
+            arrays,
+        }
+    }
+}
+
+/// A recorded transaction ready to run.
+#[derive(Debug)]
+pub struct ForeignRun {
+    request: v1::RunRequest,
+    graph: v1::TaskGraph,
+    writers: Vec<Option<(usize, u32)>>,
+    arrays: Vec<ForeignArray>,
+}
+
+impl ForeignRun {
+    /// Runs the graph on the grid (once), without writing anything back yet.
+    pub async fn send(&mut self, client: &AsyncGridClient) -> Result<v1::RunReply, CallError> {
+        if self.graph.tasks.is_empty() {
+            return Ok(v1::RunReply::default());
+        }
+        client.run(std::mem::take(&mut self.request)).await
+    }
+
+    /// Writes every written array's final value from `reply` into the caller's memory, and
+    /// says where each call ran. Nothing is written if a value is missing or the wrong size.
+    pub fn finish(mut self, reply: v1::RunReply) -> Result<Plan, CallError> {
+        let outputs = reply_outputs(&reply);
+        let mut targets = Vec::new();
+        for (b, writer) in self.writers.iter().enumerate() {
+            let Some((task, parameter)) = *writer else {
+                continue;
+            };
+            let label = self.graph.tasks.get(task).map_or("?", |t| t.label.as_str());
+            let failed = |m: String| CallError::new(ErrorKind::CommunicationFailed, m);
+            let data = outputs.get(&(task, parameter)).ok_or_else(|| {
+                failed(format!(
+                    "the proxy returned no value for parameter {parameter} of `{label}`"
+                ))
+            })?;
+            if data.len() != self.arrays[b].bytes() {
+                return Err(failed(format!(
+                    "`{label}` returned {} bytes for parameter {parameter}, expected {}",
+                    data.len(),
+                    self.arrays[b].bytes()
+                )));
+            }
+            targets.push((b, *data));
+        }
+        for (b, data) in targets {
+            // SAFETY: written buffers are writable (the descriptor check refuses others),
+            // and this is the only view of the array alive.
+            let mut view = unsafe { self.arrays[b].view_mut() };
+            view.decode_from(data).map_err(|e| {
+                CallError::new(ErrorKind::CommunicationFailed, format!("a result: {e}"))
+            })?;
+        }
+        Ok(Plan::from_reply(&self.graph, reply))
+    }
+}
+
+/// Each output array in a reply, by (task, parameter).
+fn reply_outputs(reply: &v1::RunReply) -> HashMap<(usize, u32), &[u8]> {
+    let mut outputs = HashMap::new();
+    for task in &reply.tasks {
+        for output in &task.outputs {
+            if let Some(v1::call_output::Result::Array(array)) = &output.result {
+                outputs.insert((task.task as usize, output.parameter), &array.data[..]);
+            }
+        }
+    }
+    outputs
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn linpack(name: &str) -> Arc<FunctionInterface> {
+        let text = include_str!("../../../routines/idl/linpack.idl");
+        let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
+        Arc::new(module.function(name).unwrap().clone())
+    }
+
+    fn array(data: &mut [f64]) -> ForeignArg {
+        // SAFETY: the tests' vectors outlive their transactions.
+        ForeignArg::Array(unsafe {
+            ForeignArray::new(
+                data.as_mut_ptr().cast(),
+                data.len(),
+                ElementType::Double,
+                true,
+            )
+            .unwrap()
+        })
+    }
+
+    #[test]
+    fn the_same_memory_is_one_buffer_and_links_the_calls_that_share_it() {
+        let mmul = linpack("mmul");
+        let mut m: [Vec<f64>; 7] = std::array::from_fn(|_| vec![1.0; 4]);
+        let [a, b, c, d, e, f, g] = m.each_mut().map(|v| array(v));
+        let mut tx = ForeignTransaction::new();
+        let n = ForeignArg::Integer(2);
+        tx.call(&mmul, &[n.clone(), a, b, e.clone()]).unwrap();
+        tx.call(&mmul, &[n.clone(), c, d, f.clone()]).unwrap();
+        tx.call(&mmul, &[n, e, f, g]).unwrap();
+        let graph = tx.graph();
+        assert_eq!(
+            graph.edges,
+            [
+                (0, "C".to_string(), 2, "A".to_string(), 32),
+                (1, "C".to_string(), 2, "B".to_string(), 32)
+            ]
+        );
+        // Every written array comes back (as Ninf's C API writes each in place).
+        let run = tx.into_run(None);
+        let returns: Vec<Vec<u32>> = run
+            .request
+            .arguments
+            .iter()
+            .map(|a| a.returns.clone())
+            .collect();
+        assert_eq!(returns, [vec![3], vec![3], vec![3]]);
+    }
+
+    #[test]
+    fn a_partly_overlapping_written_array_or_a_wrong_size_is_refused_and_nothing_is_kept() {
+        let mmul = linpack("mmul");
+        let mut whole = [0.0; 8];
+        let mut input = vec![1.0; 4];
+        let mut tx = ForeignTransaction::new();
+        let n = ForeignArg::Integer(2);
+        let (first, _) = whole.split_at_mut(4);
+        let shifted = ForeignArg::Array(unsafe {
+            ForeignArray::new(
+                first.as_mut_ptr().add(2).cast(),
+                4,
+                ElementType::Double,
+                true,
+            )
+            .unwrap()
+        });
+        tx.call(
+            &mmul,
+            &[
+                n.clone(),
+                array(&mut input),
+                array(&mut input),
+                array(first),
+            ],
+        )
+        .unwrap();
+        let e = tx
+            .call(
+                &mmul,
+                &[n.clone(), array(&mut input), array(&mut input), shifted],
+            )
+            .unwrap_err();
+        assert!(e.message.contains("argument `C` of `mmul` overlaps"), "{e}");
+        let mut short = vec![0.0; 3];
+        let e = tx
+            .call(
+                &mmul,
+                &[n, array(&mut input), array(&mut short), array(&mut input)],
+            )
+            .unwrap_err();
+        assert!(e.message.contains("`B`") && e.message.contains('3'), "{e}");
+        assert_eq!(tx.graph().tasks.len(), 1);
+        assert_eq!(tx.arrays.len(), 2);
+    }
+
+    #[test]
+    fn a_read_only_array_cannot_receive_a_result() {
+        let mmul = linpack("mmul");
+        let mut data = vec![1.0; 4];
+        let read_only = ForeignArg::Array(unsafe {
+            ForeignArray::new(data.as_mut_ptr().cast(), 4, ElementType::Double, false).unwrap()
+        });
+        let mut input = vec![1.0; 4];
+        let mut tx = ForeignTransaction::new();
+        let e = tx
+            .call(
+                &mmul,
+                &[
+                    ForeignArg::Integer(2),
+                    array(&mut input),
+                    array(&mut input),
+                    read_only,
+                ],
+            )
+            .unwrap_err();
+        assert!(e.message.contains("mutable array"), "{e}");
+    }
+}
