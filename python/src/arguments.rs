@@ -1,0 +1,192 @@
+//! Python arguments to the client library's foreign arguments, by the routine's descriptor:
+//! numbers and strings by value, NumPy arrays by address (read in place when the call is
+//! recorded, written in place when it returns). Each array is checked here for what only
+//! Python knows (that it is an ndarray, its dtype, its layout, whether it may be written);
+//! the client library then checks counts and sizes against the IDL.
+
+use std::path::PathBuf;
+
+use ninf::grid::{ForeignArg, ForeignArray};
+use ninf_idl::{ElementType, FunctionInterface, Mode, Parameter};
+use num_complex::Complex64;
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::errors::bad_argument;
+
+/// The arguments of one call, in IDL order, and the arrays among them (which the caller
+/// keeps alive until the call's run ends).
+pub fn convert(
+    interface: &FunctionInterface,
+    args: &Bound<'_, PyTuple>,
+) -> PyResult<(Vec<ForeignArg>, Vec<Py<PyAny>>)> {
+    let name = &interface.name;
+    if args.len() != interface.parameters.len() {
+        let names: Vec<&str> = interface
+            .parameters
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        return Err(bad_argument(format!(
+            "`{name}` takes {} arguments ({}), got {}",
+            names.len(),
+            names.join(", "),
+            args.len()
+        )));
+    }
+    let mut converted = Vec::with_capacity(args.len());
+    let mut arrays = Vec::new();
+    for (p, arg) in interface.parameters.iter().zip(args.iter()) {
+        let value = if p.is_array() {
+            array_argument(name, p, &arg)?
+        } else {
+            scalar_argument(name, p, &arg)?
+        };
+        if matches!(value, ForeignArg::Array(_)) {
+            arrays.push(arg.unbind());
+        }
+        converted.push(value);
+    }
+    Ok((converted, arrays))
+}
+
+/// The Python type a Python user passes for an IDL scalar type.
+fn python_kind(t: ElementType) -> &'static str {
+    match t {
+        t if t.is_integer() => "an int",
+        ElementType::Float | ElementType::Double => "a float",
+        ElementType::Scomplex | ElementType::Dcomplex => "a complex",
+        ElementType::Filename => "a path (str or os.PathLike)",
+        _ => "a str",
+    }
+}
+
+fn type_name(arg: &Bound<'_, PyAny>) -> String {
+    arg.get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string())
+}
+
+fn scalar_argument(function: &str, p: &Parameter, arg: &Bound<'_, PyAny>) -> PyResult<ForeignArg> {
+    let t = p.element_type;
+    let wrong = || {
+        bad_argument(format!(
+            "argument `{}` of `{function}` must be {} (IDL {}), got {}",
+            p.name,
+            python_kind(t),
+            t.keyword(),
+            type_name(arg)
+        ))
+    };
+    if arg.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(wrong());
+    }
+    Ok(match t {
+        t if t.is_integer() => ForeignArg::Integer(arg.extract().map_err(|_| wrong())?),
+        ElementType::Float | ElementType::Double => {
+            ForeignArg::Real(arg.extract().map_err(|_| wrong())?)
+        }
+        ElementType::Scomplex | ElementType::Dcomplex => {
+            ForeignArg::Complex(arg.extract::<Complex64>().map_err(|_| wrong())?)
+        }
+        ElementType::Filename => ForeignArg::File(arg.extract::<PathBuf>().map_err(|_| wrong())?),
+        _ => ForeignArg::Text(arg.extract().map_err(|_| wrong())?),
+    })
+}
+
+/// The NumPy dtype name for an IDL element type.
+pub fn dtype_name(t: ElementType) -> &'static str {
+    match t {
+        ElementType::Char => "uint8",
+        ElementType::Short => "int16",
+        ElementType::Int => "int32",
+        ElementType::Long => "int64",
+        ElementType::Float => "float32",
+        ElementType::Scomplex => "complex64",
+        ElementType::Dcomplex => "complex128",
+        _ => "float64",
+    }
+}
+
+fn array_argument(function: &str, p: &Parameter, arg: &Bound<'_, PyAny>) -> PyResult<ForeignArg> {
+    let t = p.element_type;
+    let expected = dtype_name(t);
+    if p.mode == Mode::Work {
+        return if arg.is_none() {
+            Ok(ForeignArg::Work)
+        } else {
+            Err(bad_argument(format!(
+                "argument `{}` of `{function}` is a WORK array (the server allocates it): pass None",
+                p.name
+            )))
+        };
+    }
+    let Ok(array) = arg.cast::<PyUntypedArray>() else {
+        return Err(bad_argument(format!(
+            "argument `{}` of `{function}` must be a numpy.ndarray of {expected} (IDL {}), got {}",
+            p.name,
+            t.keyword(),
+            type_name(arg)
+        )));
+    };
+    let dtype = array.dtype();
+    let wanted = numpy_dtype(arg.py(), t)?;
+    if !dtype.is_equiv_to(&wanted) {
+        let actual = dtype
+            .as_any()
+            .str()
+            .map_or_else(|_| "?".to_string(), |s| s.to_string());
+        return Err(bad_argument(format!(
+            "argument `{}` of `{function}` must be an array of {expected} (IDL {}), got dtype {actual}; \
+             convert it with .astype(numpy.{expected})",
+            p.name,
+            t.keyword()
+        )));
+    }
+    if !(array.is_c_contiguous() || array.is_fortran_contiguous()) {
+        return Err(bad_argument(format!(
+            "argument `{}` of `{function}` must be C- or Fortran-contiguous, got a strided view \
+             (shape {:?}, strides {:?}); pass numpy.ascontiguousarray(...) of it",
+            p.name,
+            array.shape(),
+            array.strides()
+        )));
+    }
+    let raw = array.as_array_ptr();
+    // SAFETY: `raw` is a live ndarray (we hold a reference); its data and flags are read.
+    let (data, flags) = unsafe { ((*raw).fields.data.cast::<u8>(), (*raw).fields.flags) };
+    let writable = flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0;
+    if p.mode.is_output() && !writable {
+        return Err(bad_argument(format!(
+            "argument `{}` of `{function}` receives the routine's {} result in place, but the \
+             array is read-only",
+            p.name,
+            p.mode.keyword()
+        )));
+    }
+    // SAFETY: a contiguous ndarray of `len` elements of this dtype at `data`; the caller
+    // keeps the array alive until the run that uses it has ended or been dropped.
+    let foreign = unsafe { ForeignArray::new(data, array.len(), t, writable) }
+        .map_err(crate::errors::to_py)?;
+    Ok(ForeignArg::Array(foreign))
+}
+
+fn numpy_dtype(py: Python<'_>, t: ElementType) -> PyResult<Bound<'_, numpy::PyArrayDescr>> {
+    Ok(match t {
+        ElementType::Char => numpy::dtype::<u8>(py),
+        ElementType::Short => numpy::dtype::<i16>(py),
+        ElementType::Int => numpy::dtype::<i32>(py),
+        ElementType::Long => numpy::dtype::<i64>(py),
+        ElementType::Float => numpy::dtype::<f32>(py),
+        ElementType::Double => numpy::dtype::<f64>(py),
+        ElementType::Scomplex => numpy::dtype::<num_complex::Complex32>(py),
+        ElementType::Dcomplex => numpy::dtype::<Complex64>(py),
+        other => {
+            return Err(bad_argument(format!(
+                "{} cannot be an array",
+                other.keyword()
+            )));
+        }
+    })
+}

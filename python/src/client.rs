@@ -1,0 +1,187 @@
+//! The native grid connection: descriptors, routine lists, and transactions that become
+//! runs. The friendly API (`ninf.Grid`, `ninf.Future`, `grid.transaction()`) is Python over
+//! these classes, in `ninf/_grid.py`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ninf::grid::{AsyncGridClient, ForeignTransaction, GridFile, GridFileError};
+use ninf::runtime::runtime;
+use ninf::{CallError, ErrorKind};
+use ninf_idl::FunctionInterface;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::arguments::convert;
+use crate::errors::to_py;
+use crate::run::Run;
+
+/// A connection to a grid's client proxy.
+#[pyclass(module = "ninf._native", frozen)]
+pub struct Client {
+    inner: AsyncGridClient,
+}
+
+/// Runs `future` on the library's runtime with the GIL released.
+fn block_on<T: Send>(
+    py: Python<'_>,
+    future: impl Future<Output = Result<T, CallError>> + Send,
+) -> PyResult<T> {
+    let runtime = runtime().map_err(to_py)?;
+    py.detach(|| runtime.block_on(future)).map_err(to_py)
+}
+
+fn grid_file_error(error: GridFileError) -> PyErr {
+    let kind = match error {
+        GridFileError::NotFound { .. } => ErrorKind::ServerNotFound,
+        _ => ErrorKind::BadArgument,
+    };
+    to_py(CallError::new(kind, error.to_string()))
+}
+
+#[pymethods]
+impl Client {
+    /// Connects to the proxy at `address` (`host:port` or `ninf://host:port`), presenting
+    /// `token` and checking the proxy against the authority `ca` (a PEM file) when given.
+    #[new]
+    #[pyo3(signature = (address, token=None, ca=None))]
+    fn new(
+        py: Python<'_>,
+        address: &str,
+        token: Option<&str>,
+        ca: Option<PathBuf>,
+    ) -> PyResult<Client> {
+        let tls = match ca {
+            Some(ca) => Some(
+                ninf::grid::GridTls::trusting(&ca)
+                    .map_err(|e| to_py(CallError::bad_argument(e.to_string())))?,
+            ),
+            None => None,
+        };
+        let address = address.to_string();
+        let client = block_on(py, async move {
+            AsyncGridClient::connect_with_tls(&address, tls.as_ref()).await
+        })?;
+        Ok(Client {
+            inner: match token {
+                Some(token) => client.with_token(token),
+                None => client,
+            },
+        })
+    }
+
+    /// Connects to the grid a grid file describes (`None`: `$NINF_GRID`, else the file
+    /// `ninf up` writes by default); `token` overrides the file's.
+    #[staticmethod]
+    #[pyo3(signature = (path=None, token=None))]
+    fn from_grid_file(
+        py: Python<'_>,
+        path: Option<PathBuf>,
+        token: Option<&str>,
+    ) -> PyResult<Client> {
+        let path = path.unwrap_or_else(ninf::grid::default_grid_file);
+        let file = GridFile::read(&path).map_err(grid_file_error)?;
+        let client = block_on(py, async move { file.connect().await })?;
+        Ok(Client {
+            inner: match token {
+                Some(token) => client.with_token(token),
+                None => client,
+            },
+        })
+    }
+
+    /// The proxy's address.
+    #[getter]
+    fn address(&self) -> &str {
+        self.inner.address()
+    }
+
+    /// A routine's interface as JSON (the IDL's descriptor).
+    fn describe_json(&self, py: Python<'_>, name: &str) -> PyResult<String> {
+        let interface = self.interface(py, name)?;
+        serde_json::to_string(&*interface)
+            .map_err(|e| to_py(CallError::bad_argument(e.to_string())))
+    }
+
+    /// The routines some server that is up serves, sorted.
+    fn functions(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let client = self.inner.clone();
+        block_on(py, async move { client.functions().await })
+    }
+
+    /// A new transaction on this grid.
+    fn transaction(slf: Bound<'_, Self>) -> Transaction {
+        Transaction {
+            client: slf.unbind(),
+            recording: Some(ForeignTransaction::new()),
+            arrays: Vec::new(),
+        }
+    }
+}
+
+impl Client {
+    /// The routine's descriptor, fetched once per client.
+    fn interface(&self, py: Python<'_>, name: &str) -> PyResult<Arc<FunctionInterface>> {
+        let client = self.inner.clone();
+        let name = name.to_string();
+        block_on(py, async move { client.describe(&name).await })
+    }
+}
+
+/// Calls being recorded; `start` sends them as one graph.
+#[pyclass(module = "ninf._native")]
+pub struct Transaction {
+    client: Py<Client>,
+    recording: Option<ForeignTransaction>,
+    /// Every array a recorded call names, kept alive until the run ends.
+    arrays: Vec<Py<PyAny>>,
+}
+
+#[pymethods]
+impl Transaction {
+    /// Records a call: arguments in IDL order, checked now against the interface.
+    #[pyo3(signature = (name, *args))]
+    fn call(&mut self, py: Python<'_>, name: &str, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        let interface = self.client.get().interface(py, name)?;
+        let (converted, arrays) = convert(&interface, args)?;
+        let recording = self.recording.as_mut().ok_or_else(|| {
+            to_py(CallError::bad_argument(
+                "this transaction was already sent; start a new one",
+            ))
+        })?;
+        recording.call(&interface, &converted).map_err(to_py)?;
+        self.arrays.extend(arrays);
+        Ok(())
+    }
+
+    /// Names the transaction in the metaserver's records (and on the dashboard).
+    fn set_label(&mut self, label: &str) {
+        if let Some(recording) = &mut self.recording {
+            recording.set_label(label);
+        }
+    }
+
+    /// Calls recorded so far.
+    fn __len__(&self) -> usize {
+        self.recording.as_ref().map_or(0, |r| r.graph().tasks.len())
+    }
+
+    /// The recorded edges: (producer, its parameter, consumer, its parameter, bytes).
+    fn edges(&self) -> Vec<(usize, String, usize, String, u64)> {
+        self.recording
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.graph().edges)
+    }
+
+    /// Sends the graph; the returned run writes every written array in place when it ends.
+    fn start(&mut self, py: Python<'_>) -> PyResult<Run> {
+        let recording = self.recording.take().ok_or_else(|| {
+            to_py(CallError::bad_argument(
+                "this transaction was already sent; start a new one",
+            ))
+        })?;
+        let client = self.client.get().inner.clone();
+        let foreign = recording.into_run(client.scheduler());
+        Run::spawn(py, client, foreign, std::mem::take(&mut self.arrays))
+    }
+}

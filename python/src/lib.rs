@@ -1,0 +1,20 @@
+//! The native core of the Python client, `ninf._native`: a connection to a grid's proxy,
+//! transactions recorded over NumPy arrays in place, and runs that write results back into
+//! the caller's arrays. The public API is the Python package `ninf` over it.
+
+mod arguments;
+mod client;
+mod errors;
+mod run;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<client::Client>()?;
+    module.add_class::<client::Transaction>()?;
+    module.add_class::<run::Run>()?;
+    module.add_function(wrap_pyfunction!(run::wait_any, module)?)?;
+    errors::register(module)?;
+    Ok(())
+}

@@ -1,0 +1,141 @@
+"""Futures: wait_any and wait_all, cancellation, Ctrl-C, and a routine killed mid-call."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import ninf
+
+
+def test_wait_any_returns_the_first_to_end_and_wait_all_every_status(grid):
+    slow = grid.call_async("sleep_ms", 1500)
+    quick = grid.call_async("sleep_ms", 1)
+    assert ninf.wait_any([slow, quick]) is quick
+    assert quick.done() and quick.result() == 0
+    assert ninf.wait_all([slow, quick]) == [0, 0]
+    assert slow.done() and not slow.cancelled()
+
+
+def test_two_hundred_calls_drain_through_wait_any(grid):
+    outputs = [np.zeros(4) for _ in range(200)]
+    futures = [grid.call_async("echo", 4, np.full(4, float(i)), y) for i, y in enumerate(outputs)]
+    pending = list(futures)
+    while pending:
+        done = ninf.wait_any(pending)
+        assert done.result() == 0
+        pending.remove(done)
+    for i, y in enumerate(outputs):
+        assert (y == i).all()
+
+
+def test_a_future_reports_a_failure_and_a_timeout(grid):
+    failing = grid.call_async("fail", 5)
+    with pytest.raises(ninf.SessionFailed, match="code 5"):
+        failing.result()
+    assert isinstance(failing.exception(), ninf.SessionFailed)
+    slow = grid.call_async("sleep_ms", 2000)
+    with pytest.raises(ninf.Timeout):
+        slow.result(timeout=0.01)
+    assert slow.wait(timeout=0) is False
+    assert slow.result() == 0
+
+
+def test_a_cancelled_call_writes_nothing_and_the_grid_goes_on(grid):
+    x, y = np.arange(1000.0), np.zeros(1000)
+    future = grid.call_async("slow_echo", 30000, 1000, x, y)
+    time.sleep(0.2)
+    assert future.cancel() is True
+    assert future.cancelled() and future.done()
+    assert future.cancel() is False
+    with pytest.raises(ninf.Canceled):
+        future.result()
+    # The proxy dropped the call and the server killed its executable mid-sleep.
+    for _ in range(500):
+        if not busy_sleeper_pids():
+            break
+        time.sleep(0.02)
+    assert busy_sleeper_pids() == []
+    assert not y.any()
+    assert grid.call("noop", 1) == 0
+
+
+CTRL_C = textwrap.dedent(
+    """
+    import numpy as np, ninf, sys
+    grid = ninf.connect(sys.argv[1])
+    try:
+        print("calling", flush=True)
+        grid.call("sleep_ms", 600000)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    print("after", grid.call("noop", 1), flush=True)
+    """
+)
+
+
+def test_ctrl_c_interrupts_a_blocking_call_and_cancels_it(grid):
+    child = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C, str(grid.grid_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "calling"
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    # Ten minutes of sleep_ms would outlast this: only the interrupt ends it in time.
+    out, err = child.communicate(timeout=60)
+    assert out.split() == ["interrupted", "after", "0"], err
+
+
+def busy_sleeper_pids():
+    """Executables of `selftest` blocked in a sleep syscall (the one running sleep_ms)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() != "ninf-exec-selft":
+                    continue
+            with open(f"/proc/{entry}/syscall") as f:
+                number = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if number in (35, 230):  # nanosleep, clock_nanosleep on x86_64
+            pids.append(int(entry))
+    return pids
+
+
+def test_a_routine_killed_mid_call_is_run_again_elsewhere(grid):
+    import threading
+
+    plans = []
+
+    def run():
+        with grid.transaction() as tx:
+            tx.call("sleep_ms", 1500)
+        plans.append(tx.plan)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    pids = []
+    for _ in range(500):
+        pids = busy_sleeper_pids()
+        if pids:
+            break
+        time.sleep(0.01)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    thread.join(timeout=60)
+    # A killed executable says nothing against the call: the proxy runs it again (on the
+    # other server, or on a fresh executable) and the caller sees only success.
+    [plan] = plans
+    assert plan.tasks_retried == 1
+    assert plan.tasks[0].status == 0

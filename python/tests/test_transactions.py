@@ -1,0 +1,94 @@
+"""Transactions: the seed's cascade and pairs against NumPy, edges by array identity, an
+exception that sends nothing, the plan."""
+
+import numpy as np
+import pytest
+
+import ninf
+from conftest import fortran
+
+
+def test_the_seeds_cascade_links_calls_by_array_identity_and_matches_numpy(grid, rng):
+    n = 60
+    A, B, C, D = (fortran(rng.random((n, n))) for _ in range(4))
+    E, F, G = (np.zeros((n, n), order="F") for _ in range(3))
+    with grid.transaction(label="py-cascade") as tx:
+        tx.call("mmul", n, A, B, E)
+        tx.call("mmul", n, C, D, F)
+        tx.call("mmul", n, E, F, G)
+        assert tx.edges == [(0, "C", 2, "A", 8 * n * n), (1, "C", 2, "B", 8 * n * n)]
+    np.testing.assert_allclose(G, (A @ B) @ (C @ D), rtol=1e-10)
+    # Every array a call wrote holds its value, as Ninf's C API leaves them.
+    np.testing.assert_allclose(E, A @ B, rtol=1e-12)
+    plan = tx.plan
+    assert len(plan.tasks) == 3 and plan.edges == [(0, 2), (1, 2)]
+    assert [t.function for t in plan.tasks] == ["mmul"] * 3
+    assert all(t.server for t in plan.tasks)
+    assert plan.actual_makespan > 0 and plan.predicted_makespan > 0
+    text = repr(plan)
+    assert text.startswith(f"graph {plan.graph_id} (")
+    assert "mmul#2" in text and "predicted (s)" in text
+    html = plan._repr_html_()
+    assert html.count("<tr>") == 4 and "mmul#0" in html
+
+
+def test_the_seeds_pairs_solve_as_numpy_does(grid, rng):
+    n, pairs = 40, 3
+    systems = [(rng.random((n, n)) + n * np.eye(n), rng.random(n)) for _ in range(pairs)]
+    factors = [fortran(a.copy()) for a, _ in systems]
+    pivots = [np.zeros(n, np.int32) for _ in systems]
+    solutions = [b.copy() for _, b in systems]
+    with grid.transaction() as tx:
+        for a, ipvt, x in zip(factors, pivots, solutions):
+            tx.call("dgefa", a, n, ipvt)
+            tx.call("dgesl", a, n, ipvt, x)
+        assert len(tx) == 2 * pairs
+        assert len(tx.edges) == 2 * pairs  # a and ipvt flow from each dgefa to its dgesl
+    for (a, b), x in zip(systems, solutions):
+        np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10)
+    assert [t.status for t in tx.plan.tasks] == [0] * (2 * pairs)
+
+
+def test_an_exception_inside_the_block_sends_nothing(grid, rng):
+    n = 10
+    A = fortran(rng.random((n, n)))
+    E = np.zeros((n, n), order="F")
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        with grid.transaction() as tx:
+            tx.call("mmul", n, A, A, E)
+            raise RuntimeError("changed my mind")
+    assert tx.plan is None
+    assert not E.any()
+
+
+def test_a_bad_call_is_raised_where_it_is_made_and_the_rest_can_go_on(grid, rng):
+    n = 10
+    A = fortran(rng.random((n, n)))
+    E, G = np.zeros((n, n), order="F"), np.zeros((n, n), order="F")
+    with grid.transaction() as tx:
+        tx.call("mmul", n, A, A, E)
+        with pytest.raises(ninf.BadArgument, match="argument `B` of `mmul` has 99 elements"):
+            tx.call("mmul", n, E, np.zeros(99), G)
+        with pytest.raises(ninf.BadArgument, match="overlaps another array"):
+            tx.call("mmul", n, A, A, E.reshape(-1, order="F")[5:].reshape(5, 19, order="F"))
+        tx.call("mmul", n, E, A, G)
+    np.testing.assert_allclose(G, (A @ A) @ A, rtol=1e-10)
+    assert len(tx.plan.tasks) == 2
+
+
+def test_a_routine_that_fails_fails_the_transaction_and_writes_nothing(grid, rng):
+    n = 10
+    A = fortran(rng.random((n, n)))
+    E = np.zeros((n, n), order="F")
+    with pytest.raises(ninf.SessionFailed, match=r"`fail#1`.*selftest failure with code 3"):
+        with grid.transaction() as tx:
+            tx.call("mmul", n, A, A, E)
+            tx.call("fail", 3)
+    assert not E.any()
+    assert grid.call("noop", 1) == 0
+
+
+def test_an_empty_transaction_runs_nothing(grid):
+    with grid.transaction() as tx:
+        pass
+    assert tx.plan.tasks == []
