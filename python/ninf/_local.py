@@ -82,6 +82,7 @@ def local_grid(
     *,
     scheduler: str = "flow",
     selftest: bool = False,
+    tls: bool = False,
     startup_seconds: float = 60.0,
 ) -> Iterator[Grid]:
     """Starts a grid of ``servers`` compute servers on this machine for the block and
@@ -92,7 +93,9 @@ def local_grid(
 
     ``speeds`` gives each server's relative speed (processors it offers; default 1 each).
     ``selftest`` adds the ``selftest`` module (``noop``, ``sleep_ms``, ``fail``, ...) to the
-    standard ones, for checking and benchmarking.
+    standard ones, for checking and benchmarking. ``tls`` runs every connection over TLS
+    with a certificate authority of the grid's own (the client checks the proxy against
+    it, as ``connect`` does for any grid file naming a TLS folder).
     The grid runs with a token, in a temporary data directory removed afterwards; its
     log is ``grid.log`` there while it runs.
     """
@@ -105,6 +108,8 @@ def local_grid(
         command += ["--scheduler", scheduler]
         if selftest:
             command.append("--selftest")
+        if tls:
+            command.append("--tls")
         if speeds is not None:
             command += ["--speeds", ",".join(str(int(s)) for s in speeds)]
         log = data / "grid.log"

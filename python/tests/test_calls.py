@@ -135,3 +135,13 @@ def test_connect_reads_the_grid_file_and_refuses_a_missing_or_malformed_one(grid
     with pytest.raises(ninf.NinfError, match="token"):
         ninf.connect(f"ninf://{grid.address}").call("noop", 1)
 
+
+
+def test_a_grid_over_tls_is_reached_through_its_grid_file():
+    with ninf.local_grid(servers=1, tls=True) as secure:
+        assert "tls_dir" in secure.grid_file.read_text()
+        n = 3
+        a = np.asfortranarray(np.eye(n) * 2)
+        c = np.zeros((n, n), order="F")
+        assert secure.call("mmul", n, a, a, c) == 0
+        np.testing.assert_allclose(c, np.eye(n) * 4)
