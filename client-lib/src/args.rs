@@ -306,20 +306,7 @@ pub(crate) fn check_and_encode_with(
     bulk: bool,
     writable: &[bool],
 ) -> Result<Vec<Encoded>, CallError> {
-    let name = &function.name;
-    if args.len() != function.parameters.len() {
-        let names: Vec<&str> = function
-            .parameters
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
-        return Err(CallError::bad_argument(format!(
-            "`{name}` takes {} arguments ({}), got {}",
-            names.len(),
-            names.join(", "),
-            args.len()
-        )));
-    }
+    check_argument_count(function, args.len())?;
     let bindings = integer_bindings(function, args)?;
     let mut values = Vec::with_capacity(args.len());
     for (i, (p, arg)) in function.parameters.iter().zip(args).enumerate() {
@@ -334,6 +321,24 @@ pub(crate) fn check_and_encode_with(
         values.push(value);
     }
     Ok(values)
+}
+
+/// Refuses a call with the wrong number of arguments, naming the parameters it takes.
+pub fn check_argument_count(function: &FunctionInterface, got: usize) -> Result<(), CallError> {
+    if got == function.parameters.len() {
+        return Ok(());
+    }
+    let names: Vec<&str> = function
+        .parameters
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    Err(CallError::bad_argument(format!(
+        "`{}` takes {} arguments ({}), got {got}",
+        function.name,
+        names.len(),
+        names.join(", ")
+    )))
 }
 
 /// The call's IN integer scalars by name, checked first: array sizes depend on them.

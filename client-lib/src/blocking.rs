@@ -224,19 +224,7 @@ async fn run_owned(
     mut args: Vec<OwnedArg>,
 ) -> Result<CallResult, CallError> {
     let interface = client.describe(function).await?;
-    if args.len() != interface.parameters.len() {
-        let names: Vec<&str> = interface
-            .parameters
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
-        return Err(CallError::bad_argument(format!(
-            "`{function}` takes {} arguments ({}), got {}",
-            names.len(),
-            names.join(", "),
-            args.len()
-        )));
-    }
+    crate::args::check_argument_count(&interface, args.len())?;
     let bindings: BTreeMap<String, i64> = interface
         .parameters
         .iter()

@@ -22,19 +22,7 @@ pub fn convert(
     args: &Bound<'_, PyTuple>,
 ) -> PyResult<(Vec<ForeignArg>, Vec<Py<PyAny>>)> {
     let name = &interface.name;
-    if args.len() != interface.parameters.len() {
-        let names: Vec<&str> = interface
-            .parameters
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
-        return Err(bad_argument(format!(
-            "`{name}` takes {} arguments ({}), got {}",
-            names.len(),
-            names.join(", "),
-            args.len()
-        )));
-    }
+    ninf::args::check_argument_count(interface, args.len()).map_err(crate::errors::to_py)?;
     let mut converted = Vec::with_capacity(args.len());
     let mut arrays = Vec::new();
     for (p, arg) in interface.parameters.iter().zip(args.iter()) {

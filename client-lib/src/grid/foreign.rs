@@ -21,6 +21,23 @@ use super::plan::Plan;
 use super::recording::{Buffer, RecordedGraph, Recording, TxArg};
 use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
 
+/// `$make!(Variant, element)` for the array view variant of an element type (`new` admits
+/// only array types; anything else reads as double, which `new` never lets through).
+macro_rules! by_element_type {
+    ($t:expr, $make:ident) => {
+        match $t {
+            ElementType::Char => $make!(Char, u8),
+            ElementType::Short => $make!(Short, i16),
+            ElementType::Int => $make!(Int, i32),
+            ElementType::Long => $make!(Long, i64),
+            ElementType::Float => $make!(Float, f32),
+            ElementType::Scomplex => $make!(Scomplex, Complex32),
+            ElementType::Dcomplex => $make!(Dcomplex, Complex64),
+            _ => $make!(Double, f64),
+        }
+    };
+}
+
 /// An array in memory the caller owns.
 #[derive(Debug, Clone, Copy)]
 pub struct ForeignArray {
@@ -97,16 +114,7 @@ impl ForeignArray {
                 })
             };
         }
-        match self.element_type {
-            ElementType::Char => slice!(Char, u8),
-            ElementType::Short => slice!(Short, i16),
-            ElementType::Int => slice!(Int, i32),
-            ElementType::Long => slice!(Long, i64),
-            ElementType::Float => slice!(Float, f32),
-            ElementType::Scomplex => slice!(Scomplex, Complex32),
-            ElementType::Dcomplex => slice!(Dcomplex, Complex64),
-            _ => slice!(Double, f64),
-        }
+        by_element_type!(self.element_type, slice)
     }
 
     /// The elements, to write the run's results into.
@@ -124,16 +132,7 @@ impl ForeignArray {
                 })
             };
         }
-        match self.element_type {
-            ElementType::Char => slice!(Char, u8),
-            ElementType::Short => slice!(Short, i16),
-            ElementType::Int => slice!(Int, i32),
-            ElementType::Long => slice!(Long, i64),
-            ElementType::Float => slice!(Float, f32),
-            ElementType::Scomplex => slice!(Scomplex, Complex32),
-            ElementType::Dcomplex => slice!(Dcomplex, Complex64),
-            _ => slice!(Double, f64),
-        }
+        by_element_type!(self.element_type, slice)
     }
 }
 
