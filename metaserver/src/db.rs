@@ -525,42 +525,34 @@ impl ResourceDb {
     pub async fn prune(&self, retention: Retention, now: f64) -> Result<u64, DbError> {
         let cutoff = now - retention.samples.as_secs_f64();
         let mut deleted = 0;
-        deleted += sqlx::query("DELETE FROM load_samples WHERE time < ?")
-            .bind(cutoff)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        deleted += sqlx::query("DELETE FROM network_samples WHERE time < ?")
-            .bind(cutoff)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        for samples in [
+            "DELETE FROM load_samples WHERE time < ?",
+            "DELETE FROM network_samples WHERE time < ?",
+        ] {
+            deleted += sqlx::query(samples)
+                .bind(cutoff)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        // A graph's rows in other tables first, then the graph: one transaction, so no
+        // graph is left half deleted.
         let mut tx = self.pool.begin().await?;
-        deleted += sqlx::query(
+        for graph_rows in [
             "DELETE FROM graph_edges WHERE graph_id IN
                  (SELECT id FROM graphs WHERE id NOT IN
                      (SELECT id FROM graphs ORDER BY id DESC LIMIT ?))",
-        )
-        .bind(i64::from(retention.graphs))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        deleted += sqlx::query(
             "DELETE FROM placements WHERE graph_id IN
                  (SELECT id FROM graphs WHERE id NOT IN
                      (SELECT id FROM graphs ORDER BY id DESC LIMIT ?))",
-        )
-        .bind(i64::from(retention.graphs))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        deleted += sqlx::query(
             "DELETE FROM graphs WHERE id NOT IN (SELECT id FROM graphs ORDER BY id DESC LIMIT ?)",
-        )
-        .bind(i64::from(retention.graphs))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        ] {
+            deleted += sqlx::query(graph_rows)
+                .bind(i64::from(retention.graphs))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
         tx.commit().await?;
         Ok(deleted)
     }
