@@ -35,15 +35,25 @@ def connect(grid: Optional[PathLike] = None, *, token: Optional[str] = None) -> 
     return Grid(_native.Client.from_grid_file(Path(text), token), Path(text))
 
 
+def _wait_in_slices(run: "_native.Run") -> None:
+    """Waits for ``run`` with the GIL released, in slices short enough for Ctrl-C to land."""
+    while not run.wait(0.05):
+        pass
+
+
 def _wait_interruptibly(run: "_native.Run") -> None:
-    """Waits for ``run`` with the GIL released, in slices short enough for Ctrl-C to land;
-    a ``KeyboardInterrupt`` cancels the run (it writes nothing) and propagates."""
+    """:func:`_wait_in_slices`, where a ``KeyboardInterrupt`` cancels the run (it writes
+    nothing) and propagates."""
     try:
-        while not run.wait(0.05):
-            pass
+        _wait_in_slices(run)
     except BaseException:
         run.cancel()
         raise
+
+
+def _status(plan: dict) -> int:
+    """A one-call run's routine status."""
+    return int(plan["tasks"][0]["status"]) if plan["tasks"] else 0
 
 
 class Grid:
@@ -92,8 +102,7 @@ class Grid:
         tx.call(name, *args)
         run = tx.start()
         _wait_interruptibly(run)
-        plan = run.result()
-        return int(plan["tasks"][0]["status"]) if plan["tasks"] else 0
+        return _status(run.result())
 
     def call_async(self, name: str, *args: Any) -> "Future":
         """Starts ``call(name, *args)`` and returns at once with its :class:`Future`.
@@ -142,8 +151,7 @@ class Future:
         ended. Ctrl-C raises ``KeyboardInterrupt`` and leaves the call running."""
         if timeout is not None:
             return self._run.wait(timeout)
-        while not self._run.wait(0.05):
-            pass
+        _wait_in_slices(self._run)
         return True
 
     def cancel(self) -> bool:
@@ -160,8 +168,7 @@ class Future:
         ``timeout`` seconds."""
         if not self.wait(timeout):
             raise _native.Timeout(f"`{self._name}` has not ended after {timeout} s")
-        plan = self._run.result()
-        return int(plan["tasks"][0]["status"]) if plan["tasks"] else 0
+        return _status(self._run.result())
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """The call's error after it ends, or None if it succeeded."""

@@ -62,12 +62,7 @@ impl Client {
         let client = block_on(py, async move {
             AsyncGridClient::connect_with_tls(&address, tls.as_ref()).await
         })?;
-        Ok(Client {
-            inner: match token {
-                Some(token) => client.with_token(token),
-                None => client,
-            },
-        })
+        Ok(Client::with_token(client, token))
     }
 
     /// Connects to the grid a grid file describes (`None`: `$NINF_GRID`, else the file
@@ -82,12 +77,7 @@ impl Client {
         let path = path.unwrap_or_else(ninf::grid::default_grid_file);
         let file = GridFile::read(&path).map_err(grid_file_error)?;
         let client = block_on(py, async move { file.connect().await })?;
-        Ok(Client {
-            inner: match token {
-                Some(token) => client.with_token(token),
-                None => client,
-            },
-        })
+        Ok(Client::with_token(client, token))
     }
 
     /// The proxy's address.
@@ -120,8 +110,22 @@ impl Client {
 }
 
 impl Client {
+    /// The connection, presenting `token` instead of what it was given, if any.
+    fn with_token(client: AsyncGridClient, token: Option<&str>) -> Client {
+        Client {
+            inner: match token {
+                Some(token) => client.with_token(token),
+                None => client,
+            },
+        }
+    }
+
     /// The routine's descriptor, fetched once per client.
     fn interface(&self, py: Python<'_>, name: &str) -> PyResult<Arc<FunctionInterface>> {
+        // Every call asks: answer from the cache without releasing the GIL or the runtime.
+        if let Some(found) = self.inner.cached(name) {
+            return Ok(found);
+        }
         let client = self.inner.clone();
         let name = name.to_string();
         block_on(py, async move { client.describe(&name).await })
@@ -163,7 +167,7 @@ impl Transaction {
 
     /// Calls recorded so far.
     fn __len__(&self) -> usize {
-        self.recording.as_ref().map_or(0, |r| r.graph().tasks.len())
+        self.recording.as_ref().map_or(0, ForeignTransaction::len)
     }
 
     /// The recorded edges: (producer, its parameter, consumer, its parameter, bytes).

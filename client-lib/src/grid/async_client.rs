@@ -106,7 +106,8 @@ impl AsyncGridClient {
             .max_encoding_message_size(usize::MAX)
     }
 
-    pub(crate) fn cached(&self, function: &str) -> Option<Arc<FunctionInterface>> {
+    /// A routine's descriptor if this client fetched it before; no I/O.
+    pub fn cached(&self, function: &str) -> Option<Arc<FunctionInterface>> {
         let cache = ninf_proto::sync::lock(&self.descriptors);
         cache.get(function).cloned()
     }
@@ -142,6 +143,8 @@ impl AsyncGridClient {
     pub async fn run(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
         let mut wait = std::time::Duration::from_millis(1);
         loop {
+            // A clone per attempt, so a refusal can be sent again: array data is `Bytes`
+            // (shared, not copied); only the graph's small fields are.
             match self.run_once(request.clone()).await {
                 Err(status) if status.metadata().contains_key(BUSY_METADATA) => {
                     tokio::time::sleep(wait).await;

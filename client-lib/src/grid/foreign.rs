@@ -8,7 +8,7 @@
 //! stays alive, the same size, and untouched by anyone else until its run has ended or
 //! been dropped (the Python client keeps a reference to every array in the run's handle).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use num_complex::{Complex32, Complex64};
 
 use super::async_client::AsyncGridClient;
 use super::plan::Plan;
-use super::recording::{Buffer, RecordedGraph, Recording, TxArg};
+use super::recording::{Buffer, RecordedGraph, Recording, TxArg, final_values};
 use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
 
 /// `$make!(Variant, element)` for the array view variant of an element type (`new` admits
@@ -96,9 +96,9 @@ impl ForeignArray {
         self.address < other.address + other.bytes() && other.address < self.address + self.bytes()
     }
 
-    fn same_memory(&self, other: &ForeignArray) -> bool {
+    /// What makes two arrays the same buffer: the same memory, read as the same type.
+    fn identity(&self) -> (usize, usize, ElementType) {
         (self.address, self.bytes(), self.element_type)
-            == (other.address, other.bytes(), other.element_type)
     }
 
     /// The elements, read-only.
@@ -155,6 +155,10 @@ pub struct ForeignTransaction {
     recording: Recording,
     arrays: Vec<ForeignArray>,
     by_address: HashMap<(usize, usize, ElementType), Buffer>,
+    /// Each array's (address, buffer), in address order, and the largest array's bytes:
+    /// only arrays starting less than that before an array can overlap it.
+    starts: BTreeSet<(usize, usize)>,
+    largest: usize,
     label: String,
 }
 
@@ -165,6 +169,11 @@ impl ForeignTransaction {
 
     pub fn is_empty(&self) -> bool {
         self.recording.is_empty()
+    }
+
+    /// Calls recorded.
+    pub fn len(&self) -> usize {
+        self.recording.len()
     }
 
     /// Names the transaction in the metaserver's records.
@@ -226,7 +235,7 @@ impl ForeignTransaction {
 
     /// The buffer standing for this memory: the same one each time the same memory comes.
     fn buffer(&mut self, array: ForeignArray) -> Buffer {
-        let key = (array.address, array.bytes(), array.element_type);
+        let key = array.identity();
         if let Some(&buffer) = self.by_address.get(&key) {
             if array.writable {
                 self.arrays[buffer.0].writable = true;
@@ -236,6 +245,8 @@ impl ForeignTransaction {
         let buffer = self.recording.add_buffer();
         self.arrays.push(array);
         self.by_address.insert(key, buffer);
+        self.starts.insert((array.address, buffer.0));
+        self.largest = self.largest.max(array.bytes());
         buffer
     }
 
@@ -243,6 +254,7 @@ impl ForeignTransaction {
     fn forget_from(&mut self, first_new: usize) {
         self.arrays.truncate(first_new);
         self.by_address.retain(|_, b| b.0 < first_new);
+        self.starts.retain(|&(_, b)| b < first_new);
         self.recording.truncate_buffers(first_new);
     }
 
@@ -265,19 +277,19 @@ impl ForeignTransaction {
             .collect();
         let written = |b: usize| self.recording.writers().get(b).is_some_and(Option::is_some);
         for (i, (name, writes, array)) in arrays.iter().enumerate() {
+            let from = array.address.saturating_sub(self.largest);
             let earlier = self
-                .arrays
-                .iter()
-                .enumerate()
-                .filter(|(b, _)| *writes || written(*b))
-                .map(|(_, other)| other);
+                .starts
+                .range((from, 0)..(array.address + array.bytes(), 0))
+                .filter(|&&(_, b)| *writes || written(b))
+                .map(|&(_, b)| &self.arrays[b]);
             let in_call = arrays[..i]
                 .iter()
                 .filter(|(_, other_writes, _)| *writes || *other_writes)
                 .map(|(_, _, other)| *other);
             if let Some(other) = earlier
                 .chain(in_call)
-                .find(|other| array.overlaps(other) && !array.same_memory(other))
+                .find(|other| array.overlaps(other) && array.identity() != other.identity())
             {
                 return Err(CallError::bad_argument(format!(
                     "argument `{name}` of `{}` overlaps another array of this transaction \
@@ -335,29 +347,15 @@ impl ForeignRun {
     /// Writes every written array's final value from `reply` into the caller's memory, and
     /// says where each call ran. Nothing is written if a value is missing or the wrong size.
     pub fn finish(mut self, reply: v1::RunReply) -> Result<Plan, CallError> {
-        let outputs = reply_outputs(&reply);
-        let mut targets = Vec::new();
-        for (b, writer) in self.writers.iter().enumerate() {
-            let Some((task, parameter)) = *writer else {
-                continue;
-            };
-            let label = self.graph.tasks.get(task).map_or("?", |t| t.label.as_str());
-            let failed = |m: String| CallError::new(ErrorKind::CommunicationFailed, m);
-            let data = outputs.get(&(task, parameter)).ok_or_else(|| {
-                failed(format!(
-                    "the proxy returned no value for parameter {parameter} of `{label}`"
-                ))
-            })?;
-            if data.len() != self.arrays[b].bytes() {
-                return Err(failed(format!(
-                    "`{label}` returned {} bytes for parameter {parameter}, expected {}",
-                    data.len(),
-                    self.arrays[b].bytes()
-                )));
-            }
-            targets.push((b, *data));
-        }
-        for (b, data) in targets {
+        let arrays = &self.arrays;
+        let bytes = |b: usize| {
+            arrays
+                .get(b)
+                .filter(|a| a.writable)
+                .map(ForeignArray::bytes)
+        };
+        let values = final_values(&self.graph, &reply, &self.writers, bytes)?;
+        for (b, data) in values {
             // SAFETY: written buffers are writable (the descriptor check refuses others),
             // and this is the only view of the array alive.
             let mut view = unsafe { self.arrays[b].view_mut() };
@@ -367,19 +365,6 @@ impl ForeignRun {
         }
         Ok(Plan::from_reply(&self.graph, reply))
     }
-}
-
-/// Each output array in a reply, by (task, parameter).
-fn reply_outputs(reply: &v1::RunReply) -> HashMap<(usize, u32), &[u8]> {
-    let mut outputs = HashMap::new();
-    for task in &reply.tasks {
-        for output in &task.outputs {
-            if let Some(v1::call_output::Result::Array(array)) = &output.result {
-                outputs.insert((task.task as usize, output.parameter), &array.data[..]);
-            }
-        }
-    }
-    outputs
 }
 
 #[cfg(test)]

@@ -94,6 +94,11 @@ impl Recording {
         self.tasks.is_empty()
     }
 
+    /// Calls recorded.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// Forgets the buffers from `first` on, which no recorded call names (the binding
     /// registered them for a call that was refused).
     pub(crate) fn truncate_buffers(&mut self, first: usize) {
@@ -243,6 +248,46 @@ impl Recording {
             label: label.to_string(),
         }
     }
+}
+
+/// Each wanted buffer's final value in a run's reply, checked whole before the caller
+/// writes any: `bytes(b)` is buffer `b`'s size if the client wants its value back.
+/// `writers` and `graph` are the recording's ([`Recording::writers`], the request's graph).
+pub(crate) fn final_values<'r>(
+    graph: &v1::TaskGraph,
+    reply: &'r v1::RunReply,
+    writers: &[Option<(usize, u32)>],
+    bytes: impl Fn(usize) -> Option<usize>,
+) -> Result<Vec<(usize, &'r [u8])>, CallError> {
+    let mut outputs: HashMap<(usize, u32), &[u8]> = HashMap::new();
+    for task in &reply.tasks {
+        for output in &task.outputs {
+            if let Some(v1::call_output::Result::Array(array)) = &output.result {
+                outputs.insert((task.task as usize, output.parameter), &array.data[..]);
+            }
+        }
+    }
+    let failed = |m: String| CallError::new(crate::ErrorKind::CommunicationFailed, m);
+    let mut values = Vec::new();
+    for (b, writer) in writers.iter().enumerate() {
+        let (Some((task, parameter)), Some(expected)) = (*writer, bytes(b)) else {
+            continue;
+        };
+        let label = graph.tasks.get(task).map_or("?", |t| t.label.as_str());
+        let data = outputs.remove(&(task, parameter)).ok_or_else(|| {
+            failed(format!(
+                "the proxy returned no value for parameter {parameter} of `{label}`"
+            ))
+        })?;
+        if data.len() != expected {
+            return Err(failed(format!(
+                "`{label}` returned {} bytes for parameter {parameter}, expected {expected}",
+                data.len()
+            )));
+        }
+        values.push((b, data));
+    }
+    Ok(values)
 }
 
 /// The call's integer IN scalars by name: the IDL's sizes and costs use them.

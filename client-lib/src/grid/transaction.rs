@@ -2,13 +2,11 @@
 //! pure [`Recording`]. `call` looks up the routine's descriptor (once per client) and records;
 //! `end` runs the graph and writes each buffer's final value back.
 
-use std::collections::HashMap;
-
 use ninf_proto::v1;
 
 use super::async_client::AsyncGridClient;
 use super::plan::Plan;
-use super::recording::{Buffer, RecordedGraph, Recording, TxArg};
+use super::recording::{Buffer, RecordedGraph, Recording, TxArg, final_values};
 use crate::runtime::runtime;
 use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
 
@@ -137,43 +135,28 @@ impl<'a> Transaction<'a> {
     }
 }
 
-/// Decodes each writable buffer's final value from the reply into the client's memory.
+/// Decodes each writable buffer's final value from the reply into the client's memory,
+/// once every value has been found and checked.
 fn write_back(
     graph: &v1::TaskGraph,
     reply: &v1::RunReply,
     writers: &[Option<(usize, u32)>],
     slots: &mut [Slot<'_>],
 ) -> Result<(), CallError> {
-    let mut outputs: HashMap<(usize, u32), &v1::Array> = HashMap::new();
-    for task in &reply.tasks {
-        for output in &task.outputs {
-            if let Some(v1::call_output::Result::Array(array)) = &output.result {
-                outputs.insert((task.task as usize, output.parameter), array);
-            }
+    let bytes = |b: usize| match slots.get(b) {
+        Some(Slot::Write(target)) => {
+            let target = target.as_ref();
+            Some(target.len() * target.element_type().size_bytes().unwrap_or(0) as usize)
         }
-    }
-    for (writer, slot) in writers.iter().zip(slots.iter_mut()) {
-        let (Some((task, parameter)), Slot::Write(target)) = (writer, slot) else {
-            continue;
-        };
-        let label = graph.tasks.get(*task).map_or("?", |t| t.label.as_str());
-        let failed = |message: String| CallError::new(ErrorKind::CommunicationFailed, message);
-        let array = outputs.remove(&(*task, *parameter)).ok_or_else(|| {
-            failed(format!(
-                "the proxy returned no value for parameter {parameter} of `{label}`"
-            ))
-        })?;
-        let expected =
-            target.as_ref().len() as u64 * target.as_ref().element_type().size_bytes().unwrap_or(0);
-        if array.data.len() as u64 != expected {
-            return Err(failed(format!(
-                "`{label}` returned {} bytes for parameter {parameter}, expected {expected}",
-                array.data.len()
-            )));
+        _ => None,
+    };
+    let values = final_values(graph, reply, writers, bytes)?;
+    for (b, data) in values {
+        if let Some(Slot::Write(target)) = slots.get_mut(b) {
+            target.decode_from(data).map_err(|e| {
+                CallError::new(ErrorKind::CommunicationFailed, format!("a result: {e}"))
+            })?;
         }
-        target
-            .decode_from(&array.data)
-            .map_err(|e| failed(format!("`{label}`: {e}")))?;
     }
     Ok(())
 }
