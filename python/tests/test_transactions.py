@@ -92,3 +92,22 @@ def test_an_empty_transaction_runs_nothing(grid):
     with grid.transaction() as tx:
         pass
     assert tx.plan.tasks == []
+
+
+def test_the_example_script_runs_against_a_grid_named_by_ninf_grid(grid):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "examples" / "cascade.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--connect"],
+        env={**os.environ, "NINF_GRID": str(grid.grid_file)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "dgesv n=300: info 0" in done.stdout
+    assert "cascade n=300:" in done.stdout and "mmul#2" in done.stdout
