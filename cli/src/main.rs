@@ -4,7 +4,7 @@
 
 mod commands;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use commands::*;
 
 #[derive(Parser)]
@@ -12,6 +12,11 @@ use commands::*;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Export spans to an OpenTelemetry collector (OTLP over gRPC), e.g.
+    /// http://127.0.0.1:4317: the client's transactions, and with `up` or `demo` every
+    /// service of the embedded grid (docs/observability.md). Off by default.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -55,14 +60,16 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Spans are exported as the subcommand's service (`ninf-up`, `ninf-call`, ...).
+    let service = format!("ninf-{}", matches.subcommand_name().unwrap_or("cli"));
+    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
+        default_level: "warn",
+        service_name: &service,
+        otlp_endpoint: cli.otlp_endpoint.as_deref(),
+    })?;
+    match cli.command {
         Command::Up(args) => up::run(args),
         Command::Certs(args) => certs::run(args),
         Command::Status(args) => status::run(args),

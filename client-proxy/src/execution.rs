@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use ninf_proto::v1;
 use tokio::task::JoinSet;
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use crate::progress::ProgressSink;
 use crate::recovery::{self, CallFailure, Candidate};
@@ -374,20 +375,24 @@ impl GraphExecution<'_> {
         if self.sink.is_followed() {
             self.progress.sent_bytes[task] = prost::Message::encoded_len(&call) as u64;
         }
-        self.calls.spawn(async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+        let span = tracing::info_span!("task", task, routine = %call.function, %server);
+        self.calls.spawn(
+            async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                let started = start.elapsed().as_secs_f64();
+                let result = cluster.invoke(&server, call).await;
+                Issued {
+                    task,
+                    server,
+                    started,
+                    finished: start.elapsed().as_secs_f64(),
+                    result,
+                }
             }
-            let started = start.elapsed().as_secs_f64();
-            let result = cluster.invoke(&server, call).await;
-            Issued {
-                task,
-                server,
-                started,
-                finished: start.elapsed().as_secs_f64(),
-                result,
-            }
-        });
+            .instrument(span),
+        );
     }
 
     /// A call replied: its kept outputs are recorded, the ones the client wants kept for

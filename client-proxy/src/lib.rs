@@ -292,6 +292,7 @@ impl Proxy {
             avoid: Self::lock(&self.suspects).current(self.clock()),
         };
         let placement = self.schedule(request).await?;
+        tracing::Span::current().record("graph_id", placement.graph_id);
         progress.placed(placement.graph_id, n);
         let schedule_seconds = asked.elapsed().as_secs_f64();
         let (mut servers, predicted) = placed_servers(&placement, n)?;

@@ -8,6 +8,7 @@ use ninf_proto::v1;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::Proxy;
 use crate::admission::Admitted;
@@ -38,6 +39,12 @@ impl ProxyService {
     }
 }
 
+/// The span of one graph's run at the proxy (its id recorded once the metaserver placed it):
+/// a child of the client's `transaction` when the request carried its trace context.
+fn graph_span() -> tracing::Span {
+    tracing::info_span!("graph", graph_id = tracing::field::Empty)
+}
+
 /// Runs an admitted graph, counting the client's bytes and logging a failure.
 async fn run_admitted(
     proxy: &Proxy,
@@ -49,6 +56,7 @@ async fn run_admitted(
     let bytes_in = prost::Message::encoded_len(&request) as u64;
     let result = proxy
         .run_graph(request, &mut admitted, progress, cancel)
+        .instrument(graph_span())
         .await;
     let bytes_out = result
         .as_ref()
@@ -69,9 +77,10 @@ async fn run_detached(
 ) -> Result<v1::RunReply, Status> {
     let cancel = CancellationToken::new();
     let on_drop = cancel.clone().drop_guard();
-    let run = tokio::spawn(async move {
-        run_admitted(&proxy, request, admitted, &ProgressSink::none(), &cancel).await
-    });
+    let run = tokio::spawn(
+        async move { run_admitted(&proxy, request, admitted, &ProgressSink::none(), &cancel).await }
+            .in_current_span(),
+    );
     let result = run
         .await
         .unwrap_or_else(|e| Err(Status::internal(format!("the run's task ended: {e}"))));
@@ -131,12 +140,9 @@ impl v1::proxy_server::Proxy for ProxyService {
     ) -> Result<Response<UpdateStream>, Status> {
         let admitted = self.admit(&request)?;
         let (updates, received) = mpsc::channel(4);
-        tokio::spawn(follow(
-            self.0.clone(),
-            request.into_inner(),
-            admitted,
-            updates,
-        ));
+        tokio::spawn(
+            follow(self.0.clone(), request.into_inner(), admitted, updates).in_current_span(),
+        );
         let stream = tokio_stream::wrappers::ReceiverStream::new(received);
         Ok(Response::new(Box::pin(stream)))
     }

@@ -8,6 +8,7 @@ use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::v1;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use crate::state::ServerState;
 use crate::storage::{ObjectInfo, StorageError};
@@ -66,12 +67,17 @@ impl v1::invoke_server::Invoke for InvokeService {
         // lets the job go, and nothing is stored for a run that no longer exists.
         let cancel = tokio_util::sync::CancellationToken::new();
         let on_drop = cancel.clone().drop_guard();
-        let outcome = tokio::spawn(async move {
-            tokio::select! {
-                outcome = crate::invoke::call(&state, request) => outcome,
-                () = cancel.cancelled() => Err(Status::cancelled("the caller went away")),
+        // The call's span names its owner: a transaction's owner is its proxy and graph.
+        let span = tracing::info_span!("call", %function, owner = %request.owner);
+        let outcome = tokio::spawn(
+            async move {
+                tokio::select! {
+                    outcome = crate::invoke::call(&state, request) => outcome,
+                    () = cancel.cancelled() => Err(Status::cancelled("the caller went away")),
+                }
             }
-        })
+            .instrument(span),
+        )
         .await
         .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
         on_drop.disarm();

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use ninf_proto::v1;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::Metaserver;
 
@@ -48,14 +49,25 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
         &self,
         request: Request<v1::ScheduleRequest>,
     ) -> Result<Response<v1::ScheduleReply>, Status> {
-        Ok(Response::new(self.0.schedule(request.into_inner()).await?))
+        let request = request.into_inner();
+        let span = tracing::info_span!(
+            "schedule",
+            proxy = %request.proxy,
+            tasks = request.graph.as_ref().map_or(0, |g| g.tasks.len()),
+            graph_id = tracing::field::Empty,
+        );
+        let reply = self.0.schedule(request).instrument(span.clone()).await?;
+        span.record("graph_id", reply.graph_id);
+        Ok(Response::new(reply))
     }
 
     async fn report_actuals(
         &self,
         request: Request<v1::ActualsReport>,
     ) -> Result<Response<v1::ActualsReply>, Status> {
-        self.0.report_actuals(request.into_inner()).await?;
+        let report = request.into_inner();
+        let span = tracing::info_span!("report_actuals", graph_id = report.graph_id);
+        self.0.report_actuals(report).instrument(span).await?;
         Ok(Response::new(v1::ActualsReply {}))
     }
 

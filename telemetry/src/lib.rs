@@ -3,7 +3,8 @@
 //! them at `GET /metrics` on its `metrics_listen` address with [`serve`] (axum, on the
 //! service's own runtime). Services define their families in their own `metrics` module;
 //! this crate holds what they share, and the HTTP serving itself ([`http`]), which the
-//! metaserver's dashboard uses too.
+//! metaserver's dashboard uses too. [`logging`] sets up every process's log lines and, when
+//! asked, exports its spans to an OpenTelemetry collector.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use axum::routing::get;
 use ninf_proto::net::NetError;
 
 pub mod http;
+pub mod logging;
 
 pub use http::{HttpEndpoint, HttpEndpoint as MetricsEndpoint, serve_router};
 pub use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};

@@ -11,6 +11,7 @@ use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tracing::Instrument;
 
 use super::progress::{Progress, ProgressCallback};
 use crate::environment::{tls_from_env, token_from_env};
@@ -140,7 +141,28 @@ impl AsyncGridClient {
     /// following its progress when the client has a progress callback. While the proxy is
     /// busy with this client's other transactions (its per-client limits), waits and asks
     /// again.
+    ///
+    /// The run is a `transaction` span (its tasks and label; the graph's id once placed): the
+    /// root of the transaction's trace when the program exports traces.
     pub async fn run(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
+        let span = tracing::info_span!(
+            "transaction",
+            tasks = request.graph.as_ref().map_or(0, |g| g.tasks.len()),
+            label = %request.label,
+            graph_id = tracing::field::Empty,
+        );
+        let reply = self
+            .run_until_admitted(request)
+            .instrument(span.clone())
+            .await;
+        if let Ok(reply) = &reply {
+            span.record("graph_id", reply.graph_id);
+        }
+        reply
+    }
+
+    /// [`Self::run`], asking again while the proxy is busy with this client.
+    async fn run_until_admitted(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
         let mut wait = std::time::Duration::from_millis(1);
         loop {
             // A clone per attempt, so a refusal can be sent again: array data is `Bytes`

@@ -17,6 +17,10 @@ struct Cli {
     /// The metaserver, host:port (overrides the configuration).
     #[arg(long)]
     metaserver: Option<String>,
+    /// Export this process's spans to an OpenTelemetry collector (OTLP over gRPC), e.g.
+    /// http://127.0.0.1:4317; off by default (docs/observability.md).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 async fn shutdown_signal() {
@@ -26,14 +30,12 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
+        default_level: "info",
+        service_name: "ninf-proxy",
+        otlp_endpoint: cli.otlp_endpoint.as_deref(),
+    })?;
     let mut config = match (&cli.config, &cli.metaserver) {
         (Some(path), _) => ProxyConfig::load(path).map_err(anyhow::Error::msg)?,
         (None, Some(metaserver)) => ProxyConfig::new(metaserver.clone()),

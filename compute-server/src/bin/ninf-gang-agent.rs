@@ -50,13 +50,11 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
+        default_level: "warn",
+        service_name: "ninf-gang-agent",
+        otlp_endpoint: None,
+    })?;
     let args = Args::parse();
     let token = ninf_proto::net::auth::load_configured(args.token_file.as_deref())?;
     let tls = match (args.tls_ca, args.tls_certificate, args.tls_key) {

@@ -32,6 +32,10 @@ struct Cli {
     /// Skip the start-up benchmark (report 0 MFLOPS); for tests.
     #[arg(long)]
     no_benchmark: bool,
+    /// Export this process's spans to an OpenTelemetry collector (OTLP over gRPC), e.g.
+    /// http://127.0.0.1:4317; off by default (docs/observability.md).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 async fn shutdown_signal() {
@@ -45,14 +49,12 @@ fn ninf_executable_memory() {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
+        default_level: "info",
+        service_name: "ninf-server",
+        otlp_endpoint: cli.otlp_endpoint.as_deref(),
+    })?;
     ninf_executable_memory();
     if cli.benchmark_only {
         let report = benchmark::run_adaptive(Duration::from_millis(250), 3000)?;

@@ -27,6 +27,10 @@ struct Cli {
     /// Serve the dashboard here, e.g. 127.0.0.1:7080 (overrides the configuration).
     #[arg(long)]
     dashboard_listen: Option<String>,
+    /// Export this process's spans to an OpenTelemetry collector (OTLP over gRPC), e.g.
+    /// http://127.0.0.1:4317; off by default (docs/observability.md).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 async fn shutdown_signal() {
@@ -36,14 +40,12 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
+        default_level: "info",
+        service_name: "ninf-metaserver",
+        otlp_endpoint: cli.otlp_endpoint.as_deref(),
+    })?;
     let mut config = match &cli.config {
         Some(path) => MetaserverConfig::load(path)?,
         None => MetaserverConfig::default(),

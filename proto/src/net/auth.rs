@@ -98,7 +98,8 @@ pub fn generate_token(path: &Path) -> Result<String, TokenError> {
     Ok(token)
 }
 
-/// Adds the token to every outgoing request (nothing when there is none).
+/// Adds the token to every outgoing request (nothing when there is none), and the caller's
+/// trace context when traces are on.
 #[derive(Clone, Default, Debug)]
 pub struct AttachToken(Option<Arc<MetadataValue<Ascii>>>);
 
@@ -132,6 +133,7 @@ impl Interceptor for AttachToken {
                 .metadata_mut()
                 .insert(HEADER, value.as_ref().clone());
         }
+        super::trace::inject(request.metadata_mut());
         Ok(request)
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod tls;
+pub mod trace;
 
 use std::time::Duration;
 
@@ -158,7 +159,8 @@ pub fn server(tls: Option<&GridTls>) -> Result<Server, tonic::transport::Error> 
         .initial_connection_window_size(Some(HTTP2_WINDOW))
         .max_frame_size(Some(HTTP2_FRAME))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .trace_fn(trace::request_span);
     match tls.and_then(GridTls::server_config) {
         Some(config) => builder.tls_config(config),
         None => Ok(builder),
