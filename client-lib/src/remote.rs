@@ -203,9 +203,21 @@ impl NinfClient {
         {
             return self.call_bulk(&interface, args, &address).await;
         }
-        let values = encode_arguments(&interface, args)?;
-        let request = v1::CallRequest {
-            function: function.to_string(),
+        let request = self.request_for(&interface, args)?;
+        let reply = self.call_request(request).await?;
+        decode_reply(&interface, reply, args)
+    }
+
+    /// The request calling `interface` with `args` (checked and encoded now), as this
+    /// client sends it: values inline, nothing kept, its timeout.
+    pub fn request_for(
+        &self,
+        interface: &FunctionInterface,
+        args: &[Arg<'_>],
+    ) -> Result<v1::CallRequest, CallError> {
+        let values = encode_arguments(interface, args)?;
+        Ok(v1::CallRequest {
+            function: interface.name.clone(),
             arguments: values
                 .into_iter()
                 .map(|v| v1::CallArgument {
@@ -216,22 +228,7 @@ impl NinfClient {
             owner: String::new(),
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
             authorization: String::new(),
-        };
-        let reply = self.call_request(request).await?;
-        let outputs = reply
-            .outputs
-            .into_iter()
-            .map(|o| v1::ExecOutput {
-                parameter: o.parameter,
-                value: match o.result {
-                    Some(v1::call_output::Result::Array(array)) => Some(v1::ArgumentValue {
-                        value: Some(v1::argument_value::Value::Array(array)),
-                    }),
-                    _ => None,
-                },
-            })
-            .collect();
-        decode_outputs(&interface, outputs, reply.status, args)
+        })
     }
 
     /// Sends a prepared request (arguments may reference storage objects, outputs may be kept
@@ -492,6 +489,29 @@ async fn read_reply(
             "empty bulk reply",
         ))),
     }
+}
+
+/// Writes a reply's outputs into the call's OUT and INOUT arrays, checked against the
+/// interface.
+pub fn decode_reply(
+    interface: &FunctionInterface,
+    reply: v1::CallReply,
+    args: &mut [Arg<'_>],
+) -> Result<CallOutcome, CallError> {
+    let outputs = reply
+        .outputs
+        .into_iter()
+        .map(|o| v1::ExecOutput {
+            parameter: o.parameter,
+            value: match o.result {
+                Some(v1::call_output::Result::Array(array)) => Some(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::Array(array)),
+                }),
+                _ => None,
+            },
+        })
+        .collect();
+    decode_outputs(interface, outputs, reply.status, args)
 }
 
 #[cfg(test)]

@@ -88,11 +88,16 @@ impl ForeignArray {
         self.len == 0
     }
 
+    /// Whether the run may write it (the routine's OUT and INOUT arrays).
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
     fn bytes(&self) -> usize {
         self.len * self.element_type.size_bytes().unwrap_or(1) as usize
     }
 
-    fn overlaps(&self, other: &ForeignArray) -> bool {
+    pub(crate) fn overlaps(&self, other: &ForeignArray) -> bool {
         self.address < other.address + other.bytes() && other.address < self.address + self.bytes()
     }
 
@@ -102,7 +107,7 @@ impl ForeignArray {
     }
 
     /// The elements, read-only.
-    fn view(&self) -> ArrayRef<'_> {
+    pub(crate) fn view(&self) -> ArrayRef<'_> {
         // An empty array may have a dangling address; a slice needs an aligned non-null one.
         macro_rules! slice {
             ($variant:ident, $t:ty) => {
@@ -121,7 +126,7 @@ impl ForeignArray {
     ///
     /// # Safety
     /// The array must be writable and no other view of it may be alive.
-    unsafe fn view_mut(&mut self) -> ArrayMut<'_> {
+    pub(crate) unsafe fn view_mut(&mut self) -> ArrayMut<'_> {
         macro_rules! slice {
             ($variant:ident, $t:ty) => {
                 ArrayMut::$variant(if self.len == 0 {

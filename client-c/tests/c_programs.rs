@@ -1,0 +1,147 @@
+//! The C client's tests: C programs (`tests/c/*.c`) compiled by the system's `cc` against
+//! `include/` and `libninf.so`, run against a grid `ninf up --selftest` starts as its own
+//! process. Each program checks values and error codes itself and exits non-zero at the
+//! first failed check, printing which.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where cargo put the build: the test binary is in `target/debug/deps`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Builds the grid's programs, with the command the other tests and the Python tests use
+/// so that one build serves them all. `cargo test` has built `libninf.so` itself.
+fn build() {
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "ninf-cli", "-p", "ninf-routines"])
+        .args(["-p", "ninf-compute-server", "--bins"])
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let library = target_dir().join("libninf.so");
+    assert!(library.exists(), "{} is missing", library.display());
+}
+
+/// `ninf up` in the background, stopped with SIGINT when dropped.
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+    }
+}
+
+fn up(data_dir: &Path) -> Up {
+    let child = Command::new(target_dir().join("ninf"))
+        .args(["up", "--servers", "2", "--selftest", "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let grid = Up(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !data_dir.join("grid.toml").exists() {
+        assert!(Instant::now() < deadline, "ninf up wrote no grid file");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    grid
+}
+
+/// The address of one of the grid's compute servers.
+fn a_server(data_dir: &Path) -> String {
+    let output = Command::new(target_dir().join("ninf"))
+        .args(["status", "--json", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    status["servers"][0]["address"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Compiles `tests/c/NAME.c` as a user would: warnings are errors, `-lninf`.
+fn compile(name: &str, out_dir: &Path) -> PathBuf {
+    let program = out_dir.join(name);
+    let lib = target_dir();
+    let output = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-o"])
+        .arg(&program)
+        .arg(crate_dir().join("tests/c").join(format!("{name}.c")))
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-lninf", "-lpthread", "-lm"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cc {name}.c failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    program
+}
+
+fn show(output: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
+    build();
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("grid");
+    let _grid = up(&data_dir);
+    let grid_file = data_dir.join("grid.toml");
+    let server = a_server(&data_dir);
+    let malformed = dir.path().join("malformed.toml");
+    std::fs::write(&malformed, "proxy = [not a grid file\n").unwrap();
+    let missing = dir.path().join("missing.toml");
+
+    let program = compile("grpc_api", dir.path());
+    let output = Command::new(&program)
+        .arg(&grid_file)
+        .arg(&missing)
+        .arg(&malformed)
+        .arg(&server)
+        .env("NINF_GRID", &grid_file)
+        .output()
+        .unwrap();
+    let text = show(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("all ") && text.contains(" checks passed"),
+        "{text}"
+    );
+
+    let program = compile("ninf_api", dir.path());
+    let output = Command::new(&program)
+        .env("NINF_GRID", &grid_file)
+        .output()
+        .unwrap();
+    let text = show(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("all passed"), "{text}");
+}
