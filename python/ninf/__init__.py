@@ -31,7 +31,7 @@ from ._native import (
     Timeout,
 )
 from ._describe import Function, Parameter
-from ._grid import Future, Grid, Transaction, connect, wait_all, wait_any
+from ._grid import Future, Grid, Progress, Transaction, connect, wait_all, wait_any
 from ._local import local_grid
 from ._plan import Plan, TaskPlan
 
@@ -47,6 +47,7 @@ __all__ = [
     "NinfError",
     "Parameter",
     "Plan",
+    "Progress",
     "ServerNotFound",
     "SessionFailed",
     "TaskPlan",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Union
 
 from . import _native
 from ._describe import Function
@@ -111,7 +111,11 @@ class Grid:
         tx.call(name, *args)
         return Future(name, tx.start())
 
-    def transaction(self, label: Optional[str] = None) -> "Transaction":
+    def transaction(
+        self,
+        label: Optional[str] = None,
+        progress: Optional[Callable[["Progress"], None]] = None,
+    ) -> "Transaction":
         """Records calls into one graph, sent when the ``with`` block ends::
 
             with grid.transaction() as tx:
@@ -119,8 +123,12 @@ class Grid:
                 tx.call("mmul", n, C, D, F)
                 tx.call("mmul", n, E, F, G)   # E and F flow server to server
             print(tx.plan)
+
+        ``progress``, if given, is called with a :class:`Progress` each time some of the
+        graph's tasks end (from another thread, while the block waits; keep it short). An
+        exception it raises is reported as unraisable and the transaction goes on.
         """
-        return Transaction(self._native.transaction(), label)
+        return Transaction(self._native.transaction(), label, progress)
 
     def describe(self, name: str) -> Function:
         """The routine's interface (its IDL declaration) as a plain object."""
@@ -204,6 +212,21 @@ def wait_all(futures: Iterable[Future]) -> List[int]:
     return [f.result() for f in futures]
 
 
+class Progress(NamedTuple):
+    """How far a followed transaction has got (see :meth:`Grid.transaction`)."""
+
+    #: The graph's id at the metaserver, as ``tx.plan.graph_id`` will be.
+    graph_id: int
+    #: Calls that have replied, of all the graph's calls.
+    tasks_done: int
+    tasks_total: int
+    #: Bytes of call requests and replies between the proxy and the servers, and of
+    #: intermediate results read from servers' storage.
+    bytes_moved: int
+    #: Calls issued again after a fault.
+    retries: int
+
+
 class Transaction:
     """Calls recorded with :meth:`call` and sent as one graph when the ``with`` block ends.
 
@@ -213,8 +236,14 @@ class Transaction:
     exception inside the block sends nothing.
     """
 
-    def __init__(self, native: "_native.Transaction", label: Optional[str]) -> None:
+    def __init__(
+        self,
+        native: "_native.Transaction",
+        label: Optional[str],
+        progress: Optional[Callable[["Progress"], None]] = None,
+    ) -> None:
         self._native = native
+        self._progress = progress
         self.plan: Optional[Plan] = None
         if label:
             native.set_label(label)
@@ -228,7 +257,9 @@ class Transaction:
         if len(self._native) == 0:
             self.plan = Plan.empty()
             return None
-        run = self._native.start()
+        follow = self._progress
+        report = None if follow is None else (lambda fields: follow(Progress(**fields)))
+        run = self._native.start(report)
         _wait_interruptibly(run)
         self.plan = Plan(run.result())
         return None

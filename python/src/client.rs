@@ -5,12 +5,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ninf::grid::{AsyncGridClient, ForeignTransaction, GridFile, GridFileError};
+use ninf::grid::{
+    AsyncGridClient, ForeignTransaction, GridFile, GridFileError, Progress, ProgressCallback,
+};
 use ninf::runtime::runtime;
 use ninf::{CallError, ErrorKind};
 use ninf_idl::FunctionInterface;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::arguments::convert;
 use crate::errors::to_py;
@@ -178,14 +180,45 @@ impl Transaction {
     }
 
     /// Sends the graph; the returned run writes every written array in place when it ends.
-    fn start(&mut self, py: Python<'_>) -> PyResult<Run> {
+    /// `progress`, when given, is called with a dict (`graph_id`, `tasks_done`,
+    /// `tasks_total`, `bytes_moved`, `retries`) as the graph's tasks end.
+    #[pyo3(signature = (progress=None))]
+    fn start(&mut self, py: Python<'_>, progress: Option<Py<PyAny>>) -> PyResult<Run> {
         let recording = self.recording.take().ok_or_else(|| {
             to_py(CallError::bad_argument(
                 "this transaction was already sent; start a new one",
             ))
         })?;
-        let client = self.client.get().inner.clone();
+        let mut client = self.client.get().inner.clone();
+        if let Some(callback) = progress {
+            client = client.with_progress(progress_callback(callback));
+        }
         let foreign = recording.into_run(client.scheduler());
         Run::spawn(py, client, foreign, std::mem::take(&mut self.arrays))
     }
+}
+
+/// Calls a Python callable with each progress report, holding the GIL only for the call. An
+/// exception it raises is reported as unraisable (printed, or pytest's warning) and the
+/// transaction goes on: watching a run must not fail it.
+fn progress_callback(callback: Py<PyAny>) -> ProgressCallback {
+    Arc::new(move |progress: &Progress| {
+        Python::attach(|py| {
+            let report = PyDict::new(py);
+            let fields = [
+                ("graph_id", progress.graph_id),
+                ("tasks_done", u64::from(progress.tasks_done)),
+                ("tasks_total", u64::from(progress.tasks_total)),
+                ("bytes_moved", progress.bytes_moved),
+                ("retries", u64::from(progress.retries)),
+            ];
+            let called = fields
+                .iter()
+                .try_for_each(|(key, value)| report.set_item(key, value))
+                .and_then(|()| callback.call1(py, (report,)));
+            if let Err(error) = called {
+                error.write_unraisable(py, Some(callback.bind(py)));
+            }
+        });
+    })
 }

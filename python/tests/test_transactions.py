@@ -111,3 +111,41 @@ def test_the_example_script_runs_against_a_grid_named_by_ninf_grid(grid):
     assert done.returncode == 0, done.stderr
     assert "dgesv n=300: info 0" in done.stdout
     assert "cascade n=300:" in done.stdout and "mmul#2" in done.stdout
+
+
+def test_a_followed_transaction_reports_its_tasks_to_the_end(grid, rng):
+    n = 40
+    A, B, C, D = (fortran(rng.random((n, n))) for _ in range(4))
+    E, F, G = (np.zeros((n, n), order="F") for _ in range(3))
+    reports = []
+    with grid.transaction(progress=reports.append) as tx:
+        tx.call("mmul", n, A, B, E)
+        tx.call("mmul", n, C, D, F)
+        tx.call("mmul", n, E, F, G)
+    np.testing.assert_allclose(G, (A @ B) @ (C @ D), rtol=1e-10)
+    assert reports, "no progress was reported"
+    assert all(isinstance(r, ninf.Progress) for r in reports)
+    done = [r.tasks_done for r in reports]
+    assert done == sorted(done), f"progress went back: {done}"
+    last = reports[-1]
+    assert (last.tasks_done, last.tasks_total, last.retries) == (3, 3, 0)
+    assert last.graph_id == tx.plan.graph_id
+    # At least the four inputs sent, the two intermediates read, and G's reply.
+    assert last.bytes_moved >= 7 * 8 * n * n
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_progress_callback_that_raises_does_not_fail_the_transaction(grid, rng):
+    n = 30
+    A, B = fortran(rng.random((n, n))), fortran(rng.random((n, n)))
+    C = np.zeros((n, n), order="F")
+    calls = []
+
+    def broken(progress):
+        calls.append(progress)
+        raise RuntimeError("a watcher's bug")
+
+    with grid.transaction(progress=broken) as tx:
+        tx.call("mmul", n, A, B, C)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12)
+    assert calls and tx.plan.tasks[0].status == 0
