@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use ninf_client::ForeignCall;
 use ninf_client::grid::ForeignTransaction;
-use ninf_client::runtime::runtime;
+use crate::library::runtime;
 
 use crate::argstack::ArgStack;
 use crate::codes::{
@@ -78,12 +78,7 @@ pub unsafe extern "C" fn grpc_initialize(config_file_name: *const c_char) -> Grp
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_finalize() -> GrpcError {
-    guard(|| {
-        library::finalize()?;
-        sessions::cancel_all();
-        crate::ninf_api::forget_handles();
-        Ok(())
-    })
+    guard(library::finalize)
 }
 
 /// Initialises `handle` for `function`, through the proxy or on `server`.

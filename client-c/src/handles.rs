@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ninf_client::NinfClient;
-use ninf_client::runtime::runtime;
+use crate::library::runtime;
 use ninf_idl::{ElementType, FunctionInterface, Mode, Parameter};
 
 use crate::codes::{Failure, GRPC_FUNCTION_NOT_FOUND, GRPC_INVALID_FUNCTION_HANDLE};
@@ -109,8 +109,15 @@ pub unsafe fn destruct(c: *mut CHandle) -> Result<(), Failure> {
     }
     // SAFETY: the caller's contract.
     let pointer = unsafe { (*c).private } as usize;
-    if !live().as_mut().is_some_and(|set| set.remove(&pointer)) {
-        return Err(invalid());
+    {
+        let mut live = live();
+        if !live.as_mut().is_some_and(|set| set.remove(&pointer)) {
+            return Err(invalid());
+        }
+        // The last handle gone, the set goes too: nothing of the library's stays allocated.
+        if live.as_ref().is_some_and(HashSet::is_empty) {
+            *live = None;
+        }
     }
     // SAFETY: it was live, so it came from `Box::into_raw` in `install` and nothing freed it.
     drop(unsafe { Box::from_raw(pointer as *mut Handle) });

@@ -1,13 +1,18 @@
 //! The library's one grid: what `grpc_initialize` connected to (the proxy named by the grid
-//! file, and how to reach compute servers by name), until `grpc_finalize`.
+//! file, and how to reach compute servers by name), until `grpc_finalize`; and the runtime
+//! its calls run on, which `grpc_finalize` (or the process's exit) shuts down, so that no
+//! thread of the library outlives it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::sync::Once;
+use std::time::Duration;
+
 use ninf_client::grid::{AsyncGridClient, GridFile, GridFileError, GridTls, default_grid_file};
-use ninf_client::runtime::runtime;
 use ninf_client::{CallError, NinfClient};
+use tokio::runtime::{Handle, Runtime};
 
 use crate::codes::{
     Failure, GRPC_ALREADY_INITIALIZED, GRPC_CONFIGFILE_ERROR, GRPC_CONFIGFILE_NOT_FOUND,
@@ -25,6 +30,57 @@ pub struct Grid {
 }
 
 static GRID: Mutex<Option<Arc<Grid>>> = Mutex::new(None);
+static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
+
+fn runtime_slot() -> MutexGuard<'static, Option<Runtime>> {
+    RUNTIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The library's runtime, started on first use.
+pub fn runtime() -> Result<Handle, Failure> {
+    if Handle::try_current().is_ok() {
+        return Err(Failure::new(
+            crate::codes::GRPC_OTHER_ERROR_CODE,
+            "libninf was called from inside an async runtime",
+        ));
+    }
+    let mut slot = runtime_slot();
+    if let Some(runtime) = slot.as_ref() {
+        return Ok(runtime.handle().clone());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("ninf-client")
+        // An idle blocking thread that ends by itself is detached, not joined at shutdown;
+        // keeping them until shutdown lets it join every thread it started.
+        .thread_keep_alive(Duration::from_secs(24 * 3600))
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                crate::codes::GRPC_OTHER_ERROR_CODE,
+                format!("cannot start the client's threads: {e}"),
+            )
+        })?;
+    let handle = runtime.handle().clone();
+    *slot = Some(runtime);
+    Ok(handle)
+}
+
+/// Stops the runtime's threads (calls still running are dropped).
+fn stop_runtime() {
+    if let Some(runtime) = runtime_slot().take() {
+        runtime.shutdown_timeout(Duration::from_secs(2));
+    }
+}
+
+/// At exit, a grid still connected is finalized: the library's threads end before the
+/// process does (a program that only ever calls `Ninf_call` never calls `grpc_finalize`).
+extern "C" fn finalize_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let _ = finalize();
+        stop_runtime();
+    });
+}
 
 fn grid_slot() -> MutexGuard<'static, Option<Arc<Grid>>> {
     GRID.lock().unwrap_or_else(|e| e.into_inner())
@@ -58,6 +114,11 @@ pub fn initialize(path: Option<&Path>) -> Result<(), Failure> {
     let token = file.token().map_err(config_error)?;
     let tls = file.tls().map_err(config_error)?;
     let proxy = runtime()?.block_on(file.connect())?;
+    static AT_EXIT: Once = Once::new();
+    // SAFETY: registers a plain function; atexit has no other requirement.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(finalize_at_exit);
+    });
     *slot = Some(Arc::new(Grid {
         proxy,
         token,
@@ -67,14 +128,16 @@ pub fn initialize(path: Option<&Path>) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Forgets the grid (calls still running keep their own reference until they end).
+/// Forgets the grid and stops the library's threads: calls still running are cancelled.
 pub fn finalize() -> Result<(), Failure> {
-    grid_slot().take().map(drop).ok_or_else(|| {
-        Failure::new(
-            GRPC_NOT_INITIALIZED,
-            "grpc_finalize without grpc_initialize",
-        )
-    })
+    let grid = grid_slot().take().ok_or_else(|| {
+        Failure::new(GRPC_NOT_INITIALIZED, "grpc_finalize without grpc_initialize")
+    })?;
+    drop(grid);
+    crate::sessions::forget_all();
+    crate::ninf_api::forget_handles();
+    stop_runtime();
+    Ok(())
 }
 
 impl Grid {

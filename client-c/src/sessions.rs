@@ -1,5 +1,5 @@
 //! Sessions: asynchronous calls by id, as GridRPC has them. A session runs as a task on the
-//! client library's runtime; its state changes under one lock with one condition variable,
+//! library's runtime; its state changes under one lock with one condition variable,
 //! so every wait (one id, all of a set, any of a set, all, any) is a loop over the table.
 //! A session is forgotten when it is waited for (its id is then invalid, but
 //! `grpc_get_error` still answers for it); a cancelled one writes nothing.
@@ -129,6 +129,12 @@ pub fn cancel(id: i32) -> Result<(), Failure> {
         CHANGED.notify_all();
     }
     Ok(())
+}
+
+/// Cancels every session and forgets them all (`grpc_finalize`).
+pub fn forget_all() {
+    cancel_all();
+    *lock().0 = None;
 }
 
 /// `grpc_cancel_all`.

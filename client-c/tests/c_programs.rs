@@ -144,4 +144,65 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     let text = show(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("all passed"), "{text}");
+
+    the_example_installs_builds_and_runs_clean(dir.path(), &grid_file);
+}
+
+/// `scripts/install-c` then the README's command: `examples/c/solve.c` compiled with
+/// `pkg-config --cflags --libs ninf`, run, run under valgrind with no error and no leak,
+/// and linked statically against `libninf.a` too.
+fn the_example_installs_builds_and_runs_clean(dir: &Path, grid_file: &Path) {
+    let prefix = dir.join("prefix");
+    let repository = crate_dir().parent().unwrap().to_path_buf();
+    let installed = Command::new(repository.join("scripts/install-c"))
+        .arg(&prefix)
+        .env("NINF_LIB_DIR", target_dir())
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{}", show(&installed));
+    let pkg_config_path = prefix.join("lib/pkgconfig");
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "ninf"])
+        .env("PKG_CONFIG_PATH", &pkg_config_path)
+        .output()
+        .unwrap();
+    assert!(flags.status.success(), "{}", show(&flags));
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    assert!(flags.contains("-lninf"), "{flags}");
+    let source = repository.join("examples/c/solve.c");
+    let solve = dir.join("solve");
+    let built = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&solve)
+        .arg(&source)
+        .args(flags.split_whitespace())
+        .arg("-lm")
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", show(&built));
+    let run = |command: &mut Command| {
+        let output = command.env("NINF_GRID", grid_file).output().unwrap();
+        let text = show(&output);
+        assert!(output.status.success(), "{text}");
+        assert!(text.contains("largest relative error of x"), "{text}");
+    };
+    run(Command::new(&solve).arg("200"));
+    run(Command::new("valgrind")
+        .args(["--error-exitcode=1", "--leak-check=full", "--quiet"])
+        .arg(&solve)
+        .arg("40"));
+
+    let static_solve = dir.join("solve-static");
+    let built = Command::new("cc")
+        .args(["-std=c11", "-o"])
+        .arg(&static_solve)
+        .arg(&source)
+        .arg("-I")
+        .arg(prefix.join("include"))
+        .arg(prefix.join("lib/libninf.a"))
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", show(&built));
+    run(Command::new(&static_solve).arg("100"));
 }
