@@ -5,9 +5,9 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
+use crate::library::runtime;
 use ninf_client::ForeignCall;
 use ninf_client::grid::ForeignTransaction;
-use crate::library::runtime;
 
 use crate::argstack::ArgStack;
 use crate::codes::{

@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ninf_client::NinfClient;
 use crate::library::runtime;
+use ninf_client::NinfClient;
 use ninf_idl::{ElementType, FunctionInterface, Mode, Parameter};
 
 use crate::codes::{Failure, GRPC_FUNCTION_NOT_FOUND, GRPC_INVALID_FUNCTION_HANDLE};

@@ -131,7 +131,10 @@ pub fn initialize(path: Option<&Path>) -> Result<(), Failure> {
 /// Forgets the grid and stops the library's threads: calls still running are cancelled.
 pub fn finalize() -> Result<(), Failure> {
     let grid = grid_slot().take().ok_or_else(|| {
-        Failure::new(GRPC_NOT_INITIALIZED, "grpc_finalize without grpc_initialize")
+        Failure::new(
+            GRPC_NOT_INITIALIZED,
+            "grpc_finalize without grpc_initialize",
+        )
     })?;
     drop(grid);
     crate::sessions::forget_all();

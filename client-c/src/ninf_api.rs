@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
 use std::sync::{Mutex, MutexGuard};
 
-use ninf_client::grid::ForeignTransaction;
 use crate::library::runtime;
+use ninf_client::grid::ForeignTransaction;
 
 use crate::codes::{self, Failure, GRPC_NO_ERROR, GRPC_OTHER_ERROR_CODE, GrpcError};
 use crate::grpc_api::{c_text, guard, ninf_call_values};

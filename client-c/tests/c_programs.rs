@@ -206,3 +206,157 @@ fn the_example_installs_builds_and_runs_clean(dir: &Path, grid_file: &Path) {
     assert!(built.status.success(), "{}", show(&built));
     run(Command::new(&static_solve).arg("100"));
 }
+
+/// A child process, killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
+}
+
+/// Starts `binary --config CONFIG` and waits for its "listening on" line.
+fn start(binary: &str, config: &Path) -> Process {
+    let mut child = Command::new(target_dir().join(binary))
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert!(first.starts_with("listening on"), "{binary}: {first}");
+    Process(child)
+}
+
+/// The parent of the `selftest` executable sleeping in a call (`slow_echo`), if any.
+fn sleeping_executables_parent() -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let path = entry.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim() != "ninf-exec-selft" {
+            continue;
+        }
+        let syscall = std::fs::read_to_string(path.join("syscall")).unwrap_or_default();
+        // nanosleep and clock_nanosleep on x86_64.
+        if !matches!(syscall.split_whitespace().next(), Some("35" | "230")) {
+            continue;
+        }
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        let parent = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|p| p.trim().parse().ok());
+        if parent.is_some() {
+            return parent;
+        }
+    }
+    None
+}
+
+#[test]
+fn a_server_killed_under_a_call_fails_a_named_call_and_retries_a_placed_one() {
+    build();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (metaserver, proxy) = (free_address(), free_address());
+    let write = |name: &str, text: String| {
+        let path = d.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let config = write(
+        "metaserver.toml",
+        format!(
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\nheartbeat_seconds = 0.25\nheartbeat_timeout_seconds = 1.5\n",
+            d.join("metaserver").display()
+        ),
+    );
+    let _metaserver = start("ninf-metaserver", &config);
+    let idl = crate_dir().join("../routines/idl/selftest.idl");
+    let executable = target_dir().join("ninf-exec-selftest");
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        let address = free_address();
+        let config = write(
+            &format!("server-{i}.toml"),
+            format!(
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\n\n[[modules]]\nexecutable = \"{}\"\nidl = \"{}\"\n",
+                executable.display(),
+                idl.display()
+            ),
+        );
+        servers.push((address, Some(start("ninf-server", &config))));
+    }
+    let config = write(
+        "proxy.toml",
+        format!(
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nretry_backoff_seconds = 0.2\ntask_retries = 6\n"
+        ),
+    );
+    let _proxy = start("ninf-proxy", &config);
+    let grid_file = write("grid.toml", format!("proxy = \"{proxy}\"\n"));
+
+    let program = compile("server_killed", d);
+    let mut child = Command::new(&program)
+        .arg(&grid_file)
+        .arg(&servers[0].0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut answer = child.stdin.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        let victim = match line.as_str() {
+            "started named" => 0,
+            "started placed" => {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    let parent = sleeping_executables_parent();
+                    let found = servers
+                        .iter()
+                        .position(|(_, p)| p.as_ref().is_some_and(|p| Some(p.0.id()) == parent));
+                    if let Some(found) = found {
+                        break found;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "the placed call never started: {seen:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            _ => continue,
+        };
+        if line == "started named" {
+            // The named call must be running before its server dies.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while sleeping_executables_parent() != servers[0].1.as_ref().map(|p| p.0.id()) {
+                assert!(Instant::now() < deadline, "the named call never started");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        drop(servers[victim].1.take());
+        std::io::Write::write_all(&mut answer, b"killed\n").unwrap();
+    }
+    let status = child.wait().unwrap();
+    let text = seen.join("\n");
+    assert!(status.success(), "{text}");
+    assert!(text.contains("all passed"), "{text}");
+}
