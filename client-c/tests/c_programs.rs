@@ -99,6 +99,28 @@ fn compile(name: &str, out_dir: &Path) -> PathBuf {
     program
 }
 
+/// A copy of the grid file naming a token file (mode 0600, as the grid requires) that holds
+/// a token the grid does not accept.
+fn grid_file_with_a_wrong_token(grid_file: &Path, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let token = dir.join("wrong-token");
+    std::fs::write(&token, "not-the-grid-token-at-all").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text: String = std::fs::read_to_string(grid_file)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.starts_with("token_file"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let path = dir.join("wrong-token.toml");
+    std::fs::write(
+        &path,
+        format!("token_file = \"{}\"\n{text}", token.display()),
+    )
+    .unwrap();
+    path
+}
+
 fn show(output: &Output) -> String {
     format!(
         "status {}\nstdout:\n{}\nstderr:\n{}",
@@ -119,6 +141,7 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     let malformed = dir.path().join("malformed.toml");
     std::fs::write(&malformed, "proxy = [not a grid file\n").unwrap();
     let missing = dir.path().join("missing.toml");
+    let wrong_token = grid_file_with_a_wrong_token(&grid_file, dir.path());
 
     let program = compile("grpc_api", dir.path());
     let output = Command::new(&program)
@@ -126,6 +149,7 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
         .arg(&missing)
         .arg(&malformed)
         .arg(&server)
+        .arg(&wrong_token)
         .env("NINF_GRID", &grid_file)
         .output()
         .unwrap();

@@ -1,11 +1,14 @@
 /* The GridRPC API against a running grid, one check per line of output; exits 1 at the
- * first failed check. Arguments: GRID_FILE MISSING_FILE MALFORMED_FILE SERVER_ADDRESS. */
+ * first failed check. Arguments: GRID_FILE MISSING_FILE MALFORMED_FILE SERVER_ADDRESS
+ * WRONG_TOKEN_GRID_FILE (the same grid, with a token it does not accept). */
+#define _POSIX_C_SOURCE 200809L
 #include <grpc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int checks = 0;
 
@@ -190,6 +193,16 @@ static void sessions(void) {
     EXPECT(grpc_wait(pair[0]), GRPC_NO_ERROR);
     printf("ok grpc_wait_or returns the session that ended first\n");
 
+    EXPECT(grpc_call_async(&sleep_ms, &pair[0], 1000), GRPC_NO_ERROR);
+    EXPECT(grpc_call_async(&sleep_ms, &pair[1], 1), GRPC_NO_ERROR);
+    while (grpc_probe(pair[1]) == GRPC_NOT_COMPLETED) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    EXPECT(grpc_probe_or(pair, 2, &id), GRPC_NO_ERROR);
+    ASSERT(id == pair[1]);
+    EXPECT(grpc_cancel_all(), GRPC_NO_ERROR);
+    EXPECT(grpc_wait(pair[0]), GRPC_SESSION_FAILED);
+    EXPECT(grpc_wait(pair[1]), GRPC_NO_ERROR);
+    printf("ok grpc_probe_or names the completed session; grpc_cancel_all cancels the running one\n");
+
     EXPECT(grpc_function_handle_destruct(&sleep_ms), GRPC_NO_ERROR);
     EXPECT(grpc_function_handle_destruct(&fail), GRPC_NO_ERROR);
     EXPECT(grpc_function_handle_destruct(&echo), GRPC_NO_ERROR);
@@ -279,8 +292,8 @@ static void threads(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s GRID_FILE MISSING MALFORMED SERVER\n", argv[0]);
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s GRID_FILE MISSING MALFORMED SERVER WRONG_TOKEN\n", argv[0]);
         return 2;
     }
     not_initialized();
@@ -303,6 +316,12 @@ int main(int argc, char **argv) {
     EXPECT(grpc_initialize(NULL), GRPC_NO_ERROR);
     EXPECT(grpc_finalize(), GRPC_NO_ERROR);
     printf("ok grpc_finalize, and grpc_initialize(NULL) reads the default grid file\n");
+    grpc_function_handle_t refused;
+    EXPECT(grpc_initialize(argv[5]), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_default(&refused, "mmul"), GRPC_RPC_REFUSED);
+    ASSERT(strstr(ninf_error_message(), "token") != NULL);
+    EXPECT(grpc_finalize(), GRPC_NO_ERROR);
+    printf("ok a grid file with the wrong token: GRPC_RPC_REFUSED (%s)\n", ninf_error_message());
     printf("all %d checks passed\n", checks);
     return 0;
 }
