@@ -95,16 +95,15 @@ impl ServerState {
             for (executable, name, text) in ServerConfig::standard_modules() {
                 sources.push((executable, SourceFile::new(name, text)));
             }
-        } else {
-            for module in &config.modules {
-                let text = std::fs::read_to_string(&module.idl).map_err(|e| {
-                    StartError::Idl(format!("cannot read {}: {e}", module.idl.display()))
-                })?;
-                sources.push((
-                    module.executable.clone(),
-                    SourceFile::new(module.idl.display().to_string(), text),
-                ));
-            }
+        }
+        for module in config.modules.iter().chain(&config.extra_modules) {
+            let text = std::fs::read_to_string(&module.idl).map_err(|e| {
+                StartError::Idl(format!("cannot read {}: {e}", module.idl.display()))
+            })?;
+            sources.push((
+                module.executable.clone(),
+                SourceFile::new(module.idl.display().to_string(), text),
+            ));
         }
         let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())?;
         let tls = GridTls::load_configured(config.tls.as_ref())?;

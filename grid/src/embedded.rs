@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ninf_client_proxy::{Proxy, ProxyConfig};
-use ninf_compute_server::config::ModuleConfig;
+pub use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::net::tls::{GridTls, TlsFiles};
@@ -26,6 +26,8 @@ pub struct GridOptions {
     pub data_dir: PathBuf,
     /// Modules every server serves; empty: the standard modules next to this program.
     pub modules: Vec<ModuleConfig>,
+    /// Modules every server serves beside those (`ninf up --module`).
+    pub extra_modules: Vec<ModuleConfig>,
     /// MFLOPS per processor every server reports; `None` runs the start-up benchmark once.
     pub mflops: Option<f64>,
     pub heartbeat_seconds: f64,
@@ -52,6 +54,7 @@ impl GridOptions {
             predictor: "latest".into(),
             data_dir: data_dir.to_path_buf(),
             modules: Vec::new(),
+            extra_modules: Vec::new(),
             mflops: None,
             heartbeat_seconds: 0.5,
             heartbeat_timeout_seconds: 2.0,
@@ -395,6 +398,7 @@ async fn start_server(
         load_interval_seconds: 1.0,
         processors: Some(processors.max(1) as usize),
         modules: options.modules.clone(),
+        extra_modules: options.extra_modules.clone(),
         storage: ninf_compute_server::config::StorageConfig {
             spill_dir: Some(options.data_dir.join(format!("spill-{index}"))),
             ..Default::default()

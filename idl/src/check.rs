@@ -306,22 +306,43 @@ fn check_calls(
         Some(Language::C)
     } else if calls.language.value.eq_ignore_ascii_case("Rust") {
         Some(Language::Rust)
+    } else if calls.language.value.eq_ignore_ascii_case("Fortran") {
+        Some(Language::Fortran)
     } else {
         errors.push(Diagnostic::new(
             calls.language.span,
             format!(
-                "unknown language \"{}\" in `Calls` (supported: \"C\", \"Rust\")",
+                "unknown language \"{}\" in `Calls` (supported: \"C\", \"Fortran\", \"Rust\")",
                 calls.language.value
             ),
         ));
         None
     };
-    if language == Some(Language::C) && calls.path.len() > 1 {
+    if matches!(language, Some(Language::C | Language::Fortran)) && calls.path.len() > 1 {
         let span = calls.path[0].span.to(calls.path[calls.path.len() - 1].span);
         errors.push(Diagnostic::new(
             span,
-            "a C routine is named by one identifier, not a `::` path",
+            format!(
+                "a {} routine is named by one identifier, not a `::` path",
+                calls.language.value
+            ),
         ));
+    }
+    if language == Some(Language::Fortran) {
+        for arg in &calls.args {
+            if let Some(p) = by_name.get(arg.name.as_str())
+                && matches!(p.element_type, ElementType::String | ElementType::Filename)
+            {
+                errors.push(Diagnostic::new(
+                    arg.span,
+                    format!(
+                        "`{}` is a {}: strings cannot be passed to a Fortran routine",
+                        arg.name,
+                        p.element_type.keyword()
+                    ),
+                ));
+            }
+        }
     }
     let mut used: HashMap<&str, Span> = HashMap::new();
     let mut unknown = false;

@@ -110,6 +110,8 @@ impl Parameter {
 pub enum Language {
     C,
     Rust,
+    /// Every argument by reference; the symbol as gfortran names it.
+    Fortran,
 }
 
 impl Language {
@@ -117,6 +119,7 @@ impl Language {
         match self {
             Language::C => "C",
             Language::Rust => "Rust",
+            Language::Fortran => "Fortran",
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod diagnostic;
 pub mod eval;
 pub mod interface;
 pub mod lexer;
+pub mod native_build;
 pub mod parser;
 
 use std::path::{Path, PathBuf};

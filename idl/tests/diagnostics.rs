@@ -224,9 +224,23 @@ fn calls_argument_passed_twice() {
 #[test]
 fn unknown_language() {
     single(
-        r#"Define f(IN int n) Calls "Fortran" f(n);"#,
+        r#"Define f(IN int n) Calls "Cobol" f(n);"#,
         26,
-        "unknown language \"Fortran\" in `Calls` (supported: \"C\", \"Rust\")",
+        "unknown language \"Cobol\" in `Calls` (supported: \"C\", \"Fortran\", \"Rust\")",
+    );
+}
+
+#[test]
+fn fortran_takes_no_strings_and_no_paths() {
+    single(
+        r#"Define f(IN int n, IN string s) Calls "Fortran" f(n, s);"#,
+        54,
+        "`s` is a string: strings cannot be passed to a Fortran routine",
+    );
+    single(
+        r#"Define f(IN int n) Calls "Fortran" a::f(n);"#,
+        36,
+        "a Fortran routine is named by one identifier, not a `::` path",
     );
 }
 

@@ -92,6 +92,7 @@ impl From<&FunctionInterface> for v1::FunctionInterface {
                 language: match f.callee.language {
                     Language::C => v1::Language::C,
                     Language::Rust => v1::Language::Rust,
+                    Language::Fortran => v1::Language::Fortran,
                 }
                 .into(),
                 path: f.callee.path.clone(),
@@ -207,6 +208,7 @@ impl TryFrom<&v1::FunctionInterface> for FunctionInterface {
         let language = match v1::Language::try_from(callee.language) {
             Ok(v1::Language::C) => "C",
             Ok(v1::Language::Rust) => "Rust",
+            Ok(v1::Language::Fortran) => "Fortran",
             _ => return Err(fail("callee has no valid language".to_string())),
         };
         let path = callee

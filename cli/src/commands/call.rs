@@ -167,10 +167,47 @@ pub struct CallArgs {
     pub values: Vec<String>,
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Wait up to this many seconds for the grid to be up and serve the routine (a grid
+    /// `ninf up` is still starting), instead of failing at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    pub wait: f64,
+}
+
+/// Waits until the grid file in `data_dir` exists and its proxy knows `routine`, for up to
+/// `seconds`; the last failure if it never does.
+fn wait_for(data_dir: &std::path::Path, routine: &str, seconds: f64) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(seconds);
+    loop {
+        let attempt = (|| -> anyhow::Result<()> {
+            let endpoints = Endpoints::read(data_dir)?;
+            let mut grid =
+                GridClient::connect_with_tls(&endpoints.proxy, endpoints.tls()?.as_ref())?;
+            if let Some(token) = endpoints.token()? {
+                grid = grid.with_token(&token);
+            }
+            grid.describe(routine)?;
+            Ok(())
+        })();
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(e.context(format!(
+                    "the grid did not serve `{routine}` within {seconds} s"
+                )));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    }
 }
 
 pub fn run(args: CallArgs) -> anyhow::Result<()> {
+    if !(args.wait >= 0.0 && args.wait.is_finite()) {
+        bail!("--wait must be a number of seconds, got {}", args.wait);
+    }
     let data_dir = args.data_dir.unwrap_or_else(ninf_grid::default_data_dir);
+    if args.wait > 0.0 {
+        wait_for(&data_dir, &args.routine, args.wait)?;
+    }
     let endpoints = Endpoints::read(&data_dir)?;
     let token = endpoints.token()?;
     let tls = endpoints.tls()?;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
+use ninf_grid::embedded::{EmbeddedGrid, GridOptions, ModuleConfig};
 
 #[derive(Args)]
 pub struct UpArgs {
@@ -27,6 +27,10 @@ pub struct UpArgs {
     /// benchmarking the grid.
     #[arg(long)]
     pub selftest: bool,
+    /// Every server serves this module too (repeatable): IDL=EXECUTABLE, as `ninf-gen
+    /// build` writes it (docs/authors.md).
+    #[arg(long = "module", value_name = "IDL=EXECUTABLE")]
+    pub modules: Vec<String>,
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -38,7 +42,13 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         data_dir,
         tls,
         selftest,
+        modules,
     } = args;
+    let extra_modules = modules
+        .iter()
+        .map(|flag| ModuleConfig::from_flag(flag))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)?;
     let data_dir = data_dir.unwrap_or_else(ninf_grid::default_data_dir);
     let mut processors = speeds;
     if processors.is_empty() {
@@ -59,6 +69,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         if selftest {
             options.modules = ninf_grid::embedded::modules_with_selftest(&data_dir)?;
         }
+        options.extra_modules = extra_modules;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::{ServerConfig, benchmark};
 use ninf_proto::v1;
 
@@ -32,6 +33,10 @@ struct Cli {
     /// Skip the start-up benchmark (report 0 MFLOPS); for tests.
     #[arg(long)]
     no_benchmark: bool,
+    /// Serve this module too, beside the configured ones (repeatable): IDL=EXECUTABLE, as
+    /// `ninf-gen build` writes it (docs/authors.md).
+    #[arg(long = "module", value_name = "IDL=EXECUTABLE")]
+    modules: Vec<String>,
     /// Export this process's spans to an OpenTelemetry collector (OTLP over gRPC), e.g.
     /// http://127.0.0.1:4317; off by default (docs/observability.md).
     #[arg(long, value_name = "URL")]
@@ -76,6 +81,11 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(slowdown) = cli.cpu_slowdown {
         config.cpu_slowdown = slowdown;
+    }
+    for flag in &cli.modules {
+        config
+            .extra_modules
+            .push(ModuleConfig::from_flag(flag).map_err(anyhow::Error::msg)?);
     }
     config.check().map_err(anyhow::Error::msg)?;
     let info = if cli.no_benchmark {

@@ -29,6 +29,17 @@ enum Command {
         /// Values of the IN integer scalars, as `name=value`.
         values: Vec<String>,
     },
+    /// Build the executable of a module of C and Fortran routines (`ninf-exec-<module>`)
+    /// with the system's compilers: no Cargo project needed (docs/authors.md).
+    Build {
+        file: PathBuf,
+        /// Folder to write `ninf-exec-<module>` into (default: the IDL's folder).
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+        /// The executable runtime `libninf_exec.a` (default: beside ninf-gen, or ../lib).
+        #[arg(long)]
+        runtime: Option<PathBuf>,
+    },
     /// Generate Rust client stubs and the server-side executable for a module.
     Rust {
         file: PathBuf,
@@ -43,8 +54,20 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            match error.downcast_ref::<CompileError>() {
-                Some(CompileError::Invalid(diagnostics)) => eprintln!("{diagnostics}"),
+            match (
+                error.downcast_ref::<CompileError>(),
+                error.downcast_ref::<ninf_idl::native_build::BuildError>(),
+            ) {
+                (Some(CompileError::Invalid(diagnostics)), _)
+                | (
+                    _,
+                    Some(ninf_idl::native_build::BuildError::Idl(CompileError::Invalid(
+                        diagnostics,
+                    ))),
+                ) => {
+                    eprintln!("{diagnostics}")
+                }
+                (_, Some(build)) => eprintln!("ninf-gen: {build}"),
                 _ => eprintln!("ninf-gen: error: {error:#}"),
             }
             ExitCode::FAILURE
@@ -90,6 +113,14 @@ fn run(command: Command) -> anyhow::Result<()> {
                 .cost(&bindings)
                 .with_context(|| format!("cannot compute the cost of `{function}`"))?;
             println!("{}", serde_json::to_string(&cost)?);
+        }
+        Command::Build { file, out, runtime } => {
+            let mut options = ninf_idl::native_build::BuildOptions::new(file);
+            options.out_dir = out;
+            options.runtime = runtime;
+            let built = ninf_idl::native_build::build(&options)?;
+            println!("{}", built.executable.display());
+            eprintln!("{}", ninf_idl::native_build::describe(&built));
         }
         Command::Rust { file, out } => {
             let module = load(&file)?;

@@ -1,3 +1,4 @@
 //! Code generators of `ninf-gen`.
 
+pub mod c;
 pub mod rust;

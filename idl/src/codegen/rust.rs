@@ -274,6 +274,7 @@ fn generate_call(out: &mut String, f: &FunctionInterface) {
             );
         }
         Language::C => generate_c_call(out, f),
+        Language::Fortran => generate_fortran_call(out, f),
     }
     for (index, p) in f.parameters.iter().enumerate() {
         if p.is_array() && p.mode.is_output() {
@@ -345,6 +346,47 @@ fn generate_c_call(out: &mut String, f: &FunctionInterface) {
     let _ = writeln!(
         out,
         "    // SAFETY: every array was allocated or size-checked against the IDL's dimensions\n    // before this call, so the routine sees buffers of the lengths the interface promises."
+    );
+    let _ = writeln!(out, "    unsafe {{ {symbol}({}) }};", passed.join(", "));
+    let _ = writeln!(
+        out,
+        "    let status: ::std::result::Result<i64, ::ninf_executable::RoutineError> = Ok(0);"
+    );
+}
+
+/// A Fortran routine: every argument by reference (scalars from mutable copies), named as
+/// gfortran names it. The checker refuses strings for Fortran.
+fn generate_fortran_call(out: &mut String, f: &FunctionInterface) {
+    let by_name = |arg: &str| f.parameter(arg).map(|(_, p)| p);
+    let symbol = super::c::symbol(f);
+    let mut declared = Vec::new();
+    let mut passed = Vec::new();
+    for p in f.callee.arguments.iter().filter_map(|a| by_name(a)) {
+        let name = local(&p.name);
+        let scalar = c_parameter_type(&Parameter {
+            dimensions: Vec::new(),
+            ..p.clone()
+        });
+        let element = scalar.trim_start_matches("*const ").to_string();
+        declared.push(format!("{}: *mut {element}", rust_ident(&p.name)));
+        if p.is_array() {
+            passed.push(format!("{name}.as_mut_ptr().cast()"));
+        } else {
+            let copy = if p.element_type.is_integer() {
+                format!("{name} as {element}")
+            } else {
+                name.clone()
+            };
+            let _ = writeln!(out, "    let mut {name}_f = {copy};");
+            passed.push(format!("&mut {name}_f"));
+        }
+    }
+    let _ = writeln!(out, "    unsafe extern \"C\" {{");
+    let _ = writeln!(out, "        fn {symbol}({});", declared.join(", "));
+    let _ = writeln!(out, "    }}");
+    let _ = writeln!(
+        out,
+        "    // SAFETY: every array was allocated or size-checked against the IDL's dimensions\n    // before this call; scalars are copies the routine may not keep."
     );
     let _ = writeln!(out, "    unsafe {{ {symbol}({}) }};", passed.join(", "));
     let _ = writeln!(
