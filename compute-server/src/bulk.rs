@@ -250,7 +250,12 @@ async fn call(
     writer: &mut (impl AsyncWriteExt + Unpin),
 ) -> Result<u64, Failure> {
     let bulk_bytes = bulk_bytes(&request);
-    let prepared = match invoke::prepare(state, &request) {
+    let routine = invoke::find(state, &request.function);
+    let checked = match &routine {
+        Ok(routine) => invoke::prepare(state, routine, &request),
+        Err(status) => Err(status.clone()),
+    };
+    let prepared = match checked {
         Ok(p) => p,
         Err(status) if bulk_bytes <= state.max_request_bytes => {
             return refuse(reader, bulk_bytes, status).await;

@@ -16,7 +16,7 @@ use tonic::{Code, Status};
 
 use crate::gang::{GangError, JobTicket};
 use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
-use crate::state::ServerState;
+use crate::state::{Routine, ServerState};
 
 fn bad(message: String) -> Status {
     Status::invalid_argument(message)
@@ -33,15 +33,21 @@ pub struct Prepared<'a> {
     pub processors: u32,
 }
 
-/// Finds the routine and checks the request against its interface and this server's
-/// limits: argument count, IN scalars, sizes, kept outputs and the sizes of bulk arrays.
+/// The routine `name` as this server serves it now, or NOT_FOUND.
+pub fn find(state: &ServerState, name: &str) -> Result<Routine, Status> {
+    state
+        .function(name)
+        .ok_or_else(|| Status::not_found(format!("no routine `{name}` on this server")))
+}
+
+/// Checks the request against the routine's interface and this server's limits: argument
+/// count, IN scalars, sizes, kept outputs and the sizes of bulk arrays.
 pub fn prepare<'a>(
-    state: &'a ServerState,
+    state: &ServerState,
+    routine: &'a Routine,
     request: &v1::CallRequest,
 ) -> Result<Prepared<'a>, Status> {
-    let (function, module) = state.function(&request.function).ok_or_else(|| {
-        Status::not_found(format!("no routine `{}` on this server", request.function))
-    })?;
+    let function = routine.interface();
     let name = &function.name;
     if request.arguments.len() != function.parameters.len() {
         return Err(bad(format!(
@@ -103,7 +109,7 @@ pub fn prepare<'a>(
     };
     Ok(Prepared {
         function,
-        pool: &module.pool,
+        pool: routine.pool(),
         keep,
         timeout,
         processors: processors as u32,
@@ -177,7 +183,8 @@ pub fn keep_output(
 
 /// Runs a call request from the gRPC service to completion.
 pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::CallReply, Status> {
-    let prepared = prepare(state, &request)?;
+    let routine = find(state, &request.function)?;
+    let prepared = prepare(state, &routine, &request)?;
     let function = prepared.function;
     let name = &function.name;
 

@@ -292,6 +292,22 @@ impl ExecutablePool {
     }
 
     /// Kills every idle process (on shutdown).
+    /// Whether the warm executables are still running: one that crashed or exited at
+    /// start-up says why (its exit status).
+    pub fn check_started(&self) -> Result<(), PoolError> {
+        let mut idle = ninf_proto::sync::lock(&self.idle);
+        for process in idle.iter_mut() {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                return Err(PoolError::Spawn {
+                    module: self.module.clone(),
+                    path: self.path.clone(),
+                    reason: format!("it exited at start-up ({status})"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub async fn shutdown(&self) {
         let idle: Vec<Process> = ninf_proto::sync::lock(&self.idle).drain(..).collect();
         for mut p in idle {

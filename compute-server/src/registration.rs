@@ -34,6 +34,7 @@ fn registration(state: &ServerState) -> v1::RegisterRequest {
         address: state.advertise.clone(),
         info: Some(state.info.clone()),
         modules: state
+            .catalog()
             .modules
             .iter()
             .map(|m| (&m.interface).into())
@@ -146,7 +147,13 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                             tracing::warn!(error = %status.message(), "network report refused");
                         }
                     }
-                    tokio::time::sleep(heartbeat).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(heartbeat) => {}
+                        () = state.reregister.notified() => {
+                            tracing::info!("modules reloaded; registering them");
+                            reply = register(&mut client, &state).await;
+                        }
+                    }
                 }
                 Err(status) => {
                     tracing::warn!(error = %status.message(), retry_in = ?backoff, "heartbeat failed");

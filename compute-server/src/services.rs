@@ -26,11 +26,8 @@ impl v1::interface_server::Interface for InterfaceService {
         request: Request<v1::DescribeRequest>,
     ) -> Result<Response<v1::FunctionInterface>, Status> {
         let name = request.into_inner().function;
-        let (function, _) = self
-            .0
-            .function(&name)
-            .ok_or_else(|| Status::not_found(format!("no routine `{name}` on this server")))?;
-        Ok(Response::new(function.into()))
+        let routine = crate::invoke::find(&self.0, &name)?;
+        Ok(Response::new(routine.interface().into()))
     }
 
     async fn list(
@@ -40,6 +37,7 @@ impl v1::interface_server::Interface for InterfaceService {
         Ok(Response::new(v1::ListResponse {
             modules: self
                 .0
+                .catalog()
                 .modules
                 .iter()
                 .map(|m| (&m.interface).into())

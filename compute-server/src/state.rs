@@ -1,11 +1,13 @@
 //! Everything a running server shares between its services: the modules it serves (their
-//! interfaces and executable pools), the storage role, its benchmark figures and limits.
+//! interfaces and executable pools, as a [`Catalog`] a reload swaps whole), the storage
+//! role, its benchmark figures and limits.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use ninf_executable::rlimits::ProcessLimits;
 use ninf_idl::{FunctionInterface, ModuleInterface, SourceFile};
 use ninf_proto::net::auth::{AttachToken, CheckToken};
 use ninf_proto::net::tls::{GridTls, TlsFiles};
@@ -22,6 +24,64 @@ use crate::storage::ObjectStore;
 pub struct ServedModule {
     pub interface: ModuleInterface,
     pub pool: Arc<ExecutablePool>,
+    /// What it was started from: a reload keeps the module (and its warm pool) when this
+    /// is unchanged.
+    pub source: ModuleSource,
+}
+
+/// A module's executable and IDL, as a configuration names them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleSource {
+    pub executable: PathBuf,
+    pub idl_name: String,
+    pub idl_text: String,
+    /// The executable's modification time: a rebuilt executable is a changed module.
+    pub modified: Option<std::time::SystemTime>,
+}
+
+/// A module that could not be started, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedModule {
+    pub executable: PathBuf,
+    pub reason: String,
+}
+
+/// What the server serves at one moment. A reload builds a new catalog and swaps it in; a
+/// call keeps the [`Routine`] it started with, so calls in flight finish on the old one.
+#[derive(Default)]
+pub struct Catalog {
+    pub modules: Vec<Arc<ServedModule>>,
+    /// Function name to (module, function) indices.
+    functions: HashMap<String, (usize, usize)>,
+    /// Modules named by the configuration that could not be started.
+    pub failed: Vec<FailedModule>,
+}
+
+impl Catalog {
+    pub fn function(&self, name: &str) -> Option<Routine> {
+        let &(module, index) = self.functions.get(name)?;
+        Some(Routine {
+            module: self.modules.get(module)?.clone(),
+            index,
+        })
+    }
+}
+
+/// A routine found in a catalog; it keeps its module (and warm pool) alive.
+#[derive(Clone)]
+pub struct Routine {
+    module: Arc<ServedModule>,
+    index: usize,
+}
+
+impl Routine {
+    pub fn interface(&self) -> &FunctionInterface {
+        &self.module.interface.functions[self.index]
+    }
+
+    pub fn pool(&self) -> &Arc<ExecutablePool> {
+        &self.module.pool
+    }
 }
 
 pub struct ServerState {
@@ -30,9 +90,12 @@ pub struct ServerState {
     /// What the server counts for Prometheus, and the registry it is served from.
     pub metrics: crate::metrics::ServerMetrics,
     pub metrics_registry: Arc<ninf_telemetry::Registry>,
-    pub modules: Vec<ServedModule>,
-    /// Function name to index in `modules`.
-    functions: HashMap<String, usize>,
+    /// The modules served now (swapped whole by [`ServerState::reload`]).
+    catalog: RwLock<Arc<Catalog>>,
+    /// What starts a module's pool: processors, pool sizes, slowdown, limits, broker.
+    pool_settings: PoolSettings,
+    /// Told after a reload, so that the registration task registers the new catalog.
+    pub reregister: tokio::sync::Notify,
     pub store: ObjectStore,
     pub info: v1::ServerInfo,
     pub max_request_bytes: u64,
@@ -90,21 +153,7 @@ impl ServerState {
         advertise: String,
         info: v1::ServerInfo,
     ) -> Result<Arc<ServerState>, StartError> {
-        let mut sources: Vec<(PathBuf, SourceFile)> = Vec::new();
-        if config.modules.is_empty() {
-            for (executable, name, text) in ServerConfig::standard_modules() {
-                sources.push((executable, SourceFile::new(name, text)));
-            }
-        }
-        for module in config.modules.iter().chain(&config.extra_modules) {
-            let text = std::fs::read_to_string(&module.idl).map_err(|e| {
-                StartError::Idl(format!("cannot read {}: {e}", module.idl.display()))
-            })?;
-            sources.push((
-                module.executable.clone(),
-                SourceFile::new(module.idl.display().to_string(), text),
-            ));
-        }
+        let sources = module_sources(config)?;
         let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())?;
         let tls = GridTls::load_configured(config.tls.as_ref())?;
         // The bulk-data port is plain TCP: a TLS server advertises none (`run` closes it).
@@ -119,35 +168,14 @@ impl ServerState {
         let processors = config.processors();
         let gang = GangMaster::new(config.gang.clone(), processors as u32);
         let broker = SpmdBroker::start(gang.clone()).map_err(StartError::Broker)?;
-        let keep = processors * config.gang.max_rows.max(1);
-        let mut modules = Vec::new();
-        let mut functions = HashMap::new();
-        for (executable, source) in sources {
-            let interface =
-                ninf_idl::compile(&source).map_err(|d| StartError::Idl(d.to_string()))?;
-            for f in &interface.functions {
-                if let Some(&other) = functions.get(&f.name) {
-                    let first: &ServedModule = &modules[other];
-                    return Err(StartError::DuplicateFunction {
-                        function: f.name.clone(),
-                        first: first.interface.module.clone(),
-                        second: interface.module.clone(),
-                    });
-                }
-                functions.insert(f.name.clone(), modules.len());
-            }
-            let pool = ExecutablePool::start(
-                &interface.module,
-                Path::new(&executable),
-                processors,
-                keep,
-                Some(broker.path()),
-                config.cpu_slowdown,
-                config.executable_limits.process_limits(),
-            )
-            .await?;
-            modules.push(ServedModule { interface, pool });
-        }
+        let pool_settings = PoolSettings {
+            processors,
+            keep: processors * config.gang.max_rows.max(1),
+            broker: broker.path().to_path_buf(),
+            cpu_slowdown: config.cpu_slowdown,
+            limits: config.executable_limits.process_limits(),
+        };
+        let catalog = Catalog::build(sources, &pool_settings, &Catalog::default()).await?;
         let spill_dir = config.storage.spill_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("ninf-spill-{}", std::process::id()))
         });
@@ -157,8 +185,9 @@ impl ServerState {
             metrics,
             metrics_registry: Arc::new(registry),
             advertise,
-            modules,
-            functions,
+            catalog: RwLock::new(Arc::new(catalog)),
+            pool_settings,
+            reregister: tokio::sync::Notify::new(),
             store,
             info,
             max_request_bytes: config.max_request_bytes,
@@ -207,9 +236,33 @@ impl ServerState {
         }
     }
 
-    pub fn function(&self, name: &str) -> Option<(&FunctionInterface, &ServedModule)> {
-        let module = &self.modules[*self.functions.get(name)?];
-        Some((module.interface.function(name)?, module))
+    /// The modules served now.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        ninf_proto::sync::read(&self.catalog).clone()
+    }
+
+    /// The routine `name`, as served now.
+    pub fn function(&self, name: &str) -> Option<Routine> {
+        self.catalog().function(name)
+    }
+
+    /// Serves the modules `config` names from now on: unchanged modules keep their warm
+    /// pools, new and changed ones start, removed ones stop once their calls in flight end.
+    /// A configuration that cannot be served (an IDL error, a routine in two modules) changes
+    /// nothing and is returned as the error.
+    pub async fn reload(&self, config: &ServerConfig) -> Result<Arc<Catalog>, StartError> {
+        let sources = module_sources(config)?;
+        let current = self.catalog();
+        let catalog = Arc::new(Catalog::build(sources, &self.pool_settings, &current).await?);
+        *ninf_proto::sync::write(&self.catalog) = catalog.clone();
+        self.reregister.notify_one();
+        for module in &current.modules {
+            if !catalog.modules.iter().any(|m| Arc::ptr_eq(m, module)) {
+                // Its idle executables stop now; checked-out ones when their calls end.
+                module.pool.shutdown().await;
+            }
+        }
+        Ok(catalog)
     }
 
     /// Takes a fresh load sample and remembers it.
@@ -246,8 +299,125 @@ impl ServerState {
     }
 
     pub async fn shutdown(&self) {
-        for module in &self.modules {
+        for module in &self.catalog().modules {
             module.pool.shutdown().await;
         }
+    }
+}
+
+/// What starting a module's warm pool takes.
+struct PoolSettings {
+    processors: usize,
+    keep: usize,
+    broker: PathBuf,
+    cpu_slowdown: f64,
+    limits: ProcessLimits,
+}
+
+/// The modules `config` names: the standard ones when it names none, then its own, then
+/// those added by flags.
+fn module_sources(config: &ServerConfig) -> Result<Vec<ModuleSource>, StartError> {
+    let mut sources = Vec::new();
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    if config.modules.is_empty() {
+        for (executable, name, text) in ServerConfig::standard_modules() {
+            sources.push(ModuleSource {
+                modified: modified(&executable),
+                executable,
+                idl_name: name.to_string(),
+                idl_text: text.to_string(),
+            });
+        }
+    }
+    for module in config.modules.iter().chain(&config.extra_modules) {
+        let text = std::fs::read_to_string(&module.idl)
+            .map_err(|e| StartError::Idl(format!("cannot read {}: {e}", module.idl.display())))?;
+        sources.push(ModuleSource {
+            modified: modified(&module.executable),
+            executable: module.executable.clone(),
+            idl_name: module.idl.display().to_string(),
+            idl_text: text,
+        });
+    }
+    Ok(sources)
+}
+
+/// How long a new module's executables must stay up to count as started.
+const START_CHECK: Duration = Duration::from_millis(150);
+
+impl Catalog {
+    /// A catalog of `sources`: modules unchanged from `previous` are kept as they are (their
+    /// pools warm), the others started. A module whose executable cannot be started or exits
+    /// at once is left out and listed as failed; the others are served.
+    async fn build(
+        sources: Vec<ModuleSource>,
+        settings: &PoolSettings,
+        previous: &Catalog,
+    ) -> Result<Catalog, StartError> {
+        let mut catalog = Catalog::default();
+        let mut started = Vec::new();
+        for source in sources {
+            let interface = ninf_idl::compile(&SourceFile::new(&source.idl_name, &source.idl_text))
+                .map_err(|d| StartError::Idl(d.to_string()))?;
+            if let Some(kept) = previous.modules.iter().find(|m| m.source == source) {
+                catalog.add(kept.clone())?;
+                continue;
+            }
+            let pool = ExecutablePool::start(
+                &interface.module,
+                &source.executable,
+                settings.processors,
+                settings.keep,
+                Some(&settings.broker),
+                settings.cpu_slowdown,
+                settings.limits,
+            )
+            .await;
+            match pool {
+                Ok(pool) => started.push(ServedModule {
+                    interface,
+                    pool,
+                    source,
+                }),
+                Err(e) => catalog.fail(&source, e.to_string()),
+            }
+        }
+        if !started.is_empty() {
+            tokio::time::sleep(START_CHECK).await;
+        }
+        for module in started {
+            match module.pool.check_started() {
+                Ok(()) => catalog.add(Arc::new(module))?,
+                Err(e) => {
+                    module.pool.shutdown().await;
+                    catalog.fail(&module.source, e.to_string());
+                }
+            }
+        }
+        Ok(catalog)
+    }
+
+    fn fail(&mut self, source: &ModuleSource, reason: String) {
+        tracing::error!(executable = %source.executable.display(), %reason, "module not served");
+        self.failed.push(FailedModule {
+            executable: source.executable.clone(),
+            reason,
+        });
+    }
+
+    fn add(&mut self, module: Arc<ServedModule>) -> Result<(), StartError> {
+        for (index, f) in module.interface.functions.iter().enumerate() {
+            if let Some(&(other, _)) = self.functions.get(&f.name) {
+                return Err(StartError::DuplicateFunction {
+                    function: f.name.clone(),
+                    first: self.modules[other].interface.module.clone(),
+                    second: module.interface.module.clone(),
+                });
+            }
+            self.functions
+                .insert(f.name.clone(), (self.modules.len(), index));
+        }
+        self.modules.push(module);
+        Ok(())
     }
 }

@@ -218,8 +218,12 @@ async fn a_raw_bulk_connection_survives_refused_calls_and_keeps_outputs_on_reque
     drop(stream);
     let client = NinfClient::connect(&server.address).await.unwrap();
     client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
-    let pool = &server.state.function("echo").unwrap().1.pool;
-    assert_eq!(pool.replaced(), 0, "no executable was killed and replaced");
+    let routine = server.state.function("echo").unwrap();
+    assert_eq!(
+        routine.pool().replaced(),
+        0,
+        "no executable was killed and replaced"
+    );
     server.stop().await;
 }
 

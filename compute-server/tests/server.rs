@@ -202,7 +202,7 @@ async fn bad_calls_get_clear_errors_and_the_server_keeps_serving() {
         e.message,
         "routine `panic` panicked: selftest panic with code 3"
     );
-    let pool_spawned_before = server.state.function("segfault").unwrap().1.pool.spawned();
+    let pool_spawned_before = server.state.function("segfault").unwrap().pool().spawned();
     let e = client
         .call("segfault", &mut [Arg::Integer(0)])
         .await
@@ -222,7 +222,7 @@ async fn bad_calls_get_clear_errors_and_the_server_keeps_serving() {
     for _ in 0..3 {
         client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
     }
-    let pool = &server.state.function("segfault").unwrap().1.pool;
+    let pool = server.state.function("segfault").unwrap().pool().clone();
     assert_eq!(
         pool.spawned(),
         pool_spawned_before + 1,
@@ -249,7 +249,7 @@ async fn timeouts_and_killed_executables_fail_only_their_call() {
     );
 
     // Kill the executable while it runs a call.
-    let pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
+    let pool = server.state.function("sleep_ms").unwrap().pool().clone();
     let call = tokio::spawn({
         let client = client.clone();
         async move { client.call("sleep_ms", &mut [Arg::Integer(10_000)]).await }
@@ -293,7 +293,7 @@ async fn a_client_that_disconnects_mid_call_costs_nothing() {
         let _ =
             tokio::time::timeout(Duration::from_millis(2), client.call("echo", &mut args)).await;
     }
-    let pool = server.state.function("echo").unwrap().1.pool.clone();
+    let pool = server.state.function("echo").unwrap().pool().clone();
     // The abandoned calls finish on their own; wait for them so that a late one is counted.
     let mut waited = 0;
     while pool.running() > 0 && waited < 600 {
@@ -433,7 +433,7 @@ async fn monitor_reports_load_and_health_is_serving() {
         let client = client.clone();
         async move { client.call("sleep_ms", &mut [Arg::Integer(1000)]).await }
     });
-    let sleeping_pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
+    let sleeping_pool = server.state.function("sleep_ms").unwrap().pool().clone();
     while sleeping_pool.running() < 1 {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -445,7 +445,7 @@ async fn monitor_reports_load_and_health_is_serving() {
 
     // Two sleeps fill both processors; a third call must queue until one ends, and its
     // timing says so (observed through the gang queue, not wall-clock thresholds).
-    let pool = server.state.function("sleep_ms").unwrap().1.pool.clone();
+    let pool = server.state.function("sleep_ms").unwrap().pool().clone();
     let request = |ms| v1::CallRequest {
         function: "sleep_ms".into(),
         arguments: vec![int(ms)],

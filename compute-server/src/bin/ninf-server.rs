@@ -53,28 +53,17 @@ fn ninf_executable_memory() {
     ninf_compute_server::keep_freed_memory();
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
-        default_level: "info",
-        service_name: "ninf-server",
-        otlp_endpoint: cli.otlp_endpoint.as_deref(),
-    })?;
-    ninf_executable_memory();
-    if cli.benchmark_only {
-        let report = benchmark::run_adaptive(Duration::from_millis(250), 3000)?;
-        println!("{}", serde_json::to_string(&report)?);
-        return Ok(());
-    }
+/// The configuration file with the flags over it; read again on SIGHUP.
+fn load_config(cli: &Cli) -> anyhow::Result<ServerConfig> {
     let mut config = match &cli.config {
         Some(path) => ServerConfig::load(path)?,
         None => ServerConfig::default(),
     };
-    if let Some(listen) = cli.listen {
-        config.listen = listen;
+    if let Some(listen) = &cli.listen {
+        config.listen = listen.clone();
     }
     if cli.metaserver.is_some() {
-        config.metaserver = cli.metaserver;
+        config.metaserver = cli.metaserver.clone();
     }
     if cli.processors.is_some() {
         config.processors = cli.processors;
@@ -88,6 +77,52 @@ fn main() -> anyhow::Result<()> {
             .push(ModuleConfig::from_flag(flag).map_err(anyhow::Error::msg)?);
     }
     config.check().map_err(anyhow::Error::msg)?;
+    Ok(config)
+}
+
+/// On every SIGHUP, reads the configuration again and serves the modules it names (other
+/// settings take a restart). A configuration that cannot be read or served changes nothing.
+async fn reload_on_hangup(cli: Cli, state: std::sync::Arc<ninf_compute_server::ServerState>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; modules will not be reloaded");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let reloaded = match load_config(&cli) {
+            Ok(config) => state.reload(&config).await.map_err(anyhow::Error::from),
+            Err(e) => Err(e),
+        };
+        match reloaded {
+            Ok(catalog) => {
+                let modules: Vec<&str> = catalog
+                    .modules
+                    .iter()
+                    .map(|m| m.interface.module.as_str())
+                    .collect();
+                tracing::info!(?modules, failed = catalog.failed.len(), "modules reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "reload refused; still serving the modules as they were")
+            }
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
+        default_level: "info",
+        service_name: "ninf-server",
+        otlp_endpoint: cli.otlp_endpoint.as_deref(),
+    })?;
+    ninf_executable_memory();
+    if cli.benchmark_only {
+        let report = benchmark::run_adaptive(Duration::from_millis(250), 3000)?;
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    let config = load_config(&cli)?;
     let info = if cli.no_benchmark {
         v1::ServerInfo {
             cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
@@ -117,8 +152,10 @@ fn main() -> anyhow::Result<()> {
         let server = ninf_compute_server::bind(&config, info).await?;
         // The first line on stdout tells scripts and tests where the server is.
         println!("listening on {}", server.address);
-        tracing::info!(address = %server.address, modules = server.state.modules.len(), "serving");
+        tracing::info!(address = %server.address, modules = server.state.catalog().modules.len(), "serving");
+        let reloads = tokio::spawn(reload_on_hangup(cli, server.state.clone()));
         server.until(shutdown_signal()).await?;
+        reloads.abort();
         anyhow::Ok(())
     })
 }
