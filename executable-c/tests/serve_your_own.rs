@@ -510,3 +510,175 @@ fn the_authors_tutorial_runs_as_written() {
         "{text}"
     );
 }
+
+/// A child process, killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
+}
+
+/// Starts `binary ARGS` and waits for its "listening on" line.
+fn start(binary: &str, args: &[&std::ffi::OsStr]) -> Process {
+    let mut child = Command::new(target_dir().join(binary))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert!(first.starts_with("listening on"), "{binary}: {first}");
+    Process(child)
+}
+
+/// The routines the grid's servers serve, as the proxy lists them.
+fn functions(grid: &GridClient) -> Vec<String> {
+    ninf::runtime::runtime()
+        .unwrap()
+        .block_on(grid.inner().functions())
+        .unwrap()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
+    build();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("ramp.c"), C_SOURCE).unwrap();
+    std::fs::write(d.join("twice.f90"), FORTRAN_SOURCE).unwrap();
+    std::fs::write(d.join("mine.idl"), MINE_IDL).unwrap();
+    let built = ninf_gen_build(&d.join("mine.idl"), d);
+    assert!(built.status.success(), "{}", show(&built));
+
+    let (metaserver, proxy) = (free_address(), free_address());
+    let data = d.join("metaserver");
+    let _metaserver = start(
+        "ninf-metaserver",
+        &[
+            "--listen".as_ref(),
+            metaserver.as_ref(),
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+        ],
+    );
+    let linpack = format!(
+        "[[modules]]\nexecutable = {:?}\nidl = {:?}\n",
+        target_dir().join("ninf-exec-linpack"),
+        repository().join("routines/idl/linpack.idl")
+    );
+    let mine = format!(
+        "[[modules]]\nexecutable = {:?}\nidl = {:?}\n",
+        d.join("ninf-exec-mine"),
+        d.join("mine.idl")
+    );
+    let config = d.join("server.toml");
+    std::fs::write(
+        &config,
+        format!("metaserver = \"{metaserver}\"\nprocessors = 1\n{linpack}"),
+    )
+    .unwrap();
+    let server = start(
+        "ninf-server",
+        &[
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--no-benchmark".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+        ],
+    );
+    let _proxy = start(
+        "ninf-proxy",
+        &[
+            "--listen".as_ref(),
+            proxy.as_ref(),
+            "--metaserver".as_ref(),
+            metaserver.as_ref(),
+        ],
+    );
+    std::fs::write(d.join("grid.toml"), format!("proxy = \"{proxy}\"\n")).unwrap();
+    let grid = {
+        let file = GridFile::read(&d.join("grid.toml")).unwrap();
+        GridClient::from_async(
+            ninf::runtime::runtime()
+                .unwrap()
+                .block_on(file.connect())
+                .unwrap(),
+        )
+    };
+    wait_until("the server registered", || {
+        functions(&grid).contains(&"dgefa".to_string())
+    });
+    assert!(!functions(&grid).contains(&"ramp".to_string()));
+
+    let hangup = || {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(server.0.id() as i32, libc::SIGHUP) };
+    };
+    std::fs::write(
+        &config,
+        format!("metaserver = \"{metaserver}\"\nprocessors = 1\n{linpack}{mine}"),
+    )
+    .unwrap();
+    hangup();
+    wait_until("ramp is registered", || {
+        functions(&grid).contains(&"ramp".to_string())
+    });
+    let mut x = vec![0.0; 3];
+    grid.call(
+        "ramp",
+        &mut [
+            Arg::Integer(3),
+            Arg::Real(7.0),
+            Arg::Out((&mut x[..]).into()),
+        ],
+    )
+    .unwrap();
+    assert_eq!(x, [7.0, 8.0, 9.0]);
+
+    std::fs::write(
+        &config,
+        format!("metaserver = \"{metaserver}\"\nprocessors = 1\n{linpack}"),
+    )
+    .unwrap();
+    hangup();
+    wait_until("ramp is gone", || {
+        !functions(&grid).contains(&"ramp".to_string())
+    });
+    let refused = grid
+        .call(
+            "ramp",
+            &mut [
+                Arg::Integer(3),
+                Arg::Real(7.0),
+                Arg::Out((&mut x[..]).into()),
+            ],
+        )
+        .unwrap_err();
+    assert_eq!(
+        refused.kind,
+        ninf::ErrorKind::FunctionNotFound,
+        "{refused:?}"
+    );
+}

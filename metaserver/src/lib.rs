@@ -77,6 +77,10 @@ impl From<MetaserverError> for tonic::Status {
             MetaserverError::Graph(GraphRejection::Structure(
                 ninf_scheduling::GraphError::Unimplemented { .. },
             )) => tonic::Status::failed_precondition(message),
+            // No server serves it (any more): the client's FUNCTION_NOT_FOUND.
+            MetaserverError::Graph(GraphRejection::UnknownRoutine { .. }) => {
+                tonic::Status::not_found(message)
+            }
             MetaserverError::Graph(_) | MetaserverError::BadRequest(_) => {
                 tonic::Status::invalid_argument(message)
             }
