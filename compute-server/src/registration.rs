@@ -30,14 +30,22 @@ type Registry = v1::registry_client::RegistryClient<Authorized>;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 fn registration(state: &ServerState) -> v1::RegisterRequest {
+    let catalog = state.catalog();
     v1::RegisterRequest {
         address: state.advertise.clone(),
         info: Some(state.info.clone()),
-        modules: state
-            .catalog()
+        modules: catalog
             .modules
             .iter()
             .map(|m| (&m.interface).into())
+            .collect(),
+        failed_modules: catalog
+            .failed
+            .iter()
+            .map(|f| v1::FailedModule {
+                executable: f.executable.display().to_string(),
+                reason: f.reason.clone(),
+            })
             .collect(),
     }
 }

@@ -560,6 +560,22 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// The first server's row in the metaserver's status.
+fn server_status(metaserver: &str) -> ninf_proto::v1::ServerStatus {
+    ninf::runtime::runtime().unwrap().block_on(async {
+        let channel = ninf_proto::net::connect(metaserver, None, Default::default())
+            .await
+            .unwrap();
+        let mut client = ninf_proto::v1::scheduling_client::SchedulingClient::new(channel);
+        let status = client
+            .status(ninf_proto::v1::StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        status.servers[0].clone()
+    })
+}
+
 #[test]
 fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
     build();
@@ -636,15 +652,30 @@ fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(server.0.id() as i32, libc::SIGHUP) };
     };
+    // With a module whose executable exits at once (`false`): left out, and listed so.
+    let broken = format!(
+        "[[modules]]\nexecutable = \"/bin/false\"\nidl = {:?}\n",
+        repository().join("routines/idl/vector.idl")
+    );
     std::fs::write(
         &config,
-        format!("metaserver = \"{metaserver}\"\nprocessors = 1\n{linpack}{mine}"),
+        format!("metaserver = \"{metaserver}\"\nprocessors = 1\n{linpack}{mine}{broken}"),
     )
     .unwrap();
     hangup();
     wait_until("ramp is registered", || {
         functions(&grid).contains(&"ramp".to_string())
     });
+    let status = server_status(&metaserver);
+    assert_eq!(status.modules, ["linpack", "mine"]);
+    assert_eq!(status.failed_modules.len(), 1, "{status:?}");
+    assert_eq!(status.failed_modules[0].executable, "/bin/false");
+    assert!(
+        status.failed_modules[0]
+            .reason
+            .contains("exited at start-up"),
+        "{status:?}"
+    );
     let mut x = vec![0.0; 3];
     grid.call(
         "ramp",

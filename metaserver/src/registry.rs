@@ -29,6 +29,8 @@ pub struct ServerEntry {
     pub info: v1::ServerInfo,
     /// Routines it serves, by name.
     pub routines: BTreeMap<String, FunctionInterface>,
+    /// Modules it could not start, as it last registered.
+    pub failed_modules: Vec<v1::FailedModule>,
     /// Unix seconds of the last heartbeat (or registration).
     pub last_heartbeat: f64,
     /// Recent load samples (running plus queued jobs), oldest first.
@@ -91,6 +93,7 @@ impl Registry {
             address: address.to_string(),
             info,
             routines: table,
+            failed_modules: Vec::new(),
             last_heartbeat: now,
             load: VecDeque::new(),
             latest: None,
@@ -200,6 +203,13 @@ impl Registry {
             }
         }
         any
+    }
+
+    /// Records the modules `address` could not start (its registration says so).
+    pub fn set_failed_modules(&mut self, address: &str, failed: Vec<v1::FailedModule>) {
+        if let Some(&i) = self.by_address.get(address) {
+            self.servers[i].failed_modules = failed;
+        }
     }
 
     /// What the schedulers see: every registered server (down ones marked so) in

@@ -28,6 +28,7 @@ fn registration(address: &str, functions: Vec<v1::FunctionInterface>) -> v1::Reg
             functions,
             ..Default::default()
         }],
+        failed_modules: Vec::new(),
     }
 }
 
@@ -169,5 +170,36 @@ async fn faults_registrations_and_graphs_reach_the_event_log_and_the_dashboard()
         body.contains("/assets/app.js"),
         "the page is served: {body}"
     );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_lists_each_servers_modules_and_those_it_could_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = ninf_metaserver::bind(MetaserverConfig {
+        data_dir: dir.path().to_path_buf(),
+        ..MetaserverConfig::default()
+    })
+    .await
+    .unwrap();
+    let metaserver = running.metaserver.clone();
+    let mut request = registration("a:1", linpack());
+    request.failed_modules = vec![v1::FailedModule {
+        executable: "/srv/ninf-exec-broken".into(),
+        reason: "it exited at start-up (exit status: 1)".into(),
+    }];
+    metaserver.register(request).await.unwrap();
+    let status = metaserver.status(0).await.unwrap();
+    let server = &status.servers[0];
+    assert_eq!(server.modules, ["linpack"]);
+    assert_eq!(server.failed_modules.len(), 1);
+    assert_eq!(server.failed_modules[0].executable, "/srv/ninf-exec-broken");
+    // A registration again without the failure clears it.
+    metaserver
+        .register(registration("a:1", linpack()))
+        .await
+        .unwrap();
+    let status = metaserver.status(0).await.unwrap();
+    assert!(status.servers[0].failed_modules.is_empty());
     running.stop().await.unwrap();
 }

@@ -61,6 +61,7 @@ async fn heartbeats_are_answered_while_a_large_graph_is_planned() {
                 address: address.to_string(),
                 info: Some(info),
                 modules: vec![module],
+                failed_modules: Vec::new(),
             })
             .await
             .unwrap();

@@ -126,6 +126,10 @@ fn json(endpoints: &Endpoints, status: &v1::GridStatus) -> serde_json::Value {
             "running_jobs": s.running_jobs, "queued_jobs": s.queued_jobs,
             "seconds_since_heartbeat": s.seconds_since_heartbeat,
             "routines": s.functions,
+            "modules": s.modules,
+            "failed_modules": s.failed_modules.iter().map(|f| serde_json::json!({
+                "executable": f.executable, "reason": f.reason,
+            })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "network": status.network.iter().map(|n| serde_json::json!({
             "from": n.from, "to": n.to,
@@ -179,6 +183,14 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
             s.stored_bytes,
             s.seconds_since_heartbeat
         );
+        let _ = writeln!(out, "{:<22} modules: {}", "", s.modules.join(", "));
+        for failed in &s.failed_modules {
+            let _ = writeln!(
+                out,
+                "{:<22} FAILED {}: {}",
+                "", failed.executable, failed.reason
+            );
+        }
     }
     let _ = writeln!(out, "\nnetwork (latest samples)");
     for n in &status.network {

@@ -27,6 +27,8 @@ pub struct ServerView {
     pub seconds_since_heartbeat: f64,
     /// Routine names by module.
     pub modules: BTreeMap<String, Vec<String>>,
+    /// Modules the server could not start: (executable, why).
+    pub failed_modules: Vec<(String, String)>,
 }
 
 /// The servers page.
@@ -61,6 +63,11 @@ pub fn server_view(registry: &Registry, server: &ServerEntry, now: f64) -> Serve
         stored_bytes: latest.stored_bytes,
         seconds_since_heartbeat: (now - server.last_heartbeat).max(0.0),
         modules,
+        failed_modules: server
+            .failed_modules
+            .iter()
+            .map(|f| (f.executable.clone(), f.reason.clone()))
+            .collect(),
     }
 }
 

@@ -38,6 +38,12 @@ impl Metaserver {
                 state
                     .registry
                     .register(id, &request.address, info.clone(), &routines, now);
+            for failed in &request.failed_modules {
+                tracing::warn!(server = %request.address, executable = %failed.executable, reason = %failed.reason, "module not served");
+            }
+            state
+                .registry
+                .set_failed_modules(&request.address, request.failed_modules.clone());
             (before, rejected)
         };
         self.log_registration(&request.address, before, &routines, &rejected);

@@ -56,8 +56,14 @@ impl Metaserver {
 
 /// The status message's row of a server: the dashboard's view of it, its routines by name.
 fn server_status(view: crate::dashboard::views::ServerView) -> v1::ServerStatus {
+    let modules: Vec<String> = view.modules.keys().cloned().collect();
     let mut functions: Vec<String> = view.modules.into_values().flatten().collect();
     functions.sort();
+    let failed_modules = view
+        .failed_modules
+        .into_iter()
+        .map(|(executable, reason)| v1::FailedModule { executable, reason })
+        .collect();
     v1::ServerStatus {
         address: view.address,
         up: view.up,
@@ -70,5 +76,7 @@ fn server_status(view: crate::dashboard::views::ServerView) -> v1::ServerStatus 
         functions,
         running_jobs: view.running_jobs,
         queued_jobs: view.queued_jobs,
+        modules,
+        failed_modules,
     }
 }
