@@ -713,3 +713,72 @@ fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
         "{refused:?}"
     );
 }
+
+/// `examples/rust-module` copied out of this repository, its dependencies pointed at this
+/// checkout as a Rust author points them at theirs, built by Cargo on its own; the module's
+/// executable then answers calls (through the executable protocol, with no server).
+#[test]
+fn a_rust_crate_outside_the_repository_builds_its_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = repository().join("examples/rust-module");
+    let crate_dir = dir.path().join("hello");
+    std::fs::create_dir_all(crate_dir.join("src")).unwrap();
+    std::fs::create_dir_all(crate_dir.join("idl")).unwrap();
+    for file in ["Cargo.toml", "build.rs", "src/main.rs", "idl/hello.idl"] {
+        let mut text = std::fs::read_to_string(template.join(file)).unwrap();
+        if file == "Cargo.toml" {
+            let root = repository().canonicalize().unwrap();
+            text = text
+                .replace(
+                    "../../executable",
+                    &root.join("executable").display().to_string(),
+                )
+                .replace("../../idl", &root.join("idl").display().to_string());
+        }
+        std::fs::write(crate_dir.join(file), text).unwrap();
+    }
+    // This checkout's lock, so the dependencies resolve to the versions already here.
+    std::fs::copy(
+        repository().join("Cargo.lock"),
+        crate_dir.join("Cargo.lock"),
+    )
+    .unwrap();
+    let targets = target_dir().parent().unwrap().join("rust-module");
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--offline", "-q"])
+        .current_dir(&crate_dir)
+        .env("CARGO_TARGET_DIR", &targets)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", show(&built));
+
+    let module = ninf_idl::compile_file(&crate_dir.join("idl/hello.idl")).unwrap();
+    let mut hello =
+        ninf::local::LocalExecutable::spawn(&targets.join("debug/ninf-exec-hello"), module)
+            .unwrap();
+    let mut y = [1.0, 1.0, 1.0];
+    ninf::Caller::call(
+        &mut hello,
+        "axpy",
+        &mut [
+            Arg::Integer(3),
+            Arg::Real(2.0),
+            Arg::In((&[1.0, 2.0, 3.0][..]).into()),
+            Arg::Out((&mut y[..]).into()),
+        ],
+    )
+    .unwrap();
+    assert_eq!(y, [3.0, 5.0, 7.0]);
+    let mut norm = [0.0];
+    ninf::Caller::call(
+        &mut hello,
+        "norm",
+        &mut [
+            Arg::Integer(2),
+            Arg::In((&[3.0, 4.0][..]).into()),
+            Arg::Out((&mut norm[..]).into()),
+        ],
+    )
+    .unwrap();
+    assert_eq!(norm, [5.0]);
+}
