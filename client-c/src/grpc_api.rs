@@ -196,41 +196,45 @@ unsafe fn start(c_handle: usize, handle: Handle, raw: Vec<Raw>) -> Result<i32, F
     // SAFETY: the caller's contract.
     let args = unsafe { values::sized(&interface, raw) }?;
     let runtime = runtime()?;
-    match handle.target {
+    let id = match handle.target {
         Target::Placed => {
             let grid = library::grid()?;
             let mut transaction = ForeignTransaction::new();
             transaction.call(&interface, &args)?;
             let mut run = transaction.into_run(None);
-            let id = sessions::start(c_handle);
-            let task = runtime.spawn(async move {
+            spawn_session(&runtime, c_handle, async move {
                 let reply = run.send(&grid.proxy).await;
-                sessions::finish(id, || {
-                    reply
-                        .and_then(|reply| run.finish(reply))
-                        .map(drop)
-                        .map_err(Failure::from)
-                });
-            });
-            sessions::attach(id, task.abort_handle());
-            Ok(id)
+                move || reply.and_then(|reply| run.finish(reply)).map(drop)
+            })
         }
         Target::Server(client) => {
             let mut call = ForeignCall::new(&client, interface, args)?;
-            let id = sessions::start(c_handle);
-            let task = runtime.spawn(async move {
+            spawn_session(&runtime, c_handle, async move {
                 let reply = call.send(&client).await;
-                sessions::finish(id, || {
-                    reply
-                        .and_then(|reply| call.finish(reply))
-                        .map(drop)
-                        .map_err(Failure::from)
-                });
-            });
-            sessions::attach(id, task.abort_handle());
-            Ok(id)
+                move || reply.and_then(|reply| call.finish(reply)).map(drop)
+            })
         }
-    }
+    };
+    Ok(id)
+}
+
+/// Runs `call` as a new session called through `c_handle`; the write-back it returns runs
+/// under the session table's lock unless the session was cancelled first.
+fn spawn_session<W>(
+    runtime: &tokio::runtime::Handle,
+    c_handle: usize,
+    call: impl Future<Output = W> + Send + 'static,
+) -> i32
+where
+    W: FnOnce() -> Result<(), ninf_client::CallError> + Send + 'static,
+{
+    let id = sessions::start(c_handle);
+    let task = runtime.spawn(async move {
+        let write = call.await;
+        sessions::finish(id, || write().map_err(Failure::from));
+    });
+    sessions::attach(id, task.abort_handle());
+    id
 }
 
 /// A call with its arguments read: waits for it unless `session_id` is given.

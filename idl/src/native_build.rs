@@ -162,10 +162,11 @@ pub fn build(options: &BuildOptions) -> Result<Built, BuildError> {
     let glue = work.join("glue.c");
     std::fs::write(&glue, codegen::c::generate(&module, &idl_name, &text))
         .map_err(|e| BuildError::Other(format!("cannot write {}: {e}", glue.display())))?;
-    let mut inputs = vec![compile_c(
-        options,
+    let glue_object = work.join("glue.o");
+    let mut inputs = vec![compile(
+        &options.cc,
         &glue,
-        &work.join("glue.o"),
+        &glue_object,
         "compiling the glue",
         None,
     )?];
@@ -182,10 +183,10 @@ pub fn build(options: &BuildOptions) -> Result<Built, BuildError> {
         let object = work.join(format!("{}.o", sanitize(&required)));
         let step = format!("compiling {required} (named at {place})");
         let input = match kind(&required) {
-            Kind::C => compile_c(options, &path, &object, &step, Some(&place))?,
+            Kind::C => compile(&options.cc, &path, &object, &step, Some(&place))?,
             Kind::Fortran => {
                 fortran = true;
-                compile_fortran(options, &path, &object, &step, &place)?
+                compile(&options.fc, &path, &object, &step, Some(&place))?
             }
             Kind::Linked => path,
             Kind::Unknown => {
@@ -325,38 +326,22 @@ fn run(step: &str, command: &mut Command, hint: impl Fn(&str) -> String) -> Resu
     })
 }
 
-fn compile_c(
-    options: &BuildOptions,
+/// Compiles `source` into `object` with `compiler`; a failure names the IDL line that
+/// named the source, when there is one.
+fn compile(
+    compiler: &str,
     source: &Path,
     object: &Path,
     step: &str,
     place: Option<&str>,
 ) -> Result<PathBuf, BuildError> {
-    let mut command = Command::new(&options.cc);
+    let mut command = Command::new(compiler);
     command
         .args(["-c", "-O2", "-fPIC", "-o"])
         .arg(object)
         .arg(source);
     run(step, &mut command, |_| {
         place.map_or(String::new(), |p| format!("(the source is named at {p})\n"))
-    })?;
-    Ok(object.to_path_buf())
-}
-
-fn compile_fortran(
-    options: &BuildOptions,
-    source: &Path,
-    object: &Path,
-    step: &str,
-    place: &str,
-) -> Result<PathBuf, BuildError> {
-    let mut command = Command::new(&options.fc);
-    command
-        .args(["-c", "-O2", "-fPIC", "-o"])
-        .arg(object)
-        .arg(source);
-    run(step, &mut command, |_| {
-        format!("(the source is named at {place})\n")
     })?;
     Ok(object.to_path_buf())
 }
