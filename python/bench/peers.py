@@ -1,0 +1,278 @@
+"""Ninf against its peers on one machine, side by side in one run (issue 22): the seed's
+cascade (8 matrices, 7 products in 3 stages) and pairs (5 independent linear systems) at
+several sizes, 10,000 tiny tasks, and one 64 MiB argument in and out, on Ninf (a local grid
+of two servers), Ray and Dask (two workers each) and NumPy alone. Every time is what the
+client sees, data transfer included; each is the median of the trials. Run by
+scripts/bench-peers, which installs the peers into a virtual environment first.
+
+    python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
+                            [--systems ninf,ray,dask,numpy] [--json]
+
+Where the systems differ: Ninf's pairs are LINPACK's dgefa then dgesl, two tasks per
+system with the factors passed server to server; the peers solve each system with
+numpy.linalg.solve in one task. Matrices are column-major for Ninf, as its routines read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+
+def median_time(run: Callable[[], None], trials: int) -> float:
+    run()  # warm up: connections, pools, compiled code
+    times = []
+    for _ in range(trials):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def matrices(n: int, count: int, seed: int = 2026) -> List[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.asfortranarray(rng.random((n, n))) for _ in range(count)]
+
+
+def systems(n: int, count: int = 5, seed: int = 7):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        a = rng.random((n, n)) + n * np.eye(n)
+        out.append((np.asfortranarray(a), rng.random(n)))
+    return out
+
+
+def cascade_expected(m: List[np.ndarray]) -> np.ndarray:
+    e = [m[0] @ m[1], m[2] @ m[3], m[4] @ m[5], m[6] @ m[7]]
+    return (e[0] @ e[1]) @ (e[2] @ e[3])
+
+
+# ---- Ninf ------------------------------------------------------------------------------
+
+
+class NinfSide:
+    name = "ninf"
+
+    def __init__(self, bin_dir: str) -> None:
+        import ninf
+
+        os.environ["NINF_BIN_DIR"] = bin_dir
+        self._grid_cm = ninf.local_grid(servers=2, selftest=True)
+        self.grid = self._grid_cm.__enter__()
+
+    def close(self) -> None:
+        self._grid_cm.__exit__(None, None, None)
+
+    def cascade(self, m: List[np.ndarray]) -> np.ndarray:
+        n = m[0].shape[0]
+        e = [np.zeros((n, n), order="F") for _ in range(7)]
+        with self.grid.transaction() as tx:
+            for i in range(4):
+                tx.call("mmul", n, m[2 * i], m[2 * i + 1], e[i])
+            tx.call("mmul", n, e[0], e[1], e[4])
+            tx.call("mmul", n, e[2], e[3], e[5])
+            tx.call("mmul", n, e[4], e[5], e[6])
+        return e[6]
+
+    def pairs(self, s) -> List[np.ndarray]:
+        n = s[0][0].shape[0]
+        factors = [a.copy(order="F") for a, _ in s]
+        pivots = [np.zeros(n, np.int32) for _ in s]
+        solutions = [b.copy() for _, b in s]
+        with self.grid.transaction() as tx:
+            for a, ipvt, x in zip(factors, pivots, solutions):
+                tx.call("dgefa", a, n, ipvt)
+                tx.call("dgesl", a, n, ipvt, x)
+        return solutions
+
+    def tiny(self, count: int) -> None:
+        with self.grid.transaction() as tx:
+            for _ in range(count):
+                tx.call("noop", 1)
+
+    def echo(self, x: np.ndarray) -> np.ndarray:
+        y = np.empty_like(x)
+        self.grid.call("echo", x.size, x, y)
+        return y
+
+
+# ---- Ray -------------------------------------------------------------------------------
+
+
+class RaySide:
+    name = "ray"
+
+    def __init__(self) -> None:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        self.ray = ray
+        self.matmul = ray.remote(lambda a, b: a @ b)
+        self.solve = ray.remote(lambda a, b: np.linalg.solve(a, b))
+        self.noop = ray.remote(lambda: None)
+        self.echo_task = ray.remote(lambda x: x.copy())
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+    def cascade(self, m):
+        e = [self.matmul.remote(m[2 * i], m[2 * i + 1]) for i in range(4)]
+        f = [self.matmul.remote(e[0], e[1]), self.matmul.remote(e[2], e[3])]
+        return self.ray.get(self.matmul.remote(f[0], f[1]))
+
+    def pairs(self, s):
+        return self.ray.get([self.solve.remote(a, b) for a, b in s])
+
+    def tiny(self, count: int) -> None:
+        self.ray.get([self.noop.remote() for _ in range(count)])
+
+    def echo(self, x):
+        return self.ray.get(self.echo_task.remote(x))
+
+
+# ---- Dask ------------------------------------------------------------------------------
+
+
+class DaskSide:
+    name = "dask"
+
+    def __init__(self) -> None:
+        from dask.distributed import Client, LocalCluster
+
+        self.cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        self.client = Client(self.cluster)
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
+
+    def cascade(self, m):
+        c = self.client
+        e = [c.submit(np.matmul, m[2 * i], m[2 * i + 1], pure=False) for i in range(4)]
+        f = [c.submit(np.matmul, e[0], e[1], pure=False), c.submit(np.matmul, e[2], e[3], pure=False)]
+        return c.submit(np.matmul, f[0], f[1], pure=False).result()
+
+    def pairs(self, s):
+        futures = [self.client.submit(np.linalg.solve, a, b, pure=False) for a, b in s]
+        return self.client.gather(futures)
+
+    def tiny(self, count: int) -> None:
+        self.client.gather(self.client.map(lambda i: None, range(count), pure=False))
+
+    def echo(self, x):
+        return self.client.submit(np.copy, x, pure=False).result()
+
+
+# ---- NumPy alone -----------------------------------------------------------------------
+
+
+class NumpySide:
+    name = "numpy"
+
+    def close(self) -> None:
+        pass
+
+    def cascade(self, m):
+        return cascade_expected(m)
+
+    def pairs(self, s):
+        return [np.linalg.solve(a, b) for a, b in s]
+
+    def tiny(self, count: int) -> None:
+        raise NotImplementedError
+
+    def echo(self, x):
+        return x.copy()
+
+
+def run_side(side, args) -> Dict[str, float]:
+    results: Dict[str, float] = {}
+    for n in args.sizes:
+        m = matrices(n, 8)
+        expected = cascade_expected(m)
+        got = side.cascade(m)
+        assert np.allclose(got, expected, rtol=1e-8), f"{side.name}: wrong cascade at n={n}"
+        results[f"cascade n={n}"] = median_time(lambda: side.cascade(m), args.trials)
+        s = systems(n)
+        for (a, b), x in zip(s, side.pairs(s)):
+            assert np.allclose(a @ x, b, rtol=1e-6), f"{side.name}: wrong pairs at n={n}"
+        results[f"pairs n={n}"] = median_time(lambda: side.pairs(s), args.trials)
+    if side.name != "numpy":
+        results[f"{args.tiny} tiny tasks"] = median_time(lambda: side.tiny(args.tiny), args.trials)
+    x = np.arange(args.mib * 1024 * 1024 // 8, dtype=np.float64)
+    assert np.array_equal(side.echo(x), x)
+    results[f"{args.mib} MiB in and out"] = median_time(lambda: side.echo(x), args.trials)
+    return results
+
+
+def table(all_results: Dict[str, Dict[str, float]], tiny: int) -> str:
+    systems_run = list(all_results)
+    workloads = list(next(iter(all_results.values())))
+    for r in all_results.values():
+        for w in r:
+            if w not in workloads:
+                workloads.append(w)
+    head = "| workload | " + " | ".join(systems_run)
+    if "ninf" in all_results:
+        head += " | " + " | ".join(f"ninf / {s}" for s in systems_run if s != "ninf")
+    lines = [head + " |", "|" + "---|" * (head.count("|"))]
+    for w in workloads:
+        cells = []
+        for s in systems_run:
+            t = all_results[s].get(w)
+            if t is None:
+                cells.append("-")
+            elif w.endswith("tiny tasks"):
+                cells.append(f"{tiny / t:,.0f} /s")
+            else:
+                cells.append(f"{t:.3f} s")
+        if "ninf" in all_results:
+            for s in systems_run:
+                if s == "ninf":
+                    continue
+                a, b = all_results["ninf"].get(w), all_results[s].get(w)
+                cells.append("-" if a is None or b is None else f"{a / b:.2f}")
+        lines.append(f"| {w} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bin_dir")
+    parser.add_argument("--sizes", default="200,1000")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--tiny", type=int, default=10000)
+    parser.add_argument("--mib", type=int, default=64)
+    parser.add_argument("--systems", default="ninf,ray,dask,numpy")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    args.sizes = [int(v) for v in args.sizes.split(",")]
+    makers = {
+        "ninf": lambda: NinfSide(args.bin_dir),
+        "ray": RaySide,
+        "dask": DaskSide,
+        "numpy": NumpySide,
+    }
+    all_results: Dict[str, Dict[str, float]] = {}
+    for name in args.systems.split(","):
+        side = makers[name]()
+        try:
+            all_results[name] = run_side(side, args)
+        finally:
+            side.close()
+    if args.json:
+        print(json.dumps(all_results))
+    print(table(all_results, args.tiny))
+
+
+if __name__ == "__main__":
+    main()
