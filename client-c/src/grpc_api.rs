@@ -31,6 +31,33 @@ pub fn guard(body: impl FnOnce() -> Result<(), Failure>) -> GrpcError {
     }
 }
 
+/// [`guard`] for the functions that need `grpc_initialize` first (`GRPC_NOT_INITIALIZED`).
+fn initialized(body: impl FnOnce() -> Result<(), Failure>) -> GrpcError {
+    guard(|| {
+        library::grid()?;
+        body()
+    })
+}
+
+/// [`initialized`] for a function that names a session through `id_out`: `GRPC_SESSIONID_VOID`
+/// there unless `body` names one.
+///
+/// # Safety
+/// `id_out` must be null or writable.
+unsafe fn answering_id(
+    id_out: *mut c_int,
+    body: impl FnOnce() -> (c_int, Result<(), Failure>),
+) -> GrpcError {
+    // SAFETY: the caller's contract.
+    unsafe { store(id_out, SESSION_VOID) };
+    initialized(|| {
+        let (id, outcome) = body();
+        // SAFETY: the caller's contract.
+        unsafe { store(id_out, id) };
+        outcome
+    })
+}
+
 fn other(message: &str) -> Failure {
     Failure::new(GRPC_OTHER_ERROR_CODE, message)
 }
@@ -133,8 +160,7 @@ pub unsafe extern "C" fn grpc_function_handle_init(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn grpc_function_handle_destruct(handle: *mut CHandle) -> GrpcError {
-    guard(|| {
-        library::grid()?;
+    initialized(|| {
         // SAFETY: grpc.h's contract.
         unsafe { handles::destruct(handle) }
     })
@@ -145,8 +171,7 @@ pub unsafe extern "C" fn grpc_get_handle(
     handle: *mut *mut CHandle,
     session_id: c_int,
 ) -> GrpcError {
-    guard(|| {
-        library::grid()?;
+    initialized(|| {
         if handle.is_null() {
             return Err(other("grpc_get_handle: the place for the handle is NULL"));
         }
@@ -164,8 +189,7 @@ pub unsafe extern "C" fn ninf_handle_kinds(
     max_kinds: c_int,
 ) -> c_int {
     let mut count = 0;
-    let code = guard(|| {
-        library::grid()?;
+    let code = initialized(|| {
         // SAFETY: grpc.h's contract.
         let handle = unsafe { handles::get(handle) }?;
         let parameters = &handle.interface.parameters;
@@ -250,8 +274,7 @@ unsafe fn call(
         // SAFETY: the caller's contract.
         unsafe { store(out, SESSION_VOID) };
     }
-    guard(|| {
-        library::grid()?;
+    initialized(|| {
         // SAFETY: grpc.h's contract.
         let handle = unsafe { handles::get(c_handle) }?;
         if session_id.is_some_and(|out| out.is_null()) {
@@ -401,12 +424,9 @@ unsafe fn id_list<'a>(ids: *const c_int, length: usize) -> Result<&'a [c_int], F
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_probe(session_id: c_int) -> GrpcError {
-    guard(|| {
-        library::grid()?;
-        match sessions::probe(session_id) {
-            GRPC_NO_ERROR => Ok(()),
-            code => Err(Failure::new(code, format!("session {session_id}"))),
-        }
+    initialized(|| match sessions::probe(session_id) {
+        GRPC_NO_ERROR => Ok(()),
+        code => Err(Failure::new(code, format!("session {session_id}"))),
     })
 }
 
@@ -417,29 +437,24 @@ pub unsafe extern "C" fn grpc_probe_or(
     id_out: *mut c_int,
 ) -> GrpcError {
     // SAFETY: grpc.h's contract.
-    unsafe { store(id_out, SESSION_VOID) };
-    guard(|| {
-        library::grid()?;
-        // SAFETY: grpc.h's contract.
-        let id = sessions::probe_or(unsafe { id_list(ids, length) }?)?;
-        // SAFETY: grpc.h's contract.
-        unsafe { store(id_out, id) };
-        Ok(())
-    })
+    unsafe {
+        answering_id(id_out, || {
+            match id_list(ids, length).and_then(sessions::probe_or) {
+                Ok(id) => (id, Ok(())),
+                Err(failure) => (SESSION_VOID, Err(failure)),
+            }
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_cancel(session_id: c_int) -> GrpcError {
-    guard(|| {
-        library::grid()?;
-        sessions::cancel(session_id)
-    })
+    initialized(|| sessions::cancel(session_id))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_cancel_all() -> GrpcError {
-    guard(|| {
-        library::grid()?;
+    initialized(|| {
         sessions::cancel_all();
         Ok(())
     })
@@ -447,16 +462,12 @@ pub extern "C" fn grpc_cancel_all() -> GrpcError {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_wait(session_id: c_int) -> GrpcError {
-    guard(|| {
-        library::grid()?;
-        sessions::wait(session_id)
-    })
+    initialized(|| sessions::wait(session_id))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn grpc_wait_and(ids: *const c_int, length: usize) -> GrpcError {
-    guard(|| {
-        library::grid()?;
+    initialized(|| {
         // SAFETY: grpc.h's contract.
         sessions::wait_all(Some(unsafe { id_list(ids, length) }?))
     })
@@ -469,57 +480,40 @@ pub unsafe extern "C" fn grpc_wait_or(
     id_out: *mut c_int,
 ) -> GrpcError {
     // SAFETY: grpc.h's contract.
-    unsafe { store(id_out, SESSION_VOID) };
-    guard(|| {
-        library::grid()?;
-        // SAFETY: grpc.h's contract.
-        let ids = unsafe { id_list(ids, length) }?;
-        if ids.is_empty() {
-            return Err(Failure::new(
-                GRPC_INVALID_SESSION_ID,
-                "grpc_wait_or: no session ids",
-            ));
-        }
-        let (id, outcome) = sessions::wait_or(ids);
-        // SAFETY: grpc.h's contract.
-        unsafe { store(id_out, id) };
-        outcome
-    })
+    unsafe {
+        answering_id(id_out, || match id_list(ids, length) {
+            Ok([]) => (
+                SESSION_VOID,
+                Err(Failure::new(
+                    GRPC_INVALID_SESSION_ID,
+                    "grpc_wait_or: no session ids",
+                )),
+            ),
+            Ok(ids) => sessions::wait_or(ids),
+            Err(failure) => (SESSION_VOID, Err(failure)),
+        })
+    }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_wait_all() -> GrpcError {
-    guard(|| {
-        library::grid()?;
-        sessions::wait_all(None)
-    })
+    initialized(|| sessions::wait_all(None))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn grpc_wait_any(id_out: *mut c_int) -> GrpcError {
     // SAFETY: grpc.h's contract.
-    unsafe { store(id_out, SESSION_VOID) };
-    guard(|| {
-        library::grid()?;
-        let (id, outcome) = sessions::wait_any();
-        // SAFETY: grpc.h's contract.
-        unsafe { store(id_out, id) };
-        outcome
-    })
+    unsafe { answering_id(id_out, sessions::wait_any) }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn grpc_get_error(session_id: c_int) -> GrpcError {
-    guard(|| {
-        library::grid()?;
-        sessions::error_of(session_id)
-    })
+    initialized(|| sessions::error_of(session_id))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn grpc_get_failed_sessionid(id_out: *mut c_int) -> GrpcError {
-    guard(|| {
-        library::grid()?;
+    initialized(|| {
         if id_out.is_null() {
             return Err(other("the place for the session id is NULL"));
         }

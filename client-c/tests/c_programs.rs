@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use ninf_grid::processes::{self, Started};
+
 /// Where cargo put the build: the test binary is in `target/debug/deps`.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -231,38 +233,15 @@ fn the_example_installs_builds_and_runs_clean(dir: &Path, grid_file: &Path) {
     run(Command::new(&static_solve).arg("100"));
 }
 
-/// A child process, killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts `binary --config CONFIG` and waits until it listens.
+fn start(binary: &str, config: &Path) -> Started {
+    let mut command = Command::new(target_dir().join(binary));
+    command.arg("--config").arg(config);
+    processes::start(command, binary).unwrap()
 }
 
 fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
-}
-
-/// Starts `binary --config CONFIG` and waits for its "listening on" line.
-fn start(binary: &str, config: &Path) -> Process {
-    let mut child = Command::new(target_dir().join(binary))
-        .arg("--config")
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert!(first.starts_with("listening on"), "{binary}: {first}");
-    Process(child)
+    processes::free_address().unwrap()
 }
 
 /// The parent of the `selftest` executable sleeping in a call (`slow_echo`), if any.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use ninf::grid::{GridClient, GridFile};
 use ninf::{Arg, TxArg};
+use ninf_grid::processes::{self, Started};
 
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -96,6 +97,13 @@ Define twice(IN int n, IN double x[n], OUT double y[n])
     Calls "Fortran" TWICE(n, x, y);
 "#;
 
+/// The C and Fortran module's IDL and sources, in `dir`.
+fn write_mine(dir: &Path) {
+    std::fs::write(dir.join("ramp.c"), C_SOURCE).unwrap();
+    std::fs::write(dir.join("twice.f90"), FORTRAN_SOURCE).unwrap();
+    std::fs::write(dir.join("mine.idl"), MINE_IDL).unwrap();
+}
+
 /// `ninf up` in the background, stopped with SIGINT when dropped.
 struct Up(Child);
 
@@ -143,9 +151,7 @@ fn c_fortran_and_lapack_routines_are_built_served_and_called() {
     build();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("ramp.c"), C_SOURCE).unwrap();
-    std::fs::write(d.join("twice.f90"), FORTRAN_SOURCE).unwrap();
-    std::fs::write(d.join("mine.idl"), MINE_IDL).unwrap();
+    write_mine(d);
     let out = d.join("bin");
     let built = ninf_gen_build(&d.join("mine.idl"), &out);
     assert!(built.status.success(), "{}", show(&built));
@@ -511,37 +517,11 @@ fn the_authors_tutorial_runs_as_written() {
     );
 }
 
-/// A child process, killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
-}
-
-/// Starts `binary ARGS` and waits for its "listening on" line.
-fn start(binary: &str, args: &[&std::ffi::OsStr]) -> Process {
-    let mut child = Command::new(target_dir().join(binary))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert!(first.starts_with("listening on"), "{binary}: {first}");
-    Process(child)
+/// Starts `binary ARGS` and waits until it listens.
+fn start(binary: &str, args: &[&std::ffi::OsStr]) -> Started {
+    let mut command = Command::new(target_dir().join(binary));
+    command.args(args);
+    processes::start(command, binary).unwrap()
 }
 
 /// The routines the grid's servers serve, as the proxy lists them.
@@ -581,13 +561,14 @@ fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
     build();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("ramp.c"), C_SOURCE).unwrap();
-    std::fs::write(d.join("twice.f90"), FORTRAN_SOURCE).unwrap();
-    std::fs::write(d.join("mine.idl"), MINE_IDL).unwrap();
+    write_mine(d);
     let built = ninf_gen_build(&d.join("mine.idl"), d);
     assert!(built.status.success(), "{}", show(&built));
 
-    let (metaserver, proxy) = (free_address(), free_address());
+    let (metaserver, proxy) = (
+        processes::free_address().unwrap(),
+        processes::free_address().unwrap(),
+    );
     let data = d.join("metaserver");
     let _metaserver = start(
         "ninf-metaserver",
@@ -634,15 +615,7 @@ fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
         ],
     );
     std::fs::write(d.join("grid.toml"), format!("proxy = \"{proxy}\"\n")).unwrap();
-    let grid = {
-        let file = GridFile::read(&d.join("grid.toml")).unwrap();
-        GridClient::from_async(
-            ninf::runtime::runtime()
-                .unwrap()
-                .block_on(file.connect())
-                .unwrap(),
-        )
-    };
+    let grid = client(d);
     wait_until("the server registered", || {
         functions(&grid).contains(&"dgefa".to_string())
     });

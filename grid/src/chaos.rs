@@ -17,7 +17,7 @@ use ninf_proto::sync::lock;
 use ninf_proto::v1;
 use serde::Serialize;
 
-use crate::processes::{Started, binary, start, write};
+use crate::processes::{Started, binary, free_address, start, write};
 use crate::workloads;
 
 /// What the chaos run does.
@@ -72,13 +72,6 @@ impl ChaosReport {
             && self.leaked_bytes == 0
             && self.leaked_processes == 0
     }
-}
-
-/// A free loopback port (the listener is closed again, so the port is free to bind).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Processes whose parent is `pid`.
@@ -163,8 +156,8 @@ fn run_in(
     proxy_bin: &Path,
     server_bin: &Path,
 ) -> anyhow::Result<ChaosReport> {
-    let metaserver = format!("127.0.0.1:{}", free_port()?);
-    let proxy = format!("127.0.0.1:{}", free_port()?);
+    let metaserver = free_address()?;
+    let proxy = free_address()?;
     // Heartbeats every 0.25 s, down after 1.5 s without one: a killed server stops getting
     // new graphs quickly, and the proxy's retries cover the gap.
     write(
@@ -191,7 +184,7 @@ fn run_in(
     let metaserver_process = Arc::new(Mutex::new(metaserver_process));
     let mut servers = Vec::new();
     for i in 0..3 {
-        let address = format!("127.0.0.1:{}", free_port()?);
+        let address = free_address()?;
         let config = work.join(format!("server-{i}.toml"));
         let spill_dir = work.join(format!("spill-{i}"));
         write(

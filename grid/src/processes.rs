@@ -32,6 +32,14 @@ pub fn start(mut command: Command, what: &str) -> anyhow::Result<Started> {
     }
 }
 
+/// A free loopback `host:port` (the listener is closed again, so the port is free to bind).
+pub fn free_address() -> anyhow::Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
+}
+
 /// Writes a configuration file.
 pub fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))

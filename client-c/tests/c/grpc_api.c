@@ -10,42 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-static int checks = 0;
-
-#define EXPECT(call, expected)                                                           \
-    do {                                                                                 \
-        grpc_error_t got_ = (call);                                                      \
-        if (got_ != (expected)) {                                                        \
-            printf("FAILED %s:%d: %s gave %s, expected %s (%s)\n", __FILE__, __LINE__,   \
-                   #call, grpc_error_string(got_), grpc_error_string(expected),          \
-                   ninf_error_message());                                                \
-            exit(1);                                                                     \
-        }                                                                                \
-        checks++;                                                                        \
-    } while (0)
-
-#define ASSERT(condition)                                                                \
-    do {                                                                                 \
-        if (!(condition)) {                                                              \
-            printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #condition);                \
-            exit(1);                                                                     \
-        }                                                                                \
-        checks++;                                                                        \
-    } while (0)
-
-/* C = A B, column-major, as the IDL's mmul. */
-static void local_mmul(int n, const double *a, const double *b, double *c) {
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < n; i++) {
-            double s = 0;
-            for (int k = 0; k < n; k++) s += a[i + k * n] * b[k + j * n];
-            c[i + j * n] = s;
-        }
-}
-
-static void fill(double *x, int count, int seed) {
-    for (int i = 0; i < count; i++) x[i] = (double)((i * 7 + seed * 13) % 17) - 8.0;
-}
+#include "check.h"
 
 static void not_initialized(void) {
     grpc_function_handle_t handle;

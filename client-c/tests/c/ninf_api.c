@@ -7,29 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ASSERT(condition)                                                                \
-    do {                                                                                 \
-        if (!(condition)) {                                                              \
-            printf("FAILED %s:%d: %s (%s)\n", __FILE__, __LINE__, #condition,            \
-                   Ninf_error());                                                        \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 enum { N = 6 };
-
-static void local_mmul(int n, const double *a, const double *b, double *c) {
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < n; i++) {
-            double s = 0;
-            for (int k = 0; k < n; k++) s += a[i + k * n] * b[k + j * n];
-            c[i + j * n] = s;
-        }
-}
-
-static void fill(double *x, int count, int seed) {
-    for (int i = 0; i < count; i++) x[i] = (double)((i * 5 + seed * 11) % 13) - 6.0;
-}
 
 int main(void) {
     double A[N * N], B[N * N], C[N * N], D[N * N], E[N * N], F[N * N], G[N * N];

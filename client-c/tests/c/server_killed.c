@@ -12,16 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#define EXPECT(call, expected)                                                           \
-    do {                                                                                 \
-        grpc_error_t got_ = (call);                                                      \
-        if (got_ != (expected)) {                                                        \
-            printf("FAILED %s:%d: %s gave %s, expected %s (%s)\n", __FILE__, __LINE__,   \
-                   #call, grpc_error_string(got_), grpc_error_string(expected),          \
-                   ninf_error_message());                                                \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 enum { N = 16 };
 
