@@ -4,62 +4,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn ninf() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_ninf"))
-}
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-/// `ninf up` in the background, stopped with SIGINT when dropped.
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
-fn up(data_dir: &Path) -> Up {
-    // The servers run the standard routines' executables, found next to `ninf`. The same
-    // command as the grid tests', so that one build serves both.
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "ninf-routines",
-            "-p",
-            "ninf-compute-server",
-            "--bins",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
-    let child = Command::new(ninf())
-        .args(["up", "--servers", "2", "--data-dir"])
-        .arg(data_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let grid = Up(child);
-    let file = data_dir.join("grid.toml");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !file.exists() {
-        assert!(Instant::now() < deadline, "ninf up wrote no grid file");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    grid
-}
+use common::{ninf, up};
 
 #[test]
 fn status_lists_the_grid_and_watch_redraws_until_interrupted() {
     let dir = tempfile::tempdir().unwrap();
-    let _grid = up(dir.path());
+    let _grid = up(dir.path(), &[]);
 
     let output = Command::new(ninf())
         .args(["status", "--json", "--data-dir"])

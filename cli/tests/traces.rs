@@ -7,11 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+
+use common::{ninf, up};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -21,10 +23,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-
-fn ninf() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_ninf"))
-}
 
 /// A span as the collector received it, with the `service.name` of the process that sent it.
 #[derive(Debug, Clone)]
@@ -103,64 +101,6 @@ fn start_collector(runtime: &tokio::runtime::Runtime, collector: Collector) -> S
     })
 }
 
-/// `ninf up` in the background, exporting to `endpoint`; stopped with SIGINT (which exports
-/// its last spans) by [`stop`] or when dropped.
-struct Up(Child);
-
-impl Up {
-    fn stop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn up(data_dir: &Path, endpoint: &str) -> Up {
-    // The servers run the standard routines' executables, found next to `ninf`. The same
-    // command as the grid tests', so that one build serves both.
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "ninf-routines",
-            "-p",
-            "ninf-compute-server",
-            "--bins",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
-    let child = Command::new(ninf())
-        .args([
-            "up",
-            "--servers",
-            "2",
-            "--otlp-endpoint",
-            endpoint,
-            "--data-dir",
-        ])
-        .arg(data_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let grid = Up(child);
-    let file = data_dir.join("grid.toml");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !file.exists() {
-        assert!(Instant::now() < deadline, "ninf up wrote no grid file");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    grid
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -219,7 +159,7 @@ fn a_transaction_is_one_trace_from_the_client_to_the_servers() {
     let collector = Collector::default();
     let endpoint = start_collector(&runtime, collector.clone());
     let dir = tempfile::tempdir().unwrap();
-    let mut grid = up(dir.path(), &endpoint);
+    let mut grid = up(dir.path(), &["--otlp-endpoint", &endpoint]);
 
     let output = Command::new(ninf())
         .args([
