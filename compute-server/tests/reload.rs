@@ -42,9 +42,14 @@ impl Drop for Server {
 }
 
 fn start(config: &Path, log: &Path) -> Server {
+    start_with(config, log, &[])
+}
+
+fn start_with(config: &Path, log: &Path, flags: &[String]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ninf-server"))
         .args(["--listen", "127.0.0.1:0", "--no-benchmark", "--config"])
         .arg(config)
+        .args(flags)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
@@ -236,4 +241,38 @@ fn a_module_whose_executable_dies_at_start_up_is_left_out() {
     let client = Client::connect(&server.address).unwrap();
     let refused = client.call("ddot", &mut [Arg::Integer(0)]).unwrap_err();
     assert_eq!(refused.kind, ErrorKind::FunctionNotFound);
+}
+
+#[test]
+fn a_module_flag_serves_a_module_beside_the_configured_ones() {
+    ensure_executables();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("server.toml");
+    std::fs::write(
+        &config,
+        format!("processors = 1\n{}", module_toml(&["linpack"])),
+    )
+    .unwrap();
+    // As docs/compute-server.md writes it: --module IDL=EXECUTABLE.
+    let flag = format!(
+        "{}={}",
+        ninf_routines::idl::path("vector").display(),
+        binaries().join("ninf-exec-vector").display()
+    );
+    let server = start_with(
+        &config,
+        &dir.path().join("server.log"),
+        &["--module".to_string(), flag],
+    );
+    server.wait_for_modules(&["linpack", "vector"]);
+    let refused = Command::new(env!("CARGO_BIN_EXE_ninf-server"))
+        .args(["--no-benchmark", "--module", "no-equals-sign"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--module takes IDL=EXECUTABLE, got `no-equals-sign`"),
+        "{stderr}"
+    );
 }
