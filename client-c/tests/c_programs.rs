@@ -22,11 +22,17 @@ fn crate_dir() -> PathBuf {
 }
 
 /// Builds the grid's programs, with the command the other tests and the Python tests use
-/// so that one build serves them all. `cargo test` has built `libninf.so` itself.
+/// so that one build serves them all; then `libninf.so` and `libninf.a` (`cargo test` does
+/// not build a library that only C links).
 fn build() {
     let built = Command::new(env!("CARGO"))
         .args(["build", "-q", "-p", "ninf-cli", "-p", "ninf-routines"])
         .args(["-p", "ninf-compute-server", "--bins"])
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "ninf-c", "--lib"])
         .status()
         .unwrap();
     assert!(built.success());

@@ -26,23 +26,26 @@ fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The grid's programs and `ninf-gen` (`cargo test` built `libninf_exec.a` itself).
+/// The grid's programs, `ninf-gen`, and `libninf_exec.a` (`cargo test` does not build a
+/// library that only C links).
 fn build() {
+    let grid = [
+        "-p",
+        "ninf-cli",
+        "-p",
+        "ninf-routines",
+        "-p",
+        "ninf-compute-server",
+        "--bins",
+    ];
     for packages in [
-        &[
-            "-p",
-            "ninf-cli",
-            "-p",
-            "ninf-routines",
-            "-p",
-            "ninf-compute-server",
-        ][..],
-        &["-p", "ninf-idl"][..],
+        &grid[..],
+        &["-p", "ninf-idl", "--bins"],
+        &["-p", "ninf-exec-c", "--lib"],
     ] {
         let built = Command::new(env!("CARGO"))
             .args(["build", "-q"])
             .args(packages)
-            .arg("--bins")
             .status()
             .unwrap();
         assert!(built.success());
