@@ -65,6 +65,7 @@ pub fn code_of(error: &CallError) -> GrpcError {
         ErrorKind::ServerNotFound => GRPC_SERVER_NOT_FOUND,
         ErrorKind::FunctionNotFound => GRPC_FUNCTION_NOT_FOUND,
         ErrorKind::CommunicationFailed if refused(&error.message) => GRPC_RPC_REFUSED,
+        ErrorKind::RpcRefused => GRPC_RPC_REFUSED,
         ErrorKind::CommunicationFailed => GRPC_COMMUNICATION_FAILED,
         ErrorKind::SessionFailed | ErrorKind::Canceled => GRPC_SESSION_FAILED,
         ErrorKind::InvalidSessionId => GRPC_INVALID_SESSION_ID,

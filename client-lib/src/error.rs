@@ -15,6 +15,9 @@ pub enum ErrorKind {
     Timeout,
     /// `wait`, `probe` or `cancel` named a session that does not exist (or was waited on).
     InvalidSessionId,
+    /// The grid turned the call away: over a limit of the proxy that waiting would not lift
+    /// (its queue full, a transaction larger than the client's quota).
+    RpcRefused,
 }
 
 impl ErrorKind {
@@ -29,6 +32,7 @@ impl ErrorKind {
             ErrorKind::Canceled => "CANCELED",
             ErrorKind::Timeout => "TIMEOUT",
             ErrorKind::InvalidSessionId => "INVALID_SESSION_ID",
+            ErrorKind::RpcRefused => "RPC_REFUSED",
         }
     }
 }
@@ -70,10 +74,10 @@ impl From<tonic::Status> for CallError {
         use tonic::Code;
         let kind = match status.code() {
             Code::NotFound => ErrorKind::FunctionNotFound,
-            Code::InvalidArgument
-            | Code::FailedPrecondition
-            | Code::ResourceExhausted
-            | Code::OutOfRange => ErrorKind::BadArgument,
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                ErrorKind::BadArgument
+            }
+            Code::ResourceExhausted => ErrorKind::RpcRefused,
             Code::DeadlineExceeded => ErrorKind::Timeout,
             Code::Aborted | Code::Internal | Code::DataLoss => ErrorKind::SessionFailed,
             Code::Cancelled => ErrorKind::Canceled,

@@ -1,7 +1,13 @@
 //! Per-client limits at the proxy: how many transactions one client may have running at
-//! once, and how many bytes of intermediate data they may keep on the servers together. A
-//! client over a limit is refused at once with RESOURCE_EXHAUSTED naming the limit, before
-//! anything is scheduled or stored, so one client cannot crowd out the others.
+//! once, and how many bytes of intermediate data they may keep on the servers together, so
+//! one client cannot crowd out the others. A client is the identity its library sends
+//! ([`ninf_proto::net::CLIENT_ID_METADATA`]) on its address, so programs that share a host
+//! or a NAT are counted apart.
+//!
+//! A transaction over a limit that lifts when the client's running transactions end waits
+//! in a bounded queue ([`ClientAdmission::admit_or_wait`]), before anything is scheduled or
+//! stored. When the queue is full, or the transaction could never fit, it is refused with
+//! RESOURCE_EXHAUSTED naming the limit.
 //!
 //! A transaction's storage is known before it runs: every output a consumer reads is kept
 //! on its producer's server, at the size the IDL gives it (the metaserver refuses a graph
@@ -10,16 +16,21 @@
 //! the schedule names them, and staged only if they fit ([`Admitted::try_grow`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ninf_proto::v1;
+use tokio::sync::Notify;
 use tonic::Status;
 
-/// The limits, per client.
+/// The limits, per client, and the waiting room shared by all.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientLimits {
     pub transactions: usize,
     pub stored_bytes: u64,
+    /// Transactions (of all clients together) that may wait for their client's running
+    /// ones to end; past this they are refused.
+    pub queued: usize,
 }
 
 /// What one client has running.
@@ -34,6 +45,18 @@ pub struct ClientUsage {
 pub struct ClientAdmission {
     limits: ClientLimits,
     usage: Mutex<HashMap<String, ClientUsage>>,
+    /// Signalled whenever a transaction gives its place back.
+    released: Notify,
+    waiting: AtomicUsize,
+}
+
+/// A place in the waiting room, given back when dropped (admitted or given up).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A transaction's place in its client's counts; given back when dropped.
@@ -62,10 +85,61 @@ impl ClientAdmission {
         Arc::new(ClientAdmission {
             limits: ClientLimits {
                 transactions: limits.transactions.max(1),
-                stored_bytes: limits.stored_bytes,
+                ..limits
             },
             usage: Mutex::new(HashMap::new()),
+            released: Notify::new(),
+            waiting: AtomicUsize::new(0),
         })
+    }
+
+    /// [`Self::admit`], waiting while the client is at a limit its running transactions
+    /// hold, in a room of `limits.queued` places. Refused when the room is full or the
+    /// transaction could never fit. Dropping the future gives its place up.
+    pub async fn admit_or_wait(
+        self: &Arc<Self>,
+        client: &str,
+        stored_bytes: u64,
+    ) -> Result<Admitted, Status> {
+        let mut queued = None;
+        loop {
+            // Registered before trying, so a release between the try and the wait wakes us.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.admit(client, stored_bytes) {
+                Err(status) if is_busy(&status) => {
+                    if queued.is_none() {
+                        queued = Some(self.enqueue(&status)?);
+                    }
+                    released.await;
+                }
+                decided => return decided,
+            }
+        }
+    }
+
+    /// Takes a place in the waiting room, or refuses with why the transaction had to wait.
+    fn enqueue(&self, why: &Status) -> Result<Queued<'_>, Status> {
+        let room = self.limits.queued;
+        let taken = self
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                (w < room).then_some(w + 1)
+            });
+        match taken {
+            Ok(_) => Ok(Queued(&self.waiting)),
+            Err(full) => Err(Status::resource_exhausted(format!(
+                "{}; the proxy's queue already holds {full} waiting transactions, its limit \
+                 (max_queued_transactions)",
+                why.message().trim_end_matches("; wait for one to finish")
+            ))),
+        }
+    }
+
+    /// Transactions waiting for their client's running ones to end.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
     }
 
     fn usage_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClientUsage>> {
@@ -151,6 +225,12 @@ impl Drop for Admitted {
     }
 }
 
+fn is_busy(status: &Status) -> bool {
+    status
+        .metadata()
+        .contains_key(ninf_proto::net::BUSY_METADATA)
+}
+
 /// Marks a refusal that lifts when the client's running transactions end: clients wait and
 /// send again ([`ninf_proto::net::BUSY_METADATA`]).
 fn busy(mut status: Status) -> Status {
@@ -170,7 +250,69 @@ mod tests {
         ClientLimits {
             transactions,
             stored_bytes,
+            queued: 2,
         }
+    }
+
+    #[tokio::test]
+    async fn over_its_limit_a_transaction_waits_for_its_clients_running_one() {
+        let admission = ClientAdmission::new(limits(1, 1000));
+        let running = admission.admit("c", 600).unwrap();
+        let waiter = {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit_or_wait("c", 600).await })
+        };
+        while admission.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiter.is_finished());
+        // Another client is not held up by c's queue.
+        let _other = admission.admit_or_wait("d", 600).await.unwrap();
+        drop(running);
+        let admitted = waiter.await.unwrap().unwrap();
+        assert_eq!(admission.waiting(), 0);
+        assert_eq!(
+            admission.usage("c"),
+            ClientUsage {
+                transactions: 1,
+                stored_bytes: 600
+            }
+        );
+        drop(admitted);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_and_a_transaction_that_never_fits_is_refused_at_once() {
+        let admission = ClientAdmission::new(limits(1, 1000));
+        let _running = admission.admit("c", 0).unwrap();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let admission = admission.clone();
+                tokio::spawn(async move { admission.admit_or_wait("c", 0).await })
+            })
+            .collect();
+        while admission.waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let refused = admission.admit_or_wait("c", 0).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(!is_busy(&refused));
+        assert_eq!(
+            refused.message(),
+            "client c already runs 1 transactions, the proxy's limit \
+             (max_transactions_per_client); the proxy's queue already holds 2 waiting \
+             transactions, its limit (max_queued_transactions)"
+        );
+        let too_big = admission.admit_or_wait("d", 1001).await.unwrap_err();
+        assert_eq!(too_big.code(), tonic::Code::ResourceExhausted);
+        // A waiter that gives up gives its place back.
+        for waiter in &waiters {
+            waiter.abort();
+        }
+        for waiter in waiters {
+            let _ = waiter.await;
+        }
+        assert_eq!(admission.waiting(), 0);
     }
 
     #[test]

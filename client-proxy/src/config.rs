@@ -7,6 +7,7 @@
 //! probe_bytes = 1048576
 //! max_in_flight_per_server = 16
 //! max_transactions_per_client = 32
+//! max_queued_transactions = 1024
 //! max_stored_bytes_per_client = 8589934592
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
@@ -26,7 +27,9 @@ pub struct ProxyConfig {
     /// Address to listen on, `host:port` (port 0 picks a free one).
     #[serde(default = "default_listen")]
     pub listen: String,
-    /// The metaserver, `host:port`.
+    /// The metaserver, `host:port`, or several separated by commas (metaservers sharing
+    /// one PostgreSQL, of which one answers at a time): the proxy moves on down the list
+    /// when the one it uses is unreachable or a standby.
     pub metaserver: String,
     /// Name under which the proxy's graphs and measurements are recorded; default: its
     /// address.
@@ -57,9 +60,14 @@ pub struct ProxyConfig {
     /// well under the servers' `storage.lease_seconds`.
     #[serde(default = "default_renew_seconds")]
     pub lease_renew_seconds: f64,
-    /// Transactions one client (by address) may run at once; more are refused.
+    /// Transactions one client (its library's identity on its address) may run at once;
+    /// more wait in the proxy's queue.
     #[serde(default = "default_per_client")]
     pub max_transactions_per_client: usize,
+    /// Transactions of all clients that may wait for a place at once; more are refused
+    /// (RESOURCE_EXHAUSTED). Each waiting transaction holds its request in memory.
+    #[serde(default = "default_queued")]
+    pub max_queued_transactions: usize,
     /// Bytes of intermediate data one client's running transactions may keep on the
     /// servers at once (each transaction counts every output it keeps for a consumer, as
     /// the IDL sizes it); a transaction that would go over is refused before it starts.
@@ -147,6 +155,10 @@ fn default_per_client() -> usize {
     32
 }
 
+fn default_queued() -> usize {
+    1024
+}
+
 fn default_renew_seconds() -> f64 {
     20.0
 }
@@ -189,6 +201,7 @@ impl ProxyConfig {
             max_request_bytes: default_max_request(),
             lease_renew_seconds: default_renew_seconds(),
             max_transactions_per_client: default_per_client(),
+            max_queued_transactions: default_queued(),
             max_stored_bytes_per_client: default_stored_per_client(),
             task_retries: default_task_retries(),
             retry_backoff_seconds: default_retry_backoff(),

@@ -20,11 +20,10 @@ pub struct ProxyService(pub Arc<Proxy>);
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<v1::RunUpdate, Status>> + Send>>;
 
 impl ProxyService {
-    /// Admits a run request from its client (its storage quota), or says why not.
-    fn admit(&self, request: &Request<v1::RunRequest>) -> Result<Admitted, Status> {
-        let client = request
-            .remote_addr()
-            .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
+    /// Admits a run request from its client (its limits), waiting in the proxy's queue
+    /// while the client's running transactions hold them, or says why not.
+    async fn admit(&self, request: &Request<v1::RunRequest>) -> Result<Admitted, Status> {
+        let client = client_of(request);
         let stored = request
             .get_ref()
             .graph
@@ -32,10 +31,34 @@ impl ProxyService {
             .map_or(0, crate::admission::stored_bytes);
         self.0
             .admission
-            .admit(&client, stored)
+            .admit_or_wait(&client, stored)
+            .await
             .inspect_err(|status| {
                 tracing::warn!(%client, error = %status.message(), "transaction refused");
             })
+    }
+}
+
+/// Who sent a request: the identity its client library sends, on the caller's address (an
+/// identity cannot pass for a client on another host); the address alone without one.
+fn client_of<T>(request: &Request<T>) -> String {
+    let address = request
+        .remote_addr()
+        .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
+    let identity = request
+        .metadata()
+        .get(ninf_proto::net::CLIENT_ID_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .map(|id| {
+            id.chars()
+                .filter(|c| c.is_ascii_graphic())
+                .take(ninf_proto::net::CLIENT_ID_MAX)
+                .collect::<String>()
+        })
+        .filter(|id| !id.is_empty());
+    match identity {
+        Some(id) => format!("{address}/{id}"),
+        None => address,
     }
 }
 
@@ -127,7 +150,7 @@ impl v1::proxy_server::Proxy for ProxyService {
         &self,
         request: Request<v1::RunRequest>,
     ) -> Result<Response<v1::RunReply>, Status> {
-        let admitted = self.admit(&request)?;
+        let admitted = self.admit(&request).await?;
         let reply = run_detached(self.0.clone(), request.into_inner(), admitted).await?;
         Ok(Response::new(reply))
     }
@@ -138,7 +161,7 @@ impl v1::proxy_server::Proxy for ProxyService {
         &self,
         request: Request<v1::RunRequest>,
     ) -> Result<Response<UpdateStream>, Status> {
-        let admitted = self.admit(&request)?;
+        let admitted = self.admit(&request).await?;
         let (updates, received) = mpsc::channel(4);
         tokio::spawn(
             follow(self.0.clone(), request.into_inner(), admitted, updates).in_current_span(),

@@ -749,7 +749,7 @@ fn a_client_over_its_storage_quota_is_refused_before_anything_runs() {
     let a = matrix(n, 3);
     let mut c = vec![0.0; n * n];
     let e = cube(&grid.client("flow"), n, &a, &mut c).unwrap_err();
-    assert_eq!(e.kind, ninf::ErrorKind::BadArgument, "{e}");
+    assert_eq!(e.kind, ninf::ErrorKind::RpcRefused, "{e}");
     assert!(
         e.message.contains(
             "transaction would keep 2048 bytes of intermediate data on the servers, over the \
@@ -768,6 +768,64 @@ fn a_client_over_its_storage_quota_is_refused_before_anything_runs() {
     let grid = TestGrid::start(vec![1], |o| o.max_stored_bytes_per_client = 2048);
     cube(&grid.client("flow"), n, &a, &mut c).unwrap();
     assert_eq!(c, local_mmul(n, &local_mmul(n, &a, &a), &a));
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn limits_count_per_client_program_and_a_full_queue_refuses() {
+    let grid = TestGrid::start(vec![2], |o| {
+        o.max_transactions_per_client = 1;
+        o.max_queued_transactions = 0;
+    });
+    let busy = grid.client("flow");
+    let running = {
+        let busy = busy.clone();
+        std::thread::spawn(move || busy.call("sleep_ms", &mut [3000i32.into()]))
+    };
+    while !grid.status().graphs.iter().any(|g| g.state == "running") {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The same client at its limit, with no room to wait: refused, not a bad argument.
+    let refused = busy.call("noop", &mut [0i32.into()]).unwrap_err();
+    assert_eq!(refused.kind, ninf::ErrorKind::RpcRefused, "{refused}");
+    assert!(
+        refused.message.contains(
+            "already runs 1 transactions, the proxy's limit (max_transactions_per_client); \
+             the proxy's queue already holds 0 waiting transactions, its limit \
+             (max_queued_transactions)"
+        ),
+        "{}",
+        refused.message
+    );
+    // Another client program on the same host has limits of its own.
+    grid.client("flow")
+        .call("noop", &mut [0i32.into()])
+        .unwrap();
+    running.join().unwrap().unwrap();
+}
+
+#[test]
+fn transactions_over_the_limit_wait_their_turn_and_all_complete() {
+    let grid = TestGrid::start(vec![2], |o| {
+        o.max_transactions_per_client = 1;
+        o.max_queued_transactions = 8;
+    });
+    let client = grid.client("flow");
+    let n = 12usize;
+    let runs: Vec<_> = (0..6u64)
+        .map(|seed| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                let a = matrix(n, seed);
+                let mut c = vec![0.0; n * n];
+                square(&client, n, &a, &mut c).map(|_| (a, c))
+            })
+        })
+        .collect();
+    for run in runs {
+        let (a, c) = run.join().unwrap().unwrap();
+        assert_eq!(c, local_mmul(n, &a, &a));
+    }
     grid.assert_no_leftovers();
 }
 

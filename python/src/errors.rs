@@ -51,6 +51,12 @@ pyo3::create_exception!(
     NinfError,
     "The future or session named does not exist (or was already waited on)."
 );
+pyo3::create_exception!(
+    ninf,
+    RpcRefused,
+    NinfError,
+    "The grid turned the call away: a proxy limit that waiting would not lift."
+);
 
 /// The Python exception for a client-library error.
 pub fn to_py(error: CallError) -> PyErr {
@@ -64,6 +70,7 @@ pub fn to_py(error: CallError) -> PyErr {
         ErrorKind::Canceled => Canceled::new_err(message),
         ErrorKind::Timeout => Timeout::new_err(message),
         ErrorKind::InvalidSessionId => InvalidSessionId::new_err(message),
+        ErrorKind::RpcRefused => RpcRefused::new_err(message),
     }
 }
 
@@ -75,7 +82,7 @@ pub fn bad_argument(message: String) -> PyErr {
 /// Adds the exceptions to the module, each with its GridRPC code as `code`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
-    let classes: [(Bound<'_, PyType>, &str); 9] = [
+    let classes: [(Bound<'_, PyType>, &str); 10] = [
         (py.get_type::<NinfError>(), "OTHER_ERROR_CODE"),
         (py.get_type::<ServerNotFound>(), "SERVER_NOT_FOUND"),
         (py.get_type::<FunctionNotFound>(), "FUNCTION_NOT_FOUND"),
@@ -85,6 +92,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         (py.get_type::<Canceled>(), "CANCELED"),
         (py.get_type::<Timeout>(), "TIMEOUT"),
         (py.get_type::<InvalidSessionId>(), "INVALID_SESSION_ID"),
+        (py.get_type::<RpcRefused>(), "RPC_REFUSED"),
     ];
     for (class, code) in classes {
         class.setattr("code", code)?;

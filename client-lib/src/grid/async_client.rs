@@ -29,6 +29,18 @@ pub struct AsyncGridClient {
     token: AttachToken,
     /// Called as a followed transaction's tasks end.
     progress: Option<ProgressCallback>,
+    /// Who this client is to the proxy, which counts its per-client limits by it.
+    identity: tonic::metadata::AsciiMetadataValue,
+}
+
+/// An identity for a new client: the process and the client's number in it, so that each
+/// program (and each client one program opens) has its own limits at the proxy.
+fn new_identity() -> tonic::metadata::AsciiMetadataValue {
+    static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let identity = format!("pid{}-{number}", std::process::id());
+    tonic::metadata::AsciiMetadataValue::try_from(identity)
+        .unwrap_or_else(|_| tonic::metadata::AsciiMetadataValue::from_static("unnamed"))
 }
 
 impl AsyncGridClient {
@@ -58,6 +70,7 @@ impl AsyncGridClient {
             scheduler: None,
             token: token_from_env()?,
             progress: None,
+            identity: new_identity(),
         })
     }
 
@@ -183,6 +196,10 @@ impl AsyncGridClient {
         &self,
         request: v1::RunRequest,
     ) -> Result<Result<v1::RunReply, CallError>, tonic::Status> {
+        let mut request = tonic::Request::new(request);
+        request
+            .metadata_mut()
+            .insert(ninf_proto::net::CLIENT_ID_METADATA, self.identity.clone());
         let Some(callback) = &self.progress else {
             return Ok(Ok(self.proxy().run(request).await?.into_inner()));
         };

@@ -5,6 +5,7 @@
 //! token ([`auth`]) and TLS material ([`tls`]) live beside it.
 
 pub mod auth;
+pub mod failover;
 pub mod tls;
 pub mod trace;
 
@@ -171,6 +172,14 @@ pub fn server(tls: Option<&GridTls>) -> Result<Server, tonic::transport::Error> 
 /// end (too many at once, or over its storage quota only with them): the client waits and
 /// sends the graph again.
 pub const BUSY_METADATA: &str = "ninf-busy";
+
+/// Metadata naming the client program a request comes from (its library makes one identity
+/// per client it opens): the proxy counts its per-client limits by it, on the caller's
+/// address, so programs sharing a host are counted apart.
+pub const CLIENT_ID_METADATA: &str = "ninf-client-id";
+
+/// Longest client identity a proxy takes; a longer one is cut.
+pub const CLIENT_ID_MAX: usize = 64;
 
 /// The connections a grid server's `listener` accepts, with Nagle's algorithm off. tonic
 /// applies its own `tcp_nodelay` only to listeners it binds itself; without this, a reply's
