@@ -75,7 +75,7 @@ impl ServerConnection {
 /// The real cluster: gRPC to the servers and the metaserver.
 pub struct GrpcCluster {
     servers: Mutex<HashMap<String, ServerConnection>>,
-    metaserver: Channel,
+    metaserver: ninf_proto::net::failover::Failover,
     token: AttachToken,
     tls: Option<GridTls>,
     settings: ConnectionSettings,
@@ -111,7 +111,12 @@ impl GrpcCluster {
     ) -> Result<GrpcCluster, Status> {
         let settings = connection_settings(config);
         Ok(GrpcCluster {
-            metaserver: lazy_channel(&config.metaserver, tls.as_ref(), settings)?,
+            metaserver: ninf_proto::net::failover::Failover::connect_lazy(
+                &config.metaserver,
+                tls.as_ref(),
+                settings,
+            )
+            .map_err(|e| Status::invalid_argument(e.to_string()))?,
             servers: Mutex::default(),
             token: AttachToken::new(token),
             tls,
@@ -126,7 +131,7 @@ impl GrpcCluster {
         &self,
     ) -> v1::scheduling_client::SchedulingClient<InterceptedService<Channel, AttachToken>> {
         v1::scheduling_client::SchedulingClient::with_interceptor(
-            self.metaserver.clone(),
+            self.metaserver.channel().1,
             self.token.clone(),
         )
         .max_decoding_message_size(CALL_LIMIT)
@@ -271,10 +276,16 @@ impl Cluster for GrpcCluster {
     }
 
     async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
+        let used = self.metaserver.channel().0;
         let status = self
             .scheduling()
             .status(v1::StatusRequest { recent_graphs: 0 })
-            .await?
+            .await
+            .inspect_err(|status| {
+                if ninf_proto::net::failover::try_next(status) {
+                    self.metaserver.failed(used);
+                }
+            })?
             .into_inner();
         Ok(status
             .servers

@@ -54,7 +54,8 @@ pub struct Proxy {
     pub config: ProxyConfig,
     /// Name under which graphs and measurements are recorded.
     pub name: String,
-    metaserver: Channel,
+    /// The metaservers (one answers at a time), moved down on failure.
+    metaserver: ninf_proto::net::failover::Failover,
     links: Mutex<LinkRecord>,
     /// Every call to a compute server goes through it.
     cluster: Arc<dyn Cluster>,
@@ -99,8 +100,12 @@ impl Proxy {
             ),
             ..ConnectionSettings::default()
         };
-        let metaserver = ninf_proto::net::connect_lazy(&config.metaserver, tls.as_ref(), settings)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let metaserver = ninf_proto::net::failover::Failover::connect_lazy(
+            &config.metaserver,
+            tls.as_ref(),
+            settings,
+        )
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (metrics, metrics_registry) = metrics::ProxyMetrics::new();
         Ok(Arc::new(Proxy {
             metrics,
@@ -116,6 +121,7 @@ impl Proxy {
             admission: admission::ClientAdmission::new(admission::ClientLimits {
                 transactions: config.max_transactions_per_client,
                 stored_bytes: config.max_stored_bytes_per_client,
+                queued: config.max_queued_transactions,
             }),
             config,
             name,
@@ -174,7 +180,7 @@ impl Proxy {
         &self,
     ) -> v1::scheduling_client::SchedulingClient<InterceptedService<Channel, AttachToken>> {
         v1::scheduling_client::SchedulingClient::with_interceptor(
-            self.metaserver.clone(),
+            self.metaserver.channel().1,
             AttachToken::new(self.token.as_deref()),
         )
         .max_decoding_message_size(CALL_LIMIT)
@@ -186,10 +192,14 @@ impl Proxy {
     /// many it measured.
     pub async fn probe_servers(&self, max_age: Duration) -> Result<usize, Status> {
         let status = self
-            .scheduling()
-            .status(v1::StatusRequest { recent_graphs: 0 })
-            .await?
-            .into_inner();
+            .with_metaserver(|| {
+                let mut scheduling = self.scheduling();
+                async move {
+                    let request = v1::StatusRequest { recent_graphs: 0 };
+                    Ok(scheduling.status(request).await?.into_inner())
+                }
+            })
+            .await?;
         let up: Vec<String> = status
             .servers
             .into_iter()
@@ -358,7 +368,11 @@ impl Proxy {
             error,
             incidents,
         };
+        let used = self.metaserver.channel().0;
         if let Err(status) = self.scheduling().report_actuals(report).await {
+            if ninf_proto::net::failover::try_next(&status) {
+                self.metaserver.failed(used);
+            }
             tracing::warn!(graph = placement.graph_id, error = %status.message(), "cannot report actuals");
         }
         Ok(v1::RunReply {
@@ -386,9 +400,9 @@ impl Proxy {
         .await
     }
 
-    /// Runs `call` against the metaserver. A metaserver that is restarting (unreachable) is
-    /// asked again with doubling back-off for up to `metaserver_retry_seconds`; any other
-    /// refusal is final.
+    /// Runs `call` against the metaserver. A metaserver that is restarting (unreachable) or
+    /// a standby is asked again, moving on down the list of metaservers, with doubling
+    /// back-off for up to `metaserver_retry_seconds`; any other refusal is final.
     async fn with_metaserver<T, F, Fut>(&self, mut call: F) -> Result<T, Status>
     where
         F: FnMut() -> Fut,
@@ -398,15 +412,19 @@ impl Proxy {
             Instant::now() + Duration::from_secs_f64(self.config.metaserver_retry_seconds.max(0.0));
         let mut attempt = 0;
         loop {
+            let used = self.metaserver.channel().0;
             match call().await {
                 Ok(reply) => return Ok(reply),
                 Err(status)
-                    if matches!(
-                        status.code(),
-                        tonic::Code::Unavailable | tonic::Code::Unknown
-                    ) && Instant::now() < deadline =>
+                    if ninf_proto::net::failover::try_next(&status)
+                        && Instant::now() < deadline =>
                 {
+                    self.metaserver.failed(used);
                     attempt += 1;
+                    if attempt == 1 && self.metaserver.len() > 1 {
+                        // The next metaserver of the list may answer at once.
+                        continue;
+                    }
                     let wait = recovery::backoff(
                         attempt,
                         Duration::from_millis(100),

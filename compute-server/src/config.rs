@@ -55,7 +55,9 @@ pub struct ServerConfig {
     /// Load sampling period.
     #[serde(default = "default_load_interval")]
     pub load_interval_seconds: f64,
-    /// Metaserver to register with (`host:port`); none: the server runs on its own.
+    /// Metaserver to register with (`host:port`), or several separated by commas
+    /// (metaservers sharing one PostgreSQL; the server moves on down the list when the one
+    /// it uses is unreachable or a standby); none: the server runs on its own.
     #[serde(default)]
     pub metaserver: Option<String>,
     /// Where to serve Prometheus metrics (`GET /metrics`, `host:port`); none: not served.

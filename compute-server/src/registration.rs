@@ -1,13 +1,15 @@
 //! The compute server's side of the metaserver loop (seed 004 steps 0 and 1): register with
 //! the benchmark figures and interfaces, then send heartbeats carrying load samples and,
 //! less often, measure the network to every peer the metaserver lists and report it. If the
-//! metaserver is unreachable the server keeps serving and retries with back-off; if the
-//! metaserver has forgotten it (a fresh DB), it registers again.
+//! metaserver is unreachable the server keeps serving and retries with back-off, moving on
+//! down its list of metaservers (`host:port,host:port`: a standby answers UNAVAILABLE); if
+//! the metaserver has forgotten it (a fresh DB), it registers again.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ninf_proto::net::auth::{Authorized, authorized};
+use ninf_proto::net::failover::{Failover, try_next};
 
 use ninf_proto::probe;
 use ninf_proto::v1;
@@ -17,7 +19,7 @@ use crate::state::ServerState;
 /// How a server keeps in touch with its metaserver.
 #[derive(Debug, Clone)]
 pub struct RegistrationConfig {
-    /// `host:port` of the metaserver.
+    /// `host:port` of the metaserver, or several separated by commas.
     pub metaserver: String,
     /// Payload of throughput probes to peers.
     pub probe_bytes: usize,
@@ -50,10 +52,36 @@ fn registration(state: &ServerState) -> v1::RegisterRequest {
     }
 }
 
-/// Registers, retrying with back-off until the metaserver answers; returns its intervals.
-async fn register(client: &mut Registry, state: &ServerState) -> v1::RegisterReply {
+/// The metaservers of the list, presenting the grid's token.
+struct Metaservers {
+    list: Failover,
+    state: Arc<ServerState>,
+}
+
+impl Metaservers {
+    /// The registry of the metaserver in use, and its place in the list.
+    fn client(&self) -> (usize, Registry) {
+        let (index, channel) = self.list.channel();
+        let client = v1::registry_client::RegistryClient::new(authorized(
+            channel,
+            &self.state.credentials(),
+        ));
+        (index, client)
+    }
+
+    /// Moves on down the list if `status` says the metaserver at `index` cannot answer.
+    fn failed(&self, index: usize, status: &tonic::Status) {
+        if try_next(status) {
+            self.list.failed(index);
+        }
+    }
+}
+
+/// Registers, retrying with back-off until a metaserver answers; returns its intervals.
+async fn register(metaservers: &Metaservers, state: &ServerState) -> v1::RegisterReply {
     let mut backoff = Duration::from_millis(100);
     loop {
+        let (index, mut client) = metaservers.client();
         match client.register(registration(state)).await {
             Ok(reply) => {
                 let reply = reply.into_inner();
@@ -65,6 +93,7 @@ async fn register(client: &mut Registry, state: &ServerState) -> v1::RegisterRep
             }
             Err(status) => {
                 tracing::warn!(error = %status.message(), retry_in = ?backoff, "cannot register");
+                metaservers.failed(index, &status);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -108,26 +137,29 @@ async fn measure_peers(
 /// Keeps the server registered for as long as the returned task runs.
 pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let channel = match ninf_proto::net::connect_lazy(
+        let list = match Failover::connect_lazy(
             &config.metaserver,
             state.tls.as_ref(),
             ninf_proto::net::ConnectionSettings::default(),
         ) {
-            Ok(channel) => channel,
+            Ok(list) => list,
             Err(e) => {
                 tracing::error!(metaserver = %config.metaserver, error = %e, "bad metaserver address");
                 return;
             }
         };
-        let mut client =
-            v1::registry_client::RegistryClient::new(authorized(channel, &state.credentials()));
-        let mut reply = register(&mut client, &state).await;
+        let metaservers = Metaservers {
+            list,
+            state: state.clone(),
+        };
+        let mut reply = register(&metaservers, &state).await;
         let mut next_network = tokio::time::Instant::now();
         let mut backoff = Duration::from_millis(100);
         loop {
             let heartbeat = Duration::from_secs_f64(reply.heartbeat_seconds.clamp(0.01, 3600.0));
             let network = Duration::from_secs_f64(reply.network_seconds.clamp(0.01, 86400.0));
             let sample = state.sample_load();
+            let (index, mut client) = metaservers.client();
             let answer = client
                 .heartbeat(v1::HeartbeatRequest {
                     address: state.advertise.clone(),
@@ -140,7 +172,7 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                     let answer = answer.into_inner();
                     if !answer.registered {
                         tracing::info!("the metaserver does not know this server; registering");
-                        reply = register(&mut client, &state).await;
+                        reply = register(&metaservers, &state).await;
                         next_network = tokio::time::Instant::now();
                         continue;
                     }
@@ -159,12 +191,13 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                         () = tokio::time::sleep(heartbeat) => {}
                         () = state.reregister.notified() => {
                             tracing::info!("modules reloaded; registering them");
-                            reply = register(&mut client, &state).await;
+                            reply = register(&metaservers, &state).await;
                         }
                     }
                 }
                 Err(status) => {
                     tracing::warn!(error = %status.message(), retry_in = ?backoff, "heartbeat failed");
+                    metaservers.failed(index, &status);
                     tokio::time::sleep(backoff.min(heartbeat)).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }

@@ -40,6 +40,11 @@ pub struct GridOptions {
     pub auth: bool,
     /// The proxy's per-client quota of intermediate bytes kept on the servers.
     pub max_stored_bytes_per_client: u64,
+    /// The metaserver's resource DB (`postgres://...`); `None`: SQLite under `data_dir`.
+    pub database_url: Option<String>,
+    /// The proxy's limit of running transactions per client, and its waiting room.
+    pub max_transactions_per_client: usize,
+    pub max_queued_transactions: usize,
     /// Run every connection over TLS: a new certificate authority and certificates in
     /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
     /// certificates, the proxy accepts clients without (they present the token).
@@ -62,6 +67,9 @@ impl GridOptions {
             probe_seconds: 5.0,
             auth: false,
             max_stored_bytes_per_client: ProxyConfig::new("").max_stored_bytes_per_client,
+            database_url: None,
+            max_transactions_per_client: ProxyConfig::new("").max_transactions_per_client,
+            max_queued_transactions: ProxyConfig::new("").max_queued_transactions,
             tls: false,
         }
     }
@@ -215,6 +223,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
     MetaserverConfig {
         listen: listen.to_string(),
         data_dir: options.data_dir.clone(),
+        database_url: options.database_url.clone(),
         scheduler: options.scheduler.clone(),
         predictor: options.predictor.clone(),
         heartbeat_seconds: options.heartbeat_seconds,
@@ -295,6 +304,8 @@ impl EmbeddedGrid {
             probe_seconds: options.probe_seconds,
             auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
             max_stored_bytes_per_client: options.max_stored_bytes_per_client,
+            max_transactions_per_client: options.max_transactions_per_client,
+            max_queued_transactions: options.max_queued_transactions,
             tls: component_tls(&options, "proxy"),
             ..ProxyConfig::new(metaserver_address.clone())
         })

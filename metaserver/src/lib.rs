@@ -13,6 +13,7 @@ pub mod dashboard;
 pub mod db;
 pub mod events;
 pub mod graph;
+pub mod leadership;
 pub mod metrics;
 pub mod operations;
 pub mod planner;
@@ -29,6 +30,7 @@ use ninf_proto::net::{ServeError, Serving};
 use ninf_proto::v1;
 use ninf_scheduling::Link;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 pub use config::MetaserverConfig;
 use db::{DbError, ResourceDb};
@@ -129,6 +131,50 @@ pub struct Metaserver {
     tls: Option<ninf_proto::net::tls::GridTls>,
     /// Tells live views what changed.
     changes: tokio::sync::broadcast::Sender<events::Change>,
+    /// Whether this metaserver schedules: always with SQLite; with PostgreSQL, while it
+    /// holds the resource DB's lock ([`leadership`]).
+    active: std::sync::atomic::AtomicBool,
+}
+
+/// The registry as the resource DB records it: every server that registered, its recent
+/// load and the network samples within the retention time.
+async fn restore_registry(
+    db: &ResourceDb,
+    config: &MetaserverConfig,
+) -> Result<Registry, MetaserverError> {
+    let mut registry = Registry::new(
+        config.history_samples,
+        config.heartbeat_timeout_seconds,
+        config.default_mflops,
+    );
+    for server in db.servers().await? {
+        let rejected = registry.register(
+            server.id,
+            &server.address,
+            server.info,
+            &server.routines,
+            server.last_heartbeat,
+        );
+        for (routine, reason) in rejected {
+            tracing::warn!(server = %server.address, %routine, %reason, "stored routine skipped");
+        }
+        let load = db
+            .recent_load(server.id, config.history_samples as u32)
+            .await?;
+        registry.restore_load(&server.address, load.iter().map(|s| s.load));
+    }
+    let since = unix_now() - config.retention_seconds;
+    for link in db.links_since(since).await? {
+        registry.add_link(
+            &link.from,
+            &link.to,
+            Link {
+                throughput: link.throughput,
+                latency: link.latency,
+            },
+        );
+    }
+    Ok(registry)
 }
 
 impl Metaserver {
@@ -150,41 +196,10 @@ impl Metaserver {
             })?;
         }
         let db = ResourceDb::open(&config.database_url()).await?;
-        let mut registry = Registry::new(
-            config.history_samples,
-            config.heartbeat_timeout_seconds,
-            config.default_mflops,
-        );
-        for server in db.servers().await? {
-            let rejected = registry.register(
-                server.id,
-                &server.address,
-                server.info,
-                &server.routines,
-                server.last_heartbeat,
-            );
-            for (routine, reason) in rejected {
-                tracing::warn!(server = %server.address, %routine, %reason, "stored routine skipped");
-            }
-            let load = db
-                .recent_load(server.id, config.history_samples as u32)
-                .await?;
-            registry.restore_load(&server.address, load.iter().map(|s| s.load));
-        }
-        let since = unix_now() - config.retention_seconds;
-        for link in db.links_since(since).await? {
-            registry.add_link(
-                &link.from,
-                &link.to,
-                Link {
-                    throughput: link.throughput,
-                    latency: link.latency,
-                },
-            );
-        }
+        let registry = restore_registry(&db, &config).await?;
         tracing::info!(
             servers = registry.servers().len(),
-            database = %config.database_url(),
+            database = %db::redact(&config.database_url()),
             scheduler = %config.scheduler,
             "resource DB opened"
         );
@@ -198,7 +213,6 @@ impl Metaserver {
         let (metrics, metrics_registry) = metrics::MetaserverMetrics::new();
         Ok(Arc::new(Metaserver {
             config,
-            db,
             state: Mutex::new(State {
                 registry,
                 planner,
@@ -214,7 +228,53 @@ impl Metaserver {
             token,
             tls,
             changes: tokio::sync::broadcast::channel(256).0,
+            active: std::sync::atomic::AtomicBool::new(db.backend() == db::Backend::Sqlite),
+            db,
         }))
+    }
+
+    /// Whether this metaserver schedules (see [`leadership`]).
+    pub fn is_active(&self) -> bool {
+        self.active.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Refuses a request while this metaserver is a standby: UNAVAILABLE, so that servers
+    /// and proxies move on to the next metaserver of their list.
+    pub(crate) fn serving(&self) -> Result<(), tonic::Status> {
+        if self.is_active() {
+            Ok(())
+        } else {
+            Err(tonic::Status::unavailable(
+                "this metaserver is a standby: another holds the resource DB's lock",
+            ))
+        }
+    }
+
+    /// Becomes the active metaserver: takes the registry the resource DB records (the
+    /// servers that registered with the metaserver before it), then serves.
+    pub(crate) async fn promote(&self) -> Result<(), MetaserverError> {
+        let registry = restore_registry(&self.db, &self.config).await?;
+        let servers = registry.servers().len();
+        {
+            let mut state = self.state();
+            state.registry = registry;
+            state.down.clear();
+            state.running.clear();
+        }
+        self.active.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(
+            servers,
+            "active: this metaserver holds the resource DB's lock"
+        );
+        self.log_event("active", "metaserver", None, "took over scheduling".into());
+        Ok(())
+    }
+
+    /// Becomes a standby (the resource DB's lock was lost).
+    pub(crate) fn demote(&self) {
+        if self.active.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            tracing::warn!("standby: this metaserver lost the resource DB's lock");
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -301,6 +361,14 @@ async fn run(
 ) -> Result<(), tonic::transport::Error> {
     let mut builder = ninf_proto::net::server(metaserver.tls.as_ref())?;
     let upkeep = operations::upkeep::spawn(metaserver.clone());
+    let leadership = CancellationToken::new();
+    let leader = (metaserver.db.backend() == db::Backend::Postgres).then(|| {
+        tokio::spawn(leadership::run(
+            metaserver.clone(),
+            metaserver.config.database_url(),
+            leadership.clone(),
+        ))
+    });
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<v1::scheduling_server::SchedulingServer<service::SchedulingService>>()
@@ -324,6 +392,10 @@ async fn run(
         .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
     upkeep.abort();
+    leadership.cancel();
+    if let Some(leader) = leader {
+        let _ = leader.await;
+    }
     metaserver.db.close().await;
     result
 }

@@ -24,6 +24,7 @@ impl v1::registry_server::Registry for RegistryService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterReply>, Status> {
+        self.0.serving()?;
         Ok(Response::new(self.0.register(request.into_inner()).await?))
     }
 
@@ -31,6 +32,7 @@ impl v1::registry_server::Registry for RegistryService {
         &self,
         request: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatReply>, Status> {
+        self.0.serving()?;
         Ok(Response::new(self.0.heartbeat(request.into_inner()).await?))
     }
 
@@ -38,6 +40,7 @@ impl v1::registry_server::Registry for RegistryService {
         &self,
         request: Request<v1::NetworkReport>,
     ) -> Result<Response<v1::NetworkReportReply>, Status> {
+        self.0.serving()?;
         self.0.report_network(request.into_inner()).await?;
         Ok(Response::new(v1::NetworkReportReply {}))
     }
@@ -49,6 +52,7 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
         &self,
         request: Request<v1::ScheduleRequest>,
     ) -> Result<Response<v1::ScheduleReply>, Status> {
+        self.0.serving()?;
         let request = request.into_inner();
         let span = tracing::info_span!(
             "schedule",
@@ -65,6 +69,7 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
         &self,
         request: Request<v1::ActualsReport>,
     ) -> Result<Response<v1::ActualsReply>, Status> {
+        self.0.serving()?;
         let report = request.into_inner();
         let span = tracing::info_span!("report_actuals", graph_id = report.graph_id);
         self.0.report_actuals(report).instrument(span).await?;
@@ -75,6 +80,7 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
         &self,
         request: Request<v1::DescribeRequest>,
     ) -> Result<Response<v1::FunctionInterface>, Status> {
+        self.0.serving()?;
         let function = request.into_inner().function;
         self.0
             .describe(&function)
@@ -88,6 +94,7 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
         &self,
         request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::GridStatus>, Status> {
+        self.0.serving()?;
         let recent = request.into_inner().recent_graphs.min(1000);
         Ok(Response::new(self.0.status(recent).await?))
     }

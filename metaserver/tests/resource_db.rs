@@ -1,4 +1,5 @@
-//! The registry under a fake clock, and the resource DB across a reopen and with retention.
+//! The registry under a fake clock, and the resource DB (SQLite and PostgreSQL) across a
+//! reopen and with retention.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -133,10 +134,22 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn registrations_and_history_survive_a_reopen_and_retention_bounds_them() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("meta.db").display());
+    registrations_and_history_on(&format!(
+        "sqlite://{}",
+        dir.path().join("meta.db").display()
+    ));
+}
+
+#[test]
+fn on_postgresql_registrations_and_history_survive_a_reopen_and_retention_bounds_them() {
+    let postgres = ninf_grid::postgres::LocalPostgres::start().unwrap();
+    registrations_and_history_on(&postgres.url);
+}
+
+fn registrations_and_history_on(url: &str) {
     let rt = runtime();
     rt.block_on(async {
-        let db = ResourceDb::open(&url).await.unwrap();
+        let db = ResourceDb::open(url).await.unwrap();
         let id = db
             .register("a:1", &info(750.0, 2), &linpack(), 10.0)
             .await
@@ -202,7 +215,7 @@ fn registrations_and_history_survive_a_reopen_and_retention_bounds_them() {
         db.close().await;
     });
     rt.block_on(async {
-        let db = ResourceDb::open(&url).await.unwrap();
+        let db = ResourceDb::open(url).await.unwrap();
         let servers = db.servers().await.unwrap();
         assert_eq!(servers.len(), 1);
         assert_eq!(servers[0].address, "a:1");

@@ -1,5 +1,5 @@
 //! Periodic upkeep: servers that stopped sending heartbeats are recorded as down, and history
-//! beyond the retention bounds is deleted.
+//! beyond the retention bounds is deleted; by the active metaserver only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,10 @@ pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
         let mut last_prune = tokio::time::Instant::now();
         loop {
             ticker.tick().await;
+            // A standby's registry is stale until it takes over: it decides nothing.
+            if !metaserver.is_active() {
+                continue;
+            }
             if let Err(e) = metaserver.mark_down().await {
                 tracing::error!(error = %e, "marking silent servers down failed");
             }
