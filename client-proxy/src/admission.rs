@@ -222,6 +222,8 @@ impl Drop for Admitted {
                 map.remove(&self.client);
             }
         }
+        drop(map);
+        self.admission.released.notify_waiters();
     }
 }
 
@@ -279,6 +281,32 @@ mod tests {
             }
         );
         drop(admitted);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_waiter_is_admitted_in_turn_as_running_transactions_end() {
+        let admission = ClientAdmission::new(limits(1, u64::MAX));
+        let admission = ClientAdmission::new(ClientLimits {
+            queued: 8,
+            ..admission.limits
+        });
+        let runs: Vec<_> = (0..6)
+            .map(|_| {
+                let admission = admission.clone();
+                tokio::spawn(async move {
+                    let admitted = admission.admit_or_wait("c", 0).await?;
+                    assert_eq!(admission.usage("c").transactions, 1);
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    drop(admitted);
+                    Ok::<(), Status>(())
+                })
+            })
+            .collect();
+        for run in runs {
+            run.await.unwrap().unwrap();
+        }
+        assert_eq!(admission.usage("c"), ClientUsage::default());
+        assert_eq!(admission.waiting(), 0);
     }
 
     #[tokio::test]
