@@ -1,9 +1,12 @@
 //! `ninf chaos`: a grid of real processes (a metaserver, a proxy and three compute servers on
 //! loopback) runs a stream of transactions, the seed's cascades and dgefa/dgesl pairs at mixed
 //! sizes, while one compute server after another is killed with SIGKILL and restarted on the
-//! same address (and every few faults the metaserver instead, restarted on its database). Every transaction must complete with results equal bit for bit to the same
-//! routines run locally, and afterwards no server may hold a byte of anyone's intermediates
-//! and no executable of a killed server may outlive it.
+//! same address (and every few faults the metaserver instead, restarted on its database).
+//! With two or more metaservers they share one PostgreSQL (a private cluster unless a
+//! `database_url` is given), and a metaserver fault SIGKILLs the active one: a standby takes
+//! over while the killed one comes back as a standby. Every transaction must complete with
+//! results equal bit for bit to the same routines run locally, and afterwards no server may
+//! hold a byte of anyone's intermediates and no executable of a killed server may outlive it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,8 +37,13 @@ pub struct ChaosOptions {
     pub down_seconds: f64,
     /// Emulated processor slowdown of the servers, so that calls last long enough to be hit.
     pub cpu_slowdown: f64,
-    /// Every this many faults, the metaserver is killed instead of a server (0: never).
+    /// Every this many faults, the metaserver is killed instead of a server (0: never; 1:
+    /// only metaservers are killed).
     pub metaserver_every: usize,
+    /// Metaservers: 1 on SQLite; 2 or more share a PostgreSQL, one active at a time.
+    pub metaservers: usize,
+    /// The PostgreSQL the metaservers share; `None`: a private cluster for the run.
+    pub database_url: Option<String>,
     /// The proxy's `suspect_seconds` (0: each graph learns of a failure by itself).
     pub suspect_seconds: f64,
 }
@@ -48,6 +56,8 @@ pub struct ChaosReport {
     pub faults_injected: usize,
     /// Of the faults, metaserver kills.
     pub metaserver_restarts: usize,
+    /// Metaservers in the run (with 2 or more, each kill is of the active one).
+    pub metaservers: usize,
     pub tasks_retried: u64,
     pub regenerated: u64,
     /// Transactions that failed.
@@ -156,17 +166,47 @@ fn run_in(
     proxy_bin: &Path,
     server_bin: &Path,
 ) -> anyhow::Result<ChaosReport> {
-    let metaserver = free_address()?;
+    let count = options.metaservers.max(1);
+    let postgres = match (&options.database_url, count) {
+        (None, 2..) => Some(crate::postgres::LocalPostgres::start()?),
+        _ => None,
+    };
+    let database_url = options
+        .database_url
+        .clone()
+        .or_else(|| postgres.as_ref().map(|p| p.url.clone()));
+    let mut metaserver_processes = Vec::new();
+    for i in 0..count {
+        let address = free_address()?;
+        let config = work.join(format!("metaserver-{i}.toml"));
+        // Heartbeats every 0.25 s, down after 1.5 s without one: a killed server stops
+        // getting new graphs quickly, and the proxy's retries cover the gap.
+        let database = database_url
+            .as_ref()
+            .map(|url| format!("database_url = \"{url}\"\n"))
+            .unwrap_or_default();
+        write(
+            &config,
+            &format!(
+                "listen = \"{address}\"\ndata_dir = \"{}\"\n{database}heartbeat_seconds = 0.25\nheartbeat_timeout_seconds = 1.5\nnetwork_seconds = 5.0\n",
+                work.join(format!("metaserver-{i}")).display()
+            ),
+        )?;
+        let mut process = ChaosServer {
+            address,
+            config,
+            spill_dir: None,
+            process: None,
+        };
+        process.start(metaserver_bin)?;
+        metaserver_processes.push(process);
+    }
+    let metaserver = metaserver_processes
+        .iter()
+        .map(|m| m.address.clone())
+        .collect::<Vec<_>>()
+        .join(",");
     let proxy = free_address()?;
-    // Heartbeats every 0.25 s, down after 1.5 s without one: a killed server stops getting
-    // new graphs quickly, and the proxy's retries cover the gap.
-    write(
-        &work.join("metaserver.toml"),
-        &format!(
-            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\nheartbeat_seconds = 0.25\nheartbeat_timeout_seconds = 1.5\nnetwork_seconds = 5.0\n",
-            work.join("metaserver").display()
-        ),
-    )?;
     write(
         &work.join("proxy.toml"),
         &format!(
@@ -174,14 +214,7 @@ fn run_in(
             options.suspect_seconds
         ),
     )?;
-    let mut metaserver_process = ChaosServer {
-        address: metaserver.clone(),
-        config: work.join("metaserver.toml"),
-        spill_dir: None,
-        process: None,
-    };
-    metaserver_process.start(metaserver_bin)?;
-    let metaserver_process = Arc::new(Mutex::new(metaserver_process));
+    let metaserver_processes = Arc::new(Mutex::new(metaserver_processes));
     let mut servers = Vec::new();
     for i in 0..3 {
         let address = free_address()?;
@@ -221,7 +254,7 @@ fn run_in(
     let injector = spawn_injector(
         Shared {
             servers: servers.clone(),
-            metaserver: metaserver_process.clone(),
+            metaservers: metaserver_processes.clone(),
             done: done.clone(),
             faults: faults.clone(),
             metaserver_kills: metaserver_kills.clone(),
@@ -260,6 +293,10 @@ fn run_in(
     report.transactions = options.transactions;
     report.faults_injected = faults.load(Ordering::Relaxed);
     report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);
+    report.metaservers = count;
+    // The metaservers stop before their database.
+    drop(metaserver_processes);
+    drop(postgres);
     report.leaked_bytes = stored + spilled;
     report.leaked_processes = leaked_processes;
     report.seconds = seconds;
@@ -269,7 +306,7 @@ fn run_in(
 /// What the fault injector shares with the run.
 struct Shared {
     servers: Arc<Mutex<Vec<ChaosServer>>>,
-    metaserver: Arc<Mutex<ChaosServer>>,
+    metaservers: Arc<Mutex<Vec<ChaosServer>>>,
     done: Arc<AtomicBool>,
     faults: Arc<AtomicUsize>,
     metaserver_kills: Arc<AtomicUsize>,
@@ -285,7 +322,7 @@ fn spawn_injector(
 ) -> std::thread::JoinHandle<anyhow::Result<()>> {
     let Shared {
         servers,
-        metaserver: metaserver_process,
+        metaservers,
         done,
         faults,
         metaserver_kills,
@@ -304,12 +341,16 @@ fn spawn_injector(
             }
             let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
             if metaserver_every > 0 && fault % metaserver_every == 0 {
-                let mut m = lock(&metaserver_process);
-                m.kill();
+                let addresses: Vec<String> = lock(&metaservers)
+                    .iter()
+                    .map(|m| m.address.clone())
+                    .collect();
+                let active = active_metaserver(&addresses).unwrap_or(0);
+                lock(&metaservers)[active].kill();
                 metaserver_kills.fetch_add(1, Ordering::Relaxed);
-                tracing::info!("killed the metaserver");
+                tracing::info!(metaserver = active, "killed the active metaserver");
                 std::thread::sleep(down);
-                m.start(&metaserver_bin)?;
+                lock(&metaservers)[active].start(&metaserver_bin)?;
                 continue;
             }
             let count = lock(&servers).len();
@@ -421,22 +462,51 @@ fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ni
     }
 }
 
-async fn wait_until_up(metaserver: &str, count: usize) -> anyhow::Result<()> {
-    let channel = ninf_proto::net::connect_lazy(
-        metaserver,
-        None,
-        ninf_proto::net::ConnectionSettings::default(),
-    )?;
-    let mut client = v1::scheduling_client::SchedulingClient::new(channel);
+/// Waits until the active metaserver of the list lists `count` servers as up.
+async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()> {
     for _ in 0..600 {
-        if let Ok(status) = client.status(v1::StatusRequest { recent_graphs: 0 }).await
-            && status.get_ref().servers.iter().filter(|s| s.up).count() >= count
-        {
-            return Ok(());
+        for address in ninf_proto::net::failover::addresses(metaservers) {
+            if let Ok(status) = metaserver_status(&address).await
+                && status.servers.iter().filter(|s| s.up).count() >= count
+            {
+                return Ok(());
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("the servers did not register with the metaserver in 30 s")
+}
+
+/// A metaserver's status; a standby refuses.
+async fn metaserver_status(address: &str) -> anyhow::Result<v1::GridStatus> {
+    let channel = ninf_proto::net::connect(
+        address,
+        None,
+        ninf_proto::net::ConnectionSettings::default(),
+    )
+    .await?;
+    let status = v1::scheduling_client::SchedulingClient::new(channel)
+        .status(v1::StatusRequest { recent_graphs: 0 })
+        .await?;
+    Ok(status.into_inner())
+}
+
+/// Which metaserver of the list is active (answers), if one is.
+fn active_metaserver(addresses: &[String]) -> Option<usize> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    runtime.block_on(async {
+        for (i, address) in addresses.iter().enumerate() {
+            let answered =
+                tokio::time::timeout(Duration::from_secs(2), metaserver_status(address)).await;
+            if matches!(answered, Ok(Ok(_))) {
+                return Some(i);
+            }
+        }
+        None
+    })
 }
 
 /// Bytes each server reports in its storage, summed.
@@ -489,11 +559,12 @@ fn directory_bytes(dir: &Path) -> u64 {
 /// The report as text.
 pub fn render(report: &ChaosReport) -> String {
     let mut out = format!(
-        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the metaserver)\ntasks_retried    {}\nregenerated      {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
+        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the active metaserver, of {})\ntasks_retried    {}\nregenerated      {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
         report.transactions,
         report.completed,
         report.faults_injected,
         report.metaserver_restarts,
+        report.metaservers,
         report.tasks_retried,
         report.regenerated,
         report.lost,

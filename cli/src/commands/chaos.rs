@@ -3,6 +3,15 @@
 
 use clap::Args;
 
+/// What a chaos run kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Victim {
+    /// A compute server, each in turn.
+    Server,
+    /// The metaserver (with --metaservers 2 or more, the active one).
+    Metaserver,
+}
+
 #[derive(Args)]
 pub struct ChaosArgs {
     #[arg(long, default_value_t = 50)]
@@ -19,9 +28,20 @@ pub struct ChaosArgs {
     /// Emulated processor slowdown of the servers (calls last long enough to be hit).
     #[arg(long, default_value_t = 400.0)]
     pub cpu_slowdown: f64,
-    /// Every this many faults, kill the metaserver instead of a server (0: never).
+    /// Every this many faults, kill the (active) metaserver instead of a server (0: never).
     #[arg(long, default_value_t = 5)]
     pub metaserver_every: usize,
+    /// What to kill: `server` and `metaserver` (the default, one metaserver in
+    /// --metaserver-every faults), or only one of them.
+    #[arg(long, value_delimiter = ',', default_value = "server,metaserver")]
+    pub kill: Vec<Victim>,
+    /// Metaservers: 1 on SQLite; 2 or more share one PostgreSQL (a private cluster unless
+    /// --database-url is given) and each metaserver fault kills the active one.
+    #[arg(long, default_value_t = 1)]
+    pub metaservers: usize,
+    /// The PostgreSQL the metaservers share (postgres://USER:PASSWORD@HOST/DB).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
     /// How long the proxy avoids a server after it failed a call, for every graph
     /// (0: each graph learns of the failure by itself).
     #[arg(long, default_value_t = 30.0)]
@@ -38,9 +58,21 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         down,
         cpu_slowdown,
         metaserver_every,
+        kill,
+        metaservers,
+        database_url,
         suspect_seconds,
         json,
     } = args;
+    let metaserver_every = match (
+        kill.contains(&Victim::Server),
+        kill.contains(&Victim::Metaserver),
+    ) {
+        (true, true) => metaserver_every,
+        (true, false) => 0,
+        (false, true) => 1,
+        (false, false) => anyhow::bail!("--kill names nothing to kill"),
+    };
     let bin_dir = super::bin_dir()?;
     let report = ninf_grid::chaos::run(&ninf_grid::chaos::ChaosOptions {
         bin_dir,
@@ -50,6 +82,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         down_seconds: down,
         cpu_slowdown,
         metaserver_every,
+        metaservers,
+        database_url,
         suspect_seconds,
     })?;
     if json {

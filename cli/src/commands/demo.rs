@@ -22,6 +22,10 @@ pub struct DemoArgs {
     /// Relative speeds of the 3 servers.
     #[arg(long, value_delimiter = ',', default_value = "2,1,1")]
     pub speeds: Vec<u32>,
+    /// The metaserver's resource DB: postgres://USER:PASSWORD@HOST/DB, or sqlite:PATH;
+    /// default SQLite in the data directory (docs/metaserver.md).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
@@ -32,11 +36,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         cascade_n,
         trials,
         speeds,
+        database_url,
     } = args;
     let data_dir = std::env::temp_dir().join(format!("ninf-demo-{}", std::process::id()));
     let runtime = super::runtime()?;
     let grid = runtime.block_on(async {
-        let options = GridOptions::new(speeds, &data_dir);
+        let mut options = GridOptions::new(speeds, &data_dir);
+        options.database_url = database_url;
         EmbeddedGrid::start(options).await
     })?;
     if !json {

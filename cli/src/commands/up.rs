@@ -31,6 +31,10 @@ pub struct UpArgs {
     /// build` writes it (docs/authors.md).
     #[arg(long = "module", value_name = "IDL=EXECUTABLE")]
     pub modules: Vec<String>,
+    /// The metaserver's resource DB: postgres://USER:PASSWORD@HOST/DB, or sqlite:PATH;
+    /// default SQLite in the data directory (docs/metaserver.md).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -43,6 +47,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         tls,
         selftest,
         modules,
+        database_url,
     } = args;
     let extra_modules = modules
         .iter()
@@ -70,6 +75,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             options.modules = ninf_grid::embedded::modules_with_selftest(&data_dir)?;
         }
         options.extra_modules = extra_modules;
+        options.database_url = database_url;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);

@@ -17,6 +17,10 @@ struct Cli {
     /// Folder of the resource DB (overrides the configuration).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// The resource DB instead of SQLite in the data folder: postgres://USER:PASSWORD@HOST/DB
+    /// (several metaservers may share one; one is active at a time) or sqlite:PATH.
+    #[arg(long, value_name = "URL")]
+    database_url: Option<String>,
     /// Scheduler, one of ninf_scheduling::SCHEDULERS (see docs/scheduling.md; overrides the
     /// configuration).
     #[arg(long)]
@@ -55,6 +59,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(dir) = cli.data_dir {
         config.data_dir = dir;
+    }
+    if let Some(url) = cli.database_url {
+        config.database_url = Some(url);
     }
     if let Some(s) = cli.scheduler {
         config.scheduler = s;
