@@ -44,6 +44,9 @@ enum Command {
     /// compute servers are killed with SIGKILL and restarted, one after another; fails unless
     /// every transaction completes with exact results and nothing is left behind.
     Chaos(chaos::ChaosArgs),
+    /// Load: many client programs at once (each its own identity) run cascades through one
+    /// proxy; latency percentiles, throughput and the proxy's memory before and after.
+    Load(load::LoadArgs),
     /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
     Testbed(testbed::TestbedArgs),
     /// Experiments on the testbed: `wan` reproduces seed 004's Tables 2-5.
@@ -78,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         Command::GangBench(args) => gang_bench::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::Load(args) => load::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Experiment(args) => experiment::run(args),
         Command::ExperimentClient(args) => experiment::run_client(args),

@@ -463,7 +463,7 @@ fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ni
 }
 
 /// Waits until the active metaserver of the list lists `count` servers as up.
-async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()> {
+pub(crate) async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()> {
     for _ in 0..600 {
         for address in ninf_proto::net::failover::addresses(metaservers) {
             if let Ok(status) = metaserver_status(&address).await
@@ -510,7 +510,7 @@ fn active_metaserver(addresses: &[String]) -> Option<usize> {
 }
 
 /// Bytes each server reports in its storage, summed.
-async fn stored_bytes(addresses: &[String]) -> anyhow::Result<u64> {
+pub(crate) async fn stored_bytes(addresses: &[String]) -> anyhow::Result<u64> {
     let mut total = 0;
     for address in addresses {
         let channel = ninf_proto::net::endpoint(

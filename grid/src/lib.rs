@@ -1,11 +1,13 @@
 //! A whole Ninf grid to run, for `ninf up`, the demo, chaos, tests and benchmarks: the
 //! embedded grid in one process ([`embedded`]), grids of real processes ([`processes`]), the
 //! seed's workloads as transactions ([`workloads`]), the demo that runs them under several
-//! schedulers ([`demo`]), fault injection ([`chaos`]) and a private PostgreSQL ([`postgres`]).
+//! schedulers ([`demo`]), fault injection ([`chaos`]), many clients at once ([`load`]) and
+//! a private PostgreSQL ([`postgres`]).
 
 pub mod chaos;
 pub mod demo;
 pub mod embedded;
+pub mod load;
 pub mod postgres;
 pub mod processes;
 pub mod workloads;

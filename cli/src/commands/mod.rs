@@ -8,6 +8,7 @@ pub mod demo;
 pub mod experiment;
 pub mod gang_alloc;
 pub mod gang_bench;
+pub mod load;
 pub mod sim;
 pub mod status;
 pub mod testbed;

@@ -1,0 +1,49 @@
+//! `ninf load`: many client programs at once through one proxy, on a grid of real processes;
+//! fails unless every transaction completes bit-exact and the servers keep nothing after.
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Client programs at once, each its own identity at the proxy.
+    #[arg(long, default_value_t = 100)]
+    pub clients: usize,
+    /// Transactions (cascades) each client runs, one after another.
+    #[arg(long, default_value_t = 100)]
+    pub transactions: usize,
+    /// Order of the cascade's matrices.
+    #[arg(long, default_value_t = 16)]
+    pub n: usize,
+    #[arg(long, default_value_t = 3)]
+    pub servers: usize,
+    /// The metaserver's resource DB (postgres://...); default SQLite.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: LoadArgs) -> anyhow::Result<()> {
+    let report = ninf_grid::load::run(&ninf_grid::load::LoadOptions {
+        bin_dir: super::bin_dir()?,
+        clients: args.clients,
+        transactions: args.transactions,
+        n: args.n,
+        servers: args.servers,
+        database_url: args.database_url,
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", ninf_grid::load::render(&report));
+    }
+    if report.completed != report.transactions || report.leaked_bytes > 0 {
+        anyhow::bail!(
+            "under load the grid lost, corrupted or leaked something: {} failed, {} mismatched, {} bytes left",
+            report.failed,
+            report.mismatched,
+            report.leaked_bytes
+        );
+    }
+    Ok(())
+}

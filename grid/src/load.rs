@@ -1,0 +1,247 @@
+//! `ninf load`: many client programs at once through one proxy, on a grid of real processes
+//! (a metaserver, the proxy and compute servers on loopback). Each client is its own
+//! identity at the proxy, as separate programs are, and runs its transactions (the seed's
+//! cascade) one after another, each checked bit for bit against the routines run locally.
+//! Reports the latency percentiles, the throughput, and the proxy's resident memory before
+//! and after the run: a proxy that keeps something of every transaction grows.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ninf::grid::GridClient;
+use ninf_proto::sync::lock;
+use serde::Serialize;
+
+use crate::processes::{binary, free_address, start, write};
+use crate::workloads;
+
+/// What the load run does.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Where `ninf-metaserver`, `ninf-proxy` and `ninf-server` are.
+    pub bin_dir: std::path::PathBuf,
+    /// Client programs at once, each with its own identity.
+    pub clients: usize,
+    /// Transactions each client runs, one after another.
+    pub transactions: usize,
+    /// Order of the cascade's matrices.
+    pub n: usize,
+    pub servers: usize,
+    /// The metaserver's resource DB; `None`: SQLite.
+    pub database_url: Option<String>,
+}
+
+/// What happened.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LoadReport {
+    pub clients: usize,
+    pub transactions: usize,
+    pub completed: usize,
+    pub failed: usize,
+    pub mismatched: usize,
+    pub p50_seconds: f64,
+    pub p99_seconds: f64,
+    pub max_seconds: f64,
+    pub transactions_per_second: f64,
+    /// The proxy's resident memory once the grid is up and after the run.
+    pub proxy_rss_before_bytes: u64,
+    pub proxy_rss_after_bytes: u64,
+    /// Bytes the servers still store after the run.
+    pub leaked_bytes: u64,
+    pub seconds: f64,
+    /// The first few errors.
+    pub errors: Vec<String>,
+}
+
+/// Runs the load. Blocking.
+pub fn run(options: &LoadOptions) -> anyhow::Result<LoadReport> {
+    let work = std::env::temp_dir().join(format!("ninf-load-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let outcome = run_in(options, &work);
+    let _ = std::fs::remove_dir_all(&work);
+    outcome
+}
+
+fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
+    let bin = |name: &str| binary(&options.bin_dir, name);
+    let metaserver = free_address()?;
+    let proxy = free_address()?;
+    let database = options
+        .database_url
+        .as_ref()
+        .map(|url| format!("database_url = \"{url}\"\n"))
+        .unwrap_or_default();
+    write(
+        &work.join("metaserver.toml"),
+        &format!(
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\n{database}",
+            work.join("metaserver").display()
+        ),
+    )?;
+    write(
+        &work.join("proxy.toml"),
+        &format!("listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n"),
+    )?;
+    let mut command = Command::new(bin("ninf-metaserver")?);
+    command.arg("--config").arg(work.join("metaserver.toml"));
+    let _metaserver = start(command, "metaserver")?;
+    let mut servers = Vec::new();
+    let mut addresses = Vec::new();
+    for i in 0..options.servers.max(1) {
+        let address = free_address()?;
+        let config = work.join(format!("server-{i}.toml"));
+        write(
+            &config,
+            &format!("listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\n"),
+        )?;
+        let mut command = Command::new(bin("ninf-server")?);
+        command.arg("--config").arg(&config);
+        servers.push(start(command, &format!("server {i}"))?);
+        addresses.push(address);
+    }
+    let mut command = Command::new(bin("ninf-proxy")?);
+    command.arg("--config").arg(work.join("proxy.toml"));
+    let proxy_process = start(command, "proxy")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(crate::chaos::wait_until_up(&metaserver, addresses.len()))?;
+    // One transaction first, so that the proxy's connections and caches are made before
+    // its memory is read.
+    let warm = GridClient::connect(&proxy)?;
+    workloads::cascade(&warm, options.n, 1)?;
+    drop(warm);
+    let rss_before = resident_bytes(proxy_process.0.id())?;
+
+    let started = Instant::now();
+    let mut report = run_clients(&proxy, options);
+    report.seconds = started.elapsed().as_secs_f64();
+    report.transactions_per_second = report.completed as f64 / report.seconds.max(1e-9);
+    // Give the proxy's clean-ups (deletes, lease ends) a moment to finish.
+    std::thread::sleep(Duration::from_secs(1));
+    report.proxy_rss_before_bytes = rss_before;
+    report.proxy_rss_after_bytes = resident_bytes(proxy_process.0.id())?;
+    report.leaked_bytes = runtime.block_on(crate::chaos::stored_bytes(&addresses))?;
+    Ok(report)
+}
+
+/// The clients, each a thread with its own connection and identity.
+fn run_clients(proxy: &str, options: &LoadOptions) -> LoadReport {
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let report: Arc<Mutex<LoadReport>> = Arc::default();
+    let clients: Vec<_> = (0..options.clients.max(1))
+        .map(|client| {
+            let (latencies, report, proxy) = (latencies.clone(), report.clone(), proxy.to_string());
+            let (count, n) = (options.transactions, options.n);
+            std::thread::spawn(move || {
+                let grid = match GridClient::connect(&proxy) {
+                    Ok(grid) => grid,
+                    Err(e) => {
+                        let mut r = lock(&report);
+                        r.failed += count;
+                        r.errors
+                            .push(format!("client {client} cannot connect: {e}"));
+                        return;
+                    }
+                };
+                for i in 0..count {
+                    let seed = (client * count + i) as u64 + 2;
+                    let began = Instant::now();
+                    let outcome = workloads::cascade(&grid, n, seed);
+                    let seconds = began.elapsed().as_secs_f64();
+                    let mut r = lock(&report);
+                    match outcome {
+                        Ok(run) if run.max_abs_error == 0.0 => {
+                            r.completed += 1;
+                            lock(&latencies).push(seconds);
+                        }
+                        Ok(_) => r.mismatched += 1,
+                        Err(e) => {
+                            r.failed += 1;
+                            if r.errors.len() < 5 {
+                                r.errors
+                                    .push(format!("client {client}, transaction {i}: {e}"));
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        let _ = client.join();
+    }
+    let mut report = lock(&report).clone();
+    let mut latencies = lock(&latencies).clone();
+    latencies.sort_by(f64::total_cmp);
+    report.clients = options.clients.max(1);
+    report.transactions = report.clients * options.transactions;
+    report.p50_seconds = percentile(&latencies, 0.50);
+    report.p99_seconds = percentile(&latencies, 0.99);
+    report.max_seconds = latencies.last().copied().unwrap_or(0.0);
+    report
+}
+
+/// The `q` quantile of sorted values (nearest rank); 0 when there are none.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// A process's resident memory, from `/proc/PID/status`.
+fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read the memory of process {pid}"))?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .context("no VmRSS line")?;
+    Ok(kib * 1024)
+}
+
+/// The report as text.
+pub fn render(report: &LoadReport) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut out = format!(
+        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\nproxy memory     {:.1} MiB before, {:.1} MiB after\nleaked_bytes     {}\nseconds          {:.1}\n",
+        report.clients,
+        report.transactions,
+        report.completed,
+        report.failed,
+        report.mismatched,
+        report.p50_seconds,
+        report.p99_seconds,
+        report.max_seconds,
+        report.transactions_per_second,
+        mib(report.proxy_rss_before_bytes),
+        mib(report.proxy_rss_after_bytes),
+        report.leaked_bytes,
+        report.seconds,
+    );
+    for e in &report.errors {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&values, 0.5), 50.0);
+        assert_eq!(percentile(&values, 0.99), 99.0);
+        assert_eq!(percentile(&[3.0], 0.99), 3.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+}
