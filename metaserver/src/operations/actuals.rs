@@ -10,11 +10,14 @@ impl Metaserver {
     /// What happened to a graph: stored, and its placements stop counting as load.
     pub async fn report_actuals(&self, report: v1::ActualsReport) -> Result<(), MetaserverError> {
         let now = unix_now();
-        {
+        let running = self.state().running.contains_key(&report.graph_id);
+        if !running && !self.placed_by_another(report.graph_id).await? {
+            return Err(MetaserverError::UnknownGraph(report.graph_id));
+        }
+        // Taken out in a statement of its own: the lock is released before it is taken again.
+        let placed_here = self.state().running.remove(&report.graph_id);
+        if let Some(graph) = placed_here {
             let mut state = self.state();
-            let Some(graph) = state.running.remove(&report.graph_id) else {
-                return Err(MetaserverError::UnknownGraph(report.graph_id));
-            };
             let failed = !report.error.is_empty();
             let predicted = graph.predicted_makespan;
             self.metrics
@@ -42,6 +45,13 @@ impl Metaserver {
         self.log_incidents(&report);
         self.graph_changed(report.graph_id);
         Ok(())
+    }
+
+    /// Whether the resource DB holds a running graph this metaserver did not place: one the
+    /// metaserver active before a fail-over placed, whose actuals are stored all the same.
+    async fn placed_by_another(&self, graph: u64) -> Result<bool, MetaserverError> {
+        let recorded = self.db.graph(graph).await?;
+        Ok(recorded.is_some_and(|g| g.state == "running"))
     }
 
     /// The faults a proxy met during the graph, and its failure, as events.
