@@ -222,8 +222,13 @@ impl Drop for Admitted {
                 map.remove(&self.client);
             }
         }
+        let idle = map.is_empty();
         drop(map);
         self.admission.released.notify_waiters();
+        if idle {
+            let admission = self.admission.clone();
+            crate::memory::trim_when_idle(move || admission.usage_map().is_empty());
+        }
     }
 }
 

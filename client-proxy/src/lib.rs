@@ -18,6 +18,7 @@ mod fake;
 #[cfg(test)]
 mod fake_cluster_tests;
 pub mod links;
+pub mod memory;
 pub mod metrics;
 pub mod progress;
 pub mod recovery;

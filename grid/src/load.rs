@@ -18,6 +18,9 @@ use serde::Serialize;
 use crate::processes::{binary, free_address, start, write};
 use crate::workloads;
 
+/// How long the proxy is left idle before its memory is read.
+const SETTLE: Duration = Duration::from_secs(3);
+
 /// What the load run does.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -25,8 +28,12 @@ pub struct LoadOptions {
     pub bin_dir: std::path::PathBuf,
     /// Client programs at once, each with its own identity.
     pub clients: usize,
-    /// Transactions each client runs, one after another.
+    /// Transactions each client runs, one after another, per round.
     pub transactions: usize,
+    /// Rounds of the whole load, the proxy's memory read after each: memory that grows
+    /// round after round is kept per transaction; memory that stays is the heap's
+    /// high-water mark.
+    pub rounds: usize,
     /// Order of the cascade's matrices.
     pub n: usize,
     pub servers: usize,
@@ -46,9 +53,9 @@ pub struct LoadReport {
     pub p99_seconds: f64,
     pub max_seconds: f64,
     pub transactions_per_second: f64,
-    /// The proxy's resident memory once the grid is up and after the run.
+    /// The proxy's resident memory once the grid is up, and after each round.
     pub proxy_rss_before_bytes: u64,
-    pub proxy_rss_after_bytes: u64,
+    pub proxy_rss_after_bytes: Vec<u64>,
     /// Bytes the servers still store after the run.
     pub leaked_bytes: u64,
     pub seconds: f64,
@@ -115,22 +122,55 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     let warm = GridClient::connect(&proxy)?;
     workloads::cascade(&warm, options.n, 1)?;
     drop(warm);
+    // Memory is read once the proxy has been idle long enough to give back what it freed
+    // (it trims its heap after a second idle: `ninf_client_proxy::memory`).
+    std::thread::sleep(SETTLE);
     let rss_before = resident_bytes(proxy_process.0.id())?;
 
     let started = Instant::now();
-    let mut report = run_clients(&proxy, options);
+    let mut report = LoadReport::default();
+    let mut latencies = Vec::new();
+    for _ in 0..options.rounds.max(1) {
+        let round = run_clients(&proxy, options, &mut latencies);
+        report.merge(round);
+        // The proxy's clean-ups (deletes) end, and it falls idle.
+        std::thread::sleep(SETTLE);
+        report
+            .proxy_rss_after_bytes
+            .push(resident_bytes(proxy_process.0.id())?);
+    }
     report.seconds = started.elapsed().as_secs_f64();
-    report.transactions_per_second = report.completed as f64 / report.seconds.max(1e-9);
-    // Give the proxy's clean-ups (deletes, lease ends) a moment to finish.
-    std::thread::sleep(Duration::from_secs(1));
+    let run_seconds =
+        report.seconds - SETTLE.as_secs_f64() * report.proxy_rss_after_bytes.len() as f64;
+    report.transactions_per_second = report.completed as f64 / run_seconds.max(1e-9);
+    latencies.sort_by(f64::total_cmp);
+    report.clients = options.clients.max(1);
+    report.p50_seconds = percentile(&latencies, 0.50);
+    report.p99_seconds = percentile(&latencies, 0.99);
+    report.max_seconds = latencies.last().copied().unwrap_or(0.0);
     report.proxy_rss_before_bytes = rss_before;
-    report.proxy_rss_after_bytes = resident_bytes(proxy_process.0.id())?;
     report.leaked_bytes = runtime.block_on(crate::chaos::stored_bytes(&addresses))?;
     Ok(report)
 }
 
-/// The clients, each a thread with its own connection and identity.
-fn run_clients(proxy: &str, options: &LoadOptions) -> LoadReport {
+impl LoadReport {
+    /// Adds a round's counts.
+    fn merge(&mut self, round: LoadReport) {
+        self.transactions += round.transactions;
+        self.completed += round.completed;
+        self.failed += round.failed;
+        self.mismatched += round.mismatched;
+        for e in round.errors {
+            if self.errors.len() < 5 {
+                self.errors.push(e);
+            }
+        }
+    }
+}
+
+/// One round: the clients, each a thread with its own connection and identity; their
+/// latencies are added to `all_latencies`.
+fn run_clients(proxy: &str, options: &LoadOptions, all_latencies: &mut Vec<f64>) -> LoadReport {
     let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
     let report: Arc<Mutex<LoadReport>> = Arc::default();
     let clients: Vec<_> = (0..options.clients.max(1))
@@ -176,13 +216,8 @@ fn run_clients(proxy: &str, options: &LoadOptions) -> LoadReport {
         let _ = client.join();
     }
     let mut report = lock(&report).clone();
-    let mut latencies = lock(&latencies).clone();
-    latencies.sort_by(f64::total_cmp);
-    report.clients = options.clients.max(1);
-    report.transactions = report.clients * options.transactions;
-    report.p50_seconds = percentile(&latencies, 0.50);
-    report.p99_seconds = percentile(&latencies, 0.99);
-    report.max_seconds = latencies.last().copied().unwrap_or(0.0);
+    all_latencies.extend(lock(&latencies).iter());
+    report.transactions = options.clients.max(1) * options.transactions;
     report
 }
 
@@ -211,7 +246,7 @@ fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
 pub fn render(report: &LoadReport) -> String {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let mut out = format!(
-        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\nproxy memory     {:.1} MiB before, {:.1} MiB after\nleaked_bytes     {}\nseconds          {:.1}\n",
+        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\nproxy memory     {:.1} MiB before, after each round: {} MiB\nleaked_bytes     {}\nseconds          {:.1}\n",
         report.clients,
         report.transactions,
         report.completed,
@@ -222,7 +257,12 @@ pub fn render(report: &LoadReport) -> String {
         report.max_seconds,
         report.transactions_per_second,
         mib(report.proxy_rss_before_bytes),
-        mib(report.proxy_rss_after_bytes),
+        report
+            .proxy_rss_after_bytes
+            .iter()
+            .map(|&b| format!("{:.1}", mib(b)))
+            .collect::<Vec<_>>()
+            .join(", "),
         report.leaked_bytes,
         report.seconds,
     );

@@ -16,6 +16,9 @@ pub struct LoadArgs {
     pub n: usize,
     #[arg(long, default_value_t = 3)]
     pub servers: usize,
+    /// Rounds of the whole load; the proxy's memory is read after each.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// The metaserver's resource DB (postgres://...); default SQLite.
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
@@ -30,6 +33,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         transactions: args.transactions,
         n: args.n,
         servers: args.servers,
+        rounds: args.rounds,
         database_url: args.database_url,
     })?;
     if args.json {
