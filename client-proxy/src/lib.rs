@@ -192,15 +192,7 @@ impl Proxy {
     /// measurement is `max_age` old or older (never measured counts as too old); returns how
     /// many it measured.
     pub async fn probe_servers(&self, max_age: Duration) -> Result<usize, Status> {
-        let status = self
-            .with_metaserver(|| {
-                let mut scheduling = self.scheduling();
-                async move {
-                    let request = v1::StatusRequest { recent_graphs: 0 };
-                    Ok(scheduling.status(request).await?.into_inner())
-                }
-            })
-            .await?;
+        let status = self.grid_status().await?;
         let up: Vec<String> = status
             .servers
             .into_iter()
@@ -241,17 +233,21 @@ impl Proxy {
         .await
     }
 
+    /// The metaserver's servers (no graphs), waiting for it if it is restarting.
+    async fn grid_status(&self) -> Result<v1::GridStatus, Status> {
+        self.with_metaserver(|| {
+            let mut scheduling = self.scheduling();
+            async move {
+                let request = v1::StatusRequest { recent_graphs: 0 };
+                Ok(scheduling.status(request).await?.into_inner())
+            }
+        })
+        .await
+    }
+
     /// The routines some server that is up serves, sorted, each once.
     pub async fn functions(&self) -> Result<Vec<String>, Status> {
-        let status = self
-            .with_metaserver(|| {
-                let mut scheduling = self.scheduling();
-                async move {
-                    let request = v1::StatusRequest { recent_graphs: 0 };
-                    Ok(scheduling.status(request).await?.into_inner())
-                }
-            })
-            .await?;
+        let status = self.grid_status().await?;
         let names: BTreeSet<String> = status
             .servers
             .into_iter()

@@ -10,27 +10,9 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 
-use common::linpack;
+use common::{linpack, registration};
 use ninf_metaserver::MetaserverConfig;
 use ninf_proto::v1;
-
-fn registration(address: &str, functions: Vec<v1::FunctionInterface>) -> v1::RegisterRequest {
-    v1::RegisterRequest {
-        address: address.into(),
-        info: Some(v1::ServerInfo {
-            mflops: 1000.0,
-            processors: 1,
-            cpus: 1,
-            ..Default::default()
-        }),
-        modules: vec![v1::ModuleInterface {
-            name: "linpack".into(),
-            functions,
-            ..Default::default()
-        }],
-        failed_modules: Vec::new(),
-    }
-}
 
 /// A chain of two products: task 0's C feeds task 1's A.
 fn chain() -> v1::TaskGraph {

@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::linpack;
+use common::{linpack, registration};
 use ninf_metaserver::{MetaserverConfig, MetaserverError};
 use ninf_proto::v1;
 
@@ -19,24 +19,6 @@ fn config(dir: &std::path::Path, url: &str) -> MetaserverConfig {
         database_url: Some(url.to_string()),
         heartbeat_timeout_seconds: 60.0,
         ..MetaserverConfig::default()
-    }
-}
-
-fn registration() -> v1::RegisterRequest {
-    v1::RegisterRequest {
-        address: "a:1".into(),
-        info: Some(v1::ServerInfo {
-            mflops: 1000.0,
-            processors: 1,
-            cpus: 1,
-            ..Default::default()
-        }),
-        modules: vec![v1::ModuleInterface {
-            name: "linpack".into(),
-            functions: linpack(),
-            ..Default::default()
-        }],
-        failed_modules: Vec::new(),
     }
 }
 
@@ -77,7 +59,11 @@ async fn the_standby_takes_over_the_registry_and_the_graphs_the_active_one_place
     let second = ninf_metaserver::bind(config(&dir.path().join("b"), &postgres.url))
         .await
         .unwrap();
-    first.metaserver.register(registration()).await.unwrap();
+    first
+        .metaserver
+        .register(registration("a:1", linpack()))
+        .await
+        .unwrap();
     let placed = first.metaserver.schedule(one_product()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!second.metaserver.is_active(), "two active metaservers");

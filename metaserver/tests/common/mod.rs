@@ -14,3 +14,22 @@ pub fn linpack() -> Vec<v1::FunctionInterface> {
         .map(v1::FunctionInterface::from)
         .collect()
 }
+
+/// A server at `address` registering the `linpack` module with these routines.
+pub fn registration(address: &str, functions: Vec<v1::FunctionInterface>) -> v1::RegisterRequest {
+    v1::RegisterRequest {
+        address: address.into(),
+        info: Some(v1::ServerInfo {
+            mflops: 1000.0,
+            processors: 1,
+            cpus: 1,
+            ..Default::default()
+        }),
+        modules: vec![v1::ModuleInterface {
+            name: "linpack".into(),
+            functions,
+            ..Default::default()
+        }],
+        failed_modules: Vec::new(),
+    }
+}
