@@ -10,12 +10,11 @@ impl Metaserver {
     /// What happened to a graph: stored, and its placements stop counting as load.
     pub async fn report_actuals(&self, report: v1::ActualsReport) -> Result<(), MetaserverError> {
         let now = unix_now();
-        let running = self.state().running.contains_key(&report.graph_id);
-        if !running && !self.placed_by_another(report.graph_id).await? {
-            return Err(MetaserverError::UnknownGraph(report.graph_id));
-        }
         // Taken out in a statement of its own: the lock is released before it is taken again.
         let placed_here = self.state().running.remove(&report.graph_id);
+        if placed_here.is_none() && !self.placed_by_another(report.graph_id).await? {
+            return Err(MetaserverError::UnknownGraph(report.graph_id));
+        }
         if let Some(graph) = placed_here {
             let mut state = self.state();
             let failed = !report.error.is_empty();
