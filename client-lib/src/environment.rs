@@ -17,6 +17,33 @@ pub const TLS_CA_ENV: &str = "NINF_TLS_CA";
 pub const TLS_CERTIFICATE_ENV: &str = "NINF_TLS_CERTIFICATE";
 pub const TLS_KEY_ENV: &str = "NINF_TLS_KEY";
 
+/// Environment variable: seconds a client keeps sending a transaction again while its proxy
+/// is unreachable (it died and restarts; the restarted proxy finishes the transaction from
+/// its journal). Default [`DEFAULT_RECONNECT_SECONDS`]; 0 fails at once.
+pub const RECONNECT_SECONDS_ENV: &str = "NINF_RECONNECT_SECONDS";
+
+/// How long a client waits for its proxy to come back, unless [`RECONNECT_SECONDS_ENV`] says.
+pub const DEFAULT_RECONNECT_SECONDS: f64 = 60.0;
+
+/// The reconnect window the environment sets, or the default; a bad value is an error
+/// naming it.
+pub(crate) fn reconnect_from_env() -> Result<std::time::Duration, CallError> {
+    let Some(value) = std::env::var_os(RECONNECT_SECONDS_ENV) else {
+        return Ok(std::time::Duration::from_secs_f64(
+            DEFAULT_RECONNECT_SECONDS,
+        ));
+    };
+    let text = value.to_string_lossy();
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            Ok(std::time::Duration::from_secs_f64(seconds))
+        }
+        _ => Err(CallError::bad_argument(format!(
+            "{RECONNECT_SECONDS_ENV} is `{text}`; it must be a number of seconds, 0 or more"
+        ))),
+    }
+}
+
 /// The TLS material the environment names, if it names an authority.
 pub(crate) fn tls_from_env() -> Result<Option<GridTls>, CallError> {
     let Some(ca) = std::env::var_os(TLS_CA_ENV) else {

@@ -195,6 +195,11 @@ impl ClientAdmission {
 }
 
 impl Admitted {
+    /// The client it was admitted for.
+    pub fn client(&self) -> &str {
+        &self.client
+    }
+
     /// Counts `bytes` more for this transaction if its client stays within the quota;
     /// otherwise changes nothing and says so.
     pub fn try_grow(&mut self, bytes: u64) -> bool {

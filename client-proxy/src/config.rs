@@ -15,6 +15,8 @@
 //! suspect_recheck_seconds = 0.5
 //! keepalive_seconds = 5.0
 //! keepalive_timeout_seconds = 10.0
+//! journal = "ninf-proxy-journal.sqlite"
+//! journal_wait_seconds = 60.0
 //! ```
 
 use std::path::Path;
@@ -113,6 +115,22 @@ pub struct ProxyConfig {
     /// authenticate by the grid token alone need `require_client_certificates = false`.
     #[serde(default)]
     pub tls: Option<ninf_proto::net::tls::TlsFiles>,
+    /// Where the proxy journals its transactions, so that a restarted proxy finishes them
+    /// for the clients that send them again: a SQLite file (a path, or `sqlite://PATH`), or
+    /// `postgres://USER:PASSWORD@HOST/DB` (rows are per proxy name, so proxies may share
+    /// one); `"off"`: no journal. `ninf-proxy` journals to `ninf-proxy-journal.sqlite`
+    /// beside its configuration file (or in its working folder) when this is not set; a
+    /// proxy started in a program (`ProxyConfig::new`) journals nothing unless told.
+    #[serde(default)]
+    pub journal: Option<String>,
+    /// How long a restarted proxy waits for the clients of the transactions in its journal
+    /// to send them again, keeping their intermediates; then it deletes them.
+    #[serde(default = "default_journal_wait")]
+    pub journal_wait_seconds: f64,
+}
+
+fn default_journal_wait() -> f64 {
+    60.0
 }
 
 fn default_metaserver_retry() -> f64 {
@@ -213,6 +231,20 @@ impl ProxyConfig {
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,
+            journal: None,
+            journal_wait_seconds: default_journal_wait(),
+        }
+    }
+
+    /// The journal's database URL, if the proxy journals: a bare path is a SQLite file.
+    pub fn journal_url(&self) -> Option<String> {
+        let journal = self.journal.as_deref()?.trim();
+        if journal.is_empty() || journal == "off" {
+            None
+        } else if journal.contains("://") || journal.starts_with("sqlite:") {
+            Some(journal.to_string())
+        } else {
+            Some(format!("sqlite://{journal}"))
         }
     }
 

@@ -23,6 +23,21 @@ use crate::{Executed, Failed, Proxy, RunCounts, UsedServers};
 /// How long a suspect server has to say whether it still holds an object.
 const STAT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What the journal gives a run: where to record its tasks, and for a transaction resumed
+/// after a restart, what its earlier life finished.
+pub(crate) struct Journaling<'a> {
+    /// The transaction's key in the journal; none: not journaled.
+    pub key: Option<&'a str>,
+    pub restored: Option<Restored>,
+}
+
+/// A resumed transaction's finished tasks: their reports (outputs: the objects they kept),
+/// and those of them whose objects are gone.
+pub(crate) struct Restored {
+    pub done: Vec<v1::TaskReport>,
+    pub missing: HashSet<usize>,
+}
+
 /// One task's call as issued.
 struct Issued {
     task: usize,
@@ -80,6 +95,13 @@ impl Dataflow {
             .copied()
             .filter(move |p| self.returns[task].contains(p))
     }
+
+    /// The task returns an output to the client with its reply (not kept in storage).
+    fn returns_inline(&self, task: usize) -> bool {
+        self.returns[task]
+            .iter()
+            .any(|p| !self.keep[task].contains(p))
+    }
 }
 
 /// Recovery bookkeeping of one graph run.
@@ -112,6 +134,8 @@ struct Progress {
     faults: Faults,
     /// When the graph started, for the incidents' times.
     started: Instant,
+    /// Tasks done before a restart of the proxy and not run again.
+    resumed: u32,
 }
 
 impl Progress {
@@ -175,6 +199,8 @@ struct GraphExecution<'a> {
     origin: f64,
     /// Where a client following the run sees its progress.
     sink: &'a ProgressSink,
+    /// The transaction's key in the journal, if it is journaled.
+    journal_key: Option<&'a str>,
 }
 
 impl Proxy {
@@ -182,12 +208,11 @@ impl Proxy {
     /// adding every server it stores anything on to `used`.
     pub(crate) async fn execute(
         &self,
-        graph: &v1::TaskGraph,
-        arguments: &[v1::TaskArguments],
+        (graph, arguments): (&v1::TaskGraph, &[v1::TaskArguments]),
         (servers, staging_plan): (&mut [String], &[v1::StagedInput]),
-        owner: &str,
-        used: &UsedServers,
+        (owner, used): (&str, &UsedServers),
         sink: &ProgressSink,
+        journaling: Journaling<'_>,
     ) -> Result<Executed, Failed> {
         let start = Instant::now();
         let flow = match Dataflow::new(graph, arguments) {
@@ -201,6 +226,10 @@ impl Proxy {
                 });
             }
         };
+        let mut progress = Progress::new(graph);
+        if let Some(restored) = journaling.restored {
+            progress.restore(graph, &flow, restored);
+        }
         let mut execution = GraphExecution {
             proxy: self,
             graph,
@@ -209,12 +238,13 @@ impl Proxy {
             owner,
             used,
             flow,
-            progress: Progress::new(graph),
+            progress,
             staging: Staging::start(self, staging_plan, arguments, owner, used),
             calls: JoinSet::new(),
             start,
             origin: self.clock(),
             sink,
+            journal_key: journaling.key,
         };
         let outcome = execution.run().await;
         execution.finish(outcome).await
@@ -245,7 +275,48 @@ impl Progress {
                 incidents: Vec::new(),
             },
             started: Instant::now(),
+            resumed: 0,
         }
+    }
+
+    /// Takes up a resumed transaction's finished tasks: those whose objects survived are
+    /// done; those whose objects are gone, or whose outputs went to the client inline (lost
+    /// with the proxy), run again where something still needs them, back through lineage.
+    fn restore(&mut self, graph: &v1::TaskGraph, flow: &Dataflow, restored: Restored) {
+        let n = graph.tasks.len();
+        let done: HashSet<usize> = restored
+            .done
+            .iter()
+            .map(|r| r.task as usize)
+            .filter(|&t| t < n)
+            .collect();
+        let dependencies = graph
+            .edges
+            .iter()
+            .map(|e| (e.from_task as usize, e.to_task as usize));
+        self.run = GraphRun::restore(n, dependencies, |t| done.contains(&t));
+        for mut report in restored.done {
+            let task = report.task as usize;
+            if task >= n {
+                continue;
+            }
+            for output in std::mem::take(&mut report.outputs) {
+                if let Some(v1::call_output::Result::Object(object)) = output.result {
+                    self.objects.insert((task, output.parameter), object);
+                }
+            }
+            self.reports[task] = Some(report);
+        }
+        let missing = restored.missing;
+        let invalidated = self.run.regenerate(
+            |t| missing.contains(&t) || flow.returns_inline(t),
+            |t| !flow.returns[t].is_empty(),
+        );
+        for &t in &invalidated {
+            self.forget(t);
+        }
+        self.faults.lost = missing;
+        self.resumed = (done.len() - invalidated.len()) as u32;
     }
 }
 
@@ -413,9 +484,16 @@ impl GraphExecution<'_> {
         let progress = &mut self.progress;
         ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
         let mut outputs = Vec::new();
+        let mut kept = Vec::new();
         for output in reply.outputs {
             match output.result {
                 Some(v1::call_output::Result::Object(object)) => {
+                    if self.journal_key.is_some() {
+                        kept.push(v1::CallOutput {
+                            parameter: output.parameter,
+                            result: Some(v1::call_output::Result::Object(object.clone())),
+                        });
+                    }
                     progress.objects.insert((task, output.parameter), object);
                 }
                 Some(v1::call_output::Result::Array(_))
@@ -433,16 +511,23 @@ impl GraphExecution<'_> {
             timing: reply.timing,
             error: String::new(),
         });
-        progress.reports[task] = Some(v1::TaskReport {
+        let report = v1::TaskReport {
             task: task as u32,
             server,
             actual_start: started,
             actual_finish: finished,
             timing: reply.timing,
             status: reply.status,
-            outputs,
+            outputs: kept,
             ..Default::default()
-        });
+        };
+        if let Some(key) = self.journal_key {
+            self.proxy.journal.record(crate::journal::Entry::TaskKept {
+                transaction_id: key.to_string(),
+                report: report.clone(),
+            });
+        }
+        progress.reports[task] = Some(v1::TaskReport { outputs, ..report });
         progress.faults.lost.remove(&task);
         progress.run.complete(task);
         self.sink.task_done(progress.run.done(), moved);
@@ -618,6 +703,7 @@ impl GraphExecution<'_> {
                 regenerated: faults.regenerated,
                 staged_uploads: self.staging.uploaded,
                 staged_upload_seconds: self.staging.upload_seconds,
+                resumed: self.progress.resumed,
             },
         })
     }

@@ -127,18 +127,37 @@ impl Run {
     }
 
     async fn execute(&mut self, proxy: &Proxy) -> Result<Executed, crate::Failed> {
+        self.run(proxy, None).await
+    }
+
+    /// Runs it as a transaction resumed after a restart, with what `restored` says was done.
+    async fn execute_restored(
+        &mut self,
+        proxy: &Proxy,
+        restored: crate::execution::Restored,
+    ) -> Result<Executed, crate::Failed> {
+        self.run(proxy, Some(restored)).await
+    }
+
+    async fn run(
+        &mut self,
+        proxy: &Proxy,
+        restored: Option<crate::execution::Restored>,
+    ) -> Result<Executed, crate::Failed> {
         let used = Arc::new(Mutex::new(
             self.servers.iter().cloned().collect::<BTreeSet<_>>(),
         ));
         let placement = (&mut self.servers[..], &self.staging[..]);
         proxy
             .execute(
-                &self.graph,
-                &self.arguments,
+                (&self.graph, &self.arguments),
                 placement,
-                "test/graph-1",
-                &used,
+                ("test/graph-1", &used),
                 &self.progress,
+                crate::execution::Journaling {
+                    key: None,
+                    restored,
+                },
             )
             .await
     }
@@ -302,4 +321,72 @@ async fn a_task_no_live_server_can_run_fails_the_graph_by_name() {
     assert_eq!(failed.status.code(), tonic::Code::Unavailable);
     // One try and two retries, each on a server not yet seen failing while one was left.
     assert_eq!(cluster.invocations().len(), 3);
+}
+
+/// What a proxy's earlier life finished of `Run::chain`: inc#0, its output `x` kept on `s1`
+/// (stored there now, or `missing`).
+async fn restored_chain(cluster: &FakeCluster, missing: bool) -> crate::execution::Restored {
+    use crate::Cluster;
+    let object = cluster
+        .put("s1", "test/graph-1", doubles(&[2.0, 3.0]))
+        .await
+        .unwrap();
+    let report = v1::TaskReport {
+        task: 0,
+        server: "s1".into(),
+        outputs: vec![v1::CallOutput {
+            parameter: 1,
+            result: Some(v1::call_output::Result::Object(object)),
+        }],
+        ..Default::default()
+    };
+    crate::execution::Restored {
+        done: vec![report],
+        missing: if missing { [0].into() } else { [].into() },
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_transaction_runs_only_what_did_not_survive() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", server(1000.0)),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::chain("s1", "s2");
+    let restored = restored_chain(&cluster, false).await;
+    let executed = run.execute_restored(&proxy, restored).await.unwrap();
+    assert_eq!(returned(&executed, 1), [3.0, 4.0], "y = x + 1, x as kept");
+    assert_eq!(executed.counts.resumed, 1);
+    let calls: Vec<(String, Vec<&str>)> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| (i.server, i.sources))
+        .collect();
+    assert_eq!(calls, [("s2".to_string(), vec!["object", "none"])]);
+    assert_eq!(
+        server_of(&executed, 0),
+        "s1",
+        "inc#0's report is the journal's"
+    );
+}
+
+#[tokio::test]
+async fn a_resumed_task_whose_output_is_gone_runs_again() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", server(1000.0)),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::chain("s1", "s2");
+    let restored = restored_chain(&cluster, true).await;
+    let executed = run.execute_restored(&proxy, restored).await.unwrap();
+    assert_eq!(returned(&executed, 1), [3.0, 4.0]);
+    assert_eq!(executed.counts.resumed, 0);
+    let labels: Vec<String> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.server)
+        .collect();
+    assert_eq!(labels, ["s1", "s2"], "inc#0 then inc#1");
 }

@@ -17,6 +17,7 @@ mod execution;
 mod fake;
 #[cfg(test)]
 mod fake_cluster_tests;
+pub mod journal;
 pub mod links;
 pub mod memory;
 pub mod metrics;
@@ -74,6 +75,8 @@ pub struct Proxy {
     suspects: Arc<Mutex<suspects::SuspectBoard>>,
     /// Where [`Proxy::clock`] counts from.
     epoch: Instant,
+    /// Each transaction and its progress, for a restarted proxy (off unless configured).
+    pub journal: journal::Journal,
 }
 
 impl Proxy {
@@ -116,6 +119,7 @@ impl Proxy {
                 config.suspect_seconds,
             ))),
             epoch: Instant::now(),
+            journal: journal::Journal::default(),
             token,
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
@@ -260,7 +264,8 @@ impl Proxy {
     /// Steps 3-6 for one graph, admitted for its client as `admitted`. When `cancel` fires
     /// (its client went away) the graph stops where it is and is cleaned up as a failed
     /// one: calls in flight are abandoned (their servers kill the executables), and every
-    /// intermediate it stored is deleted.
+    /// intermediate it stored is deleted. A transaction its client sends again after the
+    /// proxy restarted is picked up from the journal where it stopped.
     pub async fn run_graph(
         &self,
         request: v1::RunRequest,
@@ -273,6 +278,7 @@ impl Proxy {
             arguments,
             scheduler,
             label,
+            transaction_id,
         } = request;
         let graph = graph.unwrap_or_default();
         let n = graph.tasks.len();
@@ -282,40 +288,42 @@ impl Proxy {
                 arguments.len()
             )));
         }
-        // A path is measured before its first use: a server that registered after the
-        // last probe round would otherwise be scheduled on the default link's guess.
-        if let Err(status) = self.probe_servers(Duration::MAX).await {
-            tracing::debug!(error = %status.message(), "cannot probe new servers");
-        }
-        // Step 4: the metaserver checks the graph against the IDL and places it.
-        let asked = Instant::now();
-        let client_links = Self::lock(&self.links).samples();
-        let request = v1::ScheduleRequest {
-            graph: Some(graph.clone()),
-            proxy: self.name.clone(),
-            client_links,
-            scheduler,
-            label,
-            avoid: Self::lock(&self.suspects).current(self.clock()),
+        let key = journal_key(admitted.client(), &transaction_id);
+        // A resend waits for the run it replaces (its client went away) to clean up.
+        let _exclusive = match &key {
+            Some(key) => self.journal.exclusive(key).await,
+            None => None,
         };
-        let placement = self.schedule(request).await?;
+        let asked = Instant::now();
+        let placed = self
+            .place_or_resume(
+                &graph,
+                key.as_deref(),
+                admitted.client(),
+                (scheduler, label),
+            )
+            .await?;
+        let placement = &placed.placement;
         tracing::Span::current().record("graph_id", placement.graph_id);
         progress.placed(placement.graph_id, n);
         let schedule_seconds = asked.elapsed().as_secs_f64();
-        let (mut servers, predicted) = placed_servers(&placement, n)?;
-        let staging = staging_within_quota(&placement, admitted);
-        let owner = format!("{}/graph-{}", self.name, placement.graph_id);
+        let (mut servers, predicted) = placed_servers(placement, n)?;
+        let staging = staging_within_quota(placement, admitted);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
-        let renewals = self.spawn_renewals(used.clone(), &owner);
+        Self::lock(&used).extend(placed.also_used.iter().cloned());
+        let renewals = self.spawn_renewals(used.clone(), &placed.owner);
         let started = Instant::now();
+        let journaling = execution::Journaling {
+            key: key.as_deref(),
+            restored: placed.restored,
+        };
         let outcome = tokio::select! {
             outcome = self.execute(
-                &graph,
-                &arguments,
+                (&graph, &arguments),
                 (&mut servers, staging),
-                &owner,
-                &used,
+                (&placed.owner, &used),
                 progress,
+                journaling,
             ) => outcome,
             () = cancel.cancelled() => Err(Failed {
                 status: Status::cancelled("the client cancelled the transaction"),
@@ -329,8 +337,87 @@ impl Proxy {
         // chosen or on those that took over after a fault.
         let used: Vec<String> = Self::lock(&used).iter().cloned().collect();
         for server in &used {
-            self.delete_owner(server, &owner).await;
+            self.delete_owner(server, &placed.owner).await;
         }
+        if let Some(key) = &key {
+            self.journal.record(journal::Entry::Finished(key.clone()));
+        }
+        let mut reply = self
+            .report_outcome(&graph, &placed.placement, predicted, outcome)
+            .await?;
+        reply.schedule_seconds = schedule_seconds;
+        Ok(reply)
+    }
+
+    /// The graph's placement: asked of the metaserver (and journaled), or, for a transaction
+    /// the journal holds from before a restart, the one it ran under, with what survived.
+    async fn place_or_resume(
+        &self,
+        graph: &v1::TaskGraph,
+        key: Option<&str>,
+        client: &str,
+        (scheduler, label): (String, String),
+    ) -> Result<Placed, Status> {
+        let hash = journal::graph_hash(graph);
+        let found = match key {
+            Some(key) => self.journal.take(key, client, hash),
+            None => journal::Found::Nothing,
+        };
+        match found {
+            journal::Found::Resume(run) => return Ok(self.resume(*run).await),
+            journal::Found::Stale(run) => {
+                self.abandon(&run, "the client sent another graph under its id")
+                    .await;
+            }
+            journal::Found::Nothing => {}
+        }
+        // A path is measured before its first use: a server that registered after the
+        // last probe round would otherwise be scheduled on the default link's guess.
+        if let Err(status) = self.probe_servers(Duration::MAX).await {
+            tracing::debug!(error = %status.message(), "cannot probe new servers");
+        }
+        // Step 4: the metaserver checks the graph against the IDL and places it.
+        let client_links = Self::lock(&self.links).samples();
+        let request = v1::ScheduleRequest {
+            graph: Some(graph.clone()),
+            proxy: self.name.clone(),
+            client_links,
+            scheduler,
+            label,
+            avoid: Self::lock(&self.suspects).current(self.clock()),
+        };
+        let placement = self.schedule(request).await?;
+        let owner = format!("{}/graph-{}", self.name, placement.graph_id);
+        if let Some(key) = key {
+            let run = journal::JournaledRun {
+                transaction_id: key.to_string(),
+                client: client.to_string(),
+                graph_hash: hash,
+                owner: owner.clone(),
+                placement: placement.clone(),
+                accepted_ms: unix_ms(),
+                tasks: Vec::new(),
+            };
+            self.journal
+                .record_durably(journal::Entry::Accepted(Box::new(run)))
+                .await;
+        }
+        Ok(Placed {
+            placement,
+            owner,
+            also_used: Vec::new(),
+            restored: None,
+        })
+    }
+
+    /// Reports the run's actual times to the metaserver and makes the client's reply.
+    async fn report_outcome(
+        &self,
+        graph: &v1::TaskGraph,
+        placement: &v1::ScheduleReply,
+        predicted: PredictedTimes,
+        outcome: Result<Executed, Failed>,
+    ) -> Result<v1::RunReply, Status> {
         let mut counts = RunCounts::default();
         let (tasks, actuals, error, makespan, incidents) = match outcome {
             Ok(Executed {
@@ -341,7 +428,8 @@ impl Proxy {
                 incidents,
             }) => {
                 counts = run_counts;
-                for (task, report) in reports.iter_mut().enumerate() {
+                for report in reports.iter_mut() {
+                    let task = report.task as usize;
                     report.label = graph.tasks[task].label.clone();
                     report.function = graph.tasks[task].function.clone();
                     (report.predicted_start, report.predicted_finish) = predicted[task];
@@ -358,33 +446,40 @@ impl Proxy {
                 (Err(status), actuals, message, makespan, incidents)
             }
         };
-        let report = v1::ActualsReport {
+        self.report_actuals(v1::ActualsReport {
             graph_id: placement.graph_id,
             tasks: actuals,
             makespan,
             error,
             incidents,
-        };
+        })
+        .await;
+        Ok(v1::RunReply {
+            graph_id: placement.graph_id,
+            scheduler: placement.scheduler.clone(),
+            tasks: tasks?,
+            predicted_makespan: placement.predicted_makespan,
+            actual_makespan: makespan,
+            inter_server_ratio: placement.inter_server_ratio,
+            schedule_seconds: 0.0,
+            tasks_retried: counts.retried,
+            regenerated: counts.regenerated,
+            staged_uploads: counts.staged_uploads,
+            staged_upload_seconds: counts.staged_upload_seconds,
+            resumed_tasks: counts.resumed,
+        })
+    }
+
+    /// Tells the metaserver what happened to a graph (a failure to do so is only logged).
+    async fn report_actuals(&self, report: v1::ActualsReport) {
+        let graph = report.graph_id;
         let used = self.metaserver.channel().0;
         if let Err(status) = self.scheduling().report_actuals(report).await {
             if ninf_proto::net::failover::try_next(&status) {
                 self.metaserver.failed(used);
             }
-            tracing::warn!(graph = placement.graph_id, error = %status.message(), "cannot report actuals");
+            tracing::warn!(graph, error = %status.message(), "cannot report actuals");
         }
-        Ok(v1::RunReply {
-            graph_id: placement.graph_id,
-            scheduler: placement.scheduler,
-            tasks: tasks?,
-            predicted_makespan: placement.predicted_makespan,
-            actual_makespan: makespan,
-            inter_server_ratio: placement.inter_server_ratio,
-            schedule_seconds,
-            tasks_retried: counts.retried,
-            regenerated: counts.regenerated,
-            staged_uploads: counts.staged_uploads,
-            staged_upload_seconds: counts.staged_upload_seconds,
-        })
     }
 
     /// Asks the metaserver for a placement, waiting for it if it is restarting.
@@ -465,6 +560,22 @@ impl Proxy {
     }
 }
 
+/// A transaction's key in the journal: its client's id for it, on the client (ids are the
+/// client's own); none when the client gave no id.
+fn journal_key(client: &str, transaction_id: &str) -> Option<String> {
+    (!transaction_id.is_empty()).then(|| format!("{client}#{transaction_id}"))
+}
+
+/// Where a graph runs: its placement and the owner of what it stores, with what a resumed
+/// transaction brings from before the restart.
+struct Placed {
+    placement: v1::ScheduleReply,
+    owner: String,
+    /// Servers it may have stored on besides its placement's.
+    also_used: Vec<String>,
+    restored: Option<execution::Restored>,
+}
+
 /// Each task's predicted (start, finish), seconds from the graph's start.
 type PredictedTimes = Vec<(f64, f64)>;
 
@@ -535,6 +646,8 @@ struct RunCounts {
     staged_uploads: u32,
     /// Seconds those uploads took, summed.
     staged_upload_seconds: f64,
+    /// Tasks done before the proxy restarted and not run again.
+    resumed: u32,
 }
 
 /// A graph that stopped.
@@ -586,6 +699,8 @@ pub enum StartError {
     Address(std::io::Error),
     #[error("{}", .0.message())]
     Setup(Status),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
 }
 
 /// Starts a proxy as `config` says: listens on `config.listen`, named `config.name` (or its
@@ -598,7 +713,11 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
         .to_string();
     let name = config.name.clone().unwrap_or_else(|| address.clone());
     let metrics_listen = config.metrics_listen.clone();
+    let journal_url = config.journal_url();
     let proxy = Proxy::new(config, name).map_err(StartError::Setup)?;
+    if let Some(url) = journal_url {
+        open_journal(&proxy, &url).await?;
+    }
     let metrics = match metrics_listen {
         Some(listen) => Some(ninf_telemetry::serve(&listen, proxy.metrics_registry.clone()).await?),
         None => None,
@@ -613,6 +732,20 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
         metrics,
         serving,
     })
+}
+
+/// Starts journaling at `url`, with what the journal holds from the proxy's previous life
+/// kept for its clients ([`journal::restart`]).
+async fn open_journal(proxy: &Arc<Proxy>, url: &str) -> Result<(), journal::JournalError> {
+    let store = journal::JournalStore::open(url, &proxy.name).await?;
+    let orphans = store.load().await?;
+    tracing::info!(journal = %ninf_db::redact(url), transactions = orphans.len(), "journal opened");
+    let waiting = !orphans.is_empty();
+    proxy.journal.start(store, orphans);
+    if waiting {
+        journal::restart::spawn_orphan_keeper(proxy.clone());
+    }
+    Ok(())
 }
 
 impl Running {

@@ -68,6 +68,31 @@ impl GraphRun {
         }
     }
 
+    /// A run picked up again after the proxy restarted: the tasks `done` says are done, the
+    /// others waiting for their producers that are not, or ready. A task counts as done
+    /// whatever its producers' states (its outputs survived; theirs may not have); call
+    /// [`GraphRun::regenerate`] next for the done tasks whose outputs were lost.
+    pub fn restore(
+        tasks: usize,
+        dependencies: impl IntoIterator<Item = (usize, usize)>,
+        done: impl Fn(usize) -> bool,
+    ) -> GraphRun {
+        let mut run = GraphRun::new(tasks, dependencies);
+        run.ready.clear();
+        for t in 0..tasks {
+            if done(t) {
+                run.states[t] = TaskState::Done;
+                run.done += 1;
+            }
+        }
+        for t in 0..tasks {
+            if run.states[t] != TaskState::Done {
+                run.enter_waiting(t);
+            }
+        }
+        run
+    }
+
     /// The ready tasks, in the order they became ready; they are now running.
     pub fn take_ready(&mut self) -> Vec<usize> {
         let tasks: Vec<usize> = self.ready.drain(..).collect();
@@ -309,6 +334,35 @@ mod tests {
         assert_eq!(run.take_ready(), vec![1]);
         run.complete(1);
         assert_eq!(run.take_ready(), vec![2]);
+    }
+
+    #[test]
+    fn a_restored_run_starts_where_its_outputs_survived() {
+        // 0 -> 1 -> 3, 2 -> 3. Tasks 0, 1 and 2 were done before the proxy died; 1's output
+        // was lost meanwhile, and 3 returns its result to the client.
+        let done = [true, true, true, false];
+        let mut run = GraphRun::restore(4, [(0, 1), (1, 3), (2, 3)], |t| done[t]);
+        assert_eq!(run.done(), 3);
+        assert_eq!(run.state(3), Some(TaskState::Ready));
+        let lost = run.regenerate(|t| t == 1, |t| t == 3);
+        assert_eq!(lost, vec![1]);
+        assert_eq!(run.state(3), Some(TaskState::Waiting));
+        assert_eq!(run.take_ready(), vec![1], "0 survived and is not run again");
+        run.complete(1);
+        assert_eq!(run.take_ready(), vec![3]);
+        run.complete(3);
+        assert!(run.is_complete());
+    }
+
+    #[test]
+    fn a_done_task_whose_producer_was_lost_stays_done() {
+        // 0 -> 1 -> 2: 1's output survived though 0's did not; only 2 runs.
+        let done = [true, true, false];
+        let mut run = GraphRun::restore(3, [(0, 1), (1, 2)], |t| done[t]);
+        assert!(run.regenerate(|t| t == 0, |t| t == 2).is_empty());
+        assert_eq!(run.take_ready(), vec![2]);
+        run.complete(2);
+        assert!(run.is_complete());
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::Stream;
+use ninf_proto::net::answer;
 use ninf_proto::v1;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -138,7 +139,7 @@ async fn follow(
             }
         }
     };
-    let last = result.map(|reply| v1::RunUpdate {
+    let last = result.map_err(answer).map(|reply| v1::RunUpdate {
         update: Some(v1::run_update::Update::Reply(reply)),
     });
     let _ = updates.send(last).await;
@@ -150,8 +151,10 @@ impl v1::proxy_server::Proxy for ProxyService {
         &self,
         request: Request<v1::RunRequest>,
     ) -> Result<Response<v1::RunReply>, Status> {
-        let admitted = self.admit(&request).await?;
-        let reply = run_detached(self.0.clone(), request.into_inner(), admitted).await?;
+        let admitted = self.admit(&request).await.map_err(answer)?;
+        let reply = run_detached(self.0.clone(), request.into_inner(), admitted)
+            .await
+            .map_err(answer)?;
         Ok(Response::new(reply))
     }
 
@@ -161,7 +164,7 @@ impl v1::proxy_server::Proxy for ProxyService {
         &self,
         request: Request<v1::RunRequest>,
     ) -> Result<Response<UpdateStream>, Status> {
-        let admitted = self.admit(&request).await?;
+        let admitted = self.admit(&request).await.map_err(answer)?;
         let (updates, received) = mpsc::channel(4);
         tokio::spawn(
             follow(self.0.clone(), request.into_inner(), admitted, updates).in_current_span(),

@@ -4,7 +4,9 @@
 //! same address (and every few faults the metaserver instead, restarted on its database).
 //! With two or more metaservers they share one PostgreSQL (a private cluster unless a
 //! `database_url` is given), and a metaserver fault SIGKILLs the active one: a standby takes
-//! over while the killed one comes back as a standby. Every transaction must complete with
+//! over while the killed one comes back as a standby. A proxy fault SIGKILLs the proxy and
+//! restarts it on its journal: its clients send their transactions again and it finishes
+//! them from what the servers still hold. Every transaction must complete with
 //! results equal bit for bit to the same routines run locally, and afterwards no server may
 //! hold a byte of anyone's intermediates and no executable of a killed server may outlive it.
 
@@ -40,6 +42,9 @@ pub struct ChaosOptions {
     /// Every this many faults, the metaserver is killed instead of a server (0: never; 1:
     /// only metaservers are killed).
     pub metaserver_every: usize,
+    /// Every this many faults, the proxy is killed (before a metaserver is considered; 0:
+    /// never; 1: only the proxy is killed).
+    pub proxy_every: usize,
     /// Metaservers: 1 on SQLite; 2 or more share a PostgreSQL, one active at a time.
     pub metaservers: usize,
     /// The PostgreSQL the metaservers share; `None`: a private cluster for the run.
@@ -56,6 +61,10 @@ pub struct ChaosReport {
     pub faults_injected: usize,
     /// Of the faults, metaserver kills.
     pub metaserver_restarts: usize,
+    /// Of the faults, proxy kills.
+    pub proxy_restarts: usize,
+    /// Tasks the restarted proxy did not run again: their outputs had survived.
+    pub resumed_tasks: u64,
     /// Metaservers in the run (with 2 or more, each kill is of the active one).
     pub metaservers: usize,
     pub tasks_retried: u64,
@@ -210,8 +219,9 @@ fn run_in(
     write(
         &work.join("proxy.toml"),
         &format!(
-            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\nsuspect_seconds = {:?}\n",
-            options.suspect_seconds
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\nsuspect_seconds = {:?}\njournal = \"{}\"\njournal_wait_seconds = 30.0\n",
+            options.suspect_seconds,
+            work.join("proxy-journal.sqlite").display()
         ),
     )?;
     let metaserver_processes = Arc::new(Mutex::new(metaserver_processes));
@@ -237,9 +247,14 @@ fn run_in(
         server.start(server_bin)?;
         servers.push(server);
     }
-    let mut command = Command::new(proxy_bin);
-    command.arg("--config").arg(work.join("proxy.toml"));
-    let _proxy = start(command, "proxy")?;
+    let mut proxy_process = ChaosServer {
+        address: proxy.clone(),
+        config: work.join("proxy.toml"),
+        spill_dir: None,
+        process: None,
+    };
+    proxy_process.start(proxy_bin)?;
+    let proxy_process = Arc::new(Mutex::new(proxy_process));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -250,17 +265,20 @@ fn run_in(
     let done = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicUsize::new(0));
     let metaserver_kills = Arc::new(AtomicUsize::new(0));
+    let proxy_kills = Arc::new(AtomicUsize::new(0));
     let orphans: Arc<Mutex<Vec<u32>>> = Arc::default();
     let injector = spawn_injector(
         Shared {
             servers: servers.clone(),
             metaservers: metaserver_processes.clone(),
+            proxy: proxy_process.clone(),
             done: done.clone(),
             faults: faults.clone(),
             metaserver_kills: metaserver_kills.clone(),
+            proxy_kills: proxy_kills.clone(),
             orphans: orphans.clone(),
         },
-        (server_bin, metaserver_bin),
+        (server_bin, metaserver_bin, proxy_bin),
         options,
     );
 
@@ -293,6 +311,7 @@ fn run_in(
     report.transactions = options.transactions;
     report.faults_injected = faults.load(Ordering::Relaxed);
     report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);
+    report.proxy_restarts = proxy_kills.load(Ordering::Relaxed);
     report.metaservers = count;
     // The metaservers stop before their database.
     drop(metaserver_processes);
@@ -307,30 +326,36 @@ fn run_in(
 struct Shared {
     servers: Arc<Mutex<Vec<ChaosServer>>>,
     metaservers: Arc<Mutex<Vec<ChaosServer>>>,
+    proxy: Arc<Mutex<ChaosServer>>,
     done: Arc<AtomicBool>,
     faults: Arc<AtomicUsize>,
     metaserver_kills: Arc<AtomicUsize>,
+    proxy_kills: Arc<AtomicUsize>,
     orphans: Arc<Mutex<Vec<u32>>>,
 }
 
-/// Kills a server (or, every `metaserver_every` faults, the metaserver) every
-/// `kill_every_seconds` and starts it again `down_seconds` later, until `done` is set.
+/// Kills a server (or, every `proxy_every` faults, the proxy, and every `metaserver_every`
+/// faults, the metaserver) every `kill_every_seconds` and starts it again `down_seconds`
+/// later, until `done` is set.
 fn spawn_injector(
     shared: Shared,
-    (server_bin, metaserver_bin): (&Path, &Path),
+    (server_bin, metaserver_bin, proxy_bin): (&Path, &Path, &Path),
     options: &ChaosOptions,
 ) -> std::thread::JoinHandle<anyhow::Result<()>> {
     let Shared {
         servers,
         metaservers,
+        proxy,
         done,
         faults,
         metaserver_kills,
+        proxy_kills,
         orphans,
     } = shared;
     let server_bin = server_bin.to_path_buf();
     let metaserver_bin = metaserver_bin.to_path_buf();
-    let metaserver_every = options.metaserver_every;
+    let proxy_bin = proxy_bin.to_path_buf();
+    let (metaserver_every, proxy_every) = (options.metaserver_every, options.proxy_every);
     let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
     let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
     std::thread::spawn(move || -> anyhow::Result<()> {
@@ -340,6 +365,14 @@ fn spawn_injector(
                 return Ok(());
             }
             let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
+            if proxy_every > 0 && fault % proxy_every == 0 {
+                lock(&proxy).kill();
+                proxy_kills.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("killed the proxy");
+                std::thread::sleep(down);
+                lock(&proxy).start(&proxy_bin)?;
+                continue;
+            }
             if metaserver_every > 0 && fault % metaserver_every == 0 {
                 let addresses: Vec<String> = lock(&metaservers)
                     .iter()
@@ -399,6 +432,7 @@ fn run_transactions(proxy: &str, options: &ChaosOptions) -> ChaosReport {
                         Ok(run) => {
                             r.tasks_retried += u64::from(run.plan.tasks_retried);
                             r.regenerated += u64::from(run.plan.regenerated);
+                            r.resumed_tasks += u64::from(run.plan.resumed_tasks);
                             // Bit for bit: any difference at all is a mismatch.
                             if run.max_abs_error == 0.0 {
                                 r.completed += 1;
@@ -559,14 +593,16 @@ fn directory_bytes(dir: &Path) -> u64 {
 /// The report as text.
 pub fn render(report: &ChaosReport) -> String {
     let mut out = format!(
-        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the active metaserver, of {})\ntasks_retried    {}\nregenerated      {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
+        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the active metaserver, of {}; {} of the proxy)\ntasks_retried    {}\nregenerated      {}\nresumed_tasks    {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
         report.transactions,
         report.completed,
         report.faults_injected,
         report.metaserver_restarts,
         report.metaservers,
+        report.proxy_restarts,
         report.tasks_retried,
         report.regenerated,
+        report.resumed_tasks,
         report.lost,
         report.mismatched,
         report.leaked_bytes,

@@ -12,45 +12,12 @@ use std::time::Duration;
 use ninf_proto::v1;
 use prost::Message;
 use sqlx::AnyPool;
-use sqlx::any::AnyPoolOptions;
 use sqlx::{AssertSqlSafe, Row};
 
 /// Rows per multi-row statement: well under SQLite's limit of bound parameters.
 const BATCH_ROWS: usize = 200;
 
-/// Which database a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    /// The backend of `sqlite:...`, `postgres://...` or `postgresql://...`.
-    pub fn of(url: &str) -> Result<Backend, DbError> {
-        if url.starts_with("sqlite:") {
-            Ok(Backend::Sqlite)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Backend::Postgres)
-        } else {
-            Err(DbError::Url(redact(url)))
-        }
-    }
-}
-
-/// A database URL with its password replaced, for logs and errors.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((credentials, host)) = rest.split_once('@') else {
-        return url.to_string();
-    };
-    match credentials.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
-    }
-}
+pub use ninf_db::{Backend, redact};
 
 /// `VALUES ($first, ...), (...)`: `rows` rows of `columns` numbered placeholders.
 fn values_list(rows: usize, columns: usize, first: usize) -> String {
@@ -73,11 +40,8 @@ fn values_list(rows: usize, columns: usize, first: usize) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error(
-        "database_url `{0}` names no database this metaserver keeps (sqlite:PATH, \
-         sqlite::memory: or postgres://USER:PASSWORD@HOST/DB)"
-    )]
-    Url(String),
+    #[error("database_url: {0}")]
+    Open(#[from] ninf_db::OpenError),
     #[error("resource DB: {0}")]
     Sql(#[from] sqlx::Error),
     #[error("resource DB migrations: {0}")]
@@ -187,18 +151,7 @@ impl ResourceDb {
     /// Opens the database at `url` (`sqlite://PATH`, created if missing, `sqlite::memory:`,
     /// or `postgres://...`) and brings its schema up to date.
     pub async fn open(url: &str) -> Result<ResourceDb, DbError> {
-        sqlx::any::install_default_drivers();
-        let backend = Backend::of(url)?;
-        let pool = match backend {
-            Backend::Sqlite => open_sqlite(url).await?,
-            Backend::Postgres => {
-                AnyPoolOptions::new()
-                    .max_connections(8)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect(url)
-                    .await?
-            }
-        };
+        let (pool, backend) = ninf_db::open(url).await?;
         match backend {
             Backend::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
             Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
@@ -686,41 +639,6 @@ fn summary(row: &sqlx::any::AnyRow) -> Result<v1::GraphSummary, sqlx::Error> {
     })
 }
 
-/// A SQLite pool: the file created if missing, in WAL mode.
-async fn open_sqlite(url: &str) -> Result<AnyPool, DbError> {
-    let memory = url.contains(":memory:");
-    let url = if memory || url.contains("mode=") {
-        url.to_string()
-    } else if url.contains('?') {
-        format!("{url}&mode=rwc")
-    } else {
-        format!("{url}?mode=rwc")
-    };
-    let pool = AnyPoolOptions::new()
-        // An in-memory database lives in one connection.
-        .max_connections(if memory { 1 } else { 4 })
-        .after_connect(|connection, _| {
-            Box::pin(async move {
-                // WAL with `synchronous = NORMAL`, WAL's recommended setting: a commit is
-                // durable against a crash of the process and waits for no fsync (which took
-                // 20-50 ms per graph here); only a power cut can lose the last commits,
-                // records the grid rebuilds anyway.
-                for pragma in [
-                    "PRAGMA journal_mode = WAL",
-                    "PRAGMA synchronous = NORMAL",
-                    "PRAGMA foreign_keys = ON",
-                    "PRAGMA busy_timeout = 10000",
-                ] {
-                    sqlx::query(pragma).execute(&mut *connection).await?;
-                }
-                Ok(())
-            })
-        })
-        .connect(&url)
-        .await?;
-    Ok(pool)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,20 +650,16 @@ mod tests {
     }
 
     #[test]
-    fn urls_name_their_backend_and_passwords_stay_out_of_errors() {
-        assert_eq!(Backend::of("sqlite::memory:").ok(), Some(Backend::Sqlite));
-        assert_eq!(
-            Backend::of("postgresql://h/db").ok(),
-            Some(Backend::Postgres)
-        );
+    fn a_url_of_another_kind_is_refused_without_its_password() {
         let error = Backend::of("mysql://ninf:secret@h/db")
+            .map_err(DbError::from)
             .err()
             .map(|e| e.to_string());
         assert_eq!(
             error.as_deref(),
             Some(
-                "database_url `mysql://ninf:***@h/db` names no database this metaserver keeps \
-                 (sqlite:PATH, sqlite::memory: or postgres://USER:PASSWORD@HOST/DB)"
+                "database_url: database URL `mysql://ninf:***@h/db` names no database the \
+                 grid keeps (sqlite:PATH, sqlite::memory: or postgres://USER:PASSWORD@HOST/DB)"
             )
         );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");

@@ -10,6 +10,8 @@ pub enum Victim {
     Server,
     /// The metaserver (with --metaservers 2 or more, the active one).
     Metaserver,
+    /// The proxy, restarted on its journal.
+    Proxy,
 }
 
 #[derive(Args)]
@@ -31,8 +33,13 @@ pub struct ChaosArgs {
     /// Every this many faults, kill the (active) metaserver instead of a server (0: never).
     #[arg(long, default_value_t = 5)]
     pub metaserver_every: usize,
-    /// What to kill: `server` and `metaserver` (the default, one metaserver in
-    /// --metaserver-every faults), or only one of them.
+    /// With servers, kill the proxy every this many faults instead (it comes first when
+    /// both are due).
+    #[arg(long, default_value_t = 3)]
+    pub proxy_every: usize,
+    /// What to kill: any of `server`, `metaserver`, `proxy` (default `server,metaserver`: one
+    /// metaserver in --metaserver-every faults; with `proxy`, one proxy in
+    /// --proxy-every). Without `server`, the others take turns.
     #[arg(long, value_delimiter = ',', default_value = "server,metaserver")]
     pub kill: Vec<Victim>,
     /// Metaservers: 1 on SQLite; 2 or more share one PostgreSQL (a private cluster unless
@@ -50,6 +57,27 @@ pub struct ChaosArgs {
     pub json: bool,
 }
 
+/// Every how many faults the metaserver and the proxy are killed (0: never), for the victims
+/// named: with servers, as the flags say; without, the others take every fault in turn.
+fn fault_cycle(
+    kill: &[Victim],
+    metaserver_every: usize,
+    proxy_every: usize,
+) -> anyhow::Result<(usize, usize)> {
+    let metaserver = kill.contains(&Victim::Metaserver);
+    let proxy = kill.contains(&Victim::Proxy);
+    Ok(match (kill.contains(&Victim::Server), metaserver, proxy) {
+        (true, m, p) => (
+            if m { metaserver_every } else { 0 },
+            if p { proxy_every } else { 0 },
+        ),
+        (false, true, true) => (1, 2),
+        (false, true, false) => (1, 0),
+        (false, false, true) => (0, 1),
+        (false, false, false) => anyhow::bail!("--kill names nothing to kill"),
+    })
+}
+
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let ChaosArgs {
         transactions,
@@ -58,21 +86,14 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         down,
         cpu_slowdown,
         metaserver_every,
+        proxy_every,
         kill,
         metaservers,
         database_url,
         suspect_seconds,
         json,
     } = args;
-    let metaserver_every = match (
-        kill.contains(&Victim::Server),
-        kill.contains(&Victim::Metaserver),
-    ) {
-        (true, true) => metaserver_every,
-        (true, false) => 0,
-        (false, true) => 1,
-        (false, false) => anyhow::bail!("--kill names nothing to kill"),
-    };
+    let (metaserver_every, proxy_every) = fault_cycle(&kill, metaserver_every, proxy_every)?;
     let bin_dir = super::bin_dir()?;
     let report = ninf_grid::chaos::run(&ninf_grid::chaos::ChaosOptions {
         bin_dir,
@@ -82,6 +103,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         down_seconds: down,
         cpu_slowdown,
         metaserver_every,
+        proxy_every,
         metaservers,
         database_url,
         suspect_seconds,

@@ -31,6 +31,57 @@ pub struct AsyncGridClient {
     progress: Option<ProgressCallback>,
     /// Who this client is to the proxy, which counts its per-client limits by it.
     identity: tonic::metadata::AsciiMetadataValue,
+    /// How long a transaction is sent again while the proxy is unreachable.
+    reconnect: std::time::Duration,
+}
+
+/// A new transaction id, unique to this client: its identity, a number, and the time, so a
+/// process that reuses a dead one's pid makes other ids.
+fn new_transaction_id(identity: &str) -> String {
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{identity}-{number}-{nanos:x}")
+}
+
+/// Whether a failed run should be sent again: the connection broke or could not be made (the
+/// proxy died or restarts), as opposed to an answer of the proxy's own.
+fn proxy_unreachable(status: &tonic::Status) -> bool {
+    !ninf_proto::net::is_answer(status)
+        && matches!(
+            status.code(),
+            tonic::Code::Unavailable
+                | tonic::Code::Unknown
+                | tonic::Code::Internal
+                | tonic::Code::Cancelled
+        )
+}
+
+/// The wait before the `attempt`th try to reach a proxy again: doubling from 100 ms to 1.6 s.
+fn reconnect_wait(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(50 << attempt.min(5))
+}
+
+/// Whether the connection to the proxy could not be made at all (refused, timed out,
+/// unreachable), as opposed to one that broke while the proxy had the transaction.
+fn not_connected(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+                    | std::io::ErrorKind::AddrNotAvailable
+            );
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// An identity for a new client: the process and the client's number in it, so that each
@@ -71,7 +122,15 @@ impl AsyncGridClient {
             token: token_from_env()?,
             progress: None,
             identity: new_identity(),
+            reconnect: crate::environment::reconnect_from_env()?,
         })
+    }
+
+    /// Sends a transaction again for up to `window` while the proxy is unreachable (the
+    /// default is [`super::DEFAULT_RECONNECT_SECONDS`], or [`super::RECONNECT_SECONDS_ENV`]).
+    pub fn with_reconnect(mut self, window: std::time::Duration) -> AsyncGridClient {
+        self.reconnect = window;
+        self
     }
 
     /// Presents this token to the proxy (the grid's `token` file holds it).
@@ -131,10 +190,16 @@ impl AsyncGridClient {
         if let Some(found) = self.cached(function) {
             return Ok(found);
         }
-        let request = v1::DescribeRequest {
-            function: function.to_string(),
-        };
-        let reply = self.proxy().describe(request).await?.into_inner();
+        let reply = self
+            .while_unreachable(|| {
+                let request = v1::DescribeRequest {
+                    function: function.to_string(),
+                };
+                let mut proxy = self.proxy();
+                async move { proxy.describe(request).await }
+            })
+            .await?
+            .into_inner();
         let interface = Arc::new(
             FunctionInterface::try_from(&reply)
                 .map_err(|e| CallError::new(ErrorKind::CommunicationFailed, e.to_string()))?,
@@ -146,8 +211,33 @@ impl AsyncGridClient {
 
     /// The routines some server that is up serves, sorted.
     pub async fn functions(&self) -> Result<Vec<String>, CallError> {
-        let reply = self.proxy().functions(v1::FunctionsRequest {}).await?;
+        let reply = self
+            .while_unreachable(|| {
+                let mut proxy = self.proxy();
+                async move { proxy.functions(v1::FunctionsRequest {}).await }
+            })
+            .await?;
         Ok(reply.into_inner().functions)
+    }
+
+    /// Runs `call`, asking again while the proxy cannot be reached (it restarts), for up to
+    /// the reconnect window.
+    async fn while_unreachable<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let since = std::time::Instant::now();
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Err(status) if proxy_unreachable(&status) && since.elapsed() < self.reconnect => {
+                    attempt += 1;
+                    tokio::time::sleep(reconnect_wait(attempt)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Runs a recorded graph (see [`super::Recording::into_request`]) and waits for it,
@@ -174,20 +264,47 @@ impl AsyncGridClient {
         reply
     }
 
-    /// [`Self::run`], asking again while the proxy is busy with this client.
-    async fn run_until_admitted(&self, request: v1::RunRequest) -> Result<v1::RunReply, CallError> {
-        let mut wait = std::time::Duration::from_millis(1);
+    /// [`Self::run`], asking again while the proxy is busy with this client, and sending the
+    /// transaction again (by its id) while the proxy is unreachable, for up to the
+    /// reconnect window: a restarted proxy finishes it from its journal.
+    async fn run_until_admitted(
+        &self,
+        mut request: v1::RunRequest,
+    ) -> Result<v1::RunReply, CallError> {
+        if request.transaction_id.is_empty() {
+            request.transaction_id = new_transaction_id(self.identity.to_str().unwrap_or(""));
+        }
+        let mut busy_wait = std::time::Duration::from_millis(1);
+        let mut unreachable_since: Option<std::time::Instant> = None;
+        let mut attempt = 0;
         loop {
             // A clone per attempt, so a refusal can be sent again: array data is `Bytes`
             // (shared, not copied); only the graph's small fields are.
-            match self.run_once(request.clone()).await {
-                Err(status) if status.metadata().contains_key(BUSY_METADATA) => {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(std::time::Duration::from_millis(100));
-                }
-                Err(status) => return Err(status.into()),
+            let status = match self.run_once(request.clone()).await {
                 Ok(reply) => return reply,
+                Err(status) => status,
+            };
+            if status.metadata().contains_key(BUSY_METADATA) {
+                tokio::time::sleep(busy_wait).await;
+                busy_wait = (busy_wait * 2).min(std::time::Duration::from_millis(100));
+                continue;
             }
+            if !proxy_unreachable(&status) {
+                return Err(status.into());
+            }
+            if !not_connected(&status) {
+                // The proxy had the transaction and went away: the window starts again.
+                unreachable_since = None;
+                attempt = 0;
+            }
+            let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= self.reconnect {
+                return Err(status.into());
+            }
+            attempt += 1;
+            let wait = reconnect_wait(attempt);
+            tracing::warn!(error = %status.message(), retry_in = ?wait, "the proxy is unreachable; sending the transaction again");
+            tokio::time::sleep(wait).await;
         }
     }
 

@@ -48,7 +48,10 @@ mod progress;
 mod recording;
 mod transaction;
 
-pub use crate::environment::{TLS_CA_ENV, TLS_CERTIFICATE_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV};
+pub use crate::environment::{
+    DEFAULT_RECONNECT_SECONDS, RECONNECT_SECONDS_ENV, TLS_CA_ENV, TLS_CERTIFICATE_ENV, TLS_KEY_ENV,
+    TOKEN_FILE_ENV,
+};
 pub use async_client::AsyncGridClient;
 pub use blocking::GridClient;
 pub use foreign::{ForeignArg, ForeignArray, ForeignRun, ForeignTransaction};

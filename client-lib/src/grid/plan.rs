@@ -46,6 +46,9 @@ pub struct Plan {
     pub staged_uploads: u32,
     /// Seconds those uploads took, summed (in no task's timing).
     pub staged_upload_seconds: f64,
+    /// Tasks a restarted proxy did not run again: they had finished before it died, and
+    /// their outputs were still held on the servers.
+    pub resumed_tasks: u32,
 }
 
 impl Plan {
@@ -86,6 +89,7 @@ impl Plan {
             regenerated: reply.regenerated,
             staged_uploads: reply.staged_uploads,
             staged_upload_seconds: reply.staged_upload_seconds,
+            resumed_tasks: reply.resumed_tasks,
         }
     }
 

@@ -246,6 +246,8 @@ impl Recording {
             arguments: self.arguments,
             scheduler: scheduler.unwrap_or_default().to_string(),
             label: label.to_string(),
+            // Given when the client sends it.
+            transaction_id: String::new(),
         }
     }
 }

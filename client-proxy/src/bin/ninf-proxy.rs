@@ -47,6 +47,21 @@ async fn main() -> anyhow::Result<()> {
     if let Some(listen) = cli.listen {
         config.listen = listen;
     }
+    if config.journal.is_none() {
+        // Beside the configuration, so that the proxy restarted with it finds its journal.
+        let folder = cli
+            .config
+            .as_deref()
+            .and_then(|c| c.parent())
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), PathBuf::from);
+        config.journal = Some(
+            folder
+                .join("ninf-proxy-journal.sqlite")
+                .display()
+                .to_string(),
+        );
+    }
     let proxy = ninf_client_proxy::bind(config).await?;
     println!("listening on {}", proxy.address);
     proxy.until(shutdown_signal()).await?;

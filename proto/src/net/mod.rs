@@ -181,6 +181,25 @@ pub const CLIENT_ID_METADATA: &str = "ninf-client-id";
 /// Longest client identity a proxy takes; a longer one is cut.
 pub const CLIENT_ID_MAX: usize = 64;
 
+/// Metadata a proxy sets on every error it answers with itself, so that a client tells the
+/// proxy's verdict on a transaction (final) from a connection that broke under it (the proxy
+/// died or restarts: the client sends the transaction again, by its id).
+pub const ANSWER_METADATA: &str = "ninf-answer";
+
+/// Whether `status` is the proxy's own answer rather than a broken connection.
+pub fn is_answer(status: &tonic::Status) -> bool {
+    status.metadata().contains_key(ANSWER_METADATA)
+}
+
+/// `status` marked as the proxy's own answer ([`ANSWER_METADATA`]).
+pub fn answer(mut status: tonic::Status) -> tonic::Status {
+    status.metadata_mut().insert(
+        ANSWER_METADATA,
+        tonic::metadata::AsciiMetadataValue::from_static("1"),
+    );
+    status
+}
+
 /// The connections a grid server's `listener` accepts, with Nagle's algorithm off. tonic
 /// applies its own `tcp_nodelay` only to listeners it binds itself; without this, a reply's
 /// last small frame waited for the caller's delayed ACK, 40 ms per call through the proxy.

@@ -1,0 +1,358 @@
+//! The proxy's journal, after HyperQueue's: each transaction the proxy accepts (its client,
+//! its id, the metaserver's placement, the owner its intermediates are stored under) and, as
+//! tasks finish, the objects each kept on the servers. A proxy that restarts reads it back:
+//! a client that sends the same transaction again (by its id, see
+//! `ninf_proto::v1::RunRequest::transaction_id`) gets it finished from the intermediates that
+//! survived, and transactions whose clients do not come back within `journal_wait_seconds`
+//! have their intermediates deleted and their graphs reported failed.
+//!
+//! Entries are written by one task in batches ([`Journal::start`]), so concurrent runs share
+//! commits. A transaction's acceptance is awaited before its first call
+//! ([`Journal::record_durably`]): a restarted proxy knows the owner of everything any run
+//! stored, and cleans up after runs nobody resumes. Task progress is written behind the run:
+//! losing the last few entries to a crash costs only recomputation (a task not journaled runs
+//! again), never a wrong result, because the restarted proxy checks that every journaled
+//! object is still held before it counts its task done.
+
+pub mod restart;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ninf_proto::v1;
+use tokio::sync::{mpsc, oneshot};
+
+pub use store::{JournalError, JournalStore};
+
+/// Entries written in one database transaction at most.
+const BATCH: usize = 256;
+
+/// A transaction as journaled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournaledRun {
+    pub transaction_id: String,
+    /// The client it was admitted for: only that client may pick it up again.
+    pub client: String,
+    pub graph_hash: u64,
+    /// Under which its intermediates are stored on the servers.
+    pub owner: String,
+    pub placement: v1::ScheduleReply,
+    pub accepted_ms: i64,
+    /// Each finished task's report, its outputs the objects it kept
+    /// (`call_output::Result::Object`).
+    pub tasks: Vec<v1::TaskReport>,
+}
+
+impl JournaledRun {
+    /// Every server it may have stored anything on: its placement's and its objects'.
+    pub fn servers(&self) -> Vec<String> {
+        let mut servers: Vec<String> = self
+            .placement
+            .placements
+            .iter()
+            .map(|p| p.server.clone())
+            .chain(self.objects().map(|(_, _, o)| o.server.clone()))
+            .collect();
+        servers.sort();
+        servers.dedup();
+        servers
+    }
+
+    /// (task, parameter, object) of every object its finished tasks kept.
+    pub fn objects(&self) -> impl Iterator<Item = (usize, u32, &v1::ObjectRef)> {
+        self.tasks.iter().flat_map(|report| {
+            report.outputs.iter().filter_map(move |o| match &o.result {
+                Some(v1::call_output::Result::Object(object)) => {
+                    Some((report.task as usize, o.parameter, object))
+                }
+                _ => None,
+            })
+        })
+    }
+}
+
+/// One change to the journal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// A transaction was placed and starts (again, for a resend whose graph differs).
+    Accepted(Box<JournaledRun>),
+    /// A task finished, keeping these objects.
+    TaskKept {
+        transaction_id: String,
+        report: v1::TaskReport,
+    },
+    /// A transaction ended (replied, failed or abandoned) and was cleaned up.
+    Finished(String),
+}
+
+/// FNV-1a over a graph's encoding: a resent transaction must carry the graph it was
+/// journaled with.
+pub fn graph_hash(graph: &v1::TaskGraph) -> u64 {
+    let bytes = prost::Message::encode_to_vec(graph);
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What [`Journal::take`] found for a transaction id.
+#[derive(Debug)]
+pub enum Found {
+    /// Nothing journaled: a new transaction.
+    Nothing,
+    /// The transaction to resume.
+    Resume(Box<JournaledRun>),
+    /// A journaled run the request does not match (another graph): to clean up before the
+    /// request runs afresh.
+    Stale(Box<JournaledRun>),
+}
+
+/// The journal a proxy writes; off until [`Journal::start`].
+#[derive(Default)]
+pub struct Journal {
+    on: OnceLock<Enabled>,
+}
+
+/// An entry for the writer, with whom to tell once it is committed.
+type Queued = (Entry, Option<oneshot::Sender<()>>);
+
+struct Enabled {
+    entries: mpsc::UnboundedSender<Queued>,
+    /// Transactions of the proxy's previous life, until their client sends them again or
+    /// they are given up.
+    orphans: Mutex<HashMap<String, JournaledRun>>,
+    /// One lock per transaction id being run, so that a resend waits for the run it
+    /// replaces (cancelled when its client went away) to clean up first.
+    running: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Held while a transaction id runs; see [`Journal::exclusive`].
+pub struct Exclusive<'a> {
+    journal: &'a Journal,
+    id: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        if let Some(on) = self.journal.on.get() {
+            let mut running = ninf_proto::sync::lock(&on.running);
+            if running
+                .get(&self.id)
+                .is_some_and(|l| Arc::strong_count(l) == 1)
+            {
+                running.remove(&self.id);
+            }
+        }
+    }
+}
+
+impl Journal {
+    /// Starts journaling into `store`, with `orphans` read back from it: a task writes the
+    /// entries behind the runs, in batches, until the proxy stops.
+    pub fn start(
+        &self,
+        store: JournalStore,
+        orphans: Vec<JournaledRun>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let (entries, mut received) = mpsc::unbounded_channel();
+        let orphans = orphans
+            .into_iter()
+            .map(|run| (run.transaction_id.clone(), run))
+            .collect();
+        let enabled = Enabled {
+            entries,
+            orphans: Mutex::new(orphans),
+            running: Mutex::default(),
+        };
+        self.on.set(enabled).ok()?;
+        Some(tokio::spawn(async move {
+            let mut batch: Vec<Queued> = Vec::with_capacity(BATCH);
+            while received.recv_many(&mut batch, BATCH).await > 0 {
+                let (entries, waiting): (Vec<Entry>, Vec<_>) = batch.drain(..).unzip();
+                if let Err(e) = store.apply(&entries).await {
+                    tracing::warn!(error = %e, entries = entries.len(), "cannot write the journal");
+                }
+                // Told either way: a journal that cannot be written stops no transaction.
+                for done in waiting.into_iter().flatten() {
+                    let _ = done.send(());
+                }
+            }
+        }))
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.on.get().is_some()
+    }
+
+    /// Writes `entry` behind the run (nothing when the journal is off).
+    pub fn record(&self, entry: Entry) {
+        if let Some(on) = self.on.get() {
+            let _ = on.entries.send((entry, None));
+        }
+    }
+
+    /// Writes `entry` and waits until it is committed (or the write failed and was logged).
+    pub async fn record_durably(&self, entry: Entry) {
+        let Some(on) = self.on.get() else {
+            return;
+        };
+        let (done, committed) = oneshot::channel();
+        if on.entries.send((entry, Some(done))).is_ok() {
+            let _ = committed.await;
+        }
+    }
+
+    /// Waits until no other run of transaction `id` is going on, and holds it off until
+    /// the result is dropped. Ids are per client: `client/id`.
+    pub async fn exclusive(&self, id: &str) -> Option<Exclusive<'_>> {
+        let on = self.on.get()?;
+        if id.is_empty() {
+            return None;
+        }
+        let lock = ninf_proto::sync::lock(&on.running)
+            .entry(id.to_string())
+            .or_default()
+            .clone();
+        let guard = lock.lock_owned().await;
+        Some(Exclusive {
+            journal: self,
+            id: id.to_string(),
+            guard: Some(guard),
+        })
+    }
+
+    /// Takes transaction `id` of the previous life out of the orphans, if `client` sent it
+    /// with the graph it was journaled with.
+    pub fn take(&self, id: &str, client: &str, graph_hash: u64) -> Found {
+        let Some(on) = self.on.get() else {
+            return Found::Nothing;
+        };
+        let mut orphans = ninf_proto::sync::lock(&on.orphans);
+        match orphans.get(id) {
+            None => Found::Nothing,
+            // Another client's transaction of the same id is not this one's to take.
+            Some(run) if run.client != client => Found::Nothing,
+            Some(run) if run.graph_hash != graph_hash => match orphans.remove(id) {
+                Some(run) => Found::Stale(Box::new(run)),
+                None => Found::Nothing,
+            },
+            Some(_) => match orphans.remove(id) {
+                Some(run) => Found::Resume(Box::new(run)),
+                None => Found::Nothing,
+            },
+        }
+    }
+
+    /// The orphans nobody has taken yet (owners and servers, for their lease renewals).
+    pub fn orphans(&self) -> Vec<JournaledRun> {
+        self.on.get().map_or_else(Vec::new, |on| {
+            ninf_proto::sync::lock(&on.orphans)
+                .values()
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// Takes every orphan nobody has taken: they are given up.
+    pub fn give_up_orphans(&self) -> Vec<JournaledRun> {
+        self.on.get().map_or_else(Vec::new, |on| {
+            ninf_proto::sync::lock(&on.orphans)
+                .drain()
+                .map(|(_, run)| run)
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, client: &str, hash: u64) -> JournaledRun {
+        JournaledRun {
+            transaction_id: id.to_string(),
+            client: client.to_string(),
+            graph_hash: hash,
+            owner: format!("p/graph-{id}"),
+            placement: v1::ScheduleReply {
+                graph_id: 7,
+                placements: vec![v1::TaskPlacement {
+                    task: 0,
+                    server: "a:1".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            accepted_ms: 1,
+            tasks: vec![v1::TaskReport {
+                task: 0,
+                outputs: vec![v1::CallOutput {
+                    parameter: 2,
+                    result: Some(v1::call_output::Result::Object(v1::ObjectRef {
+                        server: "b:2".into(),
+                        object_id: "o1".into(),
+                    })),
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn only_its_own_client_with_its_own_graph_takes_an_orphan() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let url = format!("sqlite://{}", dir.path().join("j.sqlite").display());
+        let store = JournalStore::open(&url, "p").await.expect("opens");
+        let journal = Journal::default();
+        journal.start(store, vec![run("t1", "c", 5), run("t2", "c", 5)]);
+        assert!(matches!(journal.take("t1", "other", 5), Found::Nothing));
+        assert!(matches!(journal.take("t1", "c", 5), Found::Resume(_)));
+        assert!(matches!(journal.take("t1", "c", 5), Found::Nothing));
+        assert!(matches!(journal.take("t2", "c", 6), Found::Stale(_)));
+        assert!(journal.give_up_orphans().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_store_gives_back_what_was_written_and_forgets_what_finished() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let url = format!("sqlite://{}", dir.path().join("j.sqlite").display());
+        let store = JournalStore::open(&url, "p").await.expect("opens");
+        let (one, two) = (run("t1", "c", 5), run("t2", "c", 6));
+        let entries = [
+            Entry::Accepted(Box::new(JournaledRun {
+                tasks: Vec::new(),
+                ..one.clone()
+            })),
+            Entry::TaskKept {
+                transaction_id: "t1".into(),
+                report: one.tasks[0].clone(),
+            },
+            Entry::Accepted(Box::new(two.clone())),
+            Entry::Finished("t2".into()),
+        ];
+        store.apply(&entries).await.expect("writes");
+        // Another proxy's rows in the same database are apart.
+        let other = JournalStore::open(&url, "q").await.expect("opens");
+        assert!(other.load().await.expect("reads").is_empty());
+        store.close().await;
+        let reopened = JournalStore::open(&url, "p").await.expect("opens again");
+        let runs = reopened.load().await.expect("reads");
+        assert_eq!(runs, vec![one.clone()]);
+        assert_eq!(
+            runs[0].servers(),
+            vec!["a:1".to_string(), "b:2".to_string()]
+        );
+        assert_eq!(runs[0].objects().count(), 1);
+    }
+
+    #[test]
+    fn a_graph_hash_changes_with_the_graph() {
+        let mut graph = v1::TaskGraph::default();
+        let before = graph_hash(&graph);
+        graph.tasks.push(v1::GraphTask::default());
+        assert_ne!(before, graph_hash(&graph));
+        assert_eq!(graph_hash(&graph), graph_hash(&graph.clone()));
+    }
+}

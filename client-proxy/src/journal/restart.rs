@@ -1,0 +1,121 @@
+//! What a restarted proxy does with the transactions its journal holds: keeps their
+//! intermediates alive while their clients may come back, resumes one when its client sends
+//! it again (with the objects still held counted done), and gives up the rest after
+//! `journal_wait_seconds`: their intermediates deleted, their graphs reported failed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ninf_proto::v1;
+
+use super::{Entry, JournaledRun};
+use crate::execution::Restored;
+use crate::{Placed, Proxy};
+
+/// How long a server has to say whether it still holds a journaled object.
+const STAT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Proxy {
+    /// Picks up a journaled transaction: its placement and owner, and its finished tasks,
+    /// with those whose kept objects are gone marked lost.
+    pub(crate) async fn resume(&self, run: JournaledRun) -> Placed {
+        let missing = self.missing_objects(&run).await;
+        tracing::info!(
+            transaction = %run.transaction_id,
+            graph = run.placement.graph_id,
+            done = run.tasks.len(),
+            lost = missing.len(),
+            "resuming a transaction from the journal"
+        );
+        let mut also_used = run.servers();
+        also_used.extend(self.up_addresses().await);
+        Placed {
+            owner: run.owner,
+            placement: run.placement,
+            also_used,
+            restored: Some(Restored {
+                done: run.tasks,
+                missing,
+            }),
+        }
+    }
+
+    /// The finished tasks of `run` some of whose kept objects their servers no longer hold
+    /// (or cannot say they do).
+    async fn missing_objects(&self, run: &JournaledRun) -> HashSet<usize> {
+        let checks = run.objects().map(|(task, _, object)| async move {
+            let stat = self.cluster.stat(&object.server, &object.object_id);
+            let held = matches!(tokio::time::timeout(STAT_TIMEOUT, stat).await, Ok(Ok(())));
+            (task, held)
+        });
+        futures_util::future::join_all(checks)
+            .await
+            .into_iter()
+            .filter(|&(_, held)| !held)
+            .map(|(task, _)| task)
+            .collect()
+    }
+
+    /// The servers the metaserver lists as up (none if it cannot be asked).
+    async fn up_addresses(&self) -> Vec<String> {
+        self.cluster
+            .up_servers()
+            .await
+            .map(|up| up.into_iter().map(|c| c.address).collect())
+            .unwrap_or_default()
+    }
+
+    /// Gives up a journaled transaction: deletes what it stored wherever it may have, tells
+    /// the metaserver its graph failed, and forgets it.
+    pub(crate) async fn abandon(&self, run: &JournaledRun, why: &str) {
+        tracing::info!(transaction = %run.transaction_id, graph = run.placement.graph_id, why, "giving up a journaled transaction");
+        let mut servers = run.servers();
+        servers.extend(self.up_addresses().await);
+        servers.sort();
+        servers.dedup();
+        for server in &servers {
+            self.delete_owner(server, &run.owner).await;
+        }
+        self.report_actuals(v1::ActualsReport {
+            graph_id: run.placement.graph_id,
+            error: format!("the proxy restarted and {why}"),
+            ..Default::default()
+        })
+        .await;
+        self.journal
+            .record(Entry::Finished(run.transaction_id.clone()));
+    }
+}
+
+/// Keeps the journal's orphans alive after a restart: renews their leases at once and every
+/// `lease_renew_seconds`, and after `journal_wait_seconds` abandons those nobody sent again.
+pub fn spawn_orphan_keeper(proxy: Arc<Proxy>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let config = &proxy.config;
+        let until = Instant::now() + Duration::from_secs_f64(config.journal_wait_seconds.max(0.0));
+        let period = Duration::from_secs_f64(config.lease_renew_seconds.max(0.01));
+        loop {
+            let orphans = proxy.journal.orphans();
+            if orphans.is_empty() {
+                return;
+            }
+            for run in &orphans {
+                for server in run.servers() {
+                    // Leases only: a server that lost the objects will say so at resume.
+                    let _ = proxy.cluster.renew(&server, &run.owner).await;
+                }
+            }
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            tokio::time::sleep(period.min(until - now)).await;
+        }
+        for run in proxy.journal.give_up_orphans() {
+            proxy
+                .abandon(&run, "its client did not send it again in time")
+                .await;
+        }
+    })
+}
