@@ -18,9 +18,16 @@ impl Drop for Started {
     }
 }
 
-/// Starts `command` and waits for its "listening on" line.
+/// Starts `command` and waits for its "listening on" line. Its log (stderr) is dropped
+/// unless `NINF_DEBUG_STDERR` is set, when it goes to this process's stderr.
 pub fn start(mut command: Command, what: &str) -> anyhow::Result<Started> {
-    command.stdout(Stdio::piped()).stderr(Stdio::null());
+    command
+        .stdout(Stdio::piped())
+        .stderr(if std::env::var_os("NINF_DEBUG_STDERR").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        });
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start the {what}"))?;

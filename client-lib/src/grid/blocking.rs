@@ -47,6 +47,14 @@ impl GridClient {
         }
     }
 
+    /// Sends a transaction again for up to `window` while the proxy is unreachable; see
+    /// [`AsyncGridClient::with_reconnect`].
+    pub fn with_reconnect(self, window: std::time::Duration) -> GridClient {
+        GridClient {
+            inner: self.inner.with_reconnect(window),
+        }
+    }
+
     /// Asks for this scheduler instead of the metaserver's configured one (experiments).
     pub fn with_scheduler(self, scheduler: &str) -> GridClient {
         GridClient {

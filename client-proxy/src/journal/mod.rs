@@ -86,13 +86,47 @@ pub enum Entry {
     Finished(String),
 }
 
-/// FNV-1a over a graph's encoding: a resent transaction must carry the graph it was
-/// journaled with.
+/// FNV-1a over a graph's encoding, its tasks' scalars in key order (a protobuf map's
+/// encoding follows the order of a hash map, which differs between processes): a resent
+/// transaction must carry the graph it was journaled with.
 pub fn graph_hash(graph: &v1::TaskGraph) -> u64 {
-    let bytes = prost::Message::encode_to_vec(graph);
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut hash = Fnv::default();
+    hash.write(&(graph.tasks.len() as u64).to_le_bytes());
+    hash.write(&(graph.edges.len() as u64).to_le_bytes());
+    for task in &graph.tasks {
+        let mut scalars: Vec<(&String, &i64)> = task.scalars.iter().collect();
+        scalars.sort();
+        for (name, value) in scalars {
+            hash.write(name.as_bytes());
+            hash.write(&value.to_le_bytes());
+        }
+        let without_scalars = v1::GraphTask {
+            scalars: HashMap::new(),
+            ..task.clone()
+        };
+        hash.write(&prost::Message::encode_to_vec(&without_scalars));
+    }
+    for edge in &graph.edges {
+        hash.write(&prost::Message::encode_to_vec(edge));
+    }
+    hash.0
+}
+
+/// The FNV-1a hash, 64 bits.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// What [`Journal::take`] found for a transaction id.
@@ -348,11 +382,26 @@ mod tests {
     }
 
     #[test]
-    fn a_graph_hash_changes_with_the_graph() {
+    fn a_graph_hash_changes_with_the_graph_not_with_its_maps_order() {
         let mut graph = v1::TaskGraph::default();
         let before = graph_hash(&graph);
         graph.tasks.push(v1::GraphTask::default());
         assert_ne!(before, graph_hash(&graph));
-        assert_eq!(graph_hash(&graph), graph_hash(&graph.clone()));
+        let scalars = |names: &[&str]| -> HashMap<String, i64> {
+            names
+                .iter()
+                .map(|n| (n.to_string(), n.len() as i64))
+                .collect()
+        };
+        let names = ["n", "lda", "m", "ldb", "k", "incx", "incy", "job"];
+        graph.tasks[0].scalars = scalars(&names);
+        let one = graph_hash(&graph);
+        // Maps built in another order (and other hash seeds) hash the same.
+        let mut reversed = names;
+        reversed.reverse();
+        graph.tasks[0].scalars = scalars(&reversed);
+        assert_eq!(graph_hash(&graph), one);
+        graph.tasks[0].scalars.insert("n".into(), 2);
+        assert_ne!(graph_hash(&graph), one);
     }
 }

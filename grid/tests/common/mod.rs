@@ -31,6 +31,8 @@ pub fn ensure_executables() {
             "ninf-routines",
             "-p",
             "ninf-compute-server",
+            "-p",
+            "ninf-client-proxy",
             "--bins",
         ]);
         if binaries().ends_with("release") {

@@ -1,0 +1,195 @@
+//! A proxy SIGKILLed in the middle of a transaction and restarted on its journal: the client
+//! sends the transaction again and it completes, its finished tasks not run again, with
+//! nothing left on the servers; and a transaction whose client does not come back is deleted
+//! from the servers and reported failed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{TestGrid, binaries};
+use ninf::CallError;
+use ninf::grid::{GridClient, Plan};
+use ninf_client_proxy::journal::{JournalStore, JournaledRun};
+use ninf_grid::processes::{Started, free_address, start, write};
+
+/// Milliseconds each call of the chain sleeps: long enough to kill the proxy during one.
+const CALL_MS: i32 = 1500;
+
+/// `ninf-proxy` as a child process, journaling beside its configuration.
+struct ProxyProcess {
+    address: String,
+    config: PathBuf,
+    journal: PathBuf,
+    process: Option<Started>,
+}
+
+impl ProxyProcess {
+    fn start(dir: &Path, metaserver: &str) -> ProxyProcess {
+        let mut proxy = ProxyProcess {
+            address: free_address().unwrap(),
+            config: dir.join("proxy.toml"),
+            journal: dir.join("journal.sqlite"),
+            process: None,
+        };
+        proxy.configure(metaserver, 30.0);
+        proxy.restart();
+        proxy
+    }
+
+    fn configure(&self, metaserver: &str, wait_seconds: f64) {
+        let text = format!(
+            "listen = \"{}\"\nmetaserver = \"{metaserver}\"\njournal = \"{}\"\n\
+             journal_wait_seconds = {wait_seconds:?}\n",
+            self.address,
+            self.journal.display()
+        );
+        write(&self.config, &text).unwrap();
+    }
+
+    fn kill(&mut self) {
+        let mut process = self.process.take().expect("the proxy runs");
+        process.0.kill().unwrap();
+        process.0.wait().unwrap();
+    }
+
+    fn restart(&mut self) {
+        let mut command = Command::new(binaries().join("ninf-proxy"));
+        command.arg("--config").arg(&self.config);
+        self.process = Some(start(command, "proxy").unwrap());
+    }
+
+    /// What its journal holds now.
+    fn journaled(&self, grid: &TestGrid) -> Vec<JournaledRun> {
+        let url = format!("sqlite://{}", self.journal.display());
+        grid.runtime.block_on(async {
+            let store = JournalStore::open(&url, &self.address).await.unwrap();
+            let runs = store.load().await.unwrap();
+            store.close().await;
+            runs
+        })
+    }
+}
+
+/// Waits up to 30 s for `condition`.
+fn eventually(what: &str, condition: impl Fn() -> bool) {
+    for _ in 0..600 {
+        if condition() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not happen within 30 s");
+}
+
+/// Three slow echoes in a chain, x → y1 → y2 → out; returns `out` and the plan.
+fn chain(client: &GridClient, x: &[f64]) -> Result<(Vec<f64>, Plan), CallError> {
+    let n = x.len() as i64;
+    let zeros = vec![0.0; x.len()];
+    let mut out = vec![0.0; x.len()];
+    let plan = client.transaction(|tx| {
+        let input = tx.input(x);
+        let (y1, y2) = (tx.scratch(&zeros), tx.scratch(&zeros));
+        let last = tx.buffer(&mut out);
+        for (from, to) in [(input, y1), (y1, y2), (y2, last)] {
+            tx.call(
+                "slow_echo",
+                &[CALL_MS.into(), n.into(), from.into(), to.into()],
+            )?;
+        }
+        Ok(())
+    })?;
+    Ok((out, plan))
+}
+
+/// Starts the chain on a thread and kills the proxy once its journal shows the first task
+/// done (the second is then running).
+fn kill_during_chain(
+    grid: &TestGrid,
+    proxy: &mut ProxyProcess,
+    client: GridClient,
+    x: &[f64],
+) -> std::thread::JoinHandle<Result<(Vec<f64>, Plan), CallError>> {
+    let input = x.to_vec();
+    let worker = std::thread::spawn(move || chain(&client, &input));
+    eventually("the first task in the journal", || {
+        proxy
+            .journaled(grid)
+            .iter()
+            .any(|run| !run.tasks.is_empty())
+    });
+    proxy.kill();
+    worker
+}
+
+fn no_bytes_left(grid: &TestGrid) -> bool {
+    grid.grid().stored_bytes().iter().all(|&b| b == 0)
+}
+
+#[test]
+fn a_killed_proxy_restarted_on_its_journal_finishes_the_transaction() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = ProxyProcess::start(dir.path(), &grid.grid().endpoints.metaserver);
+    let client = GridClient::connect(&proxy.address).unwrap();
+    let x: Vec<f64> = (0..64).map(|i| f64::from(i) * 0.5).collect();
+    let worker = kill_during_chain(&grid, &mut proxy, client, &x);
+    proxy.restart();
+
+    let (out, plan) = worker.join().unwrap().expect("the transaction completes");
+    assert_eq!(out, x, "three echoes give x back, bit for bit");
+    assert!(
+        plan.resumed_tasks >= 1,
+        "the first echo survived in storage and was not run again: {plan:?}"
+    );
+    assert!(no_bytes_left(&grid), "{:?}", grid.grid().stored_bytes());
+    eventually("the journal forgetting the transaction", || {
+        proxy.journaled(&grid).is_empty()
+    });
+    let status = grid.status();
+    let graph = status
+        .graphs
+        .iter()
+        .find(|g| g.graph_id == plan.graph_id)
+        .unwrap();
+    assert_eq!(graph.state, "done", "{graph:?}");
+}
+
+#[test]
+fn a_transaction_its_client_abandons_is_deleted_and_reported_failed() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let metaserver = grid.grid().endpoints.metaserver.clone();
+    let mut proxy = ProxyProcess::start(dir.path(), &metaserver);
+    // This client gives up at once when its proxy goes away.
+    let client = GridClient::connect(&proxy.address)
+        .unwrap()
+        .with_reconnect(Duration::ZERO);
+    let x: Vec<f64> = (0..64).map(f64::from).collect();
+    let worker = kill_during_chain(&grid, &mut proxy, client, &x);
+    let error = worker.join().unwrap().expect_err("the client gave up");
+    assert_eq!(error.kind, ninf::ErrorKind::CommunicationFailed, "{error}");
+    let orphan = proxy.journaled(&grid).remove(0);
+
+    proxy.configure(&metaserver, 1.0);
+    proxy.restart();
+    eventually("the orphan given up", || proxy.journaled(&grid).is_empty());
+    eventually("the orphan's intermediates deleted", || {
+        no_bytes_left(&grid)
+    });
+    let status = grid.status();
+    let graph = status
+        .graphs
+        .iter()
+        .find(|g| g.graph_id == orphan.placement.graph_id)
+        .unwrap();
+    assert_eq!(graph.state, "failed", "{graph:?}");
+    assert_eq!(
+        graph.error,
+        "the proxy restarted and its client did not send it again in time"
+    );
+}
