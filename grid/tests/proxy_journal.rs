@@ -193,3 +193,53 @@ fn a_transaction_its_client_abandons_is_deleted_and_reported_failed() {
         "the proxy restarted and its client did not send it again in time"
     );
 }
+
+#[test]
+fn the_journal_keeps_to_postgresql_as_well() {
+    use ninf_client_proxy::journal::Entry;
+    use ninf_proto::v1;
+    let postgres = ninf_grid::postgres::LocalPostgres::start().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let run = JournaledRun {
+        transaction_id: "client#t1".into(),
+        client: "client".into(),
+        graph_hash: u64::MAX - 3,
+        owner: "proxy/graph-9".into(),
+        placement: v1::ScheduleReply {
+            graph_id: 9,
+            ..Default::default()
+        },
+        accepted_ms: 17,
+        tasks: vec![v1::TaskReport {
+            task: 2,
+            server: "s:1".into(),
+            ..Default::default()
+        }],
+    };
+    let loaded = runtime.block_on(async {
+        let store = JournalStore::open(&postgres.url, "proxy").await.unwrap();
+        let other = run.clone();
+        store
+            .apply(&[
+                Entry::Accepted(Box::new(JournaledRun {
+                    tasks: Vec::new(),
+                    ..run.clone()
+                })),
+                Entry::TaskKept {
+                    transaction_id: run.transaction_id.clone(),
+                    report: run.tasks[0].clone(),
+                },
+                Entry::Accepted(Box::new(JournaledRun {
+                    transaction_id: "client#t2".into(),
+                    ..other
+                })),
+                Entry::Finished("client#t2".into()),
+            ])
+            .await
+            .unwrap();
+        let loaded = store.load().await.unwrap();
+        store.close().await;
+        loaded
+    });
+    assert_eq!(loaded, vec![run]);
+}
