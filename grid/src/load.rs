@@ -39,6 +39,9 @@ pub struct LoadOptions {
     pub servers: usize,
     /// The metaserver's resource DB; `None`: SQLite.
     pub database_url: Option<String>,
+    /// The proxy's `journal` (a SQLite path, a `postgres://` URL, or `off`); `None`: the
+    /// proxy's default, a SQLite file beside its configuration.
+    pub proxy_journal: Option<String>,
 }
 
 /// What happened.
@@ -89,9 +92,14 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
             work.join("metaserver").display()
         ),
     )?;
+    let journal = options
+        .proxy_journal
+        .as_ref()
+        .map(|j| format!("journal = \"{j}\"\n"))
+        .unwrap_or_default();
     write(
         &work.join("proxy.toml"),
-        &format!("listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n"),
+        &format!("listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n{journal}"),
     )?;
     let mut command = Command::new(bin("ninf-metaserver")?);
     command.arg("--config").arg(work.join("metaserver.toml"));

@@ -22,6 +22,10 @@ pub struct LoadArgs {
     /// The metaserver's resource DB (postgres://...); default SQLite.
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// The proxy's journal: a SQLite path, postgres://USER:PASSWORD@HOST/DB, or `off`
+    /// (default: a SQLite file beside the proxy's configuration).
+    #[arg(long, value_name = "PATH|URL|off")]
+    pub proxy_journal: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -35,6 +39,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         servers: args.servers,
         rounds: args.rounds,
         database_url: args.database_url,
+        proxy_journal: args.proxy_journal,
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
