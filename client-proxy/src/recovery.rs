@@ -40,6 +40,9 @@ pub fn classify(code: Code, message: &str, inputs: &[&str]) -> CallFailure {
         // A connection refused or reset, a stream cut off, an executable killed: all say
         // more about the server's health than about the call.
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => CallFailure::Server,
+        // The server could not keep an output (its spill directory is full) or take the
+        // request: another server may.
+        Code::ResourceExhausted => CallFailure::Server,
         Code::Internal
             if message.contains("h2 protocol error")
                 || message.contains("transport error")

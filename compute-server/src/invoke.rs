@@ -173,7 +173,7 @@ pub fn keep_output(
     let info = state
         .store
         .put(owner, element_type, data)
-        .map_err(|e| Status::internal(e.to_string()))?;
+        .map_err(crate::storage::StorageError::status)?;
     state.touch(owner);
     Ok(v1::ObjectRef {
         server: state.advertise.clone(),

@@ -111,11 +111,7 @@ fn info_to_proto(info: ObjectInfo) -> v1::ObjectInfo {
 }
 
 fn storage_status(error: StorageError) -> Status {
-    match error {
-        StorageError::UnknownObject(_) => Status::not_found(error.to_string()),
-        StorageError::Ragged { .. } => Status::invalid_argument(error.to_string()),
-        _ => Status::internal(error.to_string()),
-    }
+    error.status()
 }
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::DataChunk, Status>> + Send>>;

@@ -20,11 +20,17 @@ use ninf_idl::ElementType;
 pub enum StorageError {
     #[error("unknown object id `{0}` (never stored here, or already deleted)")]
     UnknownObject(String),
-    #[error("cannot spill object `{id}` to {path}: {reason}")]
+    #[error(
+        "cannot spill object `{id}` of {bytes} bytes to {path}: {reason} (memory holds \
+         {memory_bytes} of its {memory_limit} bytes; calls whose outputs fit there still run)"
+    )]
     Spill {
         id: String,
+        bytes: u64,
         path: PathBuf,
         reason: String,
+        memory_bytes: u64,
+        memory_limit: u64,
     },
     #[error("cannot read spilled object `{id}` from {path}: {reason}")]
     ReadSpill {
@@ -34,6 +40,20 @@ pub enum StorageError {
     },
     #[error("object of {bytes} bytes is not a whole number of {element} elements")]
     Ragged { bytes: u64, element: &'static str },
+}
+
+impl StorageError {
+    /// The gRPC status a caller gets: a store that cannot take more is out of a resource
+    /// (RESOURCE_EXHAUSTED: a proxy moves the call to another server), not a routine's error.
+    pub fn status(self) -> tonic::Status {
+        let message = self.to_string();
+        match self {
+            StorageError::UnknownObject(_) => tonic::Status::not_found(message),
+            StorageError::Ragged { .. } => tonic::Status::invalid_argument(message),
+            StorageError::Spill { .. } => tonic::Status::resource_exhausted(message),
+            StorageError::ReadSpill { .. } => tonic::Status::internal(message),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -127,21 +147,25 @@ impl ObjectStore {
             self.id_prefix,
             self.next_id.fetch_add(1, Ordering::Relaxed)
         );
-        let fits = {
-            let objects = self.lock();
-            objects.memory_bytes.saturating_add(bytes) <= self.memory_limit
-        };
-        let location = if fits {
+        let memory_bytes = self.lock().memory_bytes;
+        let location = if memory_bytes.saturating_add(bytes) <= self.memory_limit {
             Location::Memory(data)
         } else {
             let path = self.spill_dir.join(&id);
-            std::fs::create_dir_all(&self.spill_dir)
-                .and_then(|()| std::fs::write(&path, &data))
-                .map_err(|e| StorageError::Spill {
-                    id: id.clone(),
-                    path: path.clone(),
+            let written = std::fs::create_dir_all(&self.spill_dir)
+                .and_then(|()| std::fs::write(&path, &data));
+            if let Err(e) = written {
+                // A full disk leaves part of the file: it must not hold the space.
+                let _ = std::fs::remove_file(&path);
+                return Err(StorageError::Spill {
+                    id,
+                    bytes,
+                    path,
                     reason: e.to_string(),
-                })?;
+                    memory_bytes,
+                    memory_limit: self.memory_limit,
+                });
+            }
             Location::Spilled(path)
         };
         let spilled = matches!(location, Location::Spilled(_));

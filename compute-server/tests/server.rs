@@ -572,3 +572,88 @@ async fn a_call_over_its_cpu_budget_is_killed_and_the_next_call_runs() {
     client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
     server.stop().await;
 }
+
+/// A tmpfs of `bytes` mounted on `dir` until dropped (the test runs as root, as CI does).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, bytes: usize) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "ninf-test"])
+            .arg(dir)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "mounting a {bytes}-byte tmpfs on {} failed: this test needs root (CI runs as root)",
+            dir.display()
+        );
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn echo_request(n: usize, keep: bool) -> v1::CallRequest {
+    let x: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let mut req = request("echo", vec![int(n as i64), doubles(&x), none()]);
+    if keep {
+        req.keep = vec![2];
+        req.owner = "t1".into();
+    }
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spill_directory_refuses_what_does_not_fit_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = dir.path().join("spill");
+    let _disk = SmallDisk::mount(&spill, 64 << 10);
+    let server = TestServer::start(|c| {
+        c.storage.memory_limit_bytes = 4096;
+        c.storage.spill_dir = Some(spill.clone());
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+
+    // 128 KiB to keep: past the memory limit, and more than the spill disk holds.
+    let e = client
+        .call_request(echo_request(16 << 10, true))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::RpcRefused, "{e}");
+    for part in [
+        "cannot spill object",
+        "of 131072 bytes to",
+        spill.to_str().unwrap(),
+        "No space left on device",
+        "memory holds 0 of its 4096 bytes",
+    ] {
+        assert!(e.message.contains(part), "{part:?} not in: {}", e.message);
+    }
+    let left: Vec<_> = std::fs::read_dir(&spill).unwrap().collect();
+    assert!(left.is_empty(), "the partial file is removed: {left:?}");
+    assert_eq!(server.state.store.usage(), (0, 0));
+
+    // What fits in memory is still kept, and results sent back whole still come.
+    let kept = client.call_request(echo_request(64, true)).await.unwrap();
+    assert!(matches!(
+        kept.outputs[0].result,
+        Some(v1::call_output::Result::Object(_))
+    ));
+    let inline = client
+        .call_request(echo_request(16 << 10, false))
+        .await
+        .unwrap();
+    let Some(v1::call_output::Result::Array(y)) = &inline.outputs[0].result else {
+        panic!("{inline:?}")
+    };
+    assert_eq!(y.data.len(), 128 << 10);
+    assert_eq!(server.state.store.usage(), (512, 0));
+    server.stop().await;
+}
