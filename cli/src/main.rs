@@ -49,11 +49,15 @@ enum Command {
     Load(load::LoadArgs),
     /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
     Testbed(testbed::TestbedArgs),
-    /// Experiments on the testbed: `wan` reproduces seed 004's Tables 2-5.
+    /// Experiments on the testbed: `wan` reproduces seed 004's Tables 2-5; `partition` cuts
+    /// a site off while transactions run.
     Experiment(experiment::ExperimentArgs),
     /// The client side of `experiment wan`, run inside the client's site.
     #[command(hide = true)]
     ExperimentClient(experiment::ClientArgs),
+    /// The client side of `experiment partition`, run inside the client's site.
+    #[command(hide = true)]
+    PartitionClient(experiment::PartitionClientArgs),
     /// The metaserver's schedulers on random layered task graphs over a modelled platform
     /// (nothing runs): makespan over HEFT's, schedule length ratio, scheduling time.
     DagBench(dag_bench::DagBenchArgs),
@@ -85,6 +89,7 @@ fn main() -> anyhow::Result<()> {
         Command::Testbed(args) => testbed::run(args),
         Command::Experiment(args) => experiment::run(args),
         Command::ExperimentClient(args) => experiment::run_client(args),
+        Command::PartitionClient(args) => experiment::run_partition_client(args),
         Command::DagBench(args) => dag_bench::run(args),
         Command::GangAlloc(args) => gang_alloc::run(args),
     }

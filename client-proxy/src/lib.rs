@@ -48,6 +48,9 @@ use tonic::transport::Channel;
 pub use config::ProxyConfig;
 use links::LinkRecord;
 
+/// Times a deletion that failed is tried again in the background (about 85 s in all).
+const DELETE_ATTEMPTS: u32 = 12;
+
 /// How long a suspect server's health check may take before it counts as no answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -530,10 +533,28 @@ impl Proxy {
         }
     }
 
+    /// Deletes what `owner` stored on `server`. A server that cannot be reached now (it is
+    /// cut off, or restarting) is asked again in the background with back-off, for about as
+    /// long as its lease would keep the objects anyway.
     async fn delete_owner(&self, server: &str, owner: &str) {
-        if let Err(status) = self.cluster.delete_owner(server, owner).await {
-            tracing::warn!(%server, %owner, error = %status.message(), "cannot delete intermediates");
-        }
+        let Err(status) = self.cluster.delete_owner(server, owner).await else {
+            return;
+        };
+        tracing::warn!(%server, %owner, error = %status.message(), "cannot delete intermediates; asking again in the background");
+        let (cluster, server, owner) =
+            (self.cluster.clone(), server.to_string(), owner.to_string());
+        tokio::spawn(async move {
+            for attempt in 1..=DELETE_ATTEMPTS {
+                let wait =
+                    recovery::backoff(attempt, Duration::from_millis(500), Duration::from_secs(10));
+                tokio::time::sleep(wait).await;
+                if cluster.delete_owner(&server, &owner).await.is_ok() {
+                    tracing::info!(%server, %owner, attempt, "deleted intermediates at last");
+                    return;
+                }
+            }
+            tracing::warn!(%server, %owner, "cannot delete intermediates; their lease will");
+        });
     }
 
     /// Renews `owner`'s leases on the servers in `used` (which grows when a server takes

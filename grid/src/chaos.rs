@@ -282,7 +282,7 @@ fn run_in(
         options,
     );
 
-    let results = run_transactions(&proxy, options);
+    let results = run_transactions(&proxy, options.transactions, options.concurrency);
     let seconds = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     let injected = injector
@@ -401,15 +401,14 @@ fn spawn_injector(
     })
 }
 
-/// Runs the transactions, `concurrency` at a time, each checked bit for bit against the
-/// local computation; returns the counts.
-fn run_transactions(proxy: &str, options: &ChaosOptions) -> ChaosReport {
+/// Runs `total` transactions of the mix through `proxy`, `concurrency` at a time, each
+/// checked bit for bit against the local computation; returns the counts.
+pub fn run_transactions(proxy: &str, total: usize, concurrency: usize) -> ChaosReport {
     let next = Arc::new(AtomicUsize::new(0));
     let results: Arc<Mutex<ChaosReport>> = Arc::default();
-    let workers: Vec<_> = (0..options.concurrency.max(1))
+    let workers: Vec<_> = (0..concurrency.max(1))
         .map(|_| {
             let (next, results, proxy) = (next.clone(), results.clone(), proxy.to_string());
-            let total = options.transactions;
             std::thread::spawn(move || {
                 let grid = match GridClient::connect(&proxy) {
                     Ok(grid) => grid,
@@ -497,7 +496,7 @@ fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ni
 }
 
 /// Waits until the active metaserver of the list lists `count` servers as up.
-pub(crate) async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()> {
+pub async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()> {
     for _ in 0..600 {
         for address in ninf_proto::net::failover::addresses(metaservers) {
             if let Ok(status) = metaserver_status(&address).await
@@ -544,7 +543,7 @@ fn active_metaserver(addresses: &[String]) -> Option<usize> {
 }
 
 /// Bytes each server reports in its storage, summed.
-pub(crate) async fn stored_bytes(addresses: &[String]) -> anyhow::Result<u64> {
+pub async fn stored_bytes(addresses: &[String]) -> anyhow::Result<u64> {
     let mut total = 0;
     for address in addresses {
         let channel = ninf_proto::net::endpoint(

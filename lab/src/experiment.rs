@@ -15,14 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::bed_grid::{Binaries, Settings, start_grid};
 use crate::testbed::{Profile, Testbed};
-use ninf_grid::processes::{binary, start, write};
 use ninf_grid::workloads::{self, Summary, WorkloadRun};
-
-/// Ports inside the sites.
-const METASERVER_PORT: u16 = 7000;
-const PROXY_PORT: u16 = 7100;
-const SERVER_PORT: u16 = 7001;
 
 #[derive(Debug, Clone)]
 pub struct WanOptions {
@@ -118,65 +113,33 @@ impl WanResult {
 /// Builds the testbed, starts the grid in it, runs the client part, tears everything down.
 pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     let profile = Profile::load(&options.profile)?;
-    let bin = |name: &str| binary(&options.bin_dir, name);
-    let (metaserver_bin, proxy_bin, server_bin, ninf_bin) = (
-        bin("ninf-metaserver")?,
-        bin("ninf-proxy")?,
-        bin("ninf-server")?,
-        bin("ninf")?,
-    );
+    let binaries = Binaries::find(&options.bin_dir)?;
     let bed = Testbed::new(&options.prefix, profile)
-        .with_forwarder(&ninf_bin)
+        .with_forwarder(&binaries.ninf)
         .up()?;
     let work = std::env::temp_dir().join(format!("ninf-wan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let client = bed.profile.client().name.clone();
-    let client_address = bed.address(&client);
-    let metaserver = format!("{client_address}:{METASERVER_PORT}");
-    let proxy = format!("{client_address}:{PROXY_PORT}");
     // Measurements every 30 s with small probes, so monitoring does not crowd slow links
     // (the seed measured every 100 s).
-    write(
-        &work.join("metaserver.toml"),
-        &format!(
-            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\nheartbeat_seconds = 1.0\nheartbeat_timeout_seconds = 10.0\nnetwork_seconds = 30.0\npredictor = \"{}\"\n",
-            work.join("metaserver").display(),
-            options.predictor
-        ),
+    let metaserver_settings = format!(
+        "heartbeat_seconds = 1.0\nheartbeat_timeout_seconds = 10.0\nnetwork_seconds = 30.0\npredictor = \"{}\"\n",
+        options.predictor
+    );
+    let grid = start_grid(
+        &bed,
+        &work,
+        &binaries,
+        &Settings {
+            metaserver: &metaserver_settings,
+            proxy: "probe_seconds = 30.0\nprobe_bytes = 262144\n",
+            slowdown_factor: 1.0,
+        },
     )?;
-    write(
-        &work.join("proxy.toml"),
-        &format!(
-            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 30.0\nprobe_bytes = 262144\n"
-        ),
-    )?;
-    let mut running = Vec::new();
-    let mut command = bed.command(&client, &metaserver_bin);
-    command.arg("--config").arg(work.join("metaserver.toml"));
-    running.push(start(command, "metaserver")?);
-    let mut command = bed.command(&client, &proxy_bin);
-    command.arg("--config").arg(work.join("proxy.toml"));
-    running.push(start(command, "proxy")?);
-    let servers: Vec<(String, u32, f64)> = bed
-        .profile
-        .servers()
-        .map(|s| (s.name.clone(), s.processors, bed.profile.slowdown(s)))
-        .collect();
-    for (name, processors, slowdown) in &servers {
-        let address = format!("{}:{SERVER_PORT}", bed.address(name));
-        let config = work.join(format!("server-{name}.toml"));
-        write(
-            &config,
-            &format!(
-                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {processors}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n"
-            ),
-        )?;
-        let mut command = bed.command(name, &server_bin);
-        command.arg("--config").arg(&config);
-        running.push(start(command, &format!("server in site {name}"))?);
-    }
-    let mut command = bed.command(&client, &ninf_bin);
+    let (metaserver, proxy) = (grid.metaserver.clone(), grid.proxy.clone());
+    let servers = &grid.servers;
+    let mut command = bed.command(&client, &binaries.ninf);
     command
         .arg("experiment-client")
         .args(["--proxy", &proxy, "--metaserver", &metaserver])
@@ -198,7 +161,7 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     }
     command.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let output = command.output().context("cannot run the client part")?;
-    drop(running);
+    drop(grid);
     drop(bed);
     let _ = std::fs::remove_dir_all(&work);
     if !output.status.success() {

@@ -4,9 +4,11 @@
 //! schedulers on random task graphs ([`dag_bench`]) and the simulator's front end
 //! ([`simulate`]).
 
+pub mod bed_grid;
 pub mod dag_bench;
 pub mod experiment;
 pub mod gang_bench;
 pub mod latency;
+pub mod partition;
 pub mod simulate;
 pub mod testbed;

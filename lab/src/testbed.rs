@@ -28,6 +28,8 @@ pub const DELAY_DEVICE: &str = "ndelay";
 
 /// The router's routing table that sends packets from the sites to [`DELAY_DEVICE`].
 const DELAY_TABLE: u32 = 77;
+/// Preference of the policy rules that cut a site off: ahead of the delay rules (100).
+const CUT_RULE: u32 = 50;
 
 /// A site's part in the experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -588,6 +590,42 @@ impl Testbed {
         command
     }
 
+    /// The commands that cut `site` off (a partition): two policy rules in the router,
+    /// ahead of every other, blackhole what comes from the site and what is addressed to
+    /// it: dropped silently, as on a dead link (no ICMP error tells the senders).
+    pub fn cut_plan(&self, site: &str) -> Vec<Vec<String>> {
+        let router = self.router();
+        let k = self.index(site);
+        vec![
+            words(&format!(
+                "ip -n {router} rule add from 10.77.{k}.0/24 blackhole pref {CUT_RULE}"
+            )),
+            words(&format!(
+                "ip -n {router} rule add to 10.77.{k}.0/24 blackhole pref {}",
+                CUT_RULE + 1
+            )),
+        ]
+    }
+
+    /// The commands that end a cut.
+    pub fn heal_plan(&self) -> Vec<Vec<String>> {
+        let router = self.router();
+        [CUT_RULE, CUT_RULE + 1]
+            .iter()
+            .map(|pref| words(&format!("ip -n {router} rule del pref {pref}")))
+            .collect()
+    }
+
+    /// Cuts `site` off until [`Testbed::heal`].
+    pub fn cut(&self, site: &str) -> anyhow::Result<()> {
+        self.cut_plan(site).iter().try_for_each(|c| run(c))
+    }
+
+    /// Ends a cut.
+    pub fn heal(&self) -> anyhow::Result<()> {
+        self.heal_plan().iter().try_for_each(|c| run(c))
+    }
+
     /// Each site's address, by name.
     pub fn addresses(&self) -> BTreeMap<String, String> {
         self.profile
@@ -674,6 +712,27 @@ mod tests {
             no_server
                 .to_string()
                 .contains("at least one site with role = \"server\"")
+        );
+    }
+
+    #[test]
+    fn a_cut_drops_what_comes_from_the_site_and_what_goes_to_it() {
+        let bed = Testbed::new("tbx", Profile::load("lan").unwrap());
+        let plan: Vec<String> = bed.cut_plan("a").iter().map(|c| c.join(" ")).collect();
+        assert_eq!(
+            plan,
+            [
+                "ip -n tbx-router rule add from 10.77.2.0/24 blackhole pref 50",
+                "ip -n tbx-router rule add to 10.77.2.0/24 blackhole pref 51",
+            ]
+        );
+        let heal: Vec<String> = bed.heal_plan().iter().map(|c| c.join(" ")).collect();
+        assert_eq!(
+            heal,
+            [
+                "ip -n tbx-router rule del pref 50",
+                "ip -n tbx-router rule del pref 51"
+            ]
         );
     }
 

@@ -1,5 +1,6 @@
-//! `ninf experiment wan|tables`: seed 004's experiment on the testbed and its tables beside
-//! the seed's; `experiment-client` is its client side, run inside the client's site.
+//! `ninf experiment wan|tables|partition`: seed 004's experiment on the testbed and its tables
+//! beside the seed's, and partitions of a site during a run; `experiment-client` and
+//! `partition-client` are their client sides, run inside the client's site.
 
 use std::path::PathBuf;
 
@@ -52,11 +53,75 @@ pub enum ExperimentKind {
         #[arg(long)]
         json: bool,
     },
+    /// Cuts a server site off (its traffic dropped by the router), again and again, while
+    /// the chaos test's transactions run; fails unless all complete bit-exact with nothing
+    /// left on the servers (needs root).
+    Partition {
+        #[arg(long, default_value = "lan")]
+        profile: String,
+        /// The site to cut off; default: the first server site.
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long, default_value_t = 30)]
+        transactions: usize,
+        #[arg(long, default_value_t = 3)]
+        concurrency: usize,
+        /// Seconds of connectivity before each cut.
+        #[arg(long, default_value_t = 4.0)]
+        up_seconds: f64,
+        /// Seconds each cut lasts.
+        #[arg(long, default_value_t = 5.0)]
+        cut_seconds: f64,
+        /// A factor on the profile's processor slowdowns (calls last long enough to be cut).
+        #[arg(long, default_value_t = 200.0)]
+        slowdown: f64,
+        #[arg(long, default_value = "ninf-pt")]
+        prefix: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
     match args.kind {
         ExperimentKind::Tables { results, profile } => tables(results, &profile),
+        ExperimentKind::Partition {
+            profile,
+            site,
+            transactions,
+            concurrency,
+            up_seconds,
+            cut_seconds,
+            slowdown,
+            prefix,
+            json,
+        } => {
+            let report = ninf_lab::partition::run(&ninf_lab::partition::PartitionOptions {
+                profile,
+                prefix,
+                bin_dir: super::bin_dir()?,
+                transactions,
+                concurrency,
+                site,
+                up_seconds,
+                cut_seconds,
+                slowdown,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", ninf_lab::partition::render(&report));
+            }
+            if !report.clean() {
+                anyhow::bail!(
+                    "the grid lost, corrupted or leaked something across partitions: {} lost, {} mismatched, {} bytes left",
+                    report.counts.lost,
+                    report.counts.mismatched,
+                    report.counts.leaked_bytes
+                );
+            }
+            Ok(())
+        }
         ExperimentKind::Wan {
             profile,
             scheduler,
@@ -190,4 +255,29 @@ pub fn run_client(args: ClientArgs) -> anyhow::Result<()> {
             })
             .collect(),
     })
+}
+
+#[derive(Args)]
+pub struct PartitionClientArgs {
+    #[arg(long)]
+    pub proxy: String,
+    #[arg(long)]
+    pub metaserver: String,
+    /// The compute servers' addresses.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+    #[arg(long)]
+    pub transactions: usize,
+    #[arg(long)]
+    pub concurrency: usize,
+}
+
+pub fn run_partition_client(args: PartitionClientArgs) -> anyhow::Result<()> {
+    ninf_lab::partition::client(
+        &args.proxy,
+        &args.metaserver,
+        &args.servers,
+        args.transactions,
+        args.concurrency,
+    )
 }

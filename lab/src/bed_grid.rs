@@ -1,0 +1,110 @@
+//! A grid of real processes inside the testbed ([`crate::testbed`]): the metaserver and the
+//! proxy in the client's site, one compute server per server site, each a shipped binary
+//! started in its site's namespace. The wide-area experiment and the partition run start
+//! their grids this way.
+
+use std::path::{Path, PathBuf};
+
+use ninf_grid::processes::{Started, binary, start, write};
+
+use crate::testbed::Testbed;
+
+/// Ports inside the sites.
+const METASERVER_PORT: u16 = 7000;
+const PROXY_PORT: u16 = 7100;
+const SERVER_PORT: u16 = 7001;
+
+/// The shipped binaries a grid in the testbed runs.
+pub struct Binaries {
+    pub metaserver: PathBuf,
+    pub proxy: PathBuf,
+    pub server: PathBuf,
+    pub ninf: PathBuf,
+}
+
+impl Binaries {
+    /// The binaries in `bin_dir`, or an error naming the one missing.
+    pub fn find(bin_dir: &Path) -> anyhow::Result<Binaries> {
+        Ok(Binaries {
+            metaserver: binary(bin_dir, "ninf-metaserver")?,
+            proxy: binary(bin_dir, "ninf-proxy")?,
+            server: binary(bin_dir, "ninf-server")?,
+            ninf: binary(bin_dir, "ninf")?,
+        })
+    }
+}
+
+/// What a grid in the testbed is configured with beyond its addresses: extra TOML lines for
+/// the metaserver and the proxy, and a factor on every site's emulated processor slowdown.
+pub struct Settings<'a> {
+    pub metaserver: &'a str,
+    pub proxy: &'a str,
+    pub slowdown_factor: f64,
+}
+
+/// A grid running in the testbed; its processes are killed when it is dropped.
+pub struct BedGrid {
+    pub metaserver: String,
+    pub proxy: String,
+    /// (site, address) of each compute server.
+    pub servers: Vec<(String, String)>,
+    _running: Vec<Started>,
+}
+
+/// Starts the grid in `bed`, its configuration files in `work`.
+pub fn start_grid(
+    bed: &Testbed,
+    work: &Path,
+    binaries: &Binaries,
+    settings: &Settings<'_>,
+) -> anyhow::Result<BedGrid> {
+    let client = bed.profile.client().name.clone();
+    let client_address = bed.address(&client);
+    let metaserver = format!("{client_address}:{METASERVER_PORT}");
+    let proxy = format!("{client_address}:{PROXY_PORT}");
+    write(
+        &work.join("metaserver.toml"),
+        &format!(
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\n{}",
+            work.join("metaserver").display(),
+            settings.metaserver
+        ),
+    )?;
+    write(
+        &work.join("proxy.toml"),
+        &format!(
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n{}",
+            settings.proxy
+        ),
+    )?;
+    let mut running = Vec::new();
+    let mut command = bed.command(&client, &binaries.metaserver);
+    command.arg("--config").arg(work.join("metaserver.toml"));
+    running.push(start(command, "metaserver")?);
+    let mut command = bed.command(&client, &binaries.proxy);
+    command.arg("--config").arg(work.join("proxy.toml"));
+    running.push(start(command, "proxy")?);
+    let mut servers = Vec::new();
+    for site in bed.profile.servers() {
+        let address = format!("{}:{SERVER_PORT}", bed.address(&site.name));
+        let config = work.join(format!("server-{}.toml", site.name));
+        let slowdown = bed.profile.slowdown(site) * settings.slowdown_factor;
+        write(
+            &config,
+            &format!(
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n",
+                site.processors
+            ),
+        )?;
+        let mut command = bed.command(&site.name, &binaries.server);
+        command.arg("--config").arg(&config);
+        running.push(start(command, &format!("server in site {}", site.name))?);
+        servers.push((site.name.clone(), address));
+    }
+    Ok(BedGrid {
+        metaserver,
+        proxy,
+        servers,
+        _running: running,
+    })
+}
