@@ -17,6 +17,10 @@
  * Array sizes come from the IDL's dimension expressions and the call's scalars. Arg stacks
  * take every argument by address (scalars) or as its pointer (arrays, strings).
  *
+ * Transactions through a proxy survive its restart: while the proxy cannot be reached, a
+ * waiting call sends its transaction again, by id, for up to $NINF_RECONNECT_SECONDS (default
+ * 60; 0 fails at once), and a proxy restarted on its journal finishes it.
+ *
  * Every function is thread-safe.
  */
 #ifndef NINF_GRPC_H

@@ -511,6 +511,8 @@ impl GraphExecution<'_> {
             timing: reply.timing,
             error: String::new(),
         });
+        // A task that kept nothing and sent its outputs inline runs again on resume anyway.
+        let resumable = !(kept.is_empty() && self.flow.returns_inline(task));
         let report = v1::TaskReport {
             task: task as u32,
             server,
@@ -521,7 +523,7 @@ impl GraphExecution<'_> {
             outputs: kept,
             ..Default::default()
         };
-        if let Some(key) = self.journal_key {
+        if let Some(key) = self.journal_key.filter(|_| resumable) {
             self.proxy.journal.record(crate::journal::Entry::TaskKept {
                 transaction_id: key.to_string(),
                 report: report.clone(),

@@ -388,6 +388,7 @@ impl Proxy {
             scheduler,
             label,
             avoid: Self::lock(&self.suspects).current(self.clock()),
+            request_id: key.map_or_else(new_request_id, str::to_string),
         };
         let placement = self.schedule(request).await?;
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
@@ -678,6 +679,17 @@ struct Failed {
     actuals: Vec<v1::TaskActual>,
     makespan: f64,
     incidents: Vec<v1::GraphIncident>,
+}
+
+/// An id for a schedule request of a transaction the client gave none: the time and a
+/// number, unique to this proxy.
+fn new_request_id() -> String {
+    static ASKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = ASKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}-{number}")
 }
 
 /// Now, in Unix milliseconds.

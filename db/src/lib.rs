@@ -53,6 +53,34 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `VALUES ($first, ...), (...)`: `rows` rows of `columns` numbered placeholders, for
+/// multi-row statements both backends take.
+pub fn values_list(rows: usize, columns: usize, first: usize) -> String {
+    let mut sql = String::from("VALUES ");
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for column in 0..columns {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("${}", first + row * columns + column));
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// `$first, $first+1, ...`: `count` numbered placeholders, for an `IN (...)` list.
+pub fn placeholders(count: usize, first: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A pool on the database at `url` (`sqlite://PATH`, created if missing, `sqlite::memory:`,
 /// or `postgres://...`), and its backend. Migrations are the caller's.
 pub async fn open(url: &str) -> Result<(AnyPool, Backend), OpenError> {
@@ -108,6 +136,13 @@ async fn open_sqlite(url: &str) -> Result<AnyPool, sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_of_numbered_placeholders() {
+        assert_eq!(values_list(2, 3, 2), "VALUES ($2, $3, $4), ($5, $6, $7)");
+        assert_eq!(values_list(1, 1, 1), "VALUES ($1)");
+        assert_eq!(placeholders(3, 2), "$2, $3, $4");
+    }
 
     #[test]
     fn backends_by_scheme_and_others_refused_without_their_password() {

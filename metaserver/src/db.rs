@@ -19,24 +19,7 @@ const BATCH_ROWS: usize = 200;
 
 pub use ninf_db::{Backend, redact};
 
-/// `VALUES ($first, ...), (...)`: `rows` rows of `columns` numbered placeholders.
-fn values_list(rows: usize, columns: usize, first: usize) -> String {
-    let mut sql = String::from("VALUES ");
-    for row in 0..rows {
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        for column in 0..columns {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("${}", first + row * columns + column));
-        }
-        sql.push(')');
-    }
-    sql
-}
+use ninf_db::values_list;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -92,7 +75,13 @@ pub struct GraphRecord {
     pub created: f64,
     pub predicted_makespan: f64,
     pub inter_server_ratio: f64,
+    /// The proxy's id for the schedule request; empty: none.
+    pub request_id: String,
 }
+
+/// The error a graph gets when its schedule request was placed again.
+pub const SUPERSEDED: &str =
+    "placed again: the metaserver that placed it went away before the proxy had its answer";
 
 /// One placement made.
 #[derive(Debug, Clone)]
@@ -382,10 +371,23 @@ impl ResourceDb {
         edges: &[EdgeRecord],
     ) -> Result<u64, DbError> {
         let mut tx = self.pool.begin().await?;
+        if !graph.request_id.is_empty() {
+            sqlx::query(
+                "UPDATE graphs SET state = 'failed', error = $3
+                 WHERE proxy = $1 AND request_id = $2 AND state = 'running'",
+            )
+            .bind(&graph.proxy)
+            .bind(&graph.request_id)
+            .bind(SUPERSEDED)
+            .execute(&mut *tx)
+            .await?;
+        }
         let id: i64 = sqlx::query(
             "INSERT INTO graphs (label, proxy, scheduler, predictor, tasks, edges, created,
-                 predicted_makespan, inter_server_ratio, actual_makespan, state, error)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, 'running', '') RETURNING id",
+                 predicted_makespan, inter_server_ratio, actual_makespan, state, error,
+                 request_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, 'running', '', $10)
+             RETURNING id",
         )
         .bind(&graph.label)
         .bind(&graph.proxy)
@@ -396,6 +398,7 @@ impl ResourceDb {
         .bind(graph.created)
         .bind(graph.predicted_makespan)
         .bind(graph.inter_server_ratio)
+        .bind(&graph.request_id)
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -642,12 +645,6 @@ fn summary(row: &sqlx::any::AnyRow) -> Result<v1::GraphSummary, sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rows_of_numbered_placeholders() {
-        assert_eq!(values_list(2, 3, 2), "VALUES ($2, $3, $4), ($5, $6, $7)");
-        assert_eq!(values_list(1, 1, 1), "VALUES ($1)");
-    }
 
     #[test]
     fn a_url_of_another_kind_is_refused_without_its_password() {

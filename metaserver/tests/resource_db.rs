@@ -191,6 +191,7 @@ fn registrations_and_history_on(url: &str) {
                 created: 30.0,
                 predicted_makespan: 1.0,
                 inter_server_ratio: 0.0,
+                request_id: String::new(),
             };
             let placement = PlacementRecord {
                 task: 0,
@@ -246,5 +247,42 @@ fn registrations_and_history_on(url: &str) {
         db.prune(retention, 32.5).await.unwrap();
         let (load, network, graphs, placements) = db.history_sizes().await.unwrap();
         assert_eq!((load, network, graphs, placements), (2, 0, 2, 2));
+        a_request_asked_again_supersedes_its_first_graph(&db).await;
     });
+}
+
+/// A proxy asks again, under the same request id, for a graph whose first placement it never
+/// had the answer to: the first record is failed as superseded; another proxy's request of
+/// the same id is not touched.
+async fn a_request_asked_again_supersedes_its_first_graph(db: &ResourceDb) {
+    let graph = |label: &str, proxy: &str| GraphRecord {
+        label: label.into(),
+        proxy: proxy.into(),
+        scheduler: "flow".into(),
+        predictor: "latest".into(),
+        tasks: 1,
+        edges: 0,
+        created: 40.0,
+        predicted_makespan: 1.0,
+        inter_server_ratio: 0.0,
+        request_id: "r1".into(),
+    };
+    for (label, proxy) in [("other", "q"), ("first", "p"), ("again", "p")] {
+        db.record_graph(&graph(label, proxy), &[], &[])
+            .await
+            .unwrap();
+    }
+    let graphs = db.recent_graphs(3).await.unwrap();
+    let states: Vec<(&str, &str, &str)> = graphs
+        .iter()
+        .map(|g| (g.label.as_str(), g.state.as_str(), g.error.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("again", "running", ""),
+            ("first", "failed", ninf_metaserver::db::SUPERSEDED),
+            ("other", "running", ""),
+        ]
+    );
 }

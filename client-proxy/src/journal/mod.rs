@@ -381,6 +381,40 @@ mod tests {
         assert_eq!(runs[0].objects().count(), 1);
     }
 
+    #[tokio::test]
+    async fn a_transaction_accepted_again_after_it_finished_in_one_batch_keeps_its_new_life() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let url = format!("sqlite://{}", dir.path().join("j.sqlite").display());
+        let store = JournalStore::open(&url, "p").await.expect("opens");
+        let first = run("t1", "c", 5);
+        let task = |task: u32| Entry::TaskKept {
+            transaction_id: "t1".into(),
+            report: v1::TaskReport {
+                task,
+                ..Default::default()
+            },
+        };
+        let again = JournaledRun {
+            graph_hash: 6,
+            tasks: Vec::new(),
+            ..first.clone()
+        };
+        let entries = [
+            Entry::Accepted(Box::new(first.clone())),
+            task(0),
+            task(0),
+            Entry::Finished("t1".into()),
+            Entry::Accepted(Box::new(again.clone())),
+            task(1),
+        ];
+        store.apply(&entries).await.expect("writes");
+        let runs = store.load().await.expect("reads");
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].graph_hash, 6);
+        let tasks: Vec<u32> = runs[0].tasks.iter().map(|t| t.task).collect();
+        assert_eq!(tasks, [1], "the first life's task is gone with it");
+    }
+
     #[test]
     fn a_graph_hash_changes_with_the_graph_not_with_its_maps_order() {
         let mut graph = v1::TaskGraph::default();

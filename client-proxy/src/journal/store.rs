@@ -1,13 +1,83 @@
 //! Where the journal is kept: a SQLite file beside the proxy by default, or a PostgreSQL
 //! database (`journal = "postgres://..."`), through `ninf-db`. Rows are per proxy name.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use ninf_proto::v1;
 use prost::Message;
 use sqlx::{AnyPool, Row};
 
 use super::{Entry, JournaledRun};
+
+/// Rows per multi-row statement: well under SQLite's limit of bound parameters.
+const ROWS: usize = 200;
+
+/// Splits `entries` where a transaction id is accepted again after it finished, so that
+/// each segment can be written as all its acceptances, then all its tasks, then all its
+/// endings: within a transaction's one life the entries come in that order.
+fn segments(entries: &[Entry]) -> Vec<&[Entry]> {
+    let mut segments = Vec::new();
+    let mut start = 0;
+    let mut finished: HashSet<&str> = HashSet::new();
+    for (i, entry) in entries.iter().enumerate() {
+        match entry {
+            Entry::Accepted(run) if finished.contains(run.transaction_id.as_str()) => {
+                segments.push(&entries[start..i]);
+                start = i;
+                finished.clear();
+            }
+            Entry::Finished(id) => {
+                finished.insert(id);
+            }
+            _ => {}
+        }
+    }
+    segments.push(&entries[start..]);
+    segments
+}
+
+/// One segment's changes, each row once (the latest entry for it).
+struct Changes<'a> {
+    accepted: Vec<&'a JournaledRun>,
+    kept: Vec<(&'a str, &'a v1::TaskReport)>,
+    finished: Vec<&'a str>,
+}
+
+impl<'a> Changes<'a> {
+    fn of(segment: &'a [Entry]) -> Changes<'a> {
+        let mut accepted: BTreeMap<&str, &JournaledRun> = BTreeMap::new();
+        let mut kept: BTreeMap<(&str, u32), &v1::TaskReport> = BTreeMap::new();
+        let mut finished = BTreeSet::new();
+        for entry in segment {
+            match entry {
+                Entry::Accepted(run) => {
+                    accepted.insert(&run.transaction_id, run);
+                }
+                Entry::TaskKept {
+                    transaction_id,
+                    report,
+                } => {
+                    kept.insert((transaction_id, report.task), report);
+                }
+                Entry::Finished(id) => {
+                    finished.insert(id.as_str());
+                }
+            }
+        }
+        Changes {
+            accepted: accepted.into_values().collect(),
+            kept: kept.into_iter().map(|((id, _), r)| (id, r)).collect(),
+            finished: finished.into_iter().collect(),
+        }
+    }
+
+    fn accepted_ids(&self) -> Vec<&'a str> {
+        self.accepted
+            .iter()
+            .map(|r| r.transaction_id.as_str())
+            .collect()
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -89,75 +159,111 @@ impl JournalStore {
         Ok(runs)
     }
 
-    /// Writes `entries` in order, in one database transaction.
+    /// Writes `entries`, in one database transaction, with as few statements as the order
+    /// of each transaction's entries allows (one statement per kind of change per segment;
+    /// see [`segments`]).
     pub async fn apply(&self, entries: &[Entry]) -> Result<(), JournalError> {
         let mut tx = self.pool.begin().await?;
-        for entry in entries {
-            match entry {
-                Entry::Accepted(run) => {
-                    self.forget_tasks(&mut tx, &run.transaction_id).await?;
-                    sqlx::query(
-                        "INSERT INTO journal_transactions (proxy, transaction_id, client,
-                             graph_hash, owner, placement, accepted_ms)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7)
-                         ON CONFLICT (proxy, transaction_id) DO UPDATE SET
-                             client = excluded.client, graph_hash = excluded.graph_hash,
-                             owner = excluded.owner, placement = excluded.placement,
-                             accepted_ms = excluded.accepted_ms",
-                    )
-                    .bind(&self.proxy)
-                    .bind(&run.transaction_id)
-                    .bind(&run.client)
-                    .bind(run.graph_hash as i64)
-                    .bind(&run.owner)
-                    .bind(run.placement.encode_to_vec())
-                    .bind(run.accepted_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                Entry::TaskKept {
-                    transaction_id,
-                    report,
-                } => {
-                    sqlx::query(
-                        "INSERT INTO journal_tasks (proxy, transaction_id, task, report)
-                         VALUES ($1, $2, $3, $4)
-                         ON CONFLICT (proxy, transaction_id, task) DO UPDATE SET
-                             report = excluded.report",
-                    )
-                    .bind(&self.proxy)
-                    .bind(transaction_id)
-                    .bind(i64::from(report.task))
-                    .bind(report.encode_to_vec())
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                Entry::Finished(transaction_id) => {
-                    self.forget_tasks(&mut tx, transaction_id).await?;
-                    sqlx::query(
-                        "DELETE FROM journal_transactions WHERE proxy = $1 AND transaction_id = $2",
-                    )
-                    .bind(&self.proxy)
-                    .bind(transaction_id)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+        for segment in segments(entries) {
+            let changes = Changes::of(segment);
+            self.delete_tasks(&mut tx, &changes.accepted_ids()).await?;
+            for chunk in changes.accepted.chunks(ROWS) {
+                self.upsert_transactions(&mut tx, chunk).await?;
             }
+            for chunk in changes.kept.chunks(ROWS) {
+                self.upsert_tasks(&mut tx, chunk).await?;
+            }
+            self.delete_tasks(&mut tx, &changes.finished).await?;
+            self.delete_transactions(&mut tx, &changes.finished).await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
-    async fn forget_tasks(
+    async fn upsert_transactions(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        transaction_id: &str,
+        runs: &[&JournaledRun],
     ) -> Result<(), sqlx::Error> {
-        sqlx::query("DELETE FROM journal_tasks WHERE proxy = $1 AND transaction_id = $2")
-            .bind(&self.proxy)
-            .bind(transaction_id)
-            .execute(&mut **tx)
-            .await?;
+        let sql = format!(
+            "INSERT INTO journal_transactions (proxy, transaction_id, client, graph_hash, owner,
+                 placement, accepted_ms) {}
+             ON CONFLICT (proxy, transaction_id) DO UPDATE SET client = excluded.client,
+                 graph_hash = excluded.graph_hash, owner = excluded.owner,
+                 placement = excluded.placement, accepted_ms = excluded.accepted_ms",
+            ninf_db::values_list(runs.len(), 7, 1)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for run in runs {
+            query = query
+                .bind(&self.proxy)
+                .bind(&run.transaction_id)
+                .bind(&run.client)
+                .bind(run.graph_hash as i64)
+                .bind(&run.owner)
+                .bind(run.placement.encode_to_vec())
+                .bind(run.accepted_ms);
+        }
+        query.execute(&mut **tx).await?;
+        Ok(())
+    }
+
+    async fn upsert_tasks(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        kept: &[(&str, &v1::TaskReport)],
+    ) -> Result<(), sqlx::Error> {
+        let sql = format!(
+            "INSERT INTO journal_tasks (proxy, transaction_id, task, report) {}
+             ON CONFLICT (proxy, transaction_id, task) DO UPDATE SET report = excluded.report",
+            ninf_db::values_list(kept.len(), 4, 1)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (id, report) in kept {
+            query = query
+                .bind(&self.proxy)
+                .bind(*id)
+                .bind(i64::from(report.task))
+                .bind(report.encode_to_vec());
+        }
+        query.execute(&mut **tx).await?;
+        Ok(())
+    }
+
+    async fn delete_tasks(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        ids: &[&str],
+    ) -> Result<(), sqlx::Error> {
+        self.delete_from(tx, "journal_tasks", ids).await
+    }
+
+    async fn delete_transactions(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        ids: &[&str],
+    ) -> Result<(), sqlx::Error> {
+        self.delete_from(tx, "journal_transactions", ids).await
+    }
+
+    /// Deletes this proxy's rows of `table` (one of the journal's two) for `ids`.
+    async fn delete_from(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        table: &'static str,
+        ids: &[&str],
+    ) -> Result<(), sqlx::Error> {
+        for chunk in ids.chunks(ROWS) {
+            let sql = format!(
+                "DELETE FROM {table} WHERE proxy = $1 AND transaction_id IN ({})",
+                ninf_db::placeholders(chunk.len(), 2)
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&self.proxy);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.execute(&mut **tx).await?;
+        }
         Ok(())
     }
 

@@ -64,6 +64,7 @@ impl Metaserver {
             created: now,
             predicted_makespan: plan.schedule.makespan,
             inter_server_ratio,
+            request_id: request.request_id.clone(),
         };
         let edges: Vec<EdgeRecord> = plan
             .tasks
