@@ -20,6 +20,9 @@ use crate::run_state::GraphRun;
 use crate::staging::{Staging, Uploaded};
 use crate::{Executed, Failed, Proxy, RunCounts, UsedServers};
 
+/// How long a journaled transaction runs before its finished tasks are journaled.
+const JOURNAL_PROGRESS_AFTER: Duration = Duration::from_millis(500);
+
 /// How long a suspect server has to say whether it still holds an object.
 const STAT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -201,6 +204,9 @@ struct GraphExecution<'a> {
     sink: &'a ProgressSink,
     /// The transaction's key in the journal, if it is journaled.
     journal_key: Option<&'a str>,
+    /// Whether its finished tasks are being journaled yet (see
+    /// [`GraphExecution::journal_progress`]).
+    progress_journaled: bool,
 }
 
 impl Proxy {
@@ -245,6 +251,7 @@ impl Proxy {
             origin: self.clock(),
             sink,
             journal_key: journaling.key,
+            progress_journaled: false,
         };
         let outcome = execution.run().await;
         execution.finish(outcome).await
@@ -484,16 +491,9 @@ impl GraphExecution<'_> {
         let progress = &mut self.progress;
         ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
         let mut outputs = Vec::new();
-        let mut kept = Vec::new();
         for output in reply.outputs {
             match output.result {
                 Some(v1::call_output::Result::Object(object)) => {
-                    if self.journal_key.is_some() {
-                        kept.push(v1::CallOutput {
-                            parameter: output.parameter,
-                            result: Some(v1::call_output::Result::Object(object.clone())),
-                        });
-                    }
                     progress.objects.insert((task, output.parameter), object);
                 }
                 Some(v1::call_output::Result::Array(_))
@@ -511,28 +511,78 @@ impl GraphExecution<'_> {
             timing: reply.timing,
             error: String::new(),
         });
-        // A task that kept nothing and sent its outputs inline runs again on resume anyway.
-        let resumable = !(kept.is_empty() && self.flow.returns_inline(task));
-        let report = v1::TaskReport {
+        progress.reports[task] = Some(v1::TaskReport {
             task: task as u32,
             server,
             actual_start: started,
             actual_finish: finished,
             timing: reply.timing,
             status: reply.status,
-            outputs: kept,
+            outputs,
             ..Default::default()
-        };
-        if let Some(key) = self.journal_key.filter(|_| resumable) {
-            self.proxy.journal.record(crate::journal::Entry::TaskKept {
-                transaction_id: key.to_string(),
-                report: report.clone(),
-            });
-        }
-        progress.reports[task] = Some(v1::TaskReport { outputs, ..report });
+        });
         progress.faults.lost.remove(&task);
         progress.run.complete(task);
         self.sink.task_done(progress.run.done(), moved);
+        self.journal_progress(task);
+    }
+
+    /// Journals that `task` finished, once the transaction has run for
+    /// [`JOURNAL_PROGRESS_AFTER`] (with every task finished before then, the first time):
+    /// a younger transaction is cheaper to run again after a restart than to journal task by
+    /// task.
+    fn journal_progress(&mut self, task: usize) {
+        let Some(key) = self.journal_key else {
+            return;
+        };
+        if self.start.elapsed() < JOURNAL_PROGRESS_AFTER {
+            return;
+        }
+        let tasks = if self.progress_journaled {
+            vec![task]
+        } else {
+            self.progress_journaled = true;
+            (0..self.graph.tasks.len())
+                .filter(|&t| self.progress.run.state(t) == Some(crate::run_state::TaskState::Done))
+                .collect()
+        };
+        for t in tasks {
+            if let Some(report) = self.journaled_report(t) {
+                self.proxy.journal.record(crate::journal::Entry::TaskKept {
+                    transaction_id: key.to_string(),
+                    report,
+                });
+            }
+        }
+    }
+
+    /// `task`'s report as the journal keeps it: its outputs the objects it kept. None for a
+    /// task that kept nothing and sent its outputs inline: it runs again on resume anyway.
+    fn journaled_report(&self, task: usize) -> Option<v1::TaskReport> {
+        let report = self.progress.reports[task].as_ref()?;
+        let kept: Vec<v1::CallOutput> = self
+            .progress
+            .objects
+            .iter()
+            .filter(|((t, _), _)| *t == task)
+            .map(|(&(_, parameter), object)| v1::CallOutput {
+                parameter,
+                result: Some(v1::call_output::Result::Object(object.clone())),
+            })
+            .collect();
+        if kept.is_empty() && self.flow.returns_inline(task) {
+            return None;
+        }
+        Some(v1::TaskReport {
+            task: report.task,
+            server: report.server.clone(),
+            actual_start: report.actual_start,
+            actual_finish: report.actual_finish,
+            timing: report.timing,
+            status: report.status,
+            outputs: kept,
+            ..Default::default()
+        })
     }
 
     /// A call failed: the graph fails if the call itself was wrong; otherwise the failure

@@ -291,7 +291,7 @@ impl Proxy {
                 arguments.len()
             )));
         }
-        let key = journal_key(admitted.client(), &transaction_id);
+        let key = journal_key(admitted.client(), &transaction_id).filter(|_| self.journal.is_on());
         // A resend waits for the run it replaces (its client went away) to clean up.
         let _exclusive = match &key {
             Some(key) => self.journal.exclusive(key).await,
@@ -361,7 +361,8 @@ impl Proxy {
         client: &str,
         (scheduler, label): (String, String),
     ) -> Result<Placed, Status> {
-        let hash = journal::graph_hash(graph);
+        // Only a journaled transaction needs its graph's hash.
+        let hash = key.map_or(0, |_| journal::graph_hash(graph));
         let found = match key {
             Some(key) => self.journal.take(key, client, hash),
             None => journal::Found::Nothing,

@@ -196,6 +196,37 @@ pub struct Summary {
     pub inter_server_ratio: f64,
     pub predicted_s: f64,
     pub max_abs_error: f64,
+    /// The median over every task of every trial of |predicted - actual| / actual of its
+    /// finish time, counted from the graph's start (the proxy issues a task before its
+    /// inputs move, so start times mean different things on the two sides).
+    pub prediction_error_median: f64,
+    /// The mean over trials of |predicted - actual| / actual of the graph's makespan.
+    pub graph_prediction_error: f64,
+}
+
+/// The predictor's errors over `runs`: (median per task, mean per graph); see [`Summary`].
+pub fn prediction_errors(runs: &[WorkloadRun]) -> (f64, f64) {
+    let mut tasks: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| &r.plan.tasks)
+        .filter(|t| t.actual_finish > 0.0)
+        .map(|t| ((t.predicted_finish - t.actual_finish) / t.actual_finish).abs())
+        .collect();
+    tasks.sort_by(f64::total_cmp);
+    let median = match tasks.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => tasks[n / 2],
+        n => (tasks[n / 2 - 1] + tasks[n / 2]) / 2.0,
+    };
+    let graphs: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.plan.actual_makespan > 0.0)
+        .map(|r| {
+            ((r.plan.predicted_makespan - r.plan.actual_makespan) / r.plan.actual_makespan).abs()
+        })
+        .collect();
+    let graph = graphs.iter().sum::<f64>() / graphs.len().max(1) as f64;
+    (median, graph)
 }
 
 impl Summary {
@@ -238,6 +269,47 @@ impl Summary {
             inter_server_ratio: mean(&|r| r.plan.inter_server_ratio),
             predicted_s: mean(&|r| r.plan.predicted_makespan),
             max_abs_error: runs.iter().map(|r| r.max_abs_error).fold(0.0, f64::max),
+            prediction_error_median: prediction_errors(runs).0,
+            graph_prediction_error: prediction_errors(runs).1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ninf::grid::{Plan, TaskPlan};
+
+    fn run(tasks: &[(f64, f64)], makespans: (f64, f64)) -> WorkloadRun {
+        WorkloadRun {
+            plan: Plan {
+                tasks: tasks
+                    .iter()
+                    .map(|&(predicted_finish, actual_finish)| TaskPlan {
+                        predicted_finish,
+                        actual_finish,
+                        ..TaskPlan::default()
+                    })
+                    .collect(),
+                predicted_makespan: makespans.0,
+                actual_makespan: makespans.1,
+                ..Plan::default()
+            },
+            exec_seconds: makespans.1,
+            max_abs_error: 0.0,
+        }
+    }
+
+    #[test]
+    fn prediction_errors_are_the_median_task_and_the_mean_graph() {
+        // Task errors 0.5, 0.0, 0.25 and 1.0 (median 0.375); graph errors 0.5 and 0.1.
+        let runs = [
+            run(&[(1.5, 1.0), (2.0, 2.0)], (3.0, 2.0)),
+            run(&[(0.75, 1.0), (4.0, 2.0), (9.0, 0.0)], (1.1, 1.0)),
+        ];
+        let (median, graph) = prediction_errors(&runs);
+        assert!((median - 0.375).abs() < 1e-12, "{median}");
+        assert!((graph - 0.3).abs() < 1e-12, "{graph}");
+        assert_eq!(prediction_errors(&[]), (0.0, 0.0));
     }
 }

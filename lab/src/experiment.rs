@@ -59,6 +59,12 @@ pub struct WanResult {
     /// Each trial's execution time (s), in trial order: the spread behind the mean and sd.
     #[serde(default)]
     pub exec_trials_s: Vec<f64>,
+    /// The median per-task and the mean per-graph relative error of the predictions
+    /// ([`Summary`]'s).
+    #[serde(default)]
+    pub prediction_error_median: f64,
+    #[serde(default)]
+    pub graph_prediction_error: f64,
 }
 
 impl WanResult {
@@ -106,6 +112,8 @@ impl WanResult {
             task_time_error: errors.iter().sum::<f64>() / errors.len().max(1) as f64,
             max_abs_error: summary.max_abs_error,
             exec_trials_s: runs.iter().map(|r| r.exec_seconds).collect(),
+            prediction_error_median: summary.prediction_error_median,
+            graph_prediction_error: summary.graph_prediction_error,
         }
     }
 }
@@ -577,6 +585,8 @@ mod tests {
             task_time_error: 0.1,
             max_abs_error: 0.0,
             exec_trials_s: vec![exec],
+            prediction_error_median: 0.1,
+            graph_prediction_error: 0.1,
         }
     }
 

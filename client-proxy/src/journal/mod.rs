@@ -205,9 +205,15 @@ impl Journal {
             let mut batch: Vec<Queued> = Vec::with_capacity(BATCH);
             while received.recv_many(&mut batch, BATCH).await > 0 {
                 let (entries, waiting): (Vec<Entry>, Vec<_>) = batch.drain(..).unzip();
+                let began = std::time::Instant::now();
                 if let Err(e) = store.apply(&entries).await {
                     tracing::warn!(error = %e, entries = entries.len(), "cannot write the journal");
                 }
+                tracing::debug!(
+                    entries = entries.len(),
+                    seconds = began.elapsed().as_secs_f64(),
+                    "journal batch written"
+                );
                 // Told either way: a journal that cannot be written stops no transaction.
                 for done in waiting.into_iter().flatten() {
                     let _ = done.send(());

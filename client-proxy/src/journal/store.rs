@@ -64,18 +64,21 @@ impl<'a> Changes<'a> {
                 }
             }
         }
+        // What a transaction that ends in this segment accepted or kept in it is deleted by
+        // its ending anyway: it is not written at all.
         Changes {
-            accepted: accepted.into_values().collect(),
-            kept: kept.into_iter().map(|((id, _), r)| (id, r)).collect(),
+            accepted: accepted
+                .into_iter()
+                .filter(|(id, _)| !finished.contains(id))
+                .map(|(_, run)| run)
+                .collect(),
+            kept: kept
+                .into_iter()
+                .filter(|((id, _), _)| !finished.contains(id))
+                .map(|((id, _), r)| (id, r))
+                .collect(),
             finished: finished.into_iter().collect(),
         }
-    }
-
-    fn accepted_ids(&self) -> Vec<&'a str> {
-        self.accepted
-            .iter()
-            .map(|r| r.transaction_id.as_str())
-            .collect()
     }
 }
 
@@ -166,7 +169,7 @@ impl JournalStore {
         let mut tx = self.pool.begin().await?;
         for segment in segments(entries) {
             let changes = Changes::of(segment);
-            self.delete_tasks(&mut tx, &changes.accepted_ids()).await?;
+            // A transaction's earlier life left no task rows: its `Finished` deleted them.
             for chunk in changes.accepted.chunks(ROWS) {
                 self.upsert_transactions(&mut tx, chunk).await?;
             }
