@@ -34,6 +34,15 @@ impl Binaries {
     }
 }
 
+/// A fresh folder for a run's configuration files (`ninf-NAME-PID` in the temp folder).
+pub fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
+    let work = std::env::temp_dir().join(format!("ninf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", work.display()))?;
+    Ok(work)
+}
+
 /// What a grid in the testbed is configured with beyond its addresses: extra TOML lines for
 /// the metaserver and the proxy, and a factor on every site's emulated processor slowdown.
 pub struct Settings<'a> {

@@ -125,9 +125,7 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     let bed = Testbed::new(&options.prefix, profile)
         .with_forwarder(&binaries.ninf)
         .up()?;
-    let work = std::env::temp_dir().join(format!("ninf-wan-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let work = crate::bed_grid::work_dir("wan")?;
     let client = bed.profile.client().name.clone();
     // Measurements every 30 s with small probes, so monitoring does not crowd slow links
     // (the seed measured every 100 s).

@@ -102,9 +102,7 @@ pub fn run(options: &PartitionOptions) -> anyhow::Result<PartitionReport> {
     let bed = Testbed::new(&options.prefix, profile)
         .with_forwarder(&binaries.ninf)
         .up()?;
-    let work = std::env::temp_dir().join(format!("ninf-partition-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let work = crate::bed_grid::work_dir("partition")?;
     let settings = Settings {
         metaserver: METASERVER_SETTINGS,
         proxy: PROXY_SETTINGS,

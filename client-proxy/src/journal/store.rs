@@ -176,8 +176,10 @@ impl JournalStore {
             for chunk in changes.kept.chunks(ROWS) {
                 self.upsert_tasks(&mut tx, chunk).await?;
             }
-            self.delete_tasks(&mut tx, &changes.finished).await?;
-            self.delete_transactions(&mut tx, &changes.finished).await?;
+            self.delete_from(&mut tx, "journal_tasks", &changes.finished)
+                .await?;
+            self.delete_from(&mut tx, "journal_transactions", &changes.finished)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -231,22 +233,6 @@ impl JournalStore {
         }
         query.execute(&mut **tx).await?;
         Ok(())
-    }
-
-    async fn delete_tasks(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        ids: &[&str],
-    ) -> Result<(), sqlx::Error> {
-        self.delete_from(tx, "journal_tasks", ids).await
-    }
-
-    async fn delete_transactions(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        ids: &[&str],
-    ) -> Result<(), sqlx::Error> {
-        self.delete_from(tx, "journal_transactions", ids).await
     }
 
     /// Deletes this proxy's rows of `table` (one of the journal's two) for `ids`.
