@@ -35,7 +35,7 @@ pub struct ChaosArgs {
     pub metaserver_every: usize,
     /// With servers, kill the proxy every this many faults instead (it comes first when
     /// both are due).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     pub proxy_every: usize,
     /// What to kill: any of `server`, `metaserver`, `proxy` (default `server,metaserver`: one
     /// metaserver in --metaserver-every faults; with `proxy`, one proxy in
