@@ -297,7 +297,6 @@ impl Proxy {
             Some(key) => self.journal.exclusive(key).await,
             None => None,
         };
-        let asked = Instant::now();
         let placed = self
             .place_or_resume(
                 &graph,
@@ -309,7 +308,6 @@ impl Proxy {
         let placement = &placed.placement;
         tracing::Span::current().record("graph_id", placement.graph_id);
         progress.placed(placement.graph_id, n);
-        let schedule_seconds = asked.elapsed().as_secs_f64();
         let (mut servers, predicted) = placed_servers(placement, n)?;
         let staging = staging_within_quota(placement, admitted);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
@@ -348,7 +346,7 @@ impl Proxy {
         let mut reply = self
             .report_outcome(&graph, &placed.placement, predicted, outcome)
             .await?;
-        reply.schedule_seconds = schedule_seconds;
+        reply.schedule_seconds = placed.schedule_seconds;
         Ok(reply)
     }
 
@@ -391,7 +389,9 @@ impl Proxy {
             avoid: Self::lock(&self.suspects).current(self.clock()),
             request_id: key.map_or_else(new_request_id, str::to_string),
         };
+        let asked = Instant::now();
         let placement = self.schedule(request).await?;
+        let schedule_seconds = asked.elapsed().as_secs_f64();
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
         if let Some(key) = key {
             let run = journal::JournaledRun {
@@ -412,6 +412,7 @@ impl Proxy {
             owner,
             also_used: Vec::new(),
             restored: None,
+            schedule_seconds,
         })
     }
 
@@ -597,6 +598,8 @@ struct Placed {
     /// Servers it may have stored on besides its placement's.
     also_used: Vec<String>,
     restored: Option<execution::Restored>,
+    /// Seconds the metaserver took to place it (0 when resumed).
+    schedule_seconds: f64,
 }
 
 /// Each task's predicted (start, finish), seconds from the graph's start.

@@ -38,6 +38,7 @@ impl Proxy {
                 done: run.tasks,
                 missing,
             }),
+            schedule_seconds: 0.0,
         }
     }
 
