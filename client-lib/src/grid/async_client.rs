@@ -35,15 +35,20 @@ pub struct AsyncGridClient {
     reconnect: std::time::Duration,
 }
 
-/// A new transaction id, unique to this client: its identity, a number, and the time, so a
-/// process that reuses a dead one's pid makes other ids.
+/// A new transaction id, unique to this client: its identity, a number, the time (so a
+/// process that reuses a dead one's pid makes other ids) and 64 random bits (so that nobody
+/// else can guess it and pick up the transaction from a restarted proxy's journal).
 fn new_transaction_id(identity: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
     static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let number = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("{identity}-{number}-{nanos:x}")
+    // The standard library seeds each `RandomState` from the operating system's generator.
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u64(number);
+    format!("{identity}-{number}-{nanos:x}-{:016x}", random.finish())
 }
 
 /// Whether a failed run should be sent again: the connection broke or could not be made (the
