@@ -560,14 +560,16 @@ impl GraphExecution<'_> {
     /// task that kept nothing and sent its outputs inline: it runs again on resume anyway.
     fn journaled_report(&self, task: usize) -> Option<v1::TaskReport> {
         let report = self.progress.reports[task].as_ref()?;
-        let kept: Vec<v1::CallOutput> = self
-            .progress
-            .objects
+        // The task's call kept exactly its `keep` parameters: look those up rather than scan
+        // every object of the graph.
+        let kept: Vec<v1::CallOutput> = self.flow.keep[task]
             .iter()
-            .filter(|((t, _), _)| *t == task)
-            .map(|(&(_, parameter), object)| v1::CallOutput {
-                parameter,
-                result: Some(v1::call_output::Result::Object(object.clone())),
+            .filter_map(|&parameter| {
+                let object = self.progress.objects.get(&(task, parameter))?;
+                Some(v1::CallOutput {
+                    parameter,
+                    result: Some(v1::call_output::Result::Object(object.clone())),
+                })
             })
             .collect();
         if kept.is_empty() && self.flow.returns_inline(task) {

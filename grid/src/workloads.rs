@@ -246,6 +246,7 @@ impl Summary {
         for share in servers.values_mut() {
             *share /= invocations.max(1) as f64;
         }
+        let (prediction_error_median, graph_prediction_error) = prediction_errors(runs);
         Summary {
             scheduler: scheduler.to_string(),
             workload: workload.to_string(),
@@ -269,8 +270,8 @@ impl Summary {
             inter_server_ratio: mean(&|r| r.plan.inter_server_ratio),
             predicted_s: mean(&|r| r.plan.predicted_makespan),
             max_abs_error: runs.iter().map(|r| r.max_abs_error).fold(0.0, f64::max),
-            prediction_error_median: prediction_errors(runs).0,
-            graph_prediction_error: prediction_errors(runs).1,
+            prediction_error_median,
+            graph_prediction_error,
         }
     }
 }
