@@ -219,7 +219,7 @@ fn run_in(
     write(
         &work.join("proxy.toml"),
         &format!(
-            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 6\nsuspect_seconds = {:?}\njournal = \"{}\"\njournal_wait_seconds = 30.0\n",
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 12\nsuspect_seconds = {:?}\njournal = \"{}\"\njournal_wait_seconds = 30.0\n",
             options.suspect_seconds,
             work.join("proxy-journal.sqlite").display()
         ),
