@@ -1,7 +1,9 @@
 //! Giving memory back to the system when the proxy falls idle. A burst of transactions
 //! leaves glibc's heap at its high-water mark: freed request and reply buffers stay in the
 //! allocator's free lists, and the proxy's resident size stays where the burst took it (a
-//! 100-client run left it 89% above its size before). `malloc_trim` returns the free pages.
+//! 100-client run left it 89% above its size before). `malloc_trim` returns the free pages;
+//! a fixed mmap threshold keeps large buffers out of the heap, where they would be freed
+//! among small live objects and leave pages the trim cannot return.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,6 +31,23 @@ pub fn trim_when_idle(still_idle: impl Fn() -> bool + Send + 'static) {
         }
     });
 }
+
+/// Buffers of this size or more are mapped on their own and unmapped when freed. glibc's
+/// default starts at 128 KiB and rises to the largest buffer freed, so after a burst of
+/// large replies every buffer came from the heap.
+const MMAP_THRESHOLD: usize = 64 * 1024;
+
+/// Sets the allocator up for a long-lived service (call once, at start).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn tune_allocator() {
+    // SAFETY: mallopt only sets one of the allocator's parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune_allocator() {}
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn trim() {

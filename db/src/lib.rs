@@ -81,16 +81,45 @@ pub fn placeholders(count: usize, first: usize) -> String {
         .join(", ")
 }
 
+/// How large a pool to keep: the metaserver serves many readers at once; the proxy's journal
+/// has one writer and keeps its footprint small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSize {
+    /// At most this many connections (an in-memory SQLite database always has one).
+    pub max_connections: u32,
+    /// SQLite's page cache per connection, in KiB (`None`: SQLite's default, 2 MiB).
+    pub sqlite_cache_kib: Option<u32>,
+}
+
+impl PoolSize {
+    /// Eight connections on PostgreSQL, four on a SQLite file, default caches.
+    pub const SHARED: PoolSize = PoolSize {
+        max_connections: 0,
+        sqlite_cache_kib: None,
+    };
+    /// One connection with a 256 KiB cache: each SQLite connection is a thread of its own
+    /// in sqlx, and its cache and statements stay allocated once made.
+    pub const SINGLE_WRITER: PoolSize = PoolSize {
+        max_connections: 1,
+        sqlite_cache_kib: Some(256),
+    };
+}
+
 /// A pool on the database at `url` (`sqlite://PATH`, created if missing, `sqlite::memory:`,
 /// or `postgres://...`), and its backend. Migrations are the caller's.
 pub async fn open(url: &str) -> Result<(AnyPool, Backend), OpenError> {
+    open_sized(url, PoolSize::SHARED).await
+}
+
+/// [`open`], with the pool sized by `size`.
+pub async fn open_sized(url: &str, size: PoolSize) -> Result<(AnyPool, Backend), OpenError> {
     sqlx::any::install_default_drivers();
     let backend = Backend::of(url)?;
     let pool = match backend {
-        Backend::Sqlite => open_sqlite(url).await?,
+        Backend::Sqlite => open_sqlite(url, size).await?,
         Backend::Postgres => {
             AnyPoolOptions::new()
-                .max_connections(8)
+                .max_connections(connections(size, 8))
                 .acquire_timeout(Duration::from_secs(10))
                 .connect(url)
                 .await?
@@ -99,8 +128,16 @@ pub async fn open(url: &str) -> Result<(AnyPool, Backend), OpenError> {
     Ok((pool, backend))
 }
 
+fn connections(size: PoolSize, default: u32) -> u32 {
+    if size.max_connections == 0 {
+        default
+    } else {
+        size.max_connections
+    }
+}
+
 /// A SQLite pool: the file created if missing, in WAL mode.
-async fn open_sqlite(url: &str) -> Result<AnyPool, sqlx::Error> {
+async fn open_sqlite(url: &str, size: PoolSize) -> Result<AnyPool, sqlx::Error> {
     let memory = url.contains(":memory:");
     let url = if memory || url.contains("mode=") {
         url.to_string()
@@ -109,10 +146,14 @@ async fn open_sqlite(url: &str) -> Result<AnyPool, sqlx::Error> {
     } else {
         format!("{url}?mode=rwc")
     };
+    let cache = size
+        .sqlite_cache_kib
+        .map(|kib| format!("PRAGMA cache_size = -{kib}"));
     AnyPoolOptions::new()
         // An in-memory database lives in one connection.
-        .max_connections(if memory { 1 } else { 4 })
-        .after_connect(|connection, _| {
+        .max_connections(if memory { 1 } else { connections(size, 4) })
+        .after_connect(move |connection, _| {
+            let cache = cache.clone();
             Box::pin(async move {
                 // WAL with `synchronous = NORMAL`, WAL's recommended setting: a commit is
                 // durable against a crash of the process and waits for no fsync (which took
@@ -123,8 +164,13 @@ async fn open_sqlite(url: &str) -> Result<AnyPool, sqlx::Error> {
                     "PRAGMA synchronous = NORMAL",
                     "PRAGMA foreign_keys = ON",
                     "PRAGMA busy_timeout = 10000",
-                ] {
-                    sqlx::query(pragma).execute(&mut *connection).await?;
+                ]
+                .into_iter()
+                .chain(cache.as_deref())
+                {
+                    sqlx::query(sqlx::AssertSqlSafe(pragma))
+                        .execute(&mut *connection)
+                        .await?;
                 }
                 Ok(())
             })

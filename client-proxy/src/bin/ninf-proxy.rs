@@ -30,6 +30,7 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    ninf_client_proxy::memory::tune_allocator();
     let cli = Cli::parse();
     let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
         default_level: "info",

@@ -104,7 +104,7 @@ pub struct JournalStore {
 impl JournalStore {
     /// Opens the journal at `url` (created if missing) for the proxy named `proxy`.
     pub async fn open(url: &str, proxy: &str) -> Result<JournalStore, JournalError> {
-        let (pool, backend) = ninf_db::open(url).await?;
+        let (pool, backend) = ninf_db::open_sized(url, ninf_db::PoolSize::SINGLE_WRITER).await?;
         match backend {
             ninf_db::Backend::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
             ninf_db::Backend::Postgres => {
@@ -198,7 +198,8 @@ impl JournalStore {
                  placement = excluded.placement, accepted_ms = excluded.accepted_ms",
             ninf_db::values_list(runs.len(), 7, 1)
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        // Each row count is another statement: caching them would only fill the cache.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false);
         for run in runs {
             query = query
                 .bind(&self.proxy)
@@ -223,7 +224,8 @@ impl JournalStore {
              ON CONFLICT (proxy, transaction_id, task) DO UPDATE SET report = excluded.report",
             ninf_db::values_list(kept.len(), 4, 1)
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        // Each row count is another statement: caching them would only fill the cache.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false);
         for (id, report) in kept {
             query = query
                 .bind(&self.proxy)
@@ -247,7 +249,9 @@ impl JournalStore {
                 "DELETE FROM {table} WHERE proxy = $1 AND transaction_id IN ({})",
                 ninf_db::placeholders(chunk.len(), 2)
             );
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&self.proxy);
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .persistent(false)
+                .bind(&self.proxy);
             for id in chunk {
                 query = query.bind(*id);
             }
