@@ -23,6 +23,8 @@ pub struct GridOptions {
     pub processors: Vec<u32>,
     pub scheduler: String,
     pub predictor: String,
+    /// Whether the metaserver's predictions learn from finished graphs (its `calibrate`).
+    pub calibrate: bool,
     pub data_dir: PathBuf,
     /// Modules every server serves; empty: the standard modules next to this program.
     pub modules: Vec<ModuleConfig>,
@@ -57,6 +59,7 @@ impl GridOptions {
             processors,
             scheduler: "flow".into(),
             predictor: "latest".into(),
+            calibrate: true,
             data_dir: data_dir.to_path_buf(),
             modules: Vec::new(),
             extra_modules: Vec::new(),
@@ -226,6 +229,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         database_url: options.database_url.clone(),
         scheduler: options.scheduler.clone(),
         predictor: options.predictor.clone(),
+        calibrate: options.calibrate,
         heartbeat_seconds: options.heartbeat_seconds,
         heartbeat_timeout_seconds: options.heartbeat_timeout_seconds,
         network_seconds: options.network_seconds,

@@ -6,6 +6,7 @@
 //! data_dir = "/var/lib/ninf"
 //! scheduler = "flow"          # any of ninf_scheduling::SCHEDULERS (docs/scheduling.md)
 //! predictor = "latest"        # latest (the paper's) or forecast (NWS-style)
+//! calibrate = true            # learn routines' speeds and per-call costs from what ran
 //! heartbeat_seconds = 1.0
 //! heartbeat_timeout_seconds = 5.0
 //! network_seconds = 10.0
@@ -44,6 +45,11 @@ pub struct MetaserverConfig {
     /// How monitoring history becomes a prediction: `latest` or `forecast`.
     #[serde(default = "default_predictor")]
     pub predictor: String,
+    /// Whether predictions learn from finished graphs: each routine's speed on each server
+    /// relative to the server's benchmark, and each server's cost per call
+    /// (`ninf_scheduling::calibration`). `false` predicts with the model alone, as the seed did.
+    #[serde(default = "default_calibrate")]
+    pub calibrate: bool,
     /// Seed of the `random` scheduler (combined with each graph's id).
     #[serde(default)]
     pub random_seed: u64,
@@ -99,6 +105,9 @@ fn default_scheduler() -> String {
 fn default_predictor() -> String {
     "latest".to_string()
 }
+fn default_calibrate() -> bool {
+    true
+}
 fn default_heartbeat() -> f64 {
     1.0
 }
@@ -140,6 +149,7 @@ impl Default for MetaserverConfig {
             metrics_listen: None,
             dashboard_listen: None,
             predictor: default_predictor(),
+            calibrate: default_calibrate(),
             random_seed: 0,
             heartbeat_seconds: default_heartbeat(),
             heartbeat_timeout_seconds: default_heartbeat_timeout(),

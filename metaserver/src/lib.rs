@@ -203,13 +203,14 @@ impl Metaserver {
             scheduler = %config.scheduler,
             "resource DB opened"
         );
-        let planner = Planner::new(
+        let mut planner = Planner::new(
             config.predictor_kind()?,
             Link {
                 throughput: config.default_throughput_bytes_per_second,
                 latency: config.default_latency_seconds.max(0.0),
             },
         );
+        planner.calibrate = config.calibrate;
         let (metrics, metrics_registry) = metrics::MetaserverMetrics::new();
         Ok(Arc::new(Metaserver {
             config,

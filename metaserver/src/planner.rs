@@ -9,7 +9,12 @@
 //! into the predictor with their own times. So the jobs of known placements that were
 //! running at the sample's time are taken out of the measured load before the predictor
 //! adds back those still running; the sample keeps only the load nobody here placed.
+//!
+//! Each finished graph also teaches the predictor what its model missed: how much slower or
+//! faster each routine ran than the model said, and what every call cost beyond its compute
+//! and transfers ([`ninf_scheduling::calibration`]).
 
+use ninf_scheduling::calibration::{Calibration, Observation};
 use ninf_scheduling::{
     GraphError, Link, LoadPredictor, Predictor, PredictorKind, Schedule, Scheduler, TaskGraph,
 };
@@ -27,6 +32,22 @@ pub struct ActivePlacement {
     pub finish: f64,
     /// When the graph was placed: its tasks' actual times count from here.
     pub placed_at: f64,
+    pub function: String,
+    /// The model's compute time for the call, before calibration (seconds).
+    pub modelled_compute: f64,
+    /// Seconds the prediction gave its inputs to arrive after the call could be issued.
+    pub predicted_transfer: f64,
+}
+
+/// What a proxy reported of one finished task: (start, finish) in seconds from the graph's
+/// start, and the server's account of its computing and of its wait for processors.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TaskOutcome {
+    pub task: usize,
+    pub start: f64,
+    pub finish: f64,
+    pub compute_seconds: f64,
+    pub queue_seconds: f64,
 }
 
 /// How long the placements of ended graphs are kept to correct load samples taken while they
@@ -42,6 +63,9 @@ pub struct Planner {
     active: Vec<ActivePlacement>,
     /// Placements of graphs that have ended, with their actual times.
     ended: Vec<ActivePlacement>,
+    /// Whether predictions use what finished graphs taught ([`Planner::calibration`]).
+    pub calibrate: bool,
+    calibration: Calibration,
 }
 
 impl Planner {
@@ -51,7 +75,14 @@ impl Planner {
             default_link,
             active: Vec::new(),
             ended: Vec::new(),
+            calibrate: true,
+            calibration: Calibration::default(),
         }
+    }
+
+    /// What finished graphs have taught so far.
+    pub fn calibration(&self) -> &Calibration {
+        &self.calibration
     }
 
     /// Places `graph` with `scheduler` as of `now`. `client_links` are the proxy's
@@ -96,6 +127,13 @@ impl Planner {
                 predictor.discount_load(index, f64::from(known));
             }
         }
+        if self.calibrate {
+            for (index, server) in registry.servers().iter().enumerate() {
+                let factors = self.calibration.factors(&server.address).cloned();
+                let overhead = self.calibration.overhead(&server.address);
+                predictor.calibrate(index, factors.unwrap_or_default(), overhead);
+            }
+        }
         for p in self.active.iter().filter(|p| p.finish > now) {
             if let Some(server) = registry.index_of(&p.server) {
                 predictor.place(server, p.processors, p.start - now, p.finish - now);
@@ -114,27 +152,43 @@ impl Planner {
         now: f64,
     ) {
         let servers = registry.servers();
+        let issued = issue_times(graph, schedule);
         for (task, (&server, timing)) in schedule.servers.iter().zip(&schedule.timings).enumerate()
         {
-            if let Some(entry) = servers.get(server) {
-                self.active.push(ActivePlacement {
-                    graph: graph_id,
-                    task,
-                    server: entry.address.clone(),
-                    processors: graph.tasks[task].processors,
-                    start: now + timing.start,
-                    finish: now + timing.finish,
-                    placed_at: now,
-                });
-            }
+            let (Some(entry), Some(t)) = (servers.get(server), graph.tasks.get(task)) else {
+                continue;
+            };
+            // Undo the calibration the prediction used, to learn against the model itself.
+            let (factor, overhead) = if self.calibrate {
+                (
+                    self.calibration.factor(&entry.address, &t.function),
+                    self.calibration.overhead(&entry.address),
+                )
+            } else {
+                (1.0, 0.0)
+            };
+            let busy = timing.finish - timing.start;
+            self.active.push(ActivePlacement {
+                graph: graph_id,
+                task,
+                server: entry.address.clone(),
+                processors: t.processors,
+                start: now + timing.start,
+                finish: now + timing.finish,
+                placed_at: now,
+                function: t.function.clone(),
+                modelled_compute: ((busy - overhead) / factor).max(0.0),
+                predicted_transfer: (timing.start - issued[task]).max(0.0),
+            });
         }
     }
 
-    /// A graph has ended at `now`; `actuals` are its tasks' (task, start, finish) in seconds
-    /// from its start. Its placements stop counting as load, and are kept with their actual
-    /// times (a task without an actual is taken to have run until `now`) to correct load
-    /// samples taken while they ran. Placements whose predicted end is past go too.
-    pub fn finish(&mut self, graph_id: u64, now: f64, actuals: &[(usize, f64, f64)]) {
+    /// A graph has ended at `now`; `actuals` are its tasks' outcomes. Its placements stop
+    /// counting as load, and are kept with their actual times (a task without an actual is
+    /// taken to have run until `now`) to correct load samples taken while they ran.
+    /// Placements whose predicted end is past go too. Each task with an outcome teaches the
+    /// calibration.
+    pub fn finish(&mut self, graph_id: u64, now: f64, actuals: &[TaskOutcome]) {
         let (ended, active): (Vec<ActivePlacement>, Vec<ActivePlacement>) = self
             .active
             .drain(..)
@@ -142,10 +196,19 @@ impl Planner {
         self.active = active;
         for mut p in ended {
             if p.graph == graph_id {
-                match actuals.iter().find(|(task, _, _)| *task == p.task) {
-                    Some(&(_, start, finish)) => {
-                        p.start = p.placed_at + start;
-                        p.finish = (p.placed_at + finish).min(now);
+                match actuals.iter().find(|a| a.task == p.task) {
+                    Some(actual) => {
+                        self.calibration.observe(&Observation {
+                            server: p.server.clone(),
+                            function: p.function.clone(),
+                            modelled_compute: p.modelled_compute,
+                            predicted_transfer: p.predicted_transfer,
+                            actual_call: actual.finish - actual.start,
+                            actual_compute: actual.compute_seconds,
+                            actual_queue: actual.queue_seconds,
+                        });
+                        p.start = p.placed_at + actual.start;
+                        p.finish = (p.placed_at + actual.finish).min(now);
                     }
                     None => p.finish = now,
                 }
@@ -159,4 +222,18 @@ impl Planner {
     pub fn active(&self) -> &[ActivePlacement] {
         &self.active
     }
+}
+
+/// When the schedule has each task issued: once its last producer is predicted to finish
+/// (at 0 for a task that needs only the client's arrays).
+fn issue_times(graph: &TaskGraph, schedule: &Schedule) -> Vec<f64> {
+    let mut issued = vec![0.0f64; graph.tasks.len()];
+    for edge in &graph.edges {
+        if let (Some(slot), Some(producer)) =
+            (issued.get_mut(edge.to), schedule.timings.get(edge.from))
+        {
+            *slot = slot.max(producer.finish);
+        }
+    }
+    issued
 }

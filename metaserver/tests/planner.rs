@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ninf_metaserver::Registry;
-use ninf_metaserver::planner::Planner;
+use ninf_metaserver::planner::{Planner, TaskOutcome};
 use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
 
@@ -25,6 +25,15 @@ fn registry() -> Registry {
         registry.register(id, address, info, &routines, 0.0);
     }
     registry
+}
+
+fn outcome(task: usize, start: f64, finish: f64) -> TaskOutcome {
+    TaskOutcome {
+        task,
+        start,
+        finish,
+        ..Default::default()
+    }
 }
 
 fn one_mmul() -> TaskGraph {
@@ -64,7 +73,7 @@ fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
         "server 0 is still running graph 1's task"
     );
     // Once graph 1 reports its end, server 0 is free again.
-    planner.finish(1, 1.6, &[(0, 0.0, 0.55)]);
+    planner.finish(1, 1.6, &[outcome(0, 0.0, 0.55)]);
     assert!(planner.active().is_empty());
     let third = planner
         .plan(&registry, &graph, &[], simple.as_mut(), 1.7)
@@ -106,7 +115,7 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
         .plan(&registry, &graph, &[], simple.as_mut(), 2.2)
         .unwrap();
     assert_eq!(during.servers, vec![1]);
-    planner.finish(1, 2.6, &[(0, 0.2, 1.5)]);
+    planner.finish(1, 2.6, &[outcome(0, 0.2, 1.5)]);
     let after = planner
         .plan(&registry, &graph, &[], simple.as_mut(), 2.6)
         .unwrap();
@@ -117,4 +126,52 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
         .plan(&registry, &graph, &[], simple.as_mut(), 3.1)
         .unwrap();
     assert_eq!(foreign.servers, vec![1]);
+}
+
+/// Runs `graphs` one-mmul graphs in turn on `planner`, each reported to have computed
+/// `compute` seconds in a call of `call` seconds; returns the predicted finish of the last.
+fn run_mmuls(planner: &mut Planner, graphs: u64, compute: f64, call: f64) -> f64 {
+    let mut registry = registry();
+    let graph = one_mmul();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let mut predicted = 0.0;
+    for id in 1..=graphs {
+        let now = id as f64 * 10.0;
+        for server in ["a:1", "b:1"] {
+            assert!(registry.heartbeat(server, None, now));
+        }
+        let schedule = planner
+            .plan(&registry, &graph, &[], simple.as_mut(), now)
+            .unwrap();
+        predicted = schedule.timings[0].finish;
+        planner.record(id, &graph, &schedule, &registry, now);
+        let done = TaskOutcome {
+            compute_seconds: compute,
+            ..outcome(0, 0.0, call)
+        };
+        planner.finish(id, now + call, &[done]);
+    }
+    predicted
+}
+
+#[test]
+fn predictions_learn_a_routines_real_speed_and_the_cost_of_a_call() {
+    let link = Link {
+        throughput: 1e9,
+        latency: 1e-4,
+    };
+    // The model: 2e9 flops at 1000 Mflop/s, 2 s. The routine really computes for 4 s, and
+    // the call takes 50 ms more than that.
+    let mut planner = Planner::new(PredictorKind::LatestSample, link);
+    let first = run_mmuls(&mut planner, 1, 4.0, 4.05);
+    assert!((first - 2.0).abs() < 0.01, "before learning: {first}");
+    let learned = run_mmuls(&mut planner, 15, 4.0, 4.05);
+    assert!((learned - 4.05).abs() < 0.01, "after learning: {learned}");
+    assert!((planner.calibration().factor("a:1", "mmul") - 2.0).abs() < 0.01);
+    assert!((planner.calibration().overhead("a:1") - 0.05).abs() < 0.001);
+    // Without calibration the model alone predicts, as the seed's did.
+    let mut seed = Planner::new(PredictorKind::LatestSample, link);
+    seed.calibrate = false;
+    let unlearned = run_mmuls(&mut seed, 15, 4.0, 4.05);
+    assert!((unlearned - 2.0).abs() < 0.01, "{unlearned}");
 }

@@ -120,17 +120,12 @@ pub fn upward_ranks(
     for &t in prepared.order.iter().rev() {
         let task = &graph.tasks[t];
         let servers = &prepared.capable[prepared.function_of[t]];
-        let cost = if task.flops == 0.0 || servers.is_empty() {
+        let cost = if servers.is_empty() {
             0.0
         } else {
             servers
                 .iter()
-                .map(|&s| {
-                    task.flops
-                        / predictor
-                            .speed(s, task.processors, 0.0)
-                            .max(f64::MIN_POSITIVE)
-                })
+                .map(|&s| predictor.compute_time(s, task, 0.0))
                 .sum::<f64>()
                 / servers.len() as f64
         };
@@ -191,14 +186,7 @@ impl Scheduler for Heft {
                     let from = Location::Server(servers[p]);
                     ready = ready.max(finish[p] + predictor.link(from, here).transfer_time(bytes));
                 }
-                let speed = predictor
-                    .speed(s, task.processors, ready)
-                    .max(f64::MIN_POSITIVE);
-                let duration = if task.flops == 0.0 {
-                    0.0
-                } else {
-                    task.flops / speed
-                };
+                let duration = predictor.compute_time(s, task, ready);
                 let start = busy[s].earliest(
                     ready,
                     duration,

@@ -4,6 +4,7 @@
 //! simulator runs the same code. Formulas: docs/scheduling.md.
 
 pub mod baseline;
+pub mod calibration;
 pub mod flow;
 pub mod forecast;
 pub mod graph;

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use crate::forecast::Forecaster;
+use crate::graph::Task;
 use crate::grid::{GridView, Link, Location, ServerId};
 
 /// Identifies a recorded placement, so a scheduler can withdraw a tentative one.
@@ -55,6 +56,28 @@ pub trait Predictor {
     /// servers that cannot win. The default promises nothing.
     fn peak_speed(&self, _server: ServerId, _processors: u32) -> f64 {
         f64::INFINITY
+    }
+    /// Seconds a call of `task` occupies `server` once its inputs are there, from time `at`:
+    /// by default its flops at [`Predictor::speed`]; [`LoadPredictor`] adds what it learned
+    /// of the routine and the server ([`crate::calibration`]).
+    fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
+        if task.flops == 0.0 {
+            0.0
+        } else {
+            task.flops
+                / self
+                    .speed(server, task.processors, at)
+                    .max(f64::MIN_POSITIVE)
+        }
+    }
+    /// A lower bound of [`Predictor::compute_time`] at any time (the server idle);
+    /// schedulers use it to skip servers that cannot win.
+    fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
+        if task.flops == 0.0 {
+            0.0
+        } else {
+            task.flops / self.peak_speed(server, task.processors)
+        }
     }
     /// Predicted performance of the path from one place to another.
     fn link(&self, from: Location, to: Location) -> Link;
@@ -114,6 +137,11 @@ pub struct LoadPredictor {
     by_server: Vec<Vec<(PlacementId, Placement)>>,
     /// Active transfers by directed path.
     by_path: PathBookings,
+    /// Learned factors on routines' compute times, by server and routine (see
+    /// [`crate::calibration`]); empty until told.
+    compute_factors: Vec<HashMap<String, f64>>,
+    /// Learned seconds every call costs beyond compute and transfers, by server.
+    call_overheads: Vec<f64>,
 }
 
 /// How the predictor turns monitoring history into the present state.
@@ -182,7 +210,40 @@ impl LoadPredictor {
             placements: Vec::new(),
             by_server: vec![Vec::new(); n],
             by_path: PathBookings::default(),
+            compute_factors: vec![HashMap::new(); n],
+            call_overheads: vec![0.0; n],
         }
+    }
+
+    /// Tells the predictor what calls on `server` cost beyond its model: a factor on each
+    /// listed routine's compute time, and seconds added to every call.
+    pub fn calibrate(&mut self, server: ServerId, factors: HashMap<String, f64>, overhead: f64) {
+        if let (Some(f), Some(o)) = (
+            self.compute_factors.get_mut(server),
+            self.call_overheads.get_mut(server),
+        ) {
+            *f = factors;
+            *o = if overhead.is_finite() {
+                overhead.max(0.0)
+            } else {
+                0.0
+            };
+        }
+    }
+
+    /// The factor and the per-call overhead `compute_time` applies to `task` on `server`.
+    pub fn calibration_of(&self, server: ServerId, task: &Task) -> (f64, f64) {
+        let factor = self
+            .compute_factors
+            .get(server)
+            .and_then(|f| f.get(task.function.as_str()))
+            .copied()
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .unwrap_or(1.0);
+        (
+            factor,
+            self.call_overheads.get(server).copied().unwrap_or(0.0),
+        )
     }
 
     /// A predictor from monitoring history, summarised by `kind`.
@@ -301,6 +362,32 @@ impl Predictor for LoadPredictor {
             }
             _ => 0.0,
         }
+    }
+
+    fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
+        let (factor, overhead) = self.calibration_of(server, task);
+        let modelled = if task.flops == 0.0 {
+            0.0
+        } else {
+            task.flops
+                / self
+                    .speed(server, task.processors, at)
+                    .max(f64::MIN_POSITIVE)
+        };
+        modelled * factor + overhead
+    }
+
+    fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
+        let (factor, overhead) = self.calibration_of(server, task);
+        let modelled = if task.flops == 0.0 {
+            0.0
+        } else {
+            task.flops
+                / self
+                    .peak_speed(server, task.processors)
+                    .max(f64::MIN_POSITIVE)
+        };
+        modelled * factor + overhead
     }
 
     fn link(&self, from: Location, to: Location) -> Link {

@@ -207,15 +207,9 @@ pub fn predict_staged(
         .into_iter()
         .map(|(from, bytes)| issue + predictor.transfer_time(from, here, bytes, issue))
         .fold(issue, f64::max);
-    let speed = predictor.speed(server, t.processors, ready);
-    let compute = if t.flops == 0.0 {
-        0.0
-    } else {
-        t.flops / speed.max(f64::MIN_POSITIVE)
-    };
     Timing {
         start: ready,
-        finish: ready + compute,
+        finish: ready + predictor.compute_time(server, t, ready),
     }
 }
 

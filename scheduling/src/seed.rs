@@ -45,17 +45,7 @@ fn compute_time(
 ) -> f64 {
     tasks
         .iter()
-        .map(|&t| {
-            let task = &graph.tasks[t];
-            if task.flops == 0.0 {
-                0.0
-            } else {
-                task.flops
-                    / predictor
-                        .speed(server, task.processors, 0.0)
-                        .max(f64::MIN_POSITIVE)
-            }
-        })
+        .map(|&t| predictor.compute_time(server, &graph.tasks[t], 0.0))
         .sum()
 }
 

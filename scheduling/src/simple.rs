@@ -47,18 +47,19 @@ impl Scheduler for Simple {
                     list
                 });
             // No server can start before the last input is produced, nor compute faster
-            // than its peak: once that bound passes the best finish, slower servers lose.
+            // than its peak: once that bound passes the best finish, the server loses. (A
+            // learned per-call overhead can make a faster server lose to a slower one, so
+            // the rest are still looked at.)
             let inputs_ready = predecessors[task]
                 .iter()
                 .filter_map(|&(p, _)| placed[p].map(|(_, timing)| timing.finish))
                 .fold(0.0, f64::max);
             let mut best: Option<(ServerId, Timing)> = None;
-            for &(server, peak) in candidates.iter() {
+            for &(server, _) in candidates.iter() {
                 if let Some((_, b)) = best
-                    && t.flops > 0.0
-                    && inputs_ready + t.flops / peak > b.finish
+                    && inputs_ready + predictor.least_compute_time(server, t) > b.finish
                 {
-                    break;
+                    continue;
                 }
                 let timing = predict(graph, predecessors, task, server, &placed, predictor);
                 let better = best.is_none_or(|(bs, b)| {

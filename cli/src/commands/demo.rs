@@ -26,6 +26,10 @@ pub struct DemoArgs {
     /// default SQLite in the data directory (docs/metaserver.md).
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Predict with the model alone: the metaserver does not learn routines' speeds and
+    /// per-call costs from the graphs that ran (its `calibrate = false`).
+    #[arg(long)]
+    pub no_calibrate: bool,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
@@ -37,12 +41,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         trials,
         speeds,
         database_url,
+        no_calibrate,
     } = args;
     let data_dir = std::env::temp_dir().join(format!("ninf-demo-{}", std::process::id()));
     let runtime = super::runtime()?;
     let grid = runtime.block_on(async {
         let mut options = GridOptions::new(speeds, &data_dir);
         options.database_url = database_url;
+        options.calibrate = !no_calibrate;
         EmbeddedGrid::start(options).await
     })?;
     if !json {

@@ -4,6 +4,7 @@
 use ninf_proto::v1;
 
 use crate::db::ActualRecord;
+use crate::planner::TaskOutcome;
 use crate::{Metaserver, MetaserverError, unix_now};
 
 impl Metaserver {
@@ -21,10 +22,26 @@ impl Metaserver {
             let predicted = graph.predicted_makespan;
             self.metrics
                 .graph(&graph.scheduler, failed, predicted, report.makespan);
-            let times: Vec<(usize, f64, f64)> = report
+            let times: Vec<TaskOutcome> = report
                 .tasks
                 .iter()
-                .map(|t| (t.task as usize, t.start, t.finish))
+                // A task issued again may have run elsewhere than placed: it teaches nothing.
+                .filter(|t| {
+                    !report
+                        .tasks
+                        .iter()
+                        .any(|o| o.task == t.task && !o.error.is_empty())
+                })
+                .map(|t| {
+                    let timing = t.timing.unwrap_or_default();
+                    TaskOutcome {
+                        task: t.task as usize,
+                        start: t.start,
+                        finish: t.finish,
+                        compute_seconds: timing.compute_seconds,
+                        queue_seconds: timing.queue_seconds,
+                    }
+                })
                 .collect();
             state.planner.finish(report.graph_id, now, &times);
         }

@@ -1,0 +1,210 @@
+//! Learning from what ran. The predictor's model of a call (flops over the server's measured
+//! speed, shared by its load, after the inputs arrive) misses two things a real grid has: a
+//! routine runs at its own fraction of the speed the server's benchmark measured (LINPACK's
+//! `dgefa` at n = 400 ran 5-7 times slower here than the benchmark promised), and every call
+//! pays a fixed cost the flops do not count (the RPC, argument encoding, admission into the
+//! gang table). Both are learned per server from the times the proxies report: a factor on
+//! the modelled compute time per (server, routine), and a per-call overhead per server.
+//! GridSolve and DIET's FAST learn per-routine performance the same way.
+//!
+//! Each figure is the median of its last [`WINDOW`] observations: on a shared machine one
+//! call in a few runs two or three times slower than its neighbours (and the very first call
+//! of a server, cold, slower still), and a mean would carry those into every prediction.
+//!
+//! Pure and deterministic: observations in, figures out; no clock.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Observations each figure keeps: enough for a median to ignore the odd slow call, few
+/// enough to follow a server whose speed changes within a few dozen calls.
+pub const WINDOW: usize = 15;
+/// A factor stays within these bounds, whatever a report says. The upper one is high: a
+/// routine of few flops (LINPACK's `dgesl`) spends its call moving data, hundreds of times
+/// what its flops take.
+const FACTOR_RANGE: (f64, f64) = (1e-3, 1e4);
+/// A per-call overhead stays below this (seconds).
+const MAX_OVERHEAD: f64 = 10.0;
+
+/// What one finished call teaches: the prediction it was placed with and what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The server's address.
+    pub server: String,
+    pub function: String,
+    /// The model's compute time before calibration (seconds).
+    pub modelled_compute: f64,
+    /// The transfer time the prediction assumed before the call could start (seconds).
+    pub predicted_transfer: f64,
+    /// From the proxy issuing the call to its reply (seconds).
+    pub actual_call: f64,
+    /// The server's own account of the call's computing and of its wait for processors.
+    pub actual_compute: f64,
+    pub actual_queue: f64,
+}
+
+/// The last observations of one figure, and their median.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Recent {
+    values: VecDeque<f64>,
+}
+
+impl Recent {
+    /// Adds `value` (dropping the oldest beyond [`WINDOW`]) and returns the new median.
+    fn push(&mut self, value: f64) -> f64 {
+        if self.values.len() == WINDOW {
+            self.values.pop_front();
+        }
+        self.values.push_back(value);
+        let mut sorted: Vec<f64> = self.values.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        }
+    }
+}
+
+/// The learned figures, by server address.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Calibration {
+    factor_history: HashMap<(String, String), Recent>,
+    overhead_history: HashMap<String, Recent>,
+    /// The medians, by server and routine: what predictions use.
+    factors: HashMap<String, HashMap<String, f64>>,
+    overheads: HashMap<String, f64>,
+}
+
+impl Calibration {
+    /// Learns from one finished call. Calls without a usable account (no compute time
+    /// reported, nothing modelled, non-finite figures) teach nothing.
+    pub fn observe(&mut self, o: &Observation) {
+        let figures = [
+            o.modelled_compute,
+            o.predicted_transfer,
+            o.actual_call,
+            o.actual_compute,
+            o.actual_queue,
+        ];
+        // A server always reports some compute time; none means no account at all.
+        if figures.iter().any(|f| !f.is_finite()) || o.actual_call <= 0.0 || o.actual_compute <= 0.0
+        {
+            return;
+        }
+        if o.modelled_compute > 0.0 {
+            // The model shares a server's processors among the calls placed on it; the
+            // server may instead queue a call until a processor is free. Either way the call
+            // holds the server for its wait and its compute, so both count.
+            let held = o.actual_compute + o.actual_queue;
+            let observed = (held / o.modelled_compute).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
+            let key = (o.server.clone(), o.function.clone());
+            let median = self.factor_history.entry(key).or_default().push(observed);
+            self.factors
+                .entry(o.server.clone())
+                .or_default()
+                .insert(o.function.clone(), median);
+        }
+        let overhead = (o.actual_call - o.actual_compute - o.actual_queue - o.predicted_transfer)
+            .clamp(0.0, MAX_OVERHEAD);
+        let median = self
+            .overhead_history
+            .entry(o.server.clone())
+            .or_default()
+            .push(overhead);
+        self.overheads.insert(o.server.clone(), median);
+    }
+
+    /// The factor on `function`'s modelled compute time on `server` (1 until learned).
+    pub fn factor(&self, server: &str, function: &str) -> f64 {
+        self.factors
+            .get(server)
+            .and_then(|f| f.get(function))
+            .copied()
+            .unwrap_or(1.0)
+    }
+
+    /// Every factor learned for `server`, by function.
+    pub fn factors(&self, server: &str) -> Option<&HashMap<String, f64>> {
+        self.factors.get(server)
+    }
+
+    /// Seconds every call on `server` costs beyond its compute and its transfers (0 until
+    /// learned).
+    pub fn overhead(&self, server: &str) -> f64 {
+        self.overheads.get(server).copied().unwrap_or(0.0)
+    }
+
+    /// Forgets a server (it left the grid, or came back as another machine).
+    pub fn forget(&mut self, server: &str) {
+        self.factors.remove(server);
+        self.overheads.remove(server);
+        self.factor_history.retain(|(s, _), _| s != server);
+        self.overhead_history.remove(server);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(compute: f64, modelled: f64, call: f64) -> Observation {
+        Observation {
+            server: "s:1".into(),
+            function: "dgefa".into(),
+            modelled_compute: modelled,
+            predicted_transfer: 0.001,
+            actual_call: call,
+            actual_compute: compute,
+            actual_queue: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_routine_slower_than_the_benchmark_is_learned_and_the_fixed_cost_beside_it() {
+        let mut c = Calibration::default();
+        for _ in 0..20 {
+            // Modelled at 1.4 ms, computed in 7 ms, answered in 9 ms with 1 ms of transfer.
+            c.observe(&call(0.007, 0.0014, 0.009));
+        }
+        assert!((c.factor("s:1", "dgefa") - 5.0).abs() < 1e-9);
+        assert!((c.overhead("s:1") - 0.001).abs() < 1e-9);
+        assert_eq!(c.factor("s:1", "dgesl"), 1.0);
+        assert_eq!(c.factor("s:2", "dgefa"), 1.0);
+        assert_eq!(c.overhead("s:2"), 0.0);
+    }
+
+    #[test]
+    fn one_odd_call_moves_nothing_and_a_lasting_change_is_followed() {
+        let mut c = Calibration::default();
+        for _ in 0..10 {
+            c.observe(&call(0.002, 0.002, 0.003));
+        }
+        c.observe(&call(0.2, 0.002, 0.201));
+        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        // The routine now runs three times slower: the median follows within a window.
+        for _ in 0..WINDOW / 2 + 1 {
+            c.observe(&call(0.006, 0.002, 0.007));
+        }
+        assert!((c.factor("s:1", "dgefa") - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reports_without_an_account_or_with_nonsense_teach_nothing() {
+        let mut c = Calibration::default();
+        c.observe(&call(0.0, 0.002, 0.003));
+        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        assert_eq!(c.overhead("s:1"), 0.0);
+        c.observe(&call(f64::NAN, 0.002, 0.003));
+        c.observe(&call(0.002, 0.002, -1.0));
+        c.observe(&call(0.002, f64::INFINITY, 0.003));
+        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        // A wild report is bounded.
+        let mut c = Calibration::default();
+        c.observe(&call(1e9, 1e-9, 1e9 + 1e6));
+        assert!((c.factor("s:1", "dgefa") - FACTOR_RANGE.1).abs() < 1e-9);
+        assert_eq!(c.overhead("s:1"), MAX_OVERHEAD);
+        c.forget("s:1");
+        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+    }
+}
