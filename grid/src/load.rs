@@ -42,6 +42,8 @@ pub struct LoadOptions {
     /// The proxy's `journal` (a SQLite path, a `postgres://` URL, or `off`); `None`: the
     /// proxy's default, a SQLite file beside its configuration.
     pub proxy_journal: Option<String>,
+    /// The metaserver's `calibrate`.
+    pub calibrate: bool,
 }
 
 /// What happened.
@@ -56,6 +58,10 @@ pub struct LoadReport {
     pub p99_seconds: f64,
     pub max_seconds: f64,
     pub transactions_per_second: f64,
+    /// The metaserver's predictions against what happened, over the completed transactions
+    /// ([`workloads::prediction_errors`]): per task (median) and per graph (mean).
+    pub prediction_error_median: f64,
+    pub graph_prediction_error: f64,
     /// The proxy's resident memory once the grid is up, and after each round.
     pub proxy_rss_before_bytes: u64,
     pub proxy_rss_after_bytes: Vec<u64>,
@@ -88,8 +94,9 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     write(
         &work.join("metaserver.toml"),
         &format!(
-            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\n{database}",
-            work.join("metaserver").display()
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\ncalibrate = {}\n{database}",
+            work.join("metaserver").display(),
+            options.calibrate
         ),
     )?;
     let journal = options
@@ -138,8 +145,9 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     let started = Instant::now();
     let mut report = LoadReport::default();
     let mut latencies = Vec::new();
+    let mut runs = Vec::new();
     for _ in 0..options.rounds.max(1) {
-        let round = run_clients(&proxy, options, &mut latencies);
+        let round = run_clients(&proxy, options, &mut latencies, &mut runs);
         report.merge(round);
         // The proxy's clean-ups (deletes) end, and it falls idle.
         std::thread::sleep(SETTLE);
@@ -156,6 +164,10 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     report.p50_seconds = percentile(&latencies, 0.50);
     report.p99_seconds = percentile(&latencies, 0.99);
     report.max_seconds = latencies.last().copied().unwrap_or(0.0);
+    (
+        report.prediction_error_median,
+        report.graph_prediction_error,
+    ) = workloads::prediction_errors(&runs);
     report.proxy_rss_before_bytes = rss_before;
     report.leaked_bytes = runtime.block_on(crate::chaos::stored_bytes(&addresses))?;
     Ok(report)
@@ -177,13 +189,20 @@ impl LoadReport {
 }
 
 /// One round: the clients, each a thread with its own connection and identity; their
-/// latencies are added to `all_latencies`.
-fn run_clients(proxy: &str, options: &LoadOptions, all_latencies: &mut Vec<f64>) -> LoadReport {
+/// latencies are added to `all_latencies` and their completed runs to `all_runs`.
+fn run_clients(
+    proxy: &str,
+    options: &LoadOptions,
+    all_latencies: &mut Vec<f64>,
+    all_runs: &mut Vec<workloads::WorkloadRun>,
+) -> LoadReport {
     let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let runs: Arc<Mutex<Vec<workloads::WorkloadRun>>> = Arc::default();
     let report: Arc<Mutex<LoadReport>> = Arc::default();
     let clients: Vec<_> = (0..options.clients.max(1))
         .map(|client| {
             let (latencies, report, proxy) = (latencies.clone(), report.clone(), proxy.to_string());
+            let runs = runs.clone();
             let (count, n) = (options.transactions, options.n);
             std::thread::spawn(move || {
                 let grid = match GridClient::connect(&proxy) {
@@ -206,6 +225,7 @@ fn run_clients(proxy: &str, options: &LoadOptions, all_latencies: &mut Vec<f64>)
                         Ok(run) if run.max_abs_error == 0.0 => {
                             r.completed += 1;
                             lock(&latencies).push(seconds);
+                            lock(&runs).push(run);
                         }
                         Ok(_) => r.mismatched += 1,
                         Err(e) => {
@@ -225,6 +245,7 @@ fn run_clients(proxy: &str, options: &LoadOptions, all_latencies: &mut Vec<f64>)
     }
     let mut report = lock(&report).clone();
     all_latencies.extend(lock(&latencies).iter());
+    all_runs.append(&mut lock(&runs));
     report.transactions = options.clients.max(1) * options.transactions;
     report
 }
@@ -254,7 +275,7 @@ fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
 pub fn render(report: &LoadReport) -> String {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let mut out = format!(
-        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\nproxy memory     {:.1} MiB before, after each round: {} MiB\nleaked_bytes     {}\nseconds          {:.1}\n",
+        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\npredictions      {:.0}% off per task (median), {:.0}% per graph (mean)\nproxy memory     {:.1} MiB before, after each round: {} MiB\nleaked_bytes     {}\nseconds          {:.1}\n",
         report.clients,
         report.transactions,
         report.completed,
@@ -264,6 +285,8 @@ pub fn render(report: &LoadReport) -> String {
         report.p99_seconds,
         report.max_seconds,
         report.transactions_per_second,
+        report.prediction_error_median * 100.0,
+        report.graph_prediction_error * 100.0,
         mib(report.proxy_rss_before_bytes),
         report
             .proxy_rss_after_bytes

@@ -26,6 +26,9 @@ pub struct LoadArgs {
     /// (default: a SQLite file beside the proxy's configuration).
     #[arg(long, value_name = "PATH|URL|off")]
     pub proxy_journal: Option<String>,
+    /// The metaserver predicts with its model alone (`calibrate = false`).
+    #[arg(long)]
+    pub no_calibrate: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -40,6 +43,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         rounds: args.rounds,
         database_url: args.database_url,
         proxy_journal: args.proxy_journal,
+        calibrate: !args.no_calibrate,
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
