@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+pub use ninf_sim::hetero::LoadBasis;
+
 use anyhow::Context;
 use ninf_sim::swf;
 use ninf_sim::{Job, Metrics, simulate};
@@ -67,6 +69,8 @@ pub struct SimOptions {
     /// MCT policies: the migration cost the scheduler predicts, seconds per GB (the actual
     /// cost is seed 002's measured model, about 24.7 s/GB).
     pub migration_cost: f64,
+    /// Hetero workloads: whether `loads` are loads of the fast pool or of both pools.
+    pub load_basis: ninf_sim::hetero::LoadBasis,
 }
 
 /// Means over the seeds of one (policy, load).
@@ -304,7 +308,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                         options.jobs.unwrap_or(100_000),
                         processors / 2,
                         processors / 2,
-                        load,
+                        (load, options.load_basis),
                         seed,
                     );
                     let mut run = simulate_hetero_one(policy, &jobs, processors, options)?;

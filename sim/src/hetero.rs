@@ -814,16 +814,41 @@ pub enum SizeMix {
     Large,
 }
 
+/// What a workload's load is a load of. Seed 002's equation (7) divides "the system's"
+/// processing rate by the work arriving; which resources that counts is not said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum LoadBasis {
+    /// The fast pool alone: the load if every job ran on fast resources.
+    FastPool,
+    /// Both pools, of equal size: a slow unit does 1 / acceleration of a fast unit's work
+    /// on a job, E[1/X] = ln 10 / 9 = 0.256 on average, so the system is 1.256 fast pools.
+    System,
+}
+
+impl std::str::FromStr for LoadBasis {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fast" => Ok(LoadBasis::FastPool),
+            "system" => Ok(LoadBasis::System),
+            other => Err(format!(
+                "unknown load basis `{other}` (known: fast, system)"
+            )),
+        }
+    }
+}
+
 /// Seed 002's workload (its Table 4): `jobs` jobs needing a power of two up to `widest`
 /// resources, run time on a slow resource uniform up to 1,440 minutes, acceleration uniform
-/// over 1..10, memory per resource uniform up to 4 GB, Poisson arrivals at `load` of the fast
-/// pool: mean interval = E[resources] × E[fast run time] / (fast units × load).
+/// over 1..10, memory per resource uniform up to 4 GB, Poisson arrivals at `load` of the
+/// fast pool, or of both pools (`basis`): mean interval = E[resources] × E[fast run time] /
+/// (capacity in fast units × load).
 pub fn seed002(
     mix: SizeMix,
     jobs: usize,
     fast_units: u32,
     widest: u32,
-    load: f64,
+    (load, basis): (f64, LoadBasis),
     seed: u64,
 ) -> Vec<HeteroJob> {
     let mut random = Random::new(seed);
@@ -835,8 +860,14 @@ pub fn seed002(
     let longest = 1440.0 * 60.0;
     let max_acceleration = 10.0f64;
     // E[t / X] for t uniform on (0, longest] and X uniform on [1, 10].
-    let mean_fast = longest / 2.0 * max_acceleration.ln() / (max_acceleration - 1.0);
-    let interval = mean_size * mean_fast / (f64::from(fast_units.max(1)) * load.max(1e-6));
+    let mean_inverse_acceleration = max_acceleration.ln() / (max_acceleration - 1.0);
+    let mean_fast = longest / 2.0 * mean_inverse_acceleration;
+    let capacity = f64::from(fast_units.max(1))
+        * match basis {
+            LoadBasis::FastPool => 1.0,
+            LoadBasis::System => 1.0 + mean_inverse_acceleration,
+        };
+    let interval = mean_size * mean_fast / (capacity * load.max(1e-6));
     let mut at = 0.0;
     (0..jobs)
         .map(|i| {

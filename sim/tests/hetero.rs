@@ -275,3 +275,29 @@ proptest! {
         check_invariants(&jobs, m, HeteroPolicy::ALL[policy])?;
     }
 }
+
+#[test]
+fn a_system_load_counts_the_slow_pool_at_its_mean_share_of_a_fast_ones_speed() {
+    use ninf_sim::hetero::{LoadBasis, SizeMix, seed002};
+    let fast = seed002(
+        SizeMix::Small,
+        2000,
+        512,
+        512,
+        (0.9, LoadBasis::FastPool),
+        7,
+    );
+    let system = seed002(SizeMix::Small, 2000, 512, 512, (0.9, LoadBasis::System), 7);
+    // The same jobs, arriving 1 + ln 10 / 9 times as often.
+    let ratio = fast[1999].submit / system[1999].submit;
+    assert!((ratio - (1.0 + 10f64.ln() / 9.0)).abs() < 1e-9, "{ratio}");
+    assert_eq!(fast[5].resources, system[5].resources);
+    assert_eq!(fast[5].slow_run, system[5].slow_run);
+    assert_eq!("system".parse::<LoadBasis>(), Ok(LoadBasis::System));
+    assert!(
+        "both"
+            .parse::<LoadBasis>()
+            .unwrap_err()
+            .contains("fast, system")
+    );
+}

@@ -43,6 +43,11 @@ pub struct SimArgs {
     /// least the actual 24.7; 50 and 75 over-estimate 2x and 3x).
     #[arg(long, default_value_t = 25.0)]
     pub migration_cost: f64,
+    /// Workloads `hetero-*`: `--load` is the load of the fast pool (`fast`: every job's work
+    /// at fast speed over the fast pool) or of the whole system (`system`: both pools, a
+    /// slow unit counted at its average share of a fast one's speed).
+    #[arg(long, default_value = "fast")]
+    pub load_basis: simulate::LoadBasis,
     /// Policy `gang`: rows of the time table (multiprogramming level).
     #[arg(long, default_value_t = 4)]
     pub rows: usize,
@@ -64,6 +69,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         quantum,
         width,
         migration_cost,
+        load_basis,
         rows,
         json,
     } = args;
@@ -80,6 +86,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         rows,
         width,
         migration_cost,
+        load_basis,
     };
     let results = simulate::run(&workload, &options)?;
     if let Some(dir) = plot {
