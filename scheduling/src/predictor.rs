@@ -61,23 +61,12 @@ pub trait Predictor {
     /// by default its flops at [`Predictor::speed`]; [`LoadPredictor`] adds what it learned
     /// of the routine and the server ([`crate::calibration`]).
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
-        if task.flops == 0.0 {
-            0.0
-        } else {
-            task.flops
-                / self
-                    .speed(server, task.processors, at)
-                    .max(f64::MIN_POSITIVE)
-        }
+        seconds_at(task.flops, self.speed(server, task.processors, at))
     }
     /// A lower bound of [`Predictor::compute_time`] at any time (the server idle);
     /// schedulers use it to skip servers that cannot win.
     fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
-        if task.flops == 0.0 {
-            0.0
-        } else {
-            task.flops / self.peak_speed(server, task.processors)
-        }
+        seconds_at(task.flops, self.peak_speed(server, task.processors))
     }
     /// Predicted performance of the path from one place to another.
     fn link(&self, from: Location, to: Location) -> Link;
@@ -104,6 +93,16 @@ pub trait Predictor {
     fn withdraw(&mut self, placement: PlacementId);
     /// An independent copy, for schedulers that try whole schedules before choosing one.
     fn fork(&self) -> Box<dyn Predictor>;
+}
+
+/// Seconds `flops` take at `speed` flops per second (none for a call without flops; a
+/// server without speed takes as long as a float can say).
+fn seconds_at(flops: f64, speed: f64) -> f64 {
+    if flops == 0.0 {
+        0.0
+    } else {
+        flops / speed.max(f64::MIN_POSITIVE)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -366,28 +365,12 @@ impl Predictor for LoadPredictor {
 
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
         let (factor, overhead) = self.calibration_of(server, task);
-        let modelled = if task.flops == 0.0 {
-            0.0
-        } else {
-            task.flops
-                / self
-                    .speed(server, task.processors, at)
-                    .max(f64::MIN_POSITIVE)
-        };
-        modelled * factor + overhead
+        seconds_at(task.flops, self.speed(server, task.processors, at)) * factor + overhead
     }
 
     fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
         let (factor, overhead) = self.calibration_of(server, task);
-        let modelled = if task.flops == 0.0 {
-            0.0
-        } else {
-            task.flops
-                / self
-                    .peak_speed(server, task.processors)
-                    .max(f64::MIN_POSITIVE)
-        };
-        modelled * factor + overhead
+        seconds_at(task.flops, self.peak_speed(server, task.processors)) * factor + overhead
     }
 
     fn link(&self, from: Location, to: Location) -> Link {
