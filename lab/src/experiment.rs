@@ -35,6 +35,8 @@ pub struct WanOptions {
     pub settle_seconds: f64,
     /// The metaserver's predictor (`latest`, `forecast`, `capacity`).
     pub predictor: String,
+    /// The metaserver's `calibrate`: whether predictions learn from the calls that ran.
+    pub calibrate: bool,
 }
 
 /// One result line: the seed's measures plus the predictor's error.
@@ -130,8 +132,8 @@ pub fn run(options: &WanOptions) -> anyhow::Result<Vec<WanResult>> {
     // Measurements every 30 s with small probes, so monitoring does not crowd slow links
     // (the seed measured every 100 s).
     let metaserver_settings = format!(
-        "heartbeat_seconds = 1.0\nheartbeat_timeout_seconds = 10.0\nnetwork_seconds = 30.0\npredictor = \"{}\"\n",
-        options.predictor
+        "heartbeat_seconds = 1.0\nheartbeat_timeout_seconds = 10.0\nnetwork_seconds = 30.0\npredictor = \"{}\"\ncalibrate = {}\n",
+        options.predictor, options.calibrate
     );
     let grid = start_grid(
         &bed,

@@ -50,6 +50,10 @@ pub enum ExperimentKind {
         /// The metaserver's predictor: latest (the seed's), forecast, or capacity.
         #[arg(long, default_value = "latest")]
         predictor: String,
+        /// The metaserver predicts with its model alone (`calibrate = false`), as the seed's
+        /// did.
+        #[arg(long)]
+        no_calibrate: bool,
         #[arg(long)]
         json: bool,
     },
@@ -132,6 +136,7 @@ pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
             out,
             settle_seconds,
             predictor,
+            no_calibrate,
             json,
         } => {
             predictor
@@ -140,6 +145,7 @@ pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
             let bin_dir = super::bin_dir()?;
             let options = ninf_lab::experiment::WanOptions {
                 predictor,
+                calibrate: !no_calibrate,
                 profile: profile.clone(),
                 schedulers: scheduler,
                 workloads: workload,
