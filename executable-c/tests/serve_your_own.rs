@@ -608,14 +608,16 @@ fn a_reloaded_server_registers_its_new_modules_with_the_metaserver() {
             config.as_os_str(),
         ],
     );
+    // With a configuration file in the test's folder, where the proxy keeps its journal.
+    let proxy_config = d.join("proxy.toml");
+    std::fs::write(
+        &proxy_config,
+        format!("listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n"),
+    )
+    .unwrap();
     let _proxy = start(
         "ninf-proxy",
-        &[
-            "--listen".as_ref(),
-            proxy.as_ref(),
-            "--metaserver".as_ref(),
-            metaserver.as_ref(),
-        ],
+        &["--config".as_ref(), proxy_config.as_os_str()],
     );
     std::fs::write(d.join("grid.toml"), format!("proxy = \"{proxy}\"\n")).unwrap();
     let grid = client(d);
