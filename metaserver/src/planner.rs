@@ -194,9 +194,11 @@ impl Planner {
             .drain(..)
             .partition(|p| p.graph == graph_id || p.finish <= now);
         self.active = active;
+        let by_task: std::collections::HashMap<usize, &TaskOutcome> =
+            actuals.iter().map(|a| (a.task, a)).rev().collect();
         for mut p in ended {
             if p.graph == graph_id {
-                match actuals.iter().find(|a| a.task == p.task) {
+                match by_task.get(&p.task) {
                     Some(actual) => {
                         self.calibration.observe(&Observation {
                             server: p.server.clone(),

@@ -22,16 +22,17 @@ impl Metaserver {
             let predicted = graph.predicted_makespan;
             self.metrics
                 .graph(&graph.scheduler, failed, predicted, report.makespan);
+            // A task issued again may have run elsewhere than placed: it teaches nothing.
+            let retried: std::collections::HashSet<u32> = report
+                .tasks
+                .iter()
+                .filter(|t| !t.error.is_empty())
+                .map(|t| t.task)
+                .collect();
             let times: Vec<TaskOutcome> = report
                 .tasks
                 .iter()
-                // A task issued again may have run elsewhere than placed: it teaches nothing.
-                .filter(|t| {
-                    !report
-                        .tasks
-                        .iter()
-                        .any(|o| o.task == t.task && !o.error.is_empty())
-                })
+                .filter(|t| !retried.contains(&t.task))
                 .map(|t| {
                     let timing = t.timing.unwrap_or_default();
                     TaskOutcome {
