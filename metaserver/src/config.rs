@@ -239,3 +239,16 @@ impl MetaserverConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_is_on_unless_the_file_turns_it_off() {
+        let parse = |text: &str| toml::from_str::<MetaserverConfig>(text).map(|c| c.calibrate);
+        assert_eq!(parse("listen = \"127.0.0.1:7000\"\n").ok(), Some(true));
+        assert_eq!(parse("calibrate = false\n").ok(), Some(false));
+        assert!(parse("calibrate = \"no\"\n").is_err());
+    }
+}
