@@ -3,7 +3,8 @@
 //! FCFS, FPFS or FPMPFS with WaitLimit ([`admission`]), jobs' global states, and the
 //! scheduler that ties them to a clock ([`scheduler::GangScheduler`]); for distribution to
 //! node agents (seed 003), the time table as a cycle from an epoch ([`table`]), the agents'
-//! local scheduler ([`agent::NodeAgent`]) and their adaptive clock checks ([`sync`]). Pure and
+//! local scheduler ([`agent::NodeAgent`]) and their adaptive clock checks ([`sync`]); for jobs
+//! whose ranks span nodes, network preemption and their global state ([`network`]). Pure and
 //! deterministic: no I/O, time only from a [`clock::Clock`]. The compute server drives real
 //! processes with it; the simulator runs the same code.
 
@@ -12,6 +13,7 @@ pub mod agent;
 pub mod clock;
 pub mod dqt;
 pub mod matrix;
+pub mod network;
 pub mod scheduler;
 pub mod sync;
 pub mod table;
