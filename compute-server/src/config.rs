@@ -179,6 +179,26 @@ pub struct GangSettings {
     pub drift_threshold_us: f64,
     /// Also estimate the clocks' rate difference between checks.
     pub compensate_rate: bool,
+    /// Where the ranks of parallel jobs send their messages: one broker in the server
+    /// (`server`), or a broker in each node's agent, talking to the others over TCP
+    /// (`nodes`: what processors spread over several hosts need).
+    pub broker: BrokerPlacement,
+    /// With node brokers: hold a job's messages outside its slots, by each node's clock, and
+    /// hand them over at its next slot (seed 000's network preemption).
+    pub network_preemption: bool,
+    /// Start the node agents (as processes or threads of this server). `false`: they run on
+    /// other hosts (`ninf-gang-agent --server ...`) and attach over the network.
+    pub spawn_agents: bool,
+    /// The address spawned agents' node brokers listen on for each other (port 0: any).
+    pub node_broker_listen: std::net::SocketAddr,
+}
+
+/// Where the brokers of parallel jobs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerPlacement {
+    Server,
+    Nodes,
 }
 
 impl Default for GangSettings {
@@ -199,6 +219,10 @@ impl Default for GangSettings {
             sync_max_interval_seconds: 3600.0,
             drift_threshold_us: 200.0,
             compensate_rate: true,
+            broker: BrokerPlacement::Server,
+            network_preemption: true,
+            spawn_agents: true,
+            node_broker_listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
 }

@@ -14,6 +14,7 @@ use ninf_proto::net::auth::authorized;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tonic::{Code, Status};
 
+use crate::config::BrokerPlacement;
 use crate::gang::{GangError, JobTicket};
 use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
 use crate::state::{Routine, ServerState};
@@ -272,7 +273,17 @@ pub async fn run_job(
             .map_err(|e| pool_status(name, e))?;
         return checkout.finish(reply).map_err(|e| pool_status(name, e));
     }
-    state.broker.open(ticket.id, ranks as u32);
+    let spread = state.gang.settings.broker == BrokerPlacement::Nodes;
+    let node_brokers = if spread {
+        state
+            .gang
+            .open_spread(ticket.id)
+            .await
+            .map_err(|e| Status::unavailable(format!("`{name}`: {e}")))?
+    } else {
+        state.broker.open(ticket.id, ranks as u32);
+        Vec::new()
+    };
     let exchanges = checkouts.iter_mut().enumerate().map(|(rank, checkout)| {
         let request = v1::ExecRequest {
             call_id: 0,
@@ -282,18 +293,27 @@ pub async fn run_job(
                 job: ticket.id,
                 rank: rank as u32,
                 size: ranks as u32,
+                broker: node_brokers.get(rank).cloned().unwrap_or_default(),
             }),
         };
         async move {
             let reply = checkout
                 .exchange(Outgoing::Message(request), false, prepared.timeout)
                 .await;
-            state.broker.rank_done(ticket.id, rank as u32);
+            if spread {
+                state.gang.spread_rank_done(ticket.id, rank as u32);
+            } else {
+                state.broker.rank_done(ticket.id, rank as u32);
+            }
             reply
         }
     });
     let replies = futures_util::future::join_all(exchanges).await;
-    state.broker.close(ticket.id);
+    if spread {
+        state.gang.close_spread(ticket.id, "");
+    } else {
+        state.broker.close(ticket.id);
+    }
     if let Some(reason) = ticket.killed() {
         return Err(Status::aborted(format!("`{name}`: {reason}")));
     }

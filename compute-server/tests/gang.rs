@@ -263,6 +263,119 @@ async fn a_deadlocked_parallel_job_is_detected_and_killed_after_its_grace() {
     server.stop().await;
 }
 
+/// A server whose two processors are two nodes, each with its agent's broker: rank-to-rank
+/// messages go between the brokers over TCP, and each node hands a job its messages only in
+/// its own slots (by the node's clock, 300 and 600 ms ahead of the server's).
+async fn server_with_node_brokers(preempt: bool) -> TestServer {
+    TestServer::start(move |c| {
+        c.gang.quantum_ms = 20.0;
+        c.gang.nodes = 2;
+        c.gang.agent_clock_offset_ms = 300.0;
+        c.gang.broker = ninf_compute_server::config::BrokerPlacement::Nodes;
+        c.gang.network_preemption = preempt;
+        c.gang.stop_grace_seconds = 0.2;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_on_two_nodes_exchange_through_node_brokers_only_in_their_slots() {
+    let server = server_with_node_brokers(true).await;
+    wait_for(&server, "two node brokers", |s| {
+        s.nodes.len() == 2 && s.nodes.iter().all(|n| !n.broker_address.is_empty())
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let rounds = 300;
+    let exchange = |client: NinfClient| async move {
+        let mut checked = vec![0i32; 1];
+        client
+            .call(
+                "pexchange",
+                &mut [
+                    Arg::Integer(2),
+                    Arg::Integer(rounds),
+                    Arg::Integer(4096),
+                    Arg::from(&mut checked),
+                ],
+            )
+            .await
+            .map(|_| checked[0])
+    };
+    // Two jobs time-share both nodes, so each node's broker holds one job's messages while
+    // the other's slot is in progress.
+    let first = tokio::spawn(exchange(client.clone()));
+    let second = tokio::spawn(exchange(client.clone()));
+    assert_eq!(first.await.unwrap().unwrap(), 2 * rounds as i32);
+    assert_eq!(second.await.unwrap().unwrap(), 2 * rounds as i32);
+    let s = wait_for(&server, "both nodes' reports of every message", |s| {
+        s.nodes
+            .iter()
+            .filter_map(|n| n.network)
+            .map(|l| l.messages)
+            .sum::<u64>()
+            >= 2 * (2 * rounds as u64 + 1)
+    })
+    .await;
+    for node in &s.nodes {
+        let ledger = node.network.unwrap();
+        assert!(ledger.preempts, "{}", node.node);
+        assert_eq!(
+            ledger.bytes_outside_slot, 0,
+            "{}: {ledger:?}: bytes handed to a job outside its slots",
+            node.node
+        );
+    }
+    assert_eq!(
+        server.state.broker.delivered(),
+        0,
+        "nothing went through the server"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_across_two_nodes_is_seen_from_the_brokers_reports() {
+    let server = server_with_node_brokers(true).await;
+    wait_for(&server, "two node brokers", |s| {
+        s.nodes
+            .iter()
+            .filter(|n| !n.broker_address.is_empty())
+            .count()
+            == 2
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let error = client
+        .call("pdeadlock", &mut [Arg::Integer(2)])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("deadlock") && error.contains("all 2 ranks of `pdeadlock`"),
+        "{error}"
+    );
+    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    assert_eq!(s.deadlocks_killed, 1);
+    // A job that merely waits a while for a busy rank is not taken for deadlocked.
+    let mut checked = vec![0i32; 1];
+    client
+        .call(
+            "pexchange",
+            &mut [
+                Arg::Integer(2),
+                Arg::Integer(50),
+                Arg::Integer(64),
+                Arg::from(&mut checked),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(checked[0], 100);
+    assert_eq!(status(&server).await.deadlocks_killed, 1);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_job_mid_slot_frees_its_columns() {
     let server = TestServer::start(|c| c.gang.quantum_ms = 50.0).await;

@@ -478,6 +478,13 @@ pub fn handle(
 ) -> v1::ExecReply {
     let max_array_bytes = limits.max_array_bytes;
     let call_id = request.call_id;
+    crate::spmd::enter_broker(
+        request
+            .spmd
+            .as_ref()
+            .filter(|s| !s.broker.is_empty())
+            .map(|s| std::path::PathBuf::from(&s.broker)),
+    );
     crate::spmd::enter(
         request
             .spmd

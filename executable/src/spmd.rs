@@ -3,8 +3,9 @@
 //! and knows its [`rank`] and the job's [`size`]; rank 0's outputs are the call's. Ranks
 //! exchange byte messages with [`send`] (it returns once the broker has the message, not
 //! when the receiver takes it) and [`recv`] (blocks until the message from that rank arrives). Messages go
-//! through the compute server's broker on a Unix socket, which sees every send and receive
-//! and so can tell when all ranks wait with nothing in flight.
+//! through a broker on a Unix socket: the compute server's, which sees every send and receive
+//! and so can tell when all ranks wait with nothing in flight, or, when the server's processors
+//! span nodes, the rank's node's, which carries messages to other nodes over TCP.
 //!
 //! ```ignore
 //! let (rank, size) = (spmd::rank(), spmd::size());
@@ -19,6 +20,7 @@
 use std::cell::Cell;
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use ninf_proto::v1::{self, spmd_frame::Kind};
@@ -55,12 +57,39 @@ thread_local! {
     static CONTEXT: Cell<Option<Context>> = const { Cell::new(None) };
 }
 
-/// The broker connection, opened on first use and kept for the process's life.
-static CONNECTION: Mutex<Option<(UnixStream, BufReader<UnixStream>)>> = Mutex::new(None);
+/// The broker connection, opened on first use and kept while calls use the same broker.
+static CONNECTION: Mutex<Option<Connection>> = Mutex::new(None);
+
+/// The broker the current call was given (its node's), if not the one in [`SOCKET_ENV`].
+static CALL_BROKER: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+struct Connection {
+    path: PathBuf,
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+}
 
 /// Sets the context for the call about to run (the runtime does this from the request).
 pub fn enter(context: Option<Context>) {
     CONTEXT.with(|c| c.set(context));
+}
+
+/// Sets the broker the call about to run talks through: its node's broker when the server
+/// runs one per node (`None`: the one named by [`SOCKET_ENV`]).
+pub fn enter_broker(path: Option<PathBuf>) {
+    if let Ok(mut broker) = CALL_BROKER.lock() {
+        *broker = path;
+    }
+}
+
+fn broker_path() -> Result<PathBuf, SpmdError> {
+    let given = CALL_BROKER
+        .lock()
+        .map_err(|_| SpmdError::Broker("broker lock poisoned".into()))?
+        .clone();
+    given
+        .or_else(|| std::env::var_os(SOCKET_ENV).map(PathBuf::from))
+        .ok_or(SpmdError::NoBroker)
 }
 
 /// The context of the running call, if it is a rank of a parallel job.
@@ -84,17 +113,20 @@ fn with_connection<T>(
     let mut guard = CONNECTION
         .lock()
         .map_err(|_| SpmdError::Broker("connection lock poisoned".into()))?;
-    if guard.is_none() {
-        let path = std::env::var_os(SOCKET_ENV).ok_or(SpmdError::NoBroker)?;
-        let stream = UnixStream::connect(&path).map_err(|e| {
-            SpmdError::Broker(format!("cannot connect to {}: {e}", path.to_string_lossy()))
-        })?;
-        let reader = stream
+    let path = broker_path()?;
+    if guard.as_ref().is_none_or(|c| c.path != path) {
+        let writer = UnixStream::connect(&path)
+            .map_err(|e| SpmdError::Broker(format!("cannot connect to {}: {e}", path.display())))?;
+        let reader = writer
             .try_clone()
             .map_err(|e| SpmdError::Broker(e.to_string()))?;
-        *guard = Some((stream, BufReader::new(reader)));
+        *guard = Some(Connection {
+            path,
+            writer,
+            reader: BufReader::new(reader),
+        });
     }
-    let Some((writer, reader)) = guard.as_mut() else {
+    let Some(Connection { writer, reader, .. }) = guard.as_mut() else {
         return Err(SpmdError::NoBroker);
     };
     let result = f(writer, reader);

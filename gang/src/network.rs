@@ -171,6 +171,13 @@ impl<T> NetworkGate<T> {
         dropped
     }
 
+    /// Drops the held messages of `job` (it ended); returns how many.
+    pub fn forget(&mut self, job: JobId) -> usize {
+        let dropped = self.held.remove(&job).map_or(0, |queue| queue.len());
+        self.held_count -= dropped;
+        dropped
+    }
+
     /// Messages held now.
     pub fn held(&self) -> usize {
         self.held_count
@@ -240,4 +247,80 @@ pub fn globally_deadlocked<'a>(
                 == consumed.get(&(from, *rank)).copied().unwrap_or(0)
         })
     })
+}
+
+/// What the server concludes from a new view of a spread job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Unchanged,
+    /// Every rank still running waits with nothing in flight, seen twice with nothing new.
+    Deadlocked,
+    /// A job taken for deadlocked moved again.
+    Revived,
+}
+
+/// The server's record of one job whose ranks talk through node brokers: the latest view from
+/// each node and the ranks whose calls returned. A deadlock is declared only when a look with
+/// no news in between finds the same deadlocked state twice, since views from different nodes
+/// are taken at different moments.
+#[derive(Debug, Clone)]
+pub struct SpreadJob {
+    size: u32,
+    views: BTreeMap<String, RankTraffic>,
+    done: BTreeSet<u32>,
+    suspected: bool,
+    deadlocked: bool,
+}
+
+impl SpreadJob {
+    pub fn new(size: u32) -> SpreadJob {
+        SpreadJob {
+            size,
+            views: BTreeMap::new(),
+            done: BTreeSet::new(),
+            suspected: false,
+            deadlocked: false,
+        }
+    }
+
+    /// A node's newer view of the job.
+    pub fn update(&mut self, node: &str, view: RankTraffic) -> Verdict {
+        if self.views.get(node) == Some(&view) {
+            return Verdict::Unchanged;
+        }
+        self.views.insert(node.to_string(), view);
+        self.evaluate()
+    }
+
+    /// A rank's call returned.
+    pub fn rank_done(&mut self, rank: u32) -> Verdict {
+        if !self.done.insert(rank) {
+            return Verdict::Unchanged;
+        }
+        self.evaluate()
+    }
+
+    /// A later look, with no news since the last: a suspicion that still holds is a deadlock.
+    pub fn confirm(&mut self) -> Verdict {
+        if self.suspected && !self.deadlocked {
+            self.deadlocked = true;
+            return Verdict::Deadlocked;
+        }
+        Verdict::Unchanged
+    }
+
+    pub fn deadlocked(&self) -> bool {
+        self.deadlocked
+    }
+
+    /// News arrived: any suspicion starts over from it.
+    fn evaluate(&mut self) -> Verdict {
+        let now = globally_deadlocked(self.size, &self.done, self.views.values());
+        self.suspected = now;
+        if !now && self.deadlocked {
+            self.deadlocked = false;
+            return Verdict::Revived;
+        }
+        Verdict::Unchanged
+    }
 }

@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ninf_gang::network::{
-    DeliveryLedger, Envelope, NetworkGate, RankTraffic, globally_deadlocked, job_runs_at,
+    DeliveryLedger, Envelope, NetworkGate, RankTraffic, SpreadJob, Verdict, globally_deadlocked,
+    job_runs_at,
 };
 use ninf_gang::{TableJob, TableSlot, TimeTable};
 
@@ -219,4 +220,32 @@ fn a_rank_that_returned_does_not_count_but_waiting_for_it_does() {
     let node0 = traffic(&[(0, 1)], &[], &[]);
     assert!(globally_deadlocked(2, &done, [&node0]));
     assert!(!globally_deadlocked(2, &BTreeSet::from([0, 1]), [&node0]));
+}
+
+#[test]
+fn the_server_declares_a_spread_deadlock_only_after_a_second_look_with_no_news() {
+    let mut job = SpreadJob::new(2);
+    let node0 = traffic(&[(0, 1)], &[((0, 1), 1)], &[((1, 0), 1)]);
+    let node1 = traffic(&[(1, 0)], &[((1, 0), 1)], &[((0, 1), 1)]);
+    assert_eq!(job.update("node-0", node0.clone()), Verdict::Unchanged);
+    assert_eq!(job.update("node-1", node1), Verdict::Unchanged);
+    assert_eq!(job.confirm(), Verdict::Deadlocked);
+    assert!(job.deadlocked());
+    assert_eq!(job.confirm(), Verdict::Unchanged, "said once");
+    // Rank 1 got a message after all (node 1 saw it sent by a rank that was not waiting).
+    let moved = traffic(&[], &[((1, 0), 2)], &[((0, 1), 1)]);
+    assert_eq!(job.update("node-1", moved), Verdict::Revived);
+    assert_eq!(job.confirm(), Verdict::Unchanged);
+}
+
+#[test]
+fn news_between_two_looks_clears_the_suspicion() {
+    let mut job = SpreadJob::new(2);
+    job.update("node-0", traffic(&[(0, 1)], &[], &[]));
+    job.update("node-1", traffic(&[(1, 0)], &[], &[]));
+    // Before the second look, node 1 reports that rank 1 sent after all.
+    job.update("node-1", traffic(&[], &[((1, 0), 1)], &[]));
+    assert_eq!(job.confirm(), Verdict::Unchanged);
+    assert!(!job.deadlocked());
+    assert_eq!(job.rank_done(1), Verdict::Unchanged);
 }

@@ -4,6 +4,7 @@
 use clap::Parser;
 use ninf_compute_server::gang::agent::{self, AgentOptions};
 use ninf_compute_server::gang::clock::AgentClock;
+use ninf_compute_server::gang::node_broker::NodeBrokerOptions;
 
 #[derive(Parser)]
 #[command(about = "Follows a compute server's gang time table on one node")]
@@ -47,6 +48,16 @@ struct Args {
     /// Its private key (mode 0600).
     #[arg(long, requires = "tls_ca")]
     tls_key: Option<std::path::PathBuf>,
+    /// Run this node's SPMD broker (the server's `broker = "nodes"`), listening for other
+    /// nodes' brokers on this address (port 0: any free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    broker_listen: Option<std::net::SocketAddr>,
+    /// The address other nodes reach this node's broker at, when not the one it listens on.
+    #[arg(long, requires = "broker_listen", value_name = "HOST:PORT")]
+    broker_advertise: Option<String>,
+    /// Hand messages to ranks at once, even outside their job's slots (no network preemption).
+    #[arg(long, requires = "broker_listen")]
+    no_network_preemption: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,6 +97,11 @@ fn main() -> anyhow::Result<()> {
             compensate_rate: !args.no_rate_estimate,
         },
         report_interval: std::time::Duration::from_secs(1),
+        broker: args.broker_listen.map(|listen| NodeBrokerOptions {
+            listen,
+            advertise: args.broker_advertise,
+            preempt: !args.no_network_preemption,
+        }),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

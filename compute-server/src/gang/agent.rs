@@ -20,7 +20,8 @@ use ninf_proto::v1::{self, gang_control_client::GangControlClient};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
 
-use super::clock::{AgentClock, MachineClock, monotonic_ns};
+use super::clock::{AgentClock, MachineClock, NodeTime, monotonic_ns};
+use super::node_broker::{NodeBroker, NodeBrokerError, NodeBrokerOptions};
 use super::wire::table_from_proto;
 use ninf_gang::Clock;
 
@@ -40,6 +41,8 @@ pub struct AgentOptions {
     pub token: Option<String>,
     /// TLS material, when the server's port serves TLS.
     pub tls: Option<ninf_proto::net::tls::GridTls>,
+    /// Run this node's SPMD broker (the server's `broker = "nodes"`).
+    pub broker: Option<NodeBrokerOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,8 @@ pub enum AgentError {
     Refused(String),
     #[error("the switching thread could not start: {0}")]
     Thread(std::io::Error),
+    #[error(transparent)]
+    Broker(#[from] NodeBrokerError),
 }
 
 /// What the switching thread shares with the reporting task.
@@ -95,10 +100,28 @@ pub async fn run(
     };
 
     let (outgoing, outgoing_rx) = tokio::sync::mpsc::unbounded_channel();
+    let broker = match &options.broker {
+        Some(broker_options) => {
+            let time = NodeTime {
+                clock: options.clock,
+                sync: sync.clone(),
+            };
+            Some(NodeBroker::start(broker_options, &options.node, time, outgoing.clone()).await?)
+        }
+        None => None,
+    };
     let _ = outgoing.send(v1::AgentMessage {
         kind: Some(v1::agent_message::Kind::Hello(v1::AgentHello {
             node: options.node.clone(),
             columns: options.columns.clone(),
+            broker_socket: broker
+                .as_ref()
+                .map(|b| b.socket().display().to_string())
+                .unwrap_or_default(),
+            broker_address: broker
+                .as_ref()
+                .map(|b| b.address().to_string())
+                .unwrap_or_default(),
         })),
     });
     let mut inbound = client
@@ -124,6 +147,7 @@ pub async fn run(
                 clock_drifts: drifts,
                 clock_offset: offset,
                 signal_failures: shared.signal_failures,
+                network: broker.as_ref().map(|b| b.ledger()),
             })),
         }
     };
@@ -144,11 +168,24 @@ pub async fn run(
                 Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::Table(table)) })) => {
                     match table_from_proto(table) {
                         Ok(table) => {
+                            if let Some(broker) = &broker {
+                                broker.set_table(table.clone());
+                            }
                             if commands.send(ThreadCommand::Install(table)).is_err() {
                                 break;
                             }
                         }
                         Err(e) => tracing::warn!(error = %e, "ignored a malformed time table"),
+                    }
+                }
+                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::OpenJob(open)) })) => {
+                    if let Some(broker) = &broker {
+                        broker.open(open);
+                    }
+                }
+                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::CloseJob(close)) })) => {
+                    if let Some(broker) = &broker {
+                        broker.close(close);
                     }
                 }
                 Ok(Some(_)) => {}
@@ -256,17 +293,16 @@ fn switching_thread(
     }
     real_time_priority();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
-    let master_now = || {
-        let local = options.clock.now();
-        ninf_proto::sync::lock(&sync).to_master(local)
+    let time = NodeTime {
+        clock: options.clock,
+        sync,
     };
+    let master_now = || time.master_now();
     let mut core = NodeAgent::new(options.columns.iter().copied());
     loop {
-        let wait = core.next_change(master_now()).map(|boundary| {
-            let local = ninf_proto::sync::lock(&sync).to_local(boundary);
-            let machine = options.clock.machine_at(local);
-            Duration::from_secs_f64((machine - MachineClock.now()).clamp(0.0, 3600.0))
-        });
+        let wait = core
+            .next_change(master_now())
+            .map(|boundary| time.until(boundary));
         let command = match wait {
             Some(wait) => commands.recv_timeout(wait),
             None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use ninf_gang::JobId;
 use ninf_proto::v1::{self, spmd_frame::Kind};
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
@@ -23,7 +23,16 @@ use super::master::GangMaster;
 /// Largest message between ranks.
 const MAX_MESSAGE: usize = 1 << 30;
 
-type Outbox = mpsc::UnboundedSender<Bytes>;
+/// Frames on their way to one rank's connection.
+pub(super) type Outbox = mpsc::UnboundedSender<Bytes>;
+
+/// What a broker does with a rank's frames: the server's broker, or a node's.
+pub(super) trait RankFrames: Send + Sync {
+    /// Takes a message; answers the sender with `sent`, or why it was refused.
+    fn send(&self, send: v1::SpmdSend) -> Kind;
+    /// A rank waits for a message: delivered on `outbox` now or when it arrives.
+    fn recv(&self, recv: v1::SpmdRecv, outbox: &Outbox);
+}
 
 struct Waiting {
     from: u32,
@@ -63,7 +72,7 @@ pub struct SpmdBroker {
     delivered: AtomicU64,
 }
 
-fn encode(kind: Kind) -> Bytes {
+pub(super) fn encode(kind: Kind) -> Bytes {
     let body = v1::SpmdFrame { kind: Some(kind) }.encode_to_vec();
     let mut framed = Vec::with_capacity(body.len() + 4);
     framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -71,7 +80,7 @@ fn encode(kind: Kind) -> Bytes {
     Bytes::from(framed)
 }
 
-fn deliver(outbox: &Outbox, from: u32, data: Bytes) {
+pub(super) fn deliver(outbox: &Outbox, from: u32, data: Bytes) {
     let _ = outbox.send(encode(Kind::Deliver(v1::SpmdDeliver { from, data })));
 }
 
@@ -96,7 +105,7 @@ impl SpmdBroker {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let Some(broker) = weak.upgrade() else { break };
-                tokio::spawn(async move { broker.connection(stream).await });
+                tokio::spawn(async move { serve_rank(&*broker, stream).await });
             }
         });
         Ok(broker)
@@ -157,56 +166,9 @@ impl SpmdBroker {
             }
         }
     }
+}
 
-    async fn connection(&self, stream: UnixStream) {
-        let (mut reader, mut writer) = stream.into_split();
-        let (outbox, mut frames) = mpsc::unbounded_channel::<Bytes>();
-        let writing = tokio::spawn(async move {
-            while let Some(frame) = frames.recv().await {
-                if writer.write_all(&frame).await.is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            let mut header = [0u8; 4];
-            if reader.read_exact(&mut header).await.is_err() {
-                break;
-            }
-            let len = u32::from_le_bytes(header) as usize;
-            if len > MAX_MESSAGE {
-                tracing::warn!(
-                    len,
-                    "an executable sent an oversized message; dropping its connection"
-                );
-                break;
-            }
-            let mut body = vec![0u8; len];
-            if reader.read_exact(&mut body).await.is_err() {
-                break;
-            }
-            match v1::SpmdFrame::decode(Bytes::from(body)) {
-                Ok(v1::SpmdFrame {
-                    kind: Some(Kind::Send(send)),
-                }) => {
-                    let reply = self.send(send);
-                    let _ = outbox.send(encode(reply));
-                }
-                Ok(v1::SpmdFrame {
-                    kind: Some(Kind::Recv(recv)),
-                }) => self.recv(recv, &outbox),
-                Ok(_) => tracing::warn!("an executable sent an unexpected frame"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "an executable sent an undecodable frame; dropping its connection");
-                    break;
-                }
-            }
-        }
-        drop(outbox);
-        let _ = writing.await;
-    }
-
-    /// Takes a message; answers the sender with `sent`, or why it was refused.
+impl RankFrames for SpmdBroker {
     fn send(&self, send: v1::SpmdSend) -> Kind {
         let revived = {
             let mut jobs = self.lock();
@@ -287,6 +249,65 @@ impl SpmdBroker {
             self.master.set_deadlocked(recv.job, true);
         }
     }
+}
+
+/// Reads one frame (a 4-byte little-endian length and an `SpmdFrame`) from a rank or a peer
+/// broker; `None` at the end of the stream or on a frame that cannot be trusted (logged, and
+/// the caller drops the connection).
+pub(super) async fn read_frame(
+    reader: &mut (impl AsyncRead + Unpin),
+    sender: &str,
+) -> Option<Kind> {
+    let mut header = [0u8; 4];
+    reader.read_exact(&mut header).await.ok()?;
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_MESSAGE {
+        tracing::warn!(
+            len,
+            sender,
+            "an oversized SPMD frame; dropping the connection"
+        );
+        return None;
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).await.ok()?;
+    match v1::SpmdFrame::decode(Bytes::from(body)) {
+        Ok(v1::SpmdFrame { kind: Some(kind) }) => Some(kind),
+        Ok(_) => {
+            tracing::warn!(sender, "an empty SPMD frame; dropping the connection");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, sender, "an undecodable SPMD frame; dropping the connection");
+            None
+        }
+    }
+}
+
+/// Reads a rank's frames from its connection and hands them to `broker`, writing the
+/// broker's answers back, until the rank hangs up or sends nonsense.
+pub(super) async fn serve_rank(broker: &dyn RankFrames, stream: UnixStream) {
+    let (mut reader, mut writer) = stream.into_split();
+    let (outbox, mut frames) = mpsc::unbounded_channel::<Bytes>();
+    let writing = tokio::spawn(async move {
+        while let Some(frame) = frames.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(kind) = read_frame(&mut reader, "an executable").await {
+        match kind {
+            Kind::Send(send) => {
+                let reply = broker.send(send);
+                let _ = outbox.send(encode(reply));
+            }
+            Kind::Recv(recv) => broker.recv(recv, &outbox),
+            _ => tracing::warn!("an executable sent an unexpected frame"),
+        }
+    }
+    drop(outbox);
+    let _ = writing.await;
 }
 
 impl Drop for SpmdBroker {

@@ -3,7 +3,10 @@
 //! report can be compared). An agent may run on an emulated clock of its own, offset and
 //! running at a different rate, to behave as an agent on another host would.
 
-use ninf_gang::Clock;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ninf_gang::{Clock, ClockSync};
 
 /// Nanoseconds on the machine's monotonic clock.
 pub fn monotonic_ns() -> i64 {
@@ -52,5 +55,29 @@ impl AgentClock {
 impl Clock for AgentClock {
     fn now(&self) -> f64 {
         self.at(MachineClock.now())
+    }
+}
+
+/// A node's reading of the server's clock: its own clock corrected by the offset (and rate)
+/// its clock checks estimate. What the switching thread and the node's broker follow the
+/// table by.
+#[derive(Clone)]
+pub struct NodeTime {
+    pub clock: AgentClock,
+    pub sync: Arc<Mutex<ClockSync>>,
+}
+
+impl NodeTime {
+    /// The server's time now, as this node reckons it.
+    pub fn master_now(&self) -> f64 {
+        let local = self.clock.now();
+        ninf_proto::sync::lock(&self.sync).to_master(local)
+    }
+
+    /// How long from now until the server's clock shows `master`, as this node reckons it.
+    pub fn until(&self, master: f64) -> Duration {
+        let local = ninf_proto::sync::lock(&self.sync).to_local(master);
+        let machine = self.clock.machine_at(local);
+        Duration::from_secs_f64((machine - MachineClock.now()).clamp(0.0, 3600.0))
     }
 }

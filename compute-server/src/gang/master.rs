@@ -4,13 +4,14 @@
 //! message). The master also gathers the agents' reports (applied tables, switch skew,
 //! clock checks) and kills jobs that stayed deadlocked past their grace.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use ninf_gang::network::{RankTraffic, SpreadJob, Verdict};
 use ninf_gang::{Clock, GangScheduler, JobId, JobState, MatrixError, TimeTable};
 use ninf_proto::v1;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::clock::MachineClock;
 use super::wire::table_to_proto;
@@ -92,7 +93,25 @@ struct NodeRecord {
     columns: Vec<u32>,
     attached: bool,
     report: v1::AgentReport,
+    /// Its SPMD broker, when it runs one: the socket its ranks use, the address of its peers.
+    broker_socket: String,
+    broker_address: String,
+    /// Commands for it besides tables (jobs opening and closing on its broker).
+    commands: Option<mpsc::UnboundedSender<v1::AgentCommand>>,
 }
+
+/// A parallel job whose ranks talk through node brokers.
+struct SpreadRecord {
+    state: SpreadJob,
+    /// The nodes its ranks run on.
+    nodes: BTreeSet<String>,
+    /// Nodes that have not yet said they opened it, and whom to tell when all have.
+    unopened: BTreeSet<String>,
+    opened: Option<oneshot::Sender<()>>,
+}
+
+/// How long a job waits for its nodes' brokers to open it.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Earliest and latest continue time of one job's processes at one boundary.
 struct Spread {
@@ -117,6 +136,7 @@ struct Inner {
     deadlocks_killed: u64,
     /// Mean seconds a job spends in the table (exponentially weighted).
     mean_residence: f64,
+    spread: BTreeMap<JobId, SpreadRecord>,
 }
 
 /// The gang scheduler of one server with its node agents.
@@ -154,6 +174,7 @@ impl GangMaster {
                 install_skews_us: VecDeque::new(),
                 deadlocks_killed: 0,
                 mean_residence: 0.0,
+                spread: BTreeMap::new(),
             }),
             tables,
             current,
@@ -314,6 +335,7 @@ impl GangMaster {
                 0.9 * inner.mean_residence + 0.1 * residence
             };
         }
+        close_spread(&mut inner, id, "");
         let started = inner.scheduler.finish(id);
         notify_started(&mut inner, &started);
         if inner.scheduler.needs_table() {
@@ -345,17 +367,152 @@ impl GangMaster {
         self.tables.subscribe()
     }
 
-    /// An agent attached.
-    pub fn attach_node(&self, node: &str, columns: Vec<u32>) {
+    /// An agent attached; returns the commands for it besides tables.
+    pub fn attach_node(&self, hello: v1::AgentHello) -> mpsc::UnboundedReceiver<v1::AgentCommand> {
+        let (commands, receiver) = mpsc::unbounded_channel();
         let mut inner = self.lock();
         inner.nodes.insert(
-            node.to_string(),
+            hello.node,
             NodeRecord {
-                columns,
+                columns: hello.columns,
                 attached: true,
                 report: v1::AgentReport::default(),
+                broker_socket: hello.broker_socket,
+                broker_address: hello.broker_address,
+                commands: Some(commands),
             },
         );
+        receiver
+    }
+
+    /// Opens a parallel job on the brokers of the nodes its ranks run on, and waits until
+    /// each has; returns the broker socket each rank (in rank order) talks through.
+    pub async fn open_spread(&self, id: JobId) -> Result<Vec<String>, String> {
+        let (sockets, opened) = {
+            let mut inner = self.lock();
+            let columns = inner
+                .scheduler
+                .matrix()
+                .placement(id)
+                .map(|p| p.columns.clone())
+                .ok_or_else(|| format!("job {id} is not in the table"))?;
+            let mut routes = Vec::with_capacity(columns.len());
+            let mut sockets = Vec::with_capacity(columns.len());
+            let mut nodes = BTreeSet::new();
+            for column in &columns {
+                let (name, node) = inner
+                    .nodes
+                    .iter()
+                    .find(|(_, n)| n.attached && n.columns.contains(column))
+                    .ok_or_else(|| format!("no node agent holds processor {column}"))?;
+                if node.broker_address.is_empty() {
+                    return Err(format!(
+                        "node `{name}` runs no SPMD broker (start its agent with --broker-listen)"
+                    ));
+                }
+                routes.push(node.broker_address.clone());
+                sockets.push(node.broker_socket.clone());
+                nodes.insert(name.clone());
+            }
+            let open = v1::SpmdJobOpen {
+                job: id,
+                size: columns.len() as u32,
+                rank_brokers: routes,
+            };
+            for name in &nodes {
+                if let Some(commands) = inner.nodes.get(name).and_then(|n| n.commands.as_ref()) {
+                    let _ = commands.send(v1::AgentCommand {
+                        kind: Some(v1::agent_command::Kind::OpenJob(open.clone())),
+                    });
+                }
+            }
+            let (tx, rx) = oneshot::channel();
+            inner.spread.insert(
+                id,
+                SpreadRecord {
+                    state: SpreadJob::new(columns.len() as u32),
+                    unopened: nodes.clone(),
+                    nodes,
+                    opened: Some(tx),
+                },
+            );
+            (sockets, rx)
+        };
+        match tokio::time::timeout(OPEN_TIMEOUT, opened).await {
+            Ok(Ok(())) => Ok(sockets),
+            _ => {
+                self.close_spread(id, "");
+                Err(format!(
+                    "the node brokers did not open job {id} within {} s",
+                    OPEN_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// A node's broker opened a job.
+    pub fn node_opened(&self, node: &str, id: JobId) {
+        let mut inner = self.lock();
+        if let Some(record) = inner.spread.get_mut(&id) {
+            record.unopened.remove(node);
+            if record.unopened.is_empty()
+                && let Some(tx) = record.opened.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// A node's view of a spread job's traffic.
+    pub fn node_traffic(&self, node: &str, traffic: v1::SpmdTraffic) {
+        let verdict = {
+            let mut inner = self.lock();
+            let Some(record) = inner.spread.get_mut(&traffic.job) else {
+                return;
+            };
+            record.state.update(node, traffic_from_proto(&traffic))
+        };
+        self.apply_verdict(traffic.job, verdict);
+    }
+
+    /// A rank of a spread job returned.
+    pub fn spread_rank_done(&self, id: JobId, rank: u32) {
+        let verdict = {
+            let mut inner = self.lock();
+            let Some(record) = inner.spread.get_mut(&id) else {
+                return;
+            };
+            record.state.rank_done(rank)
+        };
+        self.apply_verdict(id, verdict);
+    }
+
+    /// The job ended: its node brokers drop it and abort ranks still waiting.
+    pub fn close_spread(&self, id: JobId, reason: &str) {
+        close_spread(&mut self.lock(), id, reason);
+    }
+
+    /// A second look at spread jobs suspected of deadlock: those with no news since are.
+    pub fn confirm_spread_deadlocks(&self) {
+        let confirmed: Vec<JobId> = {
+            let mut inner = self.lock();
+            inner
+                .spread
+                .iter_mut()
+                .filter_map(|(&id, r)| (r.state.confirm() == Verdict::Deadlocked).then_some(id))
+                .collect()
+        };
+        for id in confirmed {
+            self.set_deadlocked(id, true);
+        }
+    }
+
+    fn apply_verdict(&self, id: JobId, verdict: Verdict) {
+        match verdict {
+            Verdict::Deadlocked => self.set_deadlocked(id, true),
+            Verdict::Revived => self.set_deadlocked(id, false),
+            Verdict::Unchanged => {}
+        }
     }
 
     /// An agent's stream ended.
@@ -363,6 +520,7 @@ impl GangMaster {
         let mut inner = self.lock();
         if let Some(n) = inner.nodes.get_mut(node) {
             n.attached = false;
+            n.commands = None;
         }
     }
 
@@ -544,6 +702,8 @@ impl GangMaster {
                     clock_offset: n.report.clock_offset,
                     signal_failures: n.report.signal_failures,
                     attached: n.attached,
+                    broker_address: n.broker_address.clone(),
+                    network: n.report.network,
                 })
                 .collect(),
             skew_samples: skews.len() as u64,
@@ -561,6 +721,38 @@ impl GangMaster {
         inner.skews_us.clear();
         inner.install_skews_us.clear();
         inner.spreads.clear();
+    }
+}
+
+fn traffic_from_proto(traffic: &v1::SpmdTraffic) -> RankTraffic {
+    let pairs = |counts: &[v1::SpmdPairCount]| {
+        counts
+            .iter()
+            .map(|c| ((c.from, c.to), c.count))
+            .collect::<BTreeMap<_, _>>()
+    };
+    RankTraffic {
+        waiting: traffic.waiting.iter().map(|w| (w.rank, w.from)).collect(),
+        sent: pairs(&traffic.sent),
+        consumed: pairs(&traffic.consumed),
+    }
+}
+
+/// Tells the brokers of a spread job's nodes that it ended.
+fn close_spread(inner: &mut Inner, id: JobId, reason: &str) {
+    let Some(record) = inner.spread.remove(&id) else {
+        return;
+    };
+    let close = v1::SpmdJobClose {
+        job: id,
+        reason: reason.to_string(),
+    };
+    for name in &record.nodes {
+        if let Some(commands) = inner.nodes.get(name).and_then(|n| n.commands.as_ref()) {
+            let _ = commands.send(v1::AgentCommand {
+                kind: Some(v1::agent_command::Kind::CloseJob(close.clone())),
+            });
+        }
     }
 }
 

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod broker;
 pub mod clock;
 pub mod master;
+pub mod node_broker;
 pub mod service;
 pub mod wire;
 
@@ -18,7 +19,8 @@ use std::time::Duration;
 pub use broker::SpmdBroker;
 pub use master::{GangError, GangMaster, JobTicket};
 
-use crate::config::GangSettings;
+use crate::config::{BrokerPlacement, GangSettings};
+use node_broker::NodeBrokerOptions;
 
 /// Sends `signal` to a process; `false` if it could not be delivered (the process is gone).
 pub fn signal(pid: u32, signal: i32) -> bool {
@@ -106,7 +108,16 @@ pub fn spawn_agents(
             "ninf-gang-agent not found next to this program; running node agents as threads"
         );
     }
+    if !settings.spawn_agents {
+        tracing::info!("node agents are started elsewhere (spawn_agents = false)");
+        return agents;
+    }
     let sync = settings.sync();
+    let broker = (settings.broker == BrokerPlacement::Nodes).then_some(NodeBrokerOptions {
+        listen: settings.node_broker_listen,
+        advertise: None,
+        preempt: settings.network_preemption,
+    });
     for (k, columns) in settings.node_columns(processors).into_iter().enumerate() {
         let node = format!("node-{k}");
         let list = columns
@@ -152,6 +163,14 @@ pub fn spawn_agents(
             if !sync.compensate_rate {
                 command.arg("--no-rate-estimate");
             }
+            if let Some(broker) = &broker {
+                command
+                    .arg("--broker-listen")
+                    .arg(broker.listen.to_string());
+                if !broker.preempt {
+                    command.arg("--no-network-preemption");
+                }
+            }
             match command.spawn() {
                 Ok(child) => {
                     agents.processes.push(child);
@@ -175,6 +194,7 @@ pub fn spawn_agents(
             report_interval: Duration::from_secs(1),
             token: credentials.token.clone(),
             tls: credentials.tls.clone(),
+            broker: broker.clone(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -196,6 +216,7 @@ pub fn spawn_watchdog(master: Arc<GangMaster>) -> tokio::task::JoinHandle<()> {
         let mut ticker = tokio::time::interval(Duration::from_millis(100));
         loop {
             ticker.tick().await;
+            master.confirm_spread_deadlocks();
             master.kill_deadlocked();
         }
     })

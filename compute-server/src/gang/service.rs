@@ -43,26 +43,49 @@ impl v1::gang_control_server::GangControl for GangControlService {
         }
         let master = self.0.clone();
         let node = hello.node.clone();
-        master.attach_node(&node, hello.columns);
+        let mut commands = master.attach_node(hello);
         tracing::info!(node = %node, "node agent attached");
 
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<v1::AgentCommand, Status>>(4);
         let mut tables = master.tables();
         let forward = tokio::spawn(async move {
+            let table = |tables: &mut tokio::sync::watch::Receiver<Arc<v1::TimeTableMessage>>| {
+                v1::AgentCommand {
+                    kind: Some(v1::agent_command::Kind::Table(
+                        (**tables.borrow_and_update()).clone(),
+                    )),
+                }
+            };
+            if tx.send(Ok(table(&mut tables))).await.is_err() {
+                return;
+            }
             loop {
-                let table = (**tables.borrow_and_update()).clone();
-                let command = v1::AgentCommand {
-                    kind: Some(v1::agent_command::Kind::Table(table)),
+                let command = tokio::select! {
+                    changed = tables.changed() => match changed {
+                        Ok(()) => table(&mut tables),
+                        Err(_) => break,
+                    },
+                    command = commands.recv() => match command {
+                        Some(command) => command,
+                        None => break,
+                    },
                 };
-                if tx.send(Ok(command)).await.is_err() || tables.changed().await.is_err() {
+                if tx.send(Ok(command)).await.is_err() {
                     break;
                 }
             }
         });
         tokio::spawn(async move {
             while let Ok(Some(message)) = inbound.message().await {
-                if let Some(v1::agent_message::Kind::Report(report)) = message.kind {
-                    master.node_report(&node, report);
+                match message.kind {
+                    Some(v1::agent_message::Kind::Report(report)) => {
+                        master.node_report(&node, report)
+                    }
+                    Some(v1::agent_message::Kind::Opened(job)) => master.node_opened(&node, job),
+                    Some(v1::agent_message::Kind::Traffic(traffic)) => {
+                        master.node_traffic(&node, traffic)
+                    }
+                    _ => {}
                 }
             }
             forward.abort();
