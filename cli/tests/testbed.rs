@@ -283,3 +283,69 @@ fn latency_delays_every_round_trip_by_the_profiles_amount_and_the_forwarder_goes
             .is_empty()
     );
 }
+
+/// The gang benchmark with its nodes in namespaces of their own: two communicating jobs
+/// time-share two nodes whose agents keep clocks 300 and 600 ms ahead, ranks' messages cross
+/// the router between the nodes' brokers, every message arrives checked, and with network
+/// preemption no byte reaches a job outside its slots; without it, the same run counts some.
+#[test]
+fn gang_jobs_across_namespaced_nodes_talk_through_the_router_only_in_their_slots() {
+    if !is_root() {
+        eprintln!("not root: the testbed cannot be built here");
+        return;
+    }
+    let run = |preempt: bool| {
+        let mut command = Command::new(ninf());
+        command.args([
+            "gang-bench",
+            "--namespaces",
+            "--workload",
+            "exchange",
+            "--quantum-ms",
+            "20",
+            "--job-seconds",
+            "0.5",
+            "--message-bytes",
+            "32768",
+            "--clock-offset-ms",
+            "300",
+            "--json",
+        ]);
+        if !preempt {
+            command.arg("--no-network-preemption");
+        }
+        let output = command.output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let result = run(true);
+    assert_eq!(result["namespaces"], true);
+    assert_eq!(result["broker"], "nodes");
+    let rounds = result["rounds"].as_u64().unwrap();
+    // Two jobs, once in a batch and once time-shared, two ranks each checking every round.
+    assert_eq!(
+        result["messages_checked"].as_u64().unwrap(),
+        2 * 2 * 2 * rounds
+    );
+    let network = &result["network"];
+    assert_eq!(network["preempts"], true);
+    assert_eq!(network["bytes_outside_slot"], 0, "{network}");
+    let bytes = network["bytes"].as_u64().unwrap();
+    assert!(bytes >= 8 * rounds * 32768, "{network}");
+    assert!(
+        result["routed_bytes"].as_u64().unwrap() >= bytes,
+        "the messages crossed the router: {result}"
+    );
+    assert!(result["switches"].as_u64().unwrap() > 0);
+    // The same run without preemption still checks every message (the gate only counts).
+    let unpreempted = run(false);
+    assert_eq!(unpreempted["network"]["preempts"], false);
+    assert_eq!(
+        unpreempted["messages_checked"].as_u64().unwrap(),
+        2 * 2 * 2 * unpreempted["rounds"].as_u64().unwrap()
+    );
+}

@@ -296,6 +296,7 @@ async fn ranks_on_two_nodes_exchange_through_node_brokers_only_in_their_slots() 
                     Arg::Integer(2),
                     Arg::Integer(rounds),
                     Arg::Integer(4096),
+                    Arg::Integer(10_000),
                     Arg::from(&mut checked),
                 ],
             )
@@ -366,6 +367,7 @@ async fn a_deadlock_across_two_nodes_is_seen_from_the_brokers_reports() {
                 Arg::Integer(2),
                 Arg::Integer(50),
                 Arg::Integer(64),
+                Arg::Integer(0),
                 Arg::from(&mut checked),
             ],
         )

@@ -15,11 +15,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ninf::{Arg, NinfClient};
+pub use ninf_compute_server::config::BrokerPlacement;
 use ninf_compute_server::config::{GangSettings, ModuleConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
+use ninf_grid::processes::Started;
 use ninf_proto::v1;
 use ninf_sim::random::Random;
 use serde::Serialize;
+
+use crate::gang_nodes::{AgentSpec, NodeBed};
 
 /// A compute server serving `selftest` inside this process (its executables and agents are
 /// processes), for benchmarks.
@@ -27,6 +31,8 @@ pub struct BenchServer {
     pub address: String,
     pub state: Arc<ServerState>,
     running: ninf_compute_server::Running,
+    /// Node agents started outside the server (in the node testbed's namespaces).
+    agents: Vec<Started>,
 }
 
 impl BenchServer {
@@ -34,6 +40,48 @@ impl BenchServer {
         processors: u32,
         gang: GangSettings,
         data_dir: &Path,
+    ) -> anyhow::Result<BenchServer> {
+        let server = BenchServer::bind(processors, gang, data_dir, "127.0.0.1:0").await?;
+        server.wait_for_agents().await?;
+        Ok(server)
+    }
+
+    /// A server whose node agents run in the node testbed, one per node, each with its
+    /// clock `offset_ms` × (k + 1) ahead of the machine's.
+    pub async fn start_on_nodes(
+        processors: u32,
+        gang: GangSettings,
+        data_dir: &Path,
+        bed: &NodeBed,
+        offset_ms: f64,
+    ) -> anyhow::Result<BenchServer> {
+        let preempt = gang.network_preemption;
+        let columns = gang.node_columns(processors);
+        let listen = format!("{}:0", bed.server_host());
+        let mut server = BenchServer::bind(processors, gang, data_dir, &listen).await?;
+        let program = std::env::current_exe()?
+            .parent()
+            .context("the program has no folder")?
+            .join("ninf-gang-agent");
+        for (k, columns) in columns.iter().enumerate() {
+            server.agents.push(bed.start_agent(&AgentSpec {
+                program: &program,
+                node: k,
+                columns,
+                server: &server.address,
+                offset_ms: offset_ms * (k as f64 + 1.0),
+                preempt,
+            })?);
+        }
+        server.wait_for_agents().await?;
+        Ok(server)
+    }
+
+    async fn bind(
+        processors: u32,
+        gang: GangSettings,
+        data_dir: &Path,
+        listen: &str,
     ) -> anyhow::Result<BenchServer> {
         let exe = std::env::current_exe()?;
         let bin = exe.parent().context("the program has no folder")?;
@@ -48,20 +96,19 @@ impl BenchServer {
                 idl,
             }],
             gang,
-            listen: "127.0.0.1:0".into(),
+            listen: listen.into(),
             ..ServerConfig::default()
         };
         let info = v1::ServerInfo::default();
         let running = ninf_compute_server::bind(&config, info)
             .await
             .context("starting the benchmark server")?;
-        let server = BenchServer {
+        Ok(BenchServer {
             address: running.address.clone(),
             state: running.state.clone(),
             running,
-        };
-        server.wait_for_agents().await?;
-        Ok(server)
+            agents: Vec::new(),
+        })
     }
 
     /// Waits until every node agent has attached and applied a table.
@@ -84,6 +131,12 @@ impl BenchServer {
     }
 
     pub async fn stop(self) {
+        // Agents first, gently: each continues the processes it holds stopped.
+        for agent in &self.agents {
+            ninf_compute_server::gang::signal(agent.0.id(), libc::SIGTERM);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(self.agents);
         if let Err(e) = self.running.stop().await {
             tracing::error!(error = %e, "benchmark server stopped");
         }
@@ -104,6 +157,23 @@ pub struct OverheadOptions {
     /// Batch and gang runs alternate this many times; times are medians.
     pub trials: usize,
     pub data_dir: PathBuf,
+    pub workload: Workload,
+    /// Where the ranks' messages go: the server's broker or the nodes' brokers.
+    pub broker: BrokerPlacement,
+    pub network_preemption: bool,
+    /// Node k's agent clock is (k + 1) × this ahead of the machine's.
+    pub clock_offset_ms: f64,
+}
+
+/// What each job does.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Workload {
+    /// CPU only (`pspin`): every rank burns its share, then all meet at a barrier.
+    Spin,
+    /// Communicating (`pexchange`): rounds of computing, then sending `bytes` to the next
+    /// rank and receiving from the previous, every message checked.
+    Exchange { bytes: u32, rounds_per_second: f64 },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -141,6 +211,107 @@ pub struct OverheadResult {
     /// Continues caused by a table arriving mid-slot, not by a boundary.
     pub install_skew_samples: u64,
     pub install_skew_p99_us: f64,
+    pub workload: Workload,
+    pub broker: String,
+    /// Whether the nodes ran in the node testbed's namespaces (else on loopback).
+    pub namespaces: bool,
+    pub clock_offset_ms: f64,
+    /// Rounds of each `pexchange` job, and the messages its ranks checked in all runs.
+    pub rounds: u64,
+    pub messages_checked: u64,
+    /// What the node brokers handed to ranks during the timed runs (zero with the server's
+    /// broker).
+    pub network: NetworkFigures,
+    /// With --namespaces: bytes the router carried into the nodes' sites during the timed
+    /// runs (the messages between nodes, plus the agents' gRPC with the server).
+    pub routed_bytes: u64,
+}
+
+/// The node brokers' ledgers, summed over nodes, over the timed runs.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct NetworkFigures {
+    pub preempts: bool,
+    pub messages: u64,
+    pub bytes: u64,
+    pub messages_outside_slot: u64,
+    pub bytes_outside_slot: u64,
+    pub messages_held: u64,
+    pub most_held: u64,
+}
+
+fn network(status: &v1::GangStatus) -> NetworkFigures {
+    status
+        .nodes
+        .iter()
+        .filter_map(|n| n.network)
+        .fold(NetworkFigures::default(), |sum, l| NetworkFigures {
+            preempts: sum.preempts || l.preempts,
+            messages: sum.messages + l.messages,
+            bytes: sum.bytes + l.bytes,
+            messages_outside_slot: sum.messages_outside_slot + l.messages_outside_slot,
+            bytes_outside_slot: sum.bytes_outside_slot + l.bytes_outside_slot,
+            messages_held: sum.messages_held + l.messages_held,
+            most_held: sum.most_held.max(l.most_held),
+        })
+}
+
+impl NetworkFigures {
+    fn since(self, before: NetworkFigures) -> NetworkFigures {
+        NetworkFigures {
+            preempts: self.preempts,
+            messages: self.messages.saturating_sub(before.messages),
+            bytes: self.bytes.saturating_sub(before.bytes),
+            messages_outside_slot: self
+                .messages_outside_slot
+                .saturating_sub(before.messages_outside_slot),
+            bytes_outside_slot: self
+                .bytes_outside_slot
+                .saturating_sub(before.bytes_outside_slot),
+            messages_held: self.messages_held.saturating_sub(before.messages_held),
+            most_held: self.most_held,
+        }
+    }
+}
+
+/// One job of the benchmark: its routine, its arguments, and the messages it checks.
+#[derive(Debug, Clone, Copy)]
+struct JobSpec {
+    processors: u32,
+    work: i64,
+    exchange: Option<(u32, i32)>,
+}
+
+impl JobSpec {
+    /// Runs the job; returns its time and the messages its ranks checked.
+    async fn run(self, client: &NinfClient) -> anyhow::Result<(f64, u64)> {
+        let Some((bytes, rounds)) = self.exchange else {
+            return Ok((spin(client, self.processors, self.work).await?, 0));
+        };
+        let start = Instant::now();
+        let mut checked = vec![0i32; 1];
+        let per_round = self.work / i64::from(rounds.max(1));
+        client
+            .call(
+                "pexchange",
+                &mut [
+                    Arg::Integer(i64::from(self.processors)),
+                    Arg::Integer(i64::from(rounds)),
+                    Arg::Integer(i64::from(bytes)),
+                    Arg::Integer(per_round),
+                    Arg::from(&mut checked),
+                ],
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("pexchange: {e}"))?;
+        let expected = i64::from(self.processors) * i64::from(rounds);
+        if i64::from(checked[0]) != expected {
+            anyhow::bail!(
+                "pexchange: the ranks checked {} messages, expected {expected}",
+                checked[0]
+            );
+        }
+        Ok((start.elapsed().as_secs_f64(), expected as u64))
+    }
 }
 
 fn counters(status: &v1::GangStatus) -> (u64, u64, u64) {
@@ -161,19 +332,43 @@ async fn spin(client: &NinfClient, processors: u32, work: i64) -> anyhow::Result
     Ok(start.elapsed().as_secs_f64())
 }
 
-pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult> {
+/// Runs the overhead benchmark; with `bed`, the server's nodes are the node testbed's
+/// namespaces (call it from [`NodeBed::in_server_namespace`]).
+pub async fn overhead(
+    options: OverheadOptions,
+    bed: Option<Arc<NodeBed>>,
+) -> anyhow::Result<OverheadResult> {
     let processors = options
         .processors
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()) as u32);
-    let nodes = options.nodes.unwrap_or(processors as usize).max(1);
+    let nodes = bed
+        .as_ref()
+        .map_or(options.nodes.unwrap_or(processors as usize), |b| b.nodes)
+        .max(1);
     let jobs = options.jobs.max(1);
     let gang = GangSettings {
         quantum_ms: options.quantum_ms,
         max_rows: jobs,
         nodes,
+        broker: options.broker,
+        network_preemption: options.network_preemption,
+        agent_clock_offset_ms: options.clock_offset_ms,
+        spawn_agents: bed.is_none(),
         ..GangSettings::default()
     };
-    let server = BenchServer::start(processors, gang, &options.data_dir).await?;
+    let server = match &bed {
+        Some(bed) => {
+            BenchServer::start_on_nodes(
+                processors,
+                gang,
+                &options.data_dir,
+                bed,
+                options.clock_offset_ms,
+            )
+            .await?
+        }
+        None => BenchServer::start(processors, gang, &options.data_dir).await?,
+    };
     let client = NinfClient::connect(&server.address).await?;
     let started = Instant::now();
 
@@ -182,29 +377,50 @@ pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult
     let probe = 50_000_000;
     let took = spin(&client, processors, probe).await?;
     let work = ((probe as f64) * options.job_seconds / took.max(1e-3)).max(1000.0) as i64;
+    let exchange = match options.workload {
+        Workload::Spin => None,
+        Workload::Exchange {
+            bytes,
+            rounds_per_second,
+        } => Some((
+            bytes.max(16),
+            (options.job_seconds * rounds_per_second).clamp(1.0, 1e8) as i32,
+        )),
+    };
+    let job = JobSpec {
+        processors,
+        work,
+        exchange,
+    };
 
     let before = server.state.gang.status();
     server.state.gang.reset_skews();
     let (switches0, tables0, checks0) = counters(&before);
+    let network0 = network(&before);
+    let routed0 = match &bed {
+        Some(bed) => bed.bytes_into_nodes()?,
+        None => 0,
+    };
     let trials = options.trials.max(1);
     let (mut batches, mut gangs, mut means, mut maxima) = (vec![], vec![], vec![], vec![]);
+    let mut checked = 0;
     for _ in 0..trials {
         let batch_start = Instant::now();
         for _ in 0..jobs {
-            spin(&client, processors, work).await?;
+            checked += job.run(&client).await?.1;
         }
         let t_batch = batch_start.elapsed().as_secs_f64();
         let gang_start = Instant::now();
         let mut tasks = Vec::new();
         for _ in 0..jobs {
             let client = client.clone();
-            tasks.push(tokio::spawn(async move {
-                spin(&client, processors, work).await
-            }));
+            tasks.push(tokio::spawn(async move { job.run(&client).await }));
         }
         let mut job_times = Vec::new();
         for task in tasks {
-            job_times.push(task.await??);
+            let (time, messages) = task.await??;
+            job_times.push(time);
+            checked += messages;
         }
         let t_gang = gang_start.elapsed().as_secs_f64();
         let solo = t_batch / jobs as f64;
@@ -214,6 +430,10 @@ pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult
         maxima.push(job_times.iter().copied().fold(0.0, f64::max) / solo);
     }
     let (t_batch, t_gang) = (median(&batches), median(&gangs));
+    let routed = match &bed {
+        Some(bed) => bed.bytes_into_nodes()?.saturating_sub(routed0),
+        None => 0,
+    };
     // Let the agents' next reports (once a second) carry the last switches and skews.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let after = server.state.gang.status();
@@ -221,6 +441,14 @@ pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult
     let elapsed_hours = started.elapsed().as_secs_f64() / 3600.0;
     server.stop().await;
 
+    let network = network(&after).since(network0);
+    if network.preempts && network.bytes_outside_slot > 0 {
+        anyhow::bail!(
+            "network preemption failed: {} messages ({} bytes) were handed to a job outside its slots",
+            network.messages_outside_slot,
+            network.bytes_outside_slot
+        );
+    }
     let solo = t_batch / jobs as f64;
     let switches = switches1.saturating_sub(switches0);
     let table_messages = tables1.saturating_sub(tables0);
@@ -253,6 +481,14 @@ pub async fn overhead(options: OverheadOptions) -> anyhow::Result<OverheadResult
         skew_max_us: after.skew_max_us,
         install_skew_samples: after.install_skew_samples,
         install_skew_p99_us: after.install_skew_p99_us,
+        workload: options.workload,
+        broker: format!("{:?}", options.broker).to_lowercase(),
+        namespaces: bed.is_some(),
+        clock_offset_ms: options.clock_offset_ms,
+        rounds: exchange.map_or(0, |(_, rounds)| rounds as u64),
+        messages_checked: checked,
+        network,
+        routed_bytes: routed,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Measuring the grid: the wide-area testbed of network namespaces with shaped links
 //! ([`testbed`]) and its user-space latency ([`latency`]), seed 004's experiment on it
-//! ([`experiment`]), the gang scheduler's benchmarks ([`gang_bench`]), the metaserver's
+//! ([`experiment`]), the gang scheduler's benchmarks ([`gang_bench`]), on one host or on nodes in
+//! namespaces ([`gang_nodes`]), the metaserver's
 //! schedulers on random task graphs ([`dag_bench`]) and the simulator's front end
 //! ([`simulate`]).
 
@@ -8,6 +9,7 @@ pub mod bed_grid;
 pub mod dag_bench;
 pub mod experiment;
 pub mod gang_bench;
+pub mod gang_nodes;
 pub mod latency;
 pub mod partition;
 pub mod simulate;

@@ -581,6 +581,34 @@ impl Testbed {
         self.armed = false;
     }
 
+    /// Bytes the router has sent into `site` (everything addressed to it from other sites).
+    pub fn router_tx_bytes(&self, site: &str) -> anyhow::Result<u64> {
+        let device = self.veth(self.index(site), 'r');
+        let output = Command::new("ip")
+            .args([
+                "-n",
+                &self.router(),
+                "-s",
+                "-j",
+                "link",
+                "show",
+                "dev",
+                &device,
+            ])
+            .output()
+            .context("cannot run `ip`")?;
+        if !output.status.success() {
+            bail!(
+                "cannot read {device}'s counters: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        let links: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        links[0]["stats64"]["tx"]["bytes"]
+            .as_u64()
+            .with_context(|| format!("no byte counter for {device} in `ip -s -j` output"))
+    }
+
     /// A command running `program` inside `site`'s namespace.
     pub fn command(&self, site: &str, program: &std::path::Path) -> Command {
         let mut command = Command::new("ip");

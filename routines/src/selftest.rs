@@ -75,10 +75,17 @@ pub fn pdeadlock(p: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// A ring exchange that checks every message: round k's message from rank r carries k, r, a
-/// payload derived from both and an FNV-1a checksum of the rest. A message lost, duplicated,
-/// reordered or corrupted between two ranks fails the call with what was wrong.
-pub fn pexchange(p: i32, rounds: i32, bytes: i32, checked: &mut [i32]) -> Result<(), String> {
+/// A ring exchange that checks every message, each round after `work` iterations of
+/// [`spin`]: round k's message from rank r carries k, r, a payload derived from both and an
+/// FNV-1a checksum of the rest. A message lost, duplicated, reordered or corrupted between
+/// two ranks fails the call with what was wrong.
+pub fn pexchange(
+    p: i32,
+    rounds: i32,
+    bytes: i32,
+    work: i64,
+    checked: &mut [i32],
+) -> Result<(), String> {
     use ninf_executable::spmd;
     let (rank, size) = ranks(p)?;
     let rounds = u32::try_from(rounds).map_err(|_| format!("rounds = {rounds} is negative"))?;
@@ -89,6 +96,7 @@ pub fn pexchange(p: i32, rounds: i32, bytes: i32, checked: &mut [i32]) -> Result
     let (next, previous) = ((rank + 1) % size, (rank + size - 1) % size);
     let mut verified: i32 = 0;
     for round in 0..rounds {
+        spin(work)?;
         spmd::send(next, &exchange_message(rank, round, bytes)).map_err(|e| e.to_string())?;
         let message = spmd::recv(previous).map_err(|e| e.to_string())?;
         if message != exchange_message(previous, round, bytes) {
