@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 pub use ninf_sim::hetero::LoadBasis;
+pub use ninf_sim::workload::RunTimes;
 
 use anyhow::Context;
 use ninf_sim::swf;
@@ -71,6 +72,8 @@ pub struct SimOptions {
     pub migration_cost: f64,
     /// Hetero workloads: whether `loads` are loads of the fast pool or of both pools.
     pub load_basis: ninf_sim::hetero::LoadBasis,
+    /// The cenju3 workload: how run times are drawn.
+    pub run_times: RunTimes,
 }
 
 /// Means over the seeds of one (policy, load).
@@ -107,6 +110,11 @@ pub struct SimResult {
     /// Heterogeneous policies: the mean turnaround broken down as in seed 002's Fig. 8.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<HeteroSummary>,
+    /// The cenju3 workload: the run-time distribution and its coefficient of variation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_times: Option<RunTimes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_time_cv: Option<f64>,
 }
 
 /// Seed 002's breakdown of turnaround (means over jobs and seeds).
@@ -340,6 +348,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                         processors,
                         options.jobs.unwrap_or(500),
                         32.0,
+                        options.run_times,
                         load,
                         seed,
                     ),
@@ -381,6 +390,8 @@ pub fn run(workload: &Workload, options: &SimOptions) -> anyhow::Result<Vec<SimR
                 max_tqlb_mean: (!tqlbs.is_empty())
                     .then(|| tqlbs.iter().sum::<f64>() / tqlbs.len() as f64),
                 breakdown: summarise_hetero(&hetero_runs),
+                run_times: matches!(workload, Workload::Cenju3).then_some(options.run_times),
+                run_time_cv: matches!(workload, Workload::Cenju3).then(|| options.run_times.cv()),
             });
         }
     }

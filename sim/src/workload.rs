@@ -18,11 +18,97 @@ pub struct Job {
     pub requested: f64,
 }
 
+/// How seed 001's run times are drawn. The paper gives only their mean (32 s, over 500 jobs
+/// of three real programs), so the distribution is a choice; these span its variability by
+/// the coefficient of variation (CV), all with the same mean and independent of the demand.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunTimes {
+    /// Exponential: CV 1.
+    Exponential,
+    /// Every job takes the mean: CV 0.
+    Fixed,
+    /// Erlang with k phases: CV 1/√k.
+    Erlang(u32),
+    /// Two-phase hyperexponential with balanced means and this CV (above 1).
+    Hyper(f64),
+}
+
+impl RunTimes {
+    /// One run time of mean `mean`.
+    pub fn draw(self, random: &mut Random, mean: f64) -> f64 {
+        match self {
+            RunTimes::Exponential => random.exponential(mean),
+            RunTimes::Fixed => mean,
+            RunTimes::Erlang(k) => {
+                let k = k.max(1);
+                (0..k)
+                    .map(|_| random.exponential(mean / f64::from(k)))
+                    .sum()
+            }
+            RunTimes::Hyper(cv) => {
+                let c2 = (cv * cv).max(1.0);
+                let p = 0.5 * (1.0 + ((c2 - 1.0) / (c2 + 1.0)).sqrt());
+                if random.uniform() < p {
+                    random.exponential(mean / (2.0 * p))
+                } else {
+                    random.exponential(mean / (2.0 * (1.0 - p)))
+                }
+            }
+        }
+    }
+
+    /// The coefficient of variation the distribution has.
+    pub fn cv(self) -> f64 {
+        match self {
+            RunTimes::Exponential => 1.0,
+            RunTimes::Fixed => 0.0,
+            RunTimes::Erlang(k) => 1.0 / f64::from(k.max(1)).sqrt(),
+            RunTimes::Hyper(cv) => cv.max(1.0),
+        }
+    }
+}
+
+impl std::str::FromStr for RunTimes {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RunTimes, String> {
+        let bad = || {
+            format!(
+                "unknown run-time distribution `{s}` (exponential, fixed, erlang:K with K ≥ 1, hyper:CV with CV > 1)"
+            )
+        };
+        match s.split_once(':') {
+            None if s == "exponential" => Ok(RunTimes::Exponential),
+            None if s == "fixed" => Ok(RunTimes::Fixed),
+            Some(("erlang", k)) => k
+                .parse()
+                .ok()
+                .filter(|&k| k >= 1)
+                .map(RunTimes::Erlang)
+                .ok_or_else(bad),
+            Some(("hyper", cv)) => cv
+                .parse()
+                .ok()
+                .filter(|cv: &f64| cv.is_finite() && *cv > 1.0)
+                .map(RunTimes::Hyper)
+                .ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+}
+
 /// Seed 001's workload (its evaluation on an 8-PE Cenju-3): `jobs` jobs, PE demand uniform
-/// over 1..=`processors`, run times exponential with mean `mean_run` seconds, Poisson arrivals
-/// at `load` by its equation (1): load = λ p̄ / (m μ), so the mean interarrival time is
-/// p̄ · mean_run / (m · load).
-pub fn seed001(processors: u32, jobs: usize, mean_run: f64, load: f64, seed: u64) -> Vec<Job> {
+/// over 1..=`processors`, run times of mean `mean_run` seconds drawn from `run_times`, Poisson
+/// arrivals at `load` by its equation (1): load = λ p̄ / (m μ), so the mean interarrival time
+/// is p̄ · mean_run / (m · load).
+pub fn seed001(
+    processors: u32,
+    jobs: usize,
+    mean_run: f64,
+    run_times: RunTimes,
+    load: f64,
+    seed: u64,
+) -> Vec<Job> {
     let mut random = Random::new(seed);
     let mean_demand = (1.0 + f64::from(processors)) / 2.0;
     let interarrival = mean_demand * mean_run / (f64::from(processors) * load.max(1e-6));
@@ -31,7 +117,7 @@ pub fn seed001(processors: u32, jobs: usize, mean_run: f64, load: f64, seed: u64
         .map(|i| {
             at += random.exponential(interarrival);
             let processors = random.integer(1, processors);
-            let run = random.exponential(mean_run);
+            let run = run_times.draw(&mut random, mean_run);
             Job {
                 id: i as u64 + 1,
                 submit: at,

@@ -233,8 +233,12 @@ fn swf_round_trips_and_names_bad_fields() {
 
 #[test]
 fn the_seed001_workload_has_the_papers_shape_and_is_reproducible() {
-    let jobs = ninf_sim::workload::seed001(8, 500, 32.0, 0.5, 7);
-    assert_eq!(jobs, ninf_sim::workload::seed001(8, 500, 32.0, 0.5, 7));
+    let exponential = ninf_sim::workload::RunTimes::Exponential;
+    let jobs = ninf_sim::workload::seed001(8, 500, 32.0, exponential, 0.5, 7);
+    assert_eq!(
+        jobs,
+        ninf_sim::workload::seed001(8, 500, 32.0, exponential, 0.5, 7)
+    );
     assert!(jobs.iter().all(|j| (1..=8).contains(&j.processors)));
     let mean_run = jobs.iter().map(|j| j.run).sum::<f64>() / 500.0;
     assert!((mean_run - 32.0).abs() < 5.0, "{mean_run}");
@@ -463,5 +467,31 @@ mod dqt {
             }
             prop_assert!(run.utilization <= 1.0 + 1e-9);
         }
+    }
+}
+
+#[test]
+fn seed001_run_times_keep_their_mean_and_have_the_variability_they_say() {
+    use ninf_sim::workload::RunTimes;
+    for text in ["fixed", "erlang:4", "exponential", "hyper:2", "hyper:4"] {
+        let run_times: RunTimes = text.parse().unwrap();
+        let jobs = ninf_sim::workload::seed001(8, 200_000, 32.0, run_times, 0.8, 11);
+        let runs: Vec<f64> = jobs.iter().map(|j| j.run).collect();
+        let n = runs.len() as f64;
+        let mean = runs.iter().sum::<f64>() / n;
+        let cv = (runs.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n).sqrt() / mean;
+        assert!(
+            (mean - 32.0).abs() < 0.02 * 32.0 + 0.3,
+            "{text}: mean {mean}"
+        );
+        assert!(
+            (cv - run_times.cv()).abs() < 0.05 * run_times.cv().max(1.0),
+            "{text}: CV {cv}, expected {}",
+            run_times.cv()
+        );
+    }
+    for bad in ["erlang:0", "hyper:0.5", "gamma", "hyper:x"] {
+        let error = bad.parse::<RunTimes>().unwrap_err();
+        assert!(error.contains(bad), "{error}");
     }
 }

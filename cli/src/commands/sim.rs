@@ -48,6 +48,10 @@ pub struct SimArgs {
     /// slow unit counted at its average share of a fast one's speed).
     #[arg(long, default_value = "fast")]
     pub load_basis: simulate::LoadBasis,
+    /// Workload `cenju3`: how run times (mean 32 s) are drawn: `exponential` (CV 1),
+    /// `fixed` (CV 0), `erlang:K` (CV 1/√K) or `hyper:CV` (CV above 1).
+    #[arg(long, default_value = "exponential")]
+    pub run_times: simulate::RunTimes,
     /// Policy `gang`: rows of the time table (multiprogramming level).
     #[arg(long, default_value_t = 4)]
     pub rows: usize,
@@ -70,6 +74,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         width,
         migration_cost,
         load_basis,
+        run_times,
         rows,
         json,
     } = args;
@@ -87,6 +92,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         width,
         migration_cost,
         load_basis,
+        run_times,
     };
     let results = simulate::run(&workload, &options)?;
     if let Some(dir) = plot {
