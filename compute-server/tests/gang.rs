@@ -243,6 +243,18 @@ async fn a_job_waiting_for_input_gives_its_slot_away_until_the_input_arrives() {
 async fn a_deadlocked_parallel_job_is_detected_and_killed_after_its_grace() {
     let server = TestServer::start(|c| c.gang.stop_grace_seconds = 0.2).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
+    a_pdeadlock_is_killed(&server, &client).await;
+    // The server goes on: parallel and sequential calls work.
+    client
+        .call("pspin", &mut [Arg::Integer(2), Arg::Integer(1000)])
+        .await
+        .unwrap();
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    server.stop().await;
+}
+
+/// Runs `pdeadlock` on two ranks: the call fails saying why, and the job is counted killed.
+async fn a_pdeadlock_is_killed(server: &TestServer, client: &NinfClient) {
     let error = client
         .call("pdeadlock", &mut [Arg::Integer(2)])
         .await
@@ -252,15 +264,8 @@ async fn a_deadlocked_parallel_job_is_detected_and_killed_after_its_grace() {
         error.contains("deadlock") && error.contains("all 2 ranks of `pdeadlock`"),
         "{error}"
     );
-    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    let s = wait_for(server, "an empty table", |s| s.jobs.is_empty()).await;
     assert_eq!(s.deadlocks_killed, 1);
-    // The server goes on: parallel and sequential calls work.
-    client
-        .call("pspin", &mut [Arg::Integer(2), Arg::Integer(1000)])
-        .await
-        .unwrap();
-    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
-    server.stop().await;
 }
 
 /// A server whose two processors are two nodes, each with its agent's broker: rank-to-rank
@@ -347,17 +352,7 @@ async fn a_deadlock_across_two_nodes_is_seen_from_the_brokers_reports() {
     })
     .await;
     let client = NinfClient::connect(&server.address).await.unwrap();
-    let error = client
-        .call("pdeadlock", &mut [Arg::Integer(2)])
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        error.contains("deadlock") && error.contains("all 2 ranks of `pdeadlock`"),
-        "{error}"
-    );
-    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
-    assert_eq!(s.deadlocks_killed, 1);
+    a_pdeadlock_is_killed(&server, &client).await;
     // A job that merely waits a while for a busy rank is not taken for deadlocked.
     let mut checked = vec![0i32; 1];
     client

@@ -172,16 +172,13 @@ impl RankFrames for SpmdBroker {
     fn send(&self, send: v1::SpmdSend) -> Kind {
         let revived = {
             let mut jobs = self.lock();
-            let Some(channels) = jobs.get_mut(&send.job) else {
-                return Kind::Abort(format!("job {} is not running on this server", send.job));
-            };
-            if send.to >= channels.size || send.from >= channels.size {
-                return Kind::Abort(format!(
-                    "no rank {} in a job of {} ranks",
-                    send.to.max(send.from),
-                    channels.size
-                ));
+            let size = jobs.get(&send.job).map(|c| c.size);
+            if let Some(refusal) = send_refusal(&send, size, "server") {
+                return refusal;
             }
+            let Some(channels) = jobs.get_mut(&send.job) else {
+                return Kind::Sent(false);
+            };
             match channels.waiting.get(&send.to) {
                 Some(w) if w.from == send.from => {
                     if let Some(w) = channels.waiting.remove(&send.to) {
@@ -206,20 +203,13 @@ impl RankFrames for SpmdBroker {
     fn recv(&self, recv: v1::SpmdRecv, outbox: &Outbox) {
         let deadlock = {
             let mut jobs = self.lock();
-            let Some(channels) = jobs.get_mut(&recv.job) else {
-                let _ = outbox.send(encode(Kind::Abort(format!(
-                    "job {} is not running on this server",
-                    recv.job
-                ))));
-                return;
-            };
-            if recv.from >= channels.size {
-                let _ = outbox.send(encode(Kind::Abort(format!(
-                    "rank {} does not exist: the job has {} ranks",
-                    recv.from, channels.size
-                ))));
+            let size = jobs.get(&recv.job).map(|c| c.size);
+            if refuse_recv(&recv, size, "server", outbox) {
                 return;
             }
+            let Some(channels) = jobs.get_mut(&recv.job) else {
+                return;
+            };
             let queued = channels
                 .queues
                 .get_mut(&(recv.from, recv.rank))
@@ -249,6 +239,43 @@ impl RankFrames for SpmdBroker {
             self.master.set_deadlocked(recv.job, true);
         }
     }
+}
+
+/// Why a send cannot be taken: its job is not open here (`size` is `None`) or a rank is out
+/// of range. `place` names where the broker is ("server", "node").
+pub(super) fn send_refusal(send: &v1::SpmdSend, size: Option<u32>, place: &str) -> Option<Kind> {
+    let Some(size) = size else {
+        return Some(Kind::Abort(format!(
+            "job {} is not running on this {place}",
+            send.job
+        )));
+    };
+    (send.to >= size || send.from >= size).then(|| {
+        Kind::Abort(format!(
+            "no rank {} in a job of {size} ranks",
+            send.to.max(send.from)
+        ))
+    })
+}
+
+/// Answers a receive that cannot be served (its job is not open here, or it waits for a rank
+/// that does not exist) with why; `true` if it did.
+pub(super) fn refuse_recv(
+    recv: &v1::SpmdRecv,
+    size: Option<u32>,
+    place: &str,
+    outbox: &Outbox,
+) -> bool {
+    let reason = match size {
+        None => format!("job {} is not running on this {place}", recv.job),
+        Some(size) if recv.from >= size => format!(
+            "rank {} does not exist: the job has {size} ranks",
+            recv.from
+        ),
+        Some(_) => return false,
+    };
+    let _ = outbox.send(encode(Kind::Abort(reason)));
+    true
 }
 
 /// Reads one frame (a 4-byte little-endian length and an `SpmdFrame`) from a rank or a peer

@@ -22,7 +22,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::{Notify, mpsc};
 
-use super::broker::{Outbox, RankFrames, deliver, encode, read_frame, serve_rank};
+use super::broker::{
+    Outbox, RankFrames, deliver, encode, read_frame, refuse_recv, send_refusal, serve_rank,
+};
 use super::clock::NodeTime;
 
 /// How often each job's changed traffic is reported to the server.
@@ -332,16 +334,13 @@ impl RankFrames for NodeBroker {
     fn send(&self, send: v1::SpmdSend) -> Kind {
         let route = {
             let mut state = self.lock();
-            let Some(job) = state.jobs.get_mut(&send.job) else {
-                return Kind::Abort(format!("job {} is not running on this node", send.job));
-            };
-            if send.to >= job.size || send.from >= job.size {
-                return Kind::Abort(format!(
-                    "no rank {} in a job of {} ranks",
-                    send.to.max(send.from),
-                    job.size
-                ));
+            let size = state.jobs.get(&send.job).map(|j| j.size);
+            if let Some(refusal) = send_refusal(&send, size, "node") {
+                return refusal;
             }
+            let Some(job) = state.jobs.get_mut(&send.job) else {
+                return Kind::Sent(false);
+            };
             job.traffic.count_sent(send.from, send.to);
             let route = job
                 .routes
@@ -363,20 +362,13 @@ impl RankFrames for NodeBroker {
 
     fn recv(&self, recv: v1::SpmdRecv, outbox: &Outbox) {
         let mut state = self.lock();
-        let Some(job) = state.jobs.get_mut(&recv.job) else {
-            let _ = outbox.send(encode(Kind::Abort(format!(
-                "job {} is not running on this node",
-                recv.job
-            ))));
-            return;
-        };
-        if recv.from >= job.size {
-            let _ = outbox.send(encode(Kind::Abort(format!(
-                "rank {} does not exist: the job has {} ranks",
-                recv.from, job.size
-            ))));
+        let size = state.jobs.get(&recv.job).map(|j| j.size);
+        if refuse_recv(&recv, size, "node", outbox) {
             return;
         }
+        let Some(job) = state.jobs.get_mut(&recv.job) else {
+            return;
+        };
         let queued = job
             .queues
             .get_mut(&(recv.from, recv.rank))
