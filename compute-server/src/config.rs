@@ -191,6 +191,22 @@ pub struct GangSettings {
     pub spawn_agents: bool,
     /// The address spawned agents' node brokers listen on for each other (port 0: any).
     pub node_broker_listen: std::net::SocketAddr,
+    /// The time table's shape: the Ousterhout matrix (`matrix`) or seed 000's Distributed
+    /// Queue Tree (`dqt`; the processors must be a power of `dqt_width`).
+    pub layout: TableLayout,
+    pub dqt_width: u32,
+    /// How the DQT places a job among partitions of its size: max, min, apa, ff or ff-apa.
+    pub dqt_allocation: String,
+    /// Fair-DQT: every job runs exactly once per round.
+    pub dqt_fair: bool,
+}
+
+/// The time table's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableLayout {
+    Matrix,
+    Dqt,
 }
 
 /// Where the brokers of parallel jobs run.
@@ -223,6 +239,10 @@ impl Default for GangSettings {
             network_preemption: true,
             spawn_agents: true,
             node_broker_listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            layout: TableLayout::Matrix,
+            dqt_width: 2,
+            dqt_allocation: "apa".into(),
+            dqt_fair: false,
         }
     }
 }
@@ -237,7 +257,33 @@ impl GangSettings {
             policy: self.policy,
             wait_limit: self.wait_limit_seconds,
             stop_grace: self.stop_grace_seconds.max(0.0),
+            layout: match self.layout {
+                TableLayout::Matrix => ninf_gang::Layout::Matrix,
+                TableLayout::Dqt => ninf_gang::Layout::Dqt {
+                    width: self.dqt_width,
+                    allocation: self
+                        .dqt_allocation
+                        .parse()
+                        .unwrap_or(ninf_gang::Allocation::Apa),
+                    fair: self.dqt_fair,
+                },
+            },
         }
+    }
+
+    /// Checks the DQT settings against the processors: a width of 2-64, a known allocation
+    /// policy, and processors that are a power of the width.
+    pub fn check(&self, processors: u32) -> Result<(), String> {
+        if self.layout == TableLayout::Matrix {
+            return Ok(());
+        }
+        let allocation: ninf_gang::Allocation = self
+            .dqt_allocation
+            .parse()
+            .map_err(|e| format!("gang.dqt_allocation: {e}"))?;
+        ninf_gang::DqtConfig::for_processors(processors, self.dqt_width, allocation, self.dqt_fair)
+            .map(|_| ())
+            .map_err(|e| format!("gang.layout = \"dqt\": {e}"))
     }
 
     pub fn sync(&self) -> ninf_gang::SyncConfig {
@@ -411,7 +457,7 @@ impl ServerConfig {
                 self.cpu_slowdown
             ));
         }
-        Ok(())
+        self.gang.check(self.processors() as u32)
     }
 
     /// Processors offered: the configured number or the machine's cores.
@@ -440,5 +486,57 @@ impl ServerConfig {
                 ninf_routines::idl::VECTOR,
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> ServerConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_gang_section_takes_node_brokers_and_the_dqt_layout_as_the_docs_write_them() {
+        let config = parse(
+            "processors = 4\n[gang]\nbroker = \"nodes\"\nnetwork_preemption = false\n\
+             spawn_agents = false\nnode_broker_listen = \"0.0.0.0:7300\"\nlayout = \"dqt\"\n\
+             dqt_allocation = \"ff-apa\"\ndqt_fair = true\n",
+        );
+        assert_eq!(config.gang.broker, BrokerPlacement::Nodes);
+        assert!(!config.gang.network_preemption && !config.gang.spawn_agents);
+        assert_eq!(config.gang.node_broker_listen.port(), 7300);
+        assert_eq!(config.check(), Ok(()));
+        assert_eq!(
+            config.gang.core(4).layout,
+            ninf_gang::Layout::Dqt {
+                width: 2,
+                allocation: ninf_gang::Allocation::FirstFitApa,
+                fair: true
+            }
+        );
+        let defaults = parse("");
+        assert_eq!(defaults.gang.broker, BrokerPlacement::Server);
+        assert_eq!(defaults.gang.core(3).layout, ninf_gang::Layout::Matrix);
+    }
+
+    #[test]
+    fn a_dqt_on_processors_that_are_no_power_of_its_width_is_refused_by_name() {
+        let config = parse("processors = 3\n[gang]\nlayout = \"dqt\"\n");
+        assert_eq!(
+            config.check(),
+            Err(
+                "gang.layout = \"dqt\": 3 processors are not a power of 2; a DQT needs width^height"
+                    .to_string()
+            )
+        );
+        let config = parse("processors = 4\n[gang]\nlayout = \"dqt\"\ndqt_allocation = \"best\"\n");
+        let error = config.check().unwrap_err();
+        assert!(
+            error.starts_with("gang.dqt_allocation: unknown DQT allocation policy `best`"),
+            "{error}"
+        );
     }
 }

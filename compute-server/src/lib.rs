@@ -53,6 +53,7 @@ pub struct Running {
 /// it, starts the state with `info`'s figures (its processors and bulk address are filled
 /// in), serves, and keeps it registered with `config.metaserver` when one is given.
 pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running, StartError> {
+    config.check().map_err(StartError::Config)?;
     let listener = ninf_proto::net::listen(&config.listen).await?;
     let bound = listener.local_addr().map_err(StartError::Io)?;
     let advertise = config

@@ -144,6 +144,8 @@ pub enum StartError {
     Listen(#[from] ninf_proto::net::NetError),
     #[error("{0}")]
     Io(std::io::Error),
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 impl ServerState {

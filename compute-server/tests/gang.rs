@@ -373,6 +373,81 @@ async fn a_deadlock_across_two_nodes_is_seen_from_the_brokers_reports() {
     server.stop().await;
 }
 
+/// The time table laid out by seed 000's Distributed Queue Tree: a job of both processors
+/// (the root's partition) and two of one each (the leaves') take turns, the two small ones
+/// side by side, by the tree's rounds; every call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_distributed_queue_tree_lays_out_the_live_table() {
+    let server = TestServer::start(|c| {
+        c.gang.quantum_ms = 50.0;
+        c.gang.layout = ninf_compute_server::config::TableLayout::Dqt;
+        c.gang.dqt_allocation = "apa".into();
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let wide = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .call("pspin", &mut [Arg::Integer(2), Arg::Integer(LONG_WORK)])
+                .await
+        }
+    });
+    let narrow: Vec<_> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call("spin", &mut [Arg::Integer(LONG_WORK)]).await })
+        })
+        .collect();
+    let s = wait_for(&server, "three jobs with their processes", |s| {
+        s.jobs.len() == 3 && s.jobs.iter().all(|j| !j.processes.is_empty())
+    })
+    .await;
+    assert_eq!(s.table_layout, "dqt-apa");
+    assert_eq!(s.layout.len(), 3, "one line per job: {:?}", s.layout);
+    let wide_pids = jobs_of(&s, "pspin")[0].processes.clone();
+    let narrow_pids: Vec<u32> = jobs_of(&s, "spin")
+        .iter()
+        .flat_map(|j| j.processes.clone())
+        .collect();
+    let columns: Vec<Vec<u32>> = jobs_of(&s, "spin")
+        .iter()
+        .map(|j| j.columns.clone())
+        .collect();
+    assert_eq!(columns.len(), 2);
+    assert_ne!(
+        columns[0], columns[1],
+        "the leaves' partitions: {columns:?}"
+    );
+    let mut wide_only = 0;
+    let mut narrow_only = 0;
+    for _ in 0..400 {
+        let stopped = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('T'));
+        let running = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('R'));
+        if running(&wide_pids) && stopped(&narrow_pids) {
+            wide_only += 1;
+        }
+        if running(&narrow_pids) && stopped(&wide_pids) {
+            narrow_only += 1;
+        }
+        if wide_only > 3 && narrow_only > 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    assert!(
+        wide_only > 3 && narrow_only > 3,
+        "the root's job and the leaves' pair take turns: {wide_only} and {narrow_only} samples"
+    );
+    wide.await.unwrap().unwrap();
+    for call in narrow {
+        call.await.unwrap().unwrap();
+    }
+    let s = wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    assert_eq!(s.finished, 3);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_job_mid_slot_frees_its_columns() {
     let server = TestServer::start(|c| c.gang.quantum_ms = 50.0).await;

@@ -151,7 +151,7 @@ enum Phase {
     Done,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Node {
     /// Jobs of this partition's size, in round-robin order (the next to run first).
     queue: VecDeque<JobId>,
@@ -170,8 +170,11 @@ pub struct SlotRun {
     pub size: u32,
 }
 
+/// A slot as the tree decides it: the state before it, and what runs.
+pub type TreeSlot = (QueueTree, Vec<SlotRun>);
+
 /// The tree and the front.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueTree {
     config: DqtConfig,
     nodes: Vec<Node>,
@@ -390,6 +393,28 @@ impl QueueTree {
             up = (n > 0).then(|| (n - 1) / self.width());
         }
         true
+    }
+
+    /// The slots the tree runs from its present state on: the ones before its pattern starts
+    /// repeating, then the repeating pattern, found by stepping a copy until a state recurs
+    /// (at most `limit` slots; a longer run is cut there and taken as the pattern). For each
+    /// slot, the state that decides it and what runs.
+    pub fn cycle(&self, limit: usize) -> (Vec<TreeSlot>, Vec<TreeSlot>) {
+        let mut states = vec![self.clone()];
+        let mut runs = Vec::new();
+        while states.len() <= limit.max(1) {
+            let Some(mut next) = states.last().cloned() else {
+                break;
+            };
+            runs.push(next.slot());
+            if let Some(start) = states.iter().position(|s| *s == next) {
+                let pattern: Vec<TreeSlot> =
+                    states.drain(start..).zip(runs.drain(start..)).collect();
+                return (states.into_iter().zip(runs).collect(), pattern);
+            }
+            states.push(next);
+        }
+        (Vec::new(), states.into_iter().zip(runs).collect())
     }
 
     /// Decides the next slot: which jobs run, each on its node's partition. The front moves

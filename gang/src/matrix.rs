@@ -196,6 +196,38 @@ impl GangMatrix {
         Ok(self.jobs.get(&job))
     }
 
+    /// Places a job on given columns of a row of its own (the DQT layout, whose slots do not
+    /// come from rows), whatever the multiprogramming level.
+    pub fn place_alone(&mut self, job: JobId, columns: Vec<u32>) -> Result<(), MatrixError> {
+        if self.jobs.contains_key(&job) {
+            return Err(MatrixError::Duplicate(job));
+        }
+        if columns.is_empty() {
+            return Err(MatrixError::NoProcessors { job });
+        }
+        if let Some(&bad) = columns.iter().find(|&&c| c >= self.columns) {
+            return Err(MatrixError::TooLarge {
+                job,
+                processors: bad + 1,
+                columns: self.columns,
+            });
+        }
+        let mut row = vec![None; self.columns as usize];
+        for &c in &columns {
+            row[c as usize] = Some(job);
+        }
+        self.rows.push(row);
+        self.jobs.insert(
+            job,
+            Placement {
+                row: self.rows.len() - 1,
+                columns,
+                state: JobState::Runnable,
+            },
+        );
+        Ok(())
+    }
+
     /// Takes a job out (it ended or was killed). Rows left empty are removed; the rows after
     /// them move up, and so do their jobs.
     pub fn remove(&mut self, job: JobId) -> Option<Placement> {

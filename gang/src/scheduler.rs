@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::admission::{AdmissionQueue, Policy, QueuedJob};
 use crate::clock::Clock;
+use crate::dqt::{Allocation, DqtConfig, QueueTree};
 use crate::matrix::{GangMatrix, JobId, JobState, MatrixError};
 use crate::table::{TableJob, TableSlot, TimeTable};
 
@@ -26,6 +27,25 @@ pub struct GangConfig {
     pub wait_limit: f64,
     /// A stopped (deadlocked) job is reported at once and killed after this many seconds.
     pub stop_grace: f64,
+    /// How jobs share the processors over time.
+    pub layout: Layout,
+}
+
+/// The shape of the time table.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Layout {
+    /// The Ousterhout matrix: rows of slots, up to `max_rows`, with admission (seed 001).
+    Matrix,
+    /// Seed 000's Distributed Queue Tree: every job joins the queue of a partition of its size
+    /// (rounded up to a power of `width`), chosen by `allocation`; the slots follow the tree's
+    /// front. No admission queue: every job is placed at once. `processors` must be a power of
+    /// `width` (else the matrix is used).
+    Dqt {
+        width: u32,
+        allocation: Allocation,
+        fair: bool,
+    },
 }
 
 impl GangConfig {
@@ -37,8 +57,27 @@ impl GangConfig {
             policy: Policy::Fpfs,
             wait_limit: 600.0,
             stop_grace: 10.0,
+            layout: Layout::Matrix,
         }
     }
+}
+
+/// Slots of a DQT's pattern looked at when a table is issued, at most.
+const DQT_CYCLE_LIMIT: usize = 4096;
+
+/// The Distributed Queue Tree behind a `Layout::Dqt` table.
+struct DqtLayout {
+    /// The tree as it stands after deciding the slot in progress (between tables: after the
+    /// last decision the issued table was computed from).
+    tree: QueueTree,
+    /// For each slot of the issued table's prefix, then of its cycle, the tree's state once
+    /// it has decided that slot.
+    after_states: Vec<QueueTree>,
+    prefix_len: usize,
+    /// The issued table's slot in progress when the first event since arrived: its start
+    /// and its jobs. It runs on to its end, as the tree decided it; events count from the
+    /// next slot, as in the simulator.
+    in_progress: Option<(f64, Vec<JobId>)>,
 }
 
 /// What to do to processes at a slot boundary.
@@ -82,12 +121,37 @@ pub struct GangScheduler<C: Clock> {
     /// The slot of the issued table in progress when the first event since then arrived:
     /// its row's own jobs and its start time.
     in_progress: Option<(Vec<JobId>, f64)>,
+    /// With `Layout::Dqt`: the tree (the matrix then only records each job's columns and
+    /// state, one row per job).
+    dqt: Option<DqtLayout>,
 }
 
 impl<C: Clock> GangScheduler<C> {
     pub fn new(config: GangConfig, clock: C) -> GangScheduler<C> {
+        let dqt = match config.layout {
+            Layout::Matrix => None,
+            Layout::Dqt {
+                width,
+                allocation,
+                fair,
+            } => DqtConfig::for_processors(config.processors, width, allocation, fair)
+                .and_then(QueueTree::new)
+                .ok()
+                .map(|tree| DqtLayout {
+                    tree,
+                    after_states: Vec::new(),
+                    prefix_len: 0,
+                    in_progress: None,
+                }),
+        };
+        let max_rows = if dqt.is_some() {
+            usize::MAX
+        } else {
+            config.max_rows
+        };
         GangScheduler {
-            matrix: GangMatrix::new(config.processors, config.max_rows),
+            dqt,
+            matrix: GangMatrix::new(config.processors, max_rows),
             queue: AdmissionQueue::new(config.policy, config.wait_limit),
             clock,
             config,
@@ -134,6 +198,13 @@ impl<C: Clock> GangScheduler<C> {
             return Err(MatrixError::Duplicate(id));
         }
         let now = self.clock.now();
+        if let Some(dqt) = &mut self.dqt {
+            return place_in_tree(dqt, &mut self.matrix, id, processors).map(|()| {
+                self.dirty = true;
+                self.counters.admitted += 1;
+                vec![id]
+            });
+        }
         self.queue.push(
             QueuedJob {
                 id,
@@ -163,6 +234,9 @@ impl<C: Clock> GangScheduler<C> {
     /// the table in its place.
     pub fn finish(&mut self, id: JobId) -> Vec<JobId> {
         self.follow_issued_table();
+        if let Some(dqt) = &mut self.dqt {
+            dqt.tree.remove(id);
+        }
         if self.matrix.remove(id).is_some() {
             self.running.remove(&id);
             self.counters.finished += 1;
@@ -200,6 +274,25 @@ impl<C: Clock> GangScheduler<C> {
         if self.dirty {
             return;
         }
+        if let (Some(dqt), Some(table)) = (&mut self.dqt, &self.issued) {
+            let number = table.slot_number(self.clock.now());
+            let (before, len) = (
+                dqt.prefix_len as u64,
+                (dqt.after_states.len() - dqt.prefix_len) as u64,
+            );
+            let k = match number {
+                n if n < before => Some(n),
+                n if len > 0 => Some(before + (n - before) % len),
+                _ => None,
+            };
+            if let Some(state) = k.and_then(|k| dqt.after_states.get(k as usize)) {
+                dqt.tree = state.clone();
+                dqt.in_progress = table
+                    .slot(number)
+                    .map(|slot| (table.slot_start(number), slot.running.clone()));
+            }
+            return;
+        }
         if let Some(table) = &self.issued {
             let number = table.slot_number(self.clock.now());
             let row = table.slot(number).map(|s| s.row);
@@ -233,6 +326,9 @@ impl<C: Clock> GangScheduler<C> {
     /// the server to fill in.
     pub fn table(&mut self) -> TimeTable {
         self.follow_issued_table();
+        if self.dqt.is_some() {
+            return self.dqt_table();
+        }
         let now = self.clock.now();
         let rows = self.matrix.rows();
         // The slot in progress goes on if its row still has a runnable job of its own;
@@ -267,6 +363,82 @@ impl<C: Clock> GangScheduler<C> {
             _ => now,
         };
         self.matrix.set_current_row(cycle.first().map(|s| s.row));
+        self.issue(epoch, Vec::new(), cycle)
+    }
+
+    /// The table of a DQT layout: the slot in progress, which runs on from its start with
+    /// those of its jobs still runnable; then the tree's next decisions, first those before its
+    /// pattern repeats, then the pattern. Each slot's jobs are those of the tree's that are
+    /// runnable; slots with none are left out.
+    fn dqt_table(&mut self) -> TimeTable {
+        let now = self.clock.now();
+        let Some(dqt) = &mut self.dqt else {
+            return self.issue(now, Vec::new(), Vec::new());
+        };
+        let runnable = |job: &JobId| {
+            self.matrix
+                .placement(*job)
+                .is_some_and(|p| p.state.is_runnable())
+        };
+        let (prefix, pattern) = dqt.tree.cycle(DQT_CYCLE_LIMIT);
+        // The state after each decision is the one before the next; after the last, the
+        // pattern's first.
+        let first_of_pattern = pattern.first().map(|(state, _)| state.clone());
+        let decisions: Vec<(Vec<JobId>, QueueTree)> = {
+            let befores: Vec<&QueueTree> = prefix.iter().chain(&pattern).map(|(s, _)| s).collect();
+            prefix
+                .iter()
+                .chain(&pattern)
+                .enumerate()
+                .map(|(i, (_, runs))| {
+                    let after = match befores.get(i + 1) {
+                        Some(next) if i + 1 != prefix.len() + pattern.len() => (*next).clone(),
+                        _ => first_of_pattern.clone().unwrap_or_else(|| dqt.tree.clone()),
+                    };
+                    (runs.iter().map(|r| r.job).collect(), after)
+                })
+                .collect()
+        };
+        let mut after_states = Vec::new();
+        let in_progress = dqt.in_progress.take().and_then(|(start, jobs)| {
+            let running: Vec<JobId> = jobs.into_iter().filter(runnable).collect();
+            (!running.is_empty()).then_some((start, running))
+        });
+        let mut prefix_slots = Vec::new();
+        let epoch = match in_progress {
+            Some((start, running)) => {
+                // Its decision is made: after it stands the tree as it is now.
+                prefix_slots.push(TableSlot { row: 0, running });
+                after_states.push(dqt.tree.clone());
+                start
+            }
+            None => now,
+        };
+        let mut table_slots = |part: &[(Vec<JobId>, QueueTree)], first: usize| {
+            let mut slots = Vec::new();
+            for (k, (jobs, after)) in part.iter().enumerate() {
+                let mut running: Vec<JobId> = jobs.iter().copied().filter(runnable).collect();
+                if running.is_empty() {
+                    continue;
+                }
+                running.sort_unstable();
+                slots.push(TableSlot {
+                    row: first + k,
+                    running,
+                });
+                after_states.push(after.clone());
+            }
+            slots
+        };
+        let offset = prefix_slots.len();
+        prefix_slots.extend(table_slots(&decisions[..prefix.len()], offset));
+        let cycle = table_slots(&decisions[prefix.len()..], offset + prefix.len());
+        dqt.prefix_len = prefix_slots.len();
+        dqt.after_states = after_states;
+        self.issue(epoch, prefix_slots, cycle)
+    }
+
+    fn issue(&mut self, epoch: f64, prefix: Vec<TableSlot>, cycle: Vec<TableSlot>) -> TimeTable {
         let jobs = self
             .matrix
             .jobs()
@@ -284,6 +456,7 @@ impl<C: Clock> GangScheduler<C> {
             version: self.counters.tables + 1,
             epoch,
             quantum: self.config.quantum,
+            prefix,
             cycle,
             jobs,
         };
@@ -291,6 +464,11 @@ impl<C: Clock> GangScheduler<C> {
         self.dirty = false;
         self.issued = Some(table.clone());
         table
+    }
+
+    /// The Distributed Queue Tree, with `Layout::Dqt`.
+    pub fn tree(&self) -> Option<&QueueTree> {
+        self.dqt.as_ref().map(|d| &d.tree)
     }
 
     /// When `tick` must be called next at the latest (the current slot's end).
@@ -340,4 +518,34 @@ impl<C: Clock> GangScheduler<C> {
             resume,
         })
     }
+}
+
+/// Places a job in the tree, on a partition of its size rounded up to a power of the tree's
+/// width, and records it in the matrix on its own row: the partition's first columns.
+fn place_in_tree(
+    dqt: &mut DqtLayout,
+    matrix: &mut GangMatrix,
+    id: JobId,
+    processors: u32,
+) -> Result<(), MatrixError> {
+    let width = dqt.tree.config().width;
+    let mut partition = 1u32;
+    while partition < processors {
+        partition = partition.saturating_mul(width);
+    }
+    let node = dqt
+        .tree
+        .add(id, partition)
+        .map_err(|_| MatrixError::TooLarge {
+            job: id,
+            processors,
+            columns: dqt.tree.config().processors(),
+        })?;
+    let first = dqt.tree.node_first(node);
+    let columns = (first..first + processors).collect();
+    if let Err(e) = matrix.place_alone(id, columns) {
+        dqt.tree.remove(id);
+        return Err(e);
+    }
+    Ok(())
 }

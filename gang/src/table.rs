@@ -35,6 +35,10 @@ pub struct TimeTable {
     pub epoch: f64,
     /// Slot length in seconds.
     pub quantum: f64,
+    /// Slots run once from the epoch before the cycle starts repeating (the DQT layout's
+    /// way from where its front stands to its repeating pattern); empty for the matrix.
+    #[serde(default)]
+    pub prefix: Vec<TableSlot>,
     /// Slots in round-robin order; empty when nothing is runnable.
     pub cycle: Vec<TableSlot>,
     /// Every job in the matrix, runnable or not.
@@ -48,6 +52,7 @@ impl TimeTable {
             version,
             epoch,
             quantum,
+            prefix: Vec::new(),
             cycle: Vec::new(),
             jobs: BTreeMap::new(),
         }
@@ -67,10 +72,19 @@ impl TimeTable {
         self.epoch + number as f64 * self.quantum
     }
 
-    /// The slot of the cycle that slot `number` is.
+    /// The slot of the prefix or the cycle that slot `number` is.
     pub fn slot(&self, number: u64) -> Option<&TableSlot> {
+        let before = self.prefix.len() as u64;
+        if number < before {
+            return self.prefix.get(number as usize);
+        }
         let len = self.cycle.len() as u64;
-        (len > 0).then(|| &self.cycle[(number % len) as usize])
+        (len > 0).then(|| &self.cycle[((number - before) % len) as usize])
+    }
+
+    /// Slots to look ahead from any slot to have seen every slot still to come.
+    pub fn horizon(&self) -> u64 {
+        (self.prefix.len() + self.cycle.len()) as u64
     }
 
     /// Jobs that run at master time `t`.
@@ -82,7 +96,7 @@ impl TimeTable {
     /// Master time of the first slot boundary after `t` at which what runs changes; `None`
     /// when the cycle never changes (at most one distinct slot).
     pub fn next_change(&self, t: f64) -> Option<f64> {
-        let len = self.cycle.len() as u64;
+        let len = self.horizon();
         if len < 2 {
             return None;
         }
@@ -94,8 +108,9 @@ impl TimeTable {
         })
     }
 
-    /// Whether the cycle switches processes at all (two or more distinct slots).
+    /// Whether the table switches processes at all (two or more distinct slots).
     pub fn switches(&self) -> bool {
-        self.cycle.windows(2).any(|w| w[0].running != w[1].running)
+        let slots: Vec<&TableSlot> = self.prefix.iter().chain(&self.cycle).collect();
+        slots.windows(2).any(|w| w[0].running != w[1].running)
     }
 }

@@ -22,6 +22,7 @@ fn two_jobs() -> TimeTable {
         version: 1,
         epoch: 0.0,
         quantum: 0.02,
+        prefix: Vec::new(),
         cycle: vec![
             TableSlot {
                 row: 0,

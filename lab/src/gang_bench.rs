@@ -20,6 +20,7 @@ use ninf_compute_server::config::{GangSettings, ModuleConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_grid::processes::Started;
 use ninf_proto::v1;
+use ninf_sim::SlotEnd;
 use ninf_sim::random::Random;
 use serde::Serialize;
 
@@ -502,10 +503,56 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// How the allocation benchmark's server places jobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AllocationPolicy {
+    /// Space sharing (one row) under an admission policy of seed 001.
+    Admission(ninf_gang::Policy),
+    /// Time-space sharing by seed 000's Distributed Queue Tree (binary partitions).
+    Dqt {
+        allocation: ninf_gang::Allocation,
+        fair: bool,
+    },
+}
+
+impl std::str::FromStr for AllocationPolicy {
+    type Err = String;
+    /// `fcfs`, `fpfs`, `fpmpfs`, `dqt-ALLOCATION` or `fair-dqt-ALLOCATION`.
+    fn from_str(s: &str) -> Result<AllocationPolicy, String> {
+        let (fair, rest) = match s.strip_prefix("fair-") {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        match rest.strip_prefix("dqt-") {
+            Some(allocation) => Ok(AllocationPolicy::Dqt {
+                allocation: allocation.parse()?,
+                fair,
+            }),
+            None if !fair => Ok(AllocationPolicy::Admission(s.parse()?)),
+            None => Err(format!("unknown policy `{s}` (fair- goes with dqt-...)")),
+        }
+    }
+}
+
+impl AllocationPolicy {
+    fn name(self) -> String {
+        match self {
+            AllocationPolicy::Admission(policy) => format!("{policy:?}").to_lowercase(),
+            AllocationPolicy::Dqt { allocation, fair } => format!(
+                "{}dqt-{}",
+                if fair { "fair-" } else { "" },
+                allocation.name()
+            ),
+        }
+    }
+}
+
 /// The allocation benchmark's setting.
 #[derive(Debug, Clone)]
 pub struct AllocationOptions {
-    pub policy: ninf_gang::Policy,
+    pub policy: AllocationPolicy,
+    /// Slot length of the DQT layout, seconds.
+    pub quantum: f64,
     pub jobs: usize,
     /// Offered load: mean processor demand × mean run time / (processors × mean interarrival).
     pub load: f64,
@@ -539,12 +586,20 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
     let processors = options
         .processors
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()) as u32);
-    let gang = GangSettings {
+    let mut gang = GangSettings {
         max_rows: 1,
-        policy: options.policy,
         nodes: 1,
+        quantum_ms: options.quantum * 1000.0,
         ..GangSettings::default()
     };
+    match options.policy {
+        AllocationPolicy::Admission(policy) => gang.policy = policy,
+        AllocationPolicy::Dqt { allocation, fair } => {
+            gang.layout = ninf_compute_server::config::TableLayout::Dqt;
+            gang.dqt_allocation = allocation.name().to_string();
+            gang.dqt_fair = fair;
+        }
+    }
     let server = BenchServer::start(processors, gang, &options.data_dir).await?;
     let client = NinfClient::connect(&server.address).await?;
     spin(&client, 1, 1_000_000).await?;
@@ -600,11 +655,17 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
     let mut responses = Vec::new();
     let mut waits = Vec::new();
     let mut busy = 0.0;
-    for (task, &(_, size, _)) in tasks.into_iter().zip(&stream) {
+    for (task, &(_, size, seconds)) in tasks.into_iter().zip(&stream) {
         let (response, wait, compute) = task.await??;
         responses.push(response);
         waits.push(wait);
-        busy += f64::from(size) * compute;
+        // Time-shared, a call's compute time includes the slots it spent stopped: count
+        // its nominal run time instead.
+        let ran = match options.policy {
+            AllocationPolicy::Admission(_) => compute,
+            AllocationPolicy::Dqt { .. } => seconds,
+        };
+        busy += f64::from(size) * ran;
     }
     let makespan = start.elapsed().as_secs_f64();
     server.stop().await;
@@ -620,13 +681,21 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
             requested: seconds,
         })
         .collect();
-    let policy_name = format!("{:?}", options.policy).to_lowercase();
-    let mut policy = ninf_sim::policy_by_name(&policy_name, processors, 600.0)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let simulated = ninf_sim::Metrics::of(
-        &ninf_sim::simulate(&jobs, processors, policy.as_mut())?,
-        processors,
-    );
+    let policy_name = options.policy.name();
+    let outcomes = match options.policy {
+        AllocationPolicy::Admission(_) => {
+            let mut policy = ninf_sim::policy_by_name(&policy_name, processors, 600.0)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            ninf_sim::simulate(&jobs, processors, policy.as_mut())?
+        }
+        AllocationPolicy::Dqt { allocation, fair } => {
+            let config = ninf_gang::DqtConfig::for_processors(processors, 2, allocation, fair)?;
+            // The live master starts the next slot as soon as a slot's jobs have all ended.
+            ninf_sim::simulate_dqt_with(&jobs, config, options.quantum, SlotEnd::WhenItsJobsEnd)?
+                .outcomes
+        }
+    };
+    let simulated = ninf_sim::Metrics::of(&outcomes, processors);
     let live_response = mean(&responses);
     Ok(AllocationResult {
         policy: policy_name,

@@ -48,6 +48,29 @@ fn partition(processors: u32, width: u32) -> u32 {
 
 /// Runs `jobs` on a DQT of `config`, one slot every `quantum` seconds from time 0.
 pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<DqtRun, SimError> {
+    simulate_dqt_with(jobs, config, quantum, SlotEnd::Quantum)
+}
+
+/// When a slot ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotEnd {
+    /// Every slot lasts the quantum, and a job ends at the end of its last slot (the thesis's
+    /// model, in whole slots).
+    Quantum,
+    /// As the live gang master does: a slot whose jobs have all ended ends then, and the next
+    /// decision is taken at once; a job ends when its work is done, and an idle machine
+    /// starts an arriving job at once.
+    WhenItsJobsEnd,
+}
+
+/// [`simulate_dqt`] with a choice of when slots end.
+pub fn simulate_dqt_with(
+    jobs: &[Job],
+    config: DqtConfig,
+    quantum: f64,
+    slot_end: SlotEnd,
+) -> Result<DqtRun, SimError> {
+    let early = slot_end == SlotEnd::WhenItsJobsEnd;
     let machine = config.processors();
     let policy = policy_name(&config);
     if !(quantum.is_finite() && quantum > 0.0) {
@@ -75,13 +98,16 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
     let mut outcomes: HashMap<u64, Outcome> = HashMap::new();
     let mut next = 0;
     let mut slot: u64 = 0;
-    let mut busy_processor_slots: u64 = 0;
+    let mut busy_processor_seconds = 0.0;
     let mut counted_slots: u64 = 0;
+    let mut now = 0.0;
     let mut max_tqlb = 0;
     let window_start = order.first().map_or(0.0, |j| j.submit);
     let window_end = order.last().map_or(0.0, |j| j.submit);
     loop {
-        let now = slot as f64 * quantum;
+        if !early {
+            now = slot as f64 * quantum;
+        }
         let mut changed = false;
         while next < order.len() && order[next].submit <= now + EPSILON {
             let job = order[next];
@@ -102,6 +128,7 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
                 None => break,
                 Some(job) => {
                     slot = ((job.submit / quantum) - EPSILON).ceil().max(0.0) as u64;
+                    now = now.max(job.submit);
                     continue;
                 }
             }
@@ -109,29 +136,38 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
         let runs = tree.slot();
         counted_slots += 1;
         let mut finished = Vec::new();
+        let mut longest = 0.0f64;
         for run in &runs {
-            if now < window_end || window_end <= window_start {
-                busy_processor_slots += u64::from(run.size);
-            }
             started.entry(run.job).or_insert(now);
-            if let Some(r) = remaining.get_mut(&run.job) {
-                *r -= quantum;
-                if *r <= EPSILON {
-                    finished.push(run.job);
-                }
+            let Some(r) = remaining.get_mut(&run.job) else {
+                continue;
+            };
+            let used = if early { r.min(quantum) } else { quantum };
+            if now < window_end || window_end <= window_start {
+                busy_processor_seconds += f64::from(run.size) * used;
+            }
+            longest = longest.max(used);
+            *r -= quantum;
+            if *r <= EPSILON {
+                finished.push((run.job, used));
             }
         }
-        let end = (slot + 1) as f64 * quantum;
-        for id in &finished {
-            tree.remove(*id);
-            remaining.remove(id);
-            if let Some(job) = by_id.get(id) {
+        let length = if early && finished.len() == runs.len() {
+            longest
+        } else {
+            quantum
+        };
+        for &(id, used) in &finished {
+            let end = if early { now + used } else { now + quantum };
+            tree.remove(id);
+            remaining.remove(&id);
+            if let Some(job) = by_id.get(&id) {
                 outcomes.insert(
-                    *id,
+                    id,
                     Outcome {
-                        id: *id,
+                        id,
                         submit: job.submit,
-                        start: started.get(id).copied().unwrap_or(now),
+                        start: started.get(&id).copied().unwrap_or(now),
                         end,
                         processors: job.processors,
                         run: job.run,
@@ -140,6 +176,9 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
             }
         }
         slot += 1;
+        if early {
+            now += length;
+        }
     }
     let span = if window_end > window_start {
         window_end - window_start
@@ -153,7 +192,7 @@ pub fn simulate_dqt(jobs: &[Job], config: DqtConfig, quantum: f64) -> Result<Dqt
     Ok(DqtRun {
         outcomes: jobs.iter().filter_map(|j| outcomes.remove(&j.id)).collect(),
         utilization: if span > 0.0 {
-            busy_processor_slots as f64 * quantum / (f64::from(machine) * span)
+            busy_processor_seconds / (f64::from(machine) * span)
         } else {
             0.0
         },

@@ -17,7 +17,7 @@ pub mod swf;
 pub mod timeshare;
 pub mod workload;
 
-pub use dqt::{DqtRun, simulate_dqt};
+pub use dqt::{DqtRun, SlotEnd, simulate_dqt, simulate_dqt_with};
 pub use engine::{Outcome, SimError, simulate};
 pub use hetero::{HeteroJob, HeteroMachine, HeteroPolicy, HeteroRun, simulate_hetero};
 pub use metrics::Metrics;

@@ -410,7 +410,7 @@ proptest! {
 
 mod dqt {
     use ninf_gang::{Allocation, DqtConfig};
-    use ninf_sim::{Job, simulate_dqt};
+    use ninf_sim::{Job, SlotEnd, simulate_dqt, simulate_dqt_with};
     use proptest::prelude::*;
 
     /// The file's `job` with this module's argument order (run before processors).
@@ -441,6 +441,34 @@ mod dqt {
         let run = simulate_dqt(&[job(1, 0.5, 2.0, 3)], config, 1.0).unwrap();
         assert_eq!((run.outcomes[0].start, run.outcomes[0].end), (1.0, 3.0));
         assert!(simulate_dqt(&[job(1, 0.0, 1.0, 5)], config, 1.0).is_err());
+    }
+
+    #[test]
+    fn slots_whose_jobs_all_end_early_end_with_them_as_in_the_live_master() {
+        // 2 processors: two 1-processor jobs of a quarter slot at 0, a 2-processor job of
+        // half a slot at 0.5.
+        let config = DqtConfig::for_processors(2, 2, Allocation::Apa, false).unwrap();
+        let jobs = [
+            job(1, 0.0, 0.25, 1),
+            job(2, 0.0, 0.25, 1),
+            job(3, 0.5, 0.5, 2),
+        ];
+        let ends = |slot_end| {
+            simulate_dqt_with(&jobs, config, 1.0, slot_end)
+                .unwrap()
+                .outcomes
+                .iter()
+                .map(|o| (o.id, o.start, o.end))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            ends(SlotEnd::Quantum),
+            vec![(1, 0.0, 1.0), (2, 0.0, 1.0), (3, 1.0, 2.0)]
+        );
+        assert_eq!(
+            ends(SlotEnd::WhenItsJobsEnd),
+            vec![(1, 0.0, 0.25), (2, 0.0, 0.25), (3, 0.5, 1.0)]
+        );
     }
 
     proptest! {

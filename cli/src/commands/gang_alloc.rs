@@ -3,13 +3,17 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use ninf_lab::gang_bench::{self, AllocationOptions};
+use ninf_lab::gang_bench::{self, AllocationOptions, AllocationPolicy};
 
 #[derive(Args)]
 pub struct GangAllocArgs {
-    /// fcfs, fpfs or fpmpfs.
+    /// fcfs, fpfs or fpmpfs (space sharing, one row), or dqt-ALLOCATION / fair-dqt-ALLOCATION
+    /// (seed 000's Distributed Queue Tree; ALLOCATION is max, min, apa, ff or ff-apa).
     #[arg(long, default_value = "fpfs")]
     pub policy: String,
+    /// Slot length with a DQT policy, milliseconds.
+    #[arg(long, default_value_t = 100.0)]
+    pub quantum_ms: f64,
     #[arg(long, default_value_t = 200)]
     pub jobs: usize,
     #[arg(long, default_value_t = 0.8)]
@@ -30,6 +34,7 @@ pub struct GangAllocArgs {
 pub fn run(args: GangAllocArgs) -> anyhow::Result<()> {
     let GangAllocArgs {
         policy,
+        quantum_ms,
         jobs,
         load,
         mean_ms,
@@ -38,9 +43,10 @@ pub fn run(args: GangAllocArgs) -> anyhow::Result<()> {
         json,
         data_dir,
     } = args;
-    let policy: ninf_gang::Policy = policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let policy: AllocationPolicy = policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let options = AllocationOptions {
         policy,
+        quantum: quantum_ms / 1000.0,
         jobs,
         load,
         mean_seconds: mean_ms / 1000.0,

@@ -263,7 +263,7 @@ impl GangMaster {
                 return;
             }
             let number = table.slot_number(now);
-            let len = table.cycle.len() as u64;
+            let len = table.horizon();
             let next = (1..=len)
                 .find(|k| {
                     table
@@ -355,7 +355,7 @@ impl GangMaster {
         let started = |id: &JobId| inner.jobs.get(id).is_some_and(|j| j.started);
         let mut view = table.clone();
         view.jobs.retain(|id, _| started(id));
-        for slot in &mut view.cycle {
+        for slot in view.prefix.iter_mut().chain(view.cycle.iter_mut()) {
             slot.running.retain(started);
         }
         self.agents_view.send_replace(Arc::new(view));
@@ -675,6 +675,16 @@ impl GangMaster {
             slot_active: slot.is_some(),
             current_row: slot.map_or(0, |s| s.row as u32),
             running_now: slot.map_or_else(Vec::new, |s| s.running.clone()),
+            table_layout: match config.layout {
+                ninf_gang::Layout::Dqt {
+                    allocation, fair, ..
+                } if inner.scheduler.tree().is_some() => format!(
+                    "{}dqt-{}",
+                    if fair { "fair-" } else { "" },
+                    allocation.name()
+                ),
+                _ => "matrix".to_string(),
+            },
             processors: config.processors,
             max_rows: config.max_rows as u32,
             rows: matrix.rows() as u32,

@@ -9,14 +9,8 @@ pub fn table_to_proto(table: &TimeTable) -> v1::TimeTableMessage {
         version: table.version,
         epoch: table.epoch,
         quantum: table.quantum,
-        cycle: table
-            .cycle
-            .iter()
-            .map(|s| v1::TableSlotEntry {
-                row: s.row as u32,
-                running: s.running.clone(),
-            })
-            .collect(),
+        cycle: table.cycle.iter().map(slot_to_proto).collect(),
+        prefix: table.prefix.iter().map(slot_to_proto).collect(),
         jobs: table
             .jobs
             .iter()
@@ -82,14 +76,22 @@ pub fn table_from_proto(message: v1::TimeTableMessage) -> Result<TimeTable, Tabl
         version,
         epoch: message.epoch,
         quantum: message.quantum,
-        cycle: message
-            .cycle
-            .into_iter()
-            .map(|s| TableSlot {
-                row: s.row as usize,
-                running: s.running,
-            })
-            .collect(),
+        cycle: message.cycle.into_iter().map(slot_from_proto).collect(),
+        prefix: message.prefix.into_iter().map(slot_from_proto).collect(),
         jobs,
     })
+}
+
+fn slot_to_proto(slot: &TableSlot) -> v1::TableSlotEntry {
+    v1::TableSlotEntry {
+        row: slot.row as u32,
+        running: slot.running.clone(),
+    }
+}
+
+fn slot_from_proto(slot: v1::TableSlotEntry) -> TableSlot {
+    TableSlot {
+        row: slot.row as usize,
+        running: slot.running,
+    }
 }
