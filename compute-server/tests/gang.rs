@@ -50,6 +50,27 @@ fn process_state(pid: u32) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
+/// Samples process states (up to 400 times, 7 ms apart) and counts the samples in which all of
+/// `a` run while all of `b` are stopped, and the other way round; stops once both exceed 3.
+async fn turns(a: &[u32], b: &[u32]) -> (usize, usize) {
+    let stopped = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('T'));
+    let running = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('R'));
+    let (mut a_only, mut b_only) = (0, 0);
+    for _ in 0..400 {
+        if running(a) && stopped(b) {
+            a_only += 1;
+        }
+        if running(b) && stopped(a) {
+            b_only += 1;
+        }
+        if a_only > 3 && b_only > 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    (a_only, b_only)
+}
+
 fn jobs_of<'a>(s: &'a v1::GangStatus, function: &str) -> Vec<&'a v1::GangJob> {
     s.jobs.iter().filter(|j| j.function == function).collect()
 }
@@ -86,22 +107,7 @@ async fn two_parallel_jobs_alternate_slots_on_agents_with_their_own_clocks() {
     // Sample process states: each job must be seen running while the other is stopped, and
     // a job's two processes are always in the same state (gang: they run and stop together,
     // up to the instants of a switch).
-    let mut a_only = 0;
-    let mut b_only = 0;
-    for _ in 0..400 {
-        let stopped = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('T'));
-        let running = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('R'));
-        if running(&a) && stopped(&b) {
-            a_only += 1;
-        }
-        if running(&b) && stopped(&a) {
-            b_only += 1;
-        }
-        if a_only > 3 && b_only > 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(7)).await;
-    }
+    let (a_only, b_only) = turns(&a, &b).await;
     assert!(
         a_only > 3 && b_only > 3,
         "jobs alternate: {a_only} samples with only the first running, {b_only} with only the second"
@@ -419,22 +425,7 @@ async fn the_distributed_queue_tree_lays_out_the_live_table() {
         columns[0], columns[1],
         "the leaves' partitions: {columns:?}"
     );
-    let mut wide_only = 0;
-    let mut narrow_only = 0;
-    for _ in 0..400 {
-        let stopped = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('T'));
-        let running = |pids: &[u32]| pids.iter().all(|&p| process_state(p) == Some('R'));
-        if running(&wide_pids) && stopped(&narrow_pids) {
-            wide_only += 1;
-        }
-        if running(&narrow_pids) && stopped(&wide_pids) {
-            narrow_only += 1;
-        }
-        if wide_only > 3 && narrow_only > 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(7)).await;
-    }
+    let (wide_only, narrow_only) = turns(&wide_pids, &narrow_pids).await;
     assert!(
         wide_only > 3 && narrow_only > 3,
         "the root's job and the leaves' pair take turns: {wide_only} and {narrow_only} samples"
