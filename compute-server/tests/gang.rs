@@ -379,6 +379,78 @@ async fn a_deadlock_across_two_nodes_is_seen_from_the_brokers_reports() {
     server.stop().await;
 }
 
+/// The pid of the `ninf-gang-agent` process serving `node` for the server at `address`.
+fn agent_pid(address: &str, node: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let has = |flag: &str, value: &str| {
+            args.windows(2)
+                .any(|w| w[0] == flag.as_bytes() && w[1] == value.as_bytes())
+        };
+        let agent = args
+            .first()
+            .is_some_and(|a| a.ends_with(b"ninf-gang-agent"));
+        (agent && has("--server", address) && has("--node", node)).then_some(pid)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_node_broker_dies_fails_saying_so_and_the_server_goes_on() {
+    let server = server_with_node_brokers(true).await;
+    wait_for(&server, "two node brokers", |s| {
+        s.nodes
+            .iter()
+            .filter(|n| !n.broker_address.is_empty())
+            .count()
+            == 2
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let exchange = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let mut checked = vec![0i32; 1];
+            client
+                .call(
+                    "pexchange",
+                    &mut [
+                        Arg::Integer(2),
+                        Arg::Integer(1_000_000),
+                        Arg::Integer(64),
+                        Arg::Integer(1000),
+                        Arg::from(&mut checked),
+                    ],
+                )
+                .await
+        }
+    });
+    wait_for(&server, "the exchange running", |s| {
+        jobs_of(s, "pexchange")
+            .first()
+            .is_some_and(|j| j.processes.len() == 2)
+    })
+    .await;
+    let pid = agent_pid(&server.address, "node-1").expect("node-1's agent process");
+    assert!(ninf_compute_server::gang::signal(pid, libc_sigkill()));
+    let error = exchange.await.unwrap().unwrap_err().to_string();
+    assert!(error.contains("node `node-1`'s agent went away"), "{error}");
+    wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    // Sequential calls go on; a parallel one is refused while node-1 has no agent.
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    let refused = client
+        .call("pspin", &mut [Arg::Integer(2), Arg::Integer(1000)])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("no node agent holds processor 1"),
+        "{refused}"
+    );
+    server.stop().await;
+}
+
 /// The time table laid out by seed 000's Distributed Queue Tree: a job of both processors
 /// (the root's partition) and two of one each (the leaves') take turns, the two small ones
 /// side by side, by the tree's rounds; every call completes.

@@ -516,11 +516,60 @@ impl GangMaster {
     }
 
     /// An agent's stream ended.
+    ///
+    /// Its processes may be left stopped, and a job whose ranks talked through its broker has
+    /// lost the messages the broker held. So such a job is killed, with the reason its call
+    /// reports, and every other process on the node's columns is continued: it runs ungated
+    /// until an agent attaches again, rather than staying frozen.
     pub fn detach_node(&self, node: &str) {
         let mut inner = self.lock();
-        if let Some(n) = inner.nodes.get_mut(node) {
+        let Some(columns) = inner.nodes.get_mut(node).map(|n| {
             n.attached = false;
             n.commands = None;
+            n.columns.clone()
+        }) else {
+            return;
+        };
+        let lost: Vec<JobId> = inner
+            .spread
+            .iter()
+            .filter(|(_, r)| r.nodes.contains(node))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &lost {
+            if let Some(job) = inner.jobs.get_mut(id)
+                && job.killed.is_none()
+            {
+                job.killed = Some(format!(
+                    "node `{node}`'s agent went away while the job's ranks talked through its broker; the messages it held are lost"
+                ));
+                for &pid in &job.processes {
+                    super::signal(pid, libc::SIGKILL);
+                }
+                tracing::warn!(job = id, node, "killed a job whose node broker went away");
+            }
+            close_spread(&mut inner, *id, "the node's agent went away");
+        }
+        let on_node: Vec<u32> = inner
+            .jobs
+            .iter()
+            .filter(|(id, _)| !lost.contains(id))
+            .filter_map(|(id, job)| {
+                let placement = inner.scheduler.matrix().placement(*id)?;
+                Some(
+                    placement
+                        .columns
+                        .iter()
+                        .zip(&job.processes)
+                        .filter(|(c, _)| columns.contains(c))
+                        .map(|(_, &pid)| pid)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .flatten()
+            .collect();
+        for pid in on_node {
+            super::signal(pid, libc::SIGCONT);
         }
     }
 
