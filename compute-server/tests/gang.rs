@@ -274,6 +274,41 @@ async fn a_pdeadlock_is_killed(server: &TestServer, client: &NinfClient) {
     assert_eq!(s.deadlocks_killed, 1);
 }
 
+/// Waits until both nodes' agents have said where their brokers are.
+async fn wait_for_node_brokers(server: &TestServer) {
+    wait_for(server, "two node brokers", |s| {
+        s.nodes
+            .iter()
+            .filter(|n| !n.broker_address.is_empty())
+            .count()
+            == 2
+    })
+    .await;
+}
+
+/// Calls `pexchange` on two ranks; returns how many messages the ranks checked.
+async fn exchange(
+    client: &NinfClient,
+    rounds: i64,
+    bytes: i64,
+    work: i64,
+) -> Result<i32, ninf::CallError> {
+    let mut checked = vec![0i32; 1];
+    client
+        .call(
+            "pexchange",
+            &mut [
+                Arg::Integer(2),
+                Arg::Integer(rounds),
+                Arg::Integer(bytes),
+                Arg::Integer(work),
+                Arg::from(&mut checked),
+            ],
+        )
+        .await?;
+    Ok(checked[0])
+}
+
 /// A server whose two processors are two nodes, each with its agent's broker: rank-to-rank
 /// messages go between the brokers over TCP, and each node hands a job its messages only in
 /// its own slots (by the node's clock, 300 and 600 ms ahead of the server's).
@@ -292,28 +327,11 @@ async fn server_with_node_brokers(preempt: bool) -> TestServer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranks_on_two_nodes_exchange_through_node_brokers_only_in_their_slots() {
     let server = server_with_node_brokers(true).await;
-    wait_for(&server, "two node brokers", |s| {
-        s.nodes.len() == 2 && s.nodes.iter().all(|n| !n.broker_address.is_empty())
-    })
-    .await;
+    wait_for_node_brokers(&server).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
     let rounds = 300;
-    let exchange = |client: NinfClient| async move {
-        let mut checked = vec![0i32; 1];
-        client
-            .call(
-                "pexchange",
-                &mut [
-                    Arg::Integer(2),
-                    Arg::Integer(rounds),
-                    Arg::Integer(4096),
-                    Arg::Integer(10_000),
-                    Arg::from(&mut checked),
-                ],
-            )
-            .await
-            .map(|_| checked[0])
-    };
+    let exchange =
+        |client: NinfClient| async move { exchange(&client, rounds, 4096, 10_000).await };
     // Two jobs time-share both nodes, so each node's broker holds one job's messages while
     // the other's slot is in progress.
     let first = tokio::spawn(exchange(client.clone()));
@@ -349,32 +367,11 @@ async fn ranks_on_two_nodes_exchange_through_node_brokers_only_in_their_slots() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadlock_across_two_nodes_is_seen_from_the_brokers_reports() {
     let server = server_with_node_brokers(true).await;
-    wait_for(&server, "two node brokers", |s| {
-        s.nodes
-            .iter()
-            .filter(|n| !n.broker_address.is_empty())
-            .count()
-            == 2
-    })
-    .await;
+    wait_for_node_brokers(&server).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
     a_pdeadlock_is_killed(&server, &client).await;
     // A job that merely waits a while for a busy rank is not taken for deadlocked.
-    let mut checked = vec![0i32; 1];
-    client
-        .call(
-            "pexchange",
-            &mut [
-                Arg::Integer(2),
-                Arg::Integer(50),
-                Arg::Integer(64),
-                Arg::Integer(0),
-                Arg::from(&mut checked),
-            ],
-        )
-        .await
-        .unwrap();
-    assert_eq!(checked[0], 100);
+    assert_eq!(exchange(&client, 50, 64, 0).await.unwrap(), 100);
     assert_eq!(status(&server).await.deadlocks_killed, 1);
     server.stop().await;
 }
@@ -399,32 +396,11 @@ fn agent_pid(address: &str, node: &str) -> Option<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_node_broker_dies_fails_saying_so_and_the_server_goes_on() {
     let server = server_with_node_brokers(true).await;
-    wait_for(&server, "two node brokers", |s| {
-        s.nodes
-            .iter()
-            .filter(|n| !n.broker_address.is_empty())
-            .count()
-            == 2
-    })
-    .await;
+    wait_for_node_brokers(&server).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
-    let exchange = tokio::spawn({
+    let running = tokio::spawn({
         let client = client.clone();
-        async move {
-            let mut checked = vec![0i32; 1];
-            client
-                .call(
-                    "pexchange",
-                    &mut [
-                        Arg::Integer(2),
-                        Arg::Integer(1_000_000),
-                        Arg::Integer(64),
-                        Arg::Integer(1000),
-                        Arg::from(&mut checked),
-                    ],
-                )
-                .await
-        }
+        async move { exchange(&client, 1_000_000, 64, 1000).await }
     });
     wait_for(&server, "the exchange running", |s| {
         jobs_of(s, "pexchange")
@@ -434,7 +410,7 @@ async fn a_job_whose_node_broker_dies_fails_saying_so_and_the_server_goes_on() {
     .await;
     let pid = agent_pid(&server.address, "node-1").expect("node-1's agent process");
     assert!(ninf_compute_server::gang::signal(pid, libc_sigkill()));
-    let error = exchange.await.unwrap().unwrap_err().to_string();
+    let error = running.await.unwrap().unwrap_err().to_string();
     assert!(error.contains("node `node-1`'s agent went away"), "{error}");
     wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
     // Sequential calls go on; a parallel one is refused while node-1 has no agent.

@@ -108,10 +108,14 @@ struct SpreadRecord {
     /// Nodes that have not yet said they opened it, and whom to tell when all have.
     unopened: BTreeSet<String>,
     opened: Option<oneshot::Sender<()>>,
+    /// What the nodes are told, kept to ask again.
+    open: v1::SpmdJobOpen,
 }
 
-/// How long a job waits for its nodes' brokers to open it.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a job waits for its nodes' brokers to open it, and how often the nodes that have
+/// not answered are asked again (opening is idempotent).
+const OPEN_TIMEOUT: Duration = Duration::from_secs(20);
+const OPEN_RETRY: Duration = Duration::from_secs(2);
 
 /// Earliest and latest continue time of one job's processes at one boundary.
 struct Spread {
@@ -419,13 +423,6 @@ impl GangMaster {
                 size: columns.len() as u32,
                 rank_brokers: routes,
             };
-            for name in &nodes {
-                if let Some(commands) = inner.nodes.get(name).and_then(|n| n.commands.as_ref()) {
-                    let _ = commands.send(v1::AgentCommand {
-                        kind: Some(v1::agent_command::Kind::OpenJob(open.clone())),
-                    });
-                }
-            }
             let (tx, rx) = oneshot::channel();
             inner.spread.insert(
                 id,
@@ -434,20 +431,31 @@ impl GangMaster {
                     unopened: nodes.clone(),
                     nodes,
                     opened: Some(tx),
+                    open,
                 },
             );
+            send_opens(&inner, id);
             (sockets, rx)
         };
-        match tokio::time::timeout(OPEN_TIMEOUT, opened).await {
-            Ok(Ok(())) => Ok(sockets),
-            _ => {
-                self.close_spread(id, "");
-                Err(format!(
-                    "the node brokers did not open job {id} within {} s",
-                    OPEN_TIMEOUT.as_secs()
-                ))
+        let deadline = tokio::time::Instant::now() + OPEN_TIMEOUT;
+        tokio::pin!(opened);
+        loop {
+            let wake = deadline.min(tokio::time::Instant::now() + OPEN_RETRY);
+            match tokio::time::timeout_at(wake, &mut opened).await {
+                Ok(Ok(())) => return Ok(sockets),
+                Ok(Err(_)) => break,
+                Err(_) if tokio::time::Instant::now() >= deadline => break,
+                Err(_) => {
+                    tracing::warn!(job = id, "node brokers slow to open a job; asking again");
+                    send_opens(&self.lock(), id);
+                }
             }
         }
+        self.close_spread(id, "");
+        Err(format!(
+            "the node brokers did not open job {id} within {} s",
+            OPEN_TIMEOUT.as_secs()
+        ))
     }
 
     /// A node's broker opened a job.
@@ -794,6 +802,20 @@ fn traffic_from_proto(traffic: &v1::SpmdTraffic) -> RankTraffic {
         waiting: traffic.waiting.iter().map(|w| (w.rank, w.from)).collect(),
         sent: pairs(&traffic.sent),
         consumed: pairs(&traffic.consumed),
+    }
+}
+
+/// Asks the nodes that have not yet opened a spread job to open it.
+fn send_opens(inner: &Inner, id: JobId) {
+    let Some(record) = inner.spread.get(&id) else {
+        return;
+    };
+    for name in &record.unopened {
+        if let Some(commands) = inner.nodes.get(name).and_then(|n| n.commands.as_ref()) {
+            let _ = commands.send(v1::AgentCommand {
+                kind: Some(v1::agent_command::Kind::OpenJob(record.open.clone())),
+            });
+        }
     }
 }
 

@@ -169,19 +169,18 @@ impl NodeBroker {
         self.wake.notify_one();
     }
 
-    /// A job starts: its ranks may now send and receive here.
+    /// A job starts: its ranks may now send and receive here. Asked again (the server did not
+    /// hear the answer), it only answers again.
     pub fn open(&self, open: v1::SpmdJobOpen) {
         let job = open.job;
-        self.lock().jobs.insert(
-            job,
-            NodeJob {
-                size: open.size,
-                routes: open.rank_brokers,
-                queues: HashMap::new(),
-                waiting: HashMap::new(),
-                traffic: RankTraffic::default(),
-            },
-        );
+        tracing::debug!(job, "opening a parallel job on this node's broker");
+        self.lock().jobs.entry(job).or_insert_with(|| NodeJob {
+            size: open.size,
+            routes: open.rank_brokers,
+            queues: HashMap::new(),
+            waiting: HashMap::new(),
+            traffic: RankTraffic::default(),
+        });
         let _ = self.to_server.send(v1::AgentMessage {
             kind: Some(v1::agent_message::Kind::Opened(job)),
         });
