@@ -279,7 +279,11 @@ pub async fn run_job(
             .gang
             .open_spread(ticket.id)
             .await
-            .map_err(|e| Status::unavailable(format!("`{name}`: {e}")))?
+            .map_err(|e| match ticket.killed() {
+                // Killed while opening (its node's agent went away): say why.
+                Some(reason) => Status::aborted(format!("`{name}`: {reason}")),
+                None => Status::unavailable(format!("`{name}`: {e}")),
+            })?
     } else {
         state.broker.open(ticket.id, ranks as u32);
         Vec::new()

@@ -443,7 +443,10 @@ impl GangMaster {
             let wake = deadline.min(tokio::time::Instant::now() + OPEN_RETRY);
             match tokio::time::timeout_at(wake, &mut opened).await {
                 Ok(Ok(())) => return Ok(sockets),
-                Ok(Err(_)) => break,
+                // Closed meanwhile: a node's agent went away, or the job ended.
+                Ok(Err(_)) => {
+                    return Err(format!("job {id} ended before its node brokers opened it"));
+                }
                 Err(_) if tokio::time::Instant::now() >= deadline => break,
                 Err(_) => {
                     tracing::warn!(job = id, "node brokers slow to open a job; asking again");
