@@ -326,6 +326,11 @@ fn gang_jobs_across_namespaced_nodes_talk_through_the_router_only_in_their_slots
     assert_eq!(result["namespaces"], true);
     assert_eq!(result["broker"], "nodes");
     let rounds = result["rounds"].as_u64().unwrap();
+    // Each rank ran under its node's agent, inside the node's namespace: p ranks for each of
+    // the two calibrating calls, and for each of 2 jobs in the batch and time-shared runs.
+    assert_eq!(result["ranks"], "nodes");
+    let p = result["processors"].as_u64().unwrap();
+    assert_eq!(result["ranks_run_by_agents"].as_u64(), Some(6 * p));
     // Two jobs, once in a batch and once time-shared, two ranks each checking every round.
     assert_eq!(
         result["messages_checked"].as_u64().unwrap(),

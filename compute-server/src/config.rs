@@ -183,6 +183,10 @@ pub struct GangSettings {
     /// (`server`), or a broker in each node's agent, talking to the others over TCP
     /// (`nodes`: what processors spread over several hosts need).
     pub broker: BrokerPlacement,
+    /// Who starts the rank processes of parallel jobs: this server (`server`), or the agent
+    /// of the node holding each rank's column (`nodes`: what nodes on other hosts need;
+    /// takes `broker = "nodes"`). Sequential calls always run in the server's own pool.
+    pub ranks: RankPlacement,
     /// With node brokers: hold a job's messages outside its slots, by each node's clock, and
     /// hand them over at its next slot (seed 000's network preemption).
     pub network_preemption: bool,
@@ -207,6 +211,14 @@ pub struct GangSettings {
 pub enum TableLayout {
     Matrix,
     Dqt,
+}
+
+/// Who starts the rank processes of parallel jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RankPlacement {
+    Server,
+    Nodes,
 }
 
 /// Where the brokers of parallel jobs run.
@@ -236,6 +248,7 @@ impl Default for GangSettings {
             drift_threshold_us: 200.0,
             compensate_rate: true,
             broker: BrokerPlacement::Server,
+            ranks: RankPlacement::Server,
             network_preemption: true,
             spawn_agents: true,
             node_broker_listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -271,9 +284,17 @@ impl GangSettings {
         }
     }
 
-    /// Checks the DQT settings against the processors: a width of 2-64, a known allocation
-    /// policy, and processors that are a power of the width.
+    /// Checks the settings against each other and the processors: ranks on nodes need node
+    /// brokers; the DQT needs a width of 2-64, a known allocation policy, and processors that
+    /// are a power of the width.
     pub fn check(&self, processors: u32) -> Result<(), String> {
+        if self.ranks == RankPlacement::Nodes && self.broker != BrokerPlacement::Nodes {
+            return Err(
+                "gang.ranks = \"nodes\" needs gang.broker = \"nodes\": ranks on other hosts \
+                 cannot reach the server's broker socket"
+                    .into(),
+            );
+        }
         if self.layout == TableLayout::Matrix {
             return Ok(());
         }
@@ -503,9 +524,10 @@ mod tests {
         let config = parse(
             "processors = 4\n[gang]\nbroker = \"nodes\"\nnetwork_preemption = false\n\
              spawn_agents = false\nnode_broker_listen = \"0.0.0.0:7300\"\nlayout = \"dqt\"\n\
-             dqt_allocation = \"ff-apa\"\ndqt_fair = true\n",
+             dqt_allocation = \"ff-apa\"\ndqt_fair = true\nranks = \"nodes\"\n",
         );
         assert_eq!(config.gang.broker, BrokerPlacement::Nodes);
+        assert_eq!(config.gang.ranks, RankPlacement::Nodes);
         assert!(!config.gang.network_preemption && !config.gang.spawn_agents);
         assert_eq!(config.gang.node_broker_listen.port(), 7300);
         assert_eq!(config.check(), Ok(()));
@@ -519,7 +541,18 @@ mod tests {
         );
         let defaults = parse("");
         assert_eq!(defaults.gang.broker, BrokerPlacement::Server);
+        assert_eq!(defaults.gang.ranks, RankPlacement::Server);
         assert_eq!(defaults.gang.core(3).layout, ninf_gang::Layout::Matrix);
+    }
+
+    #[test]
+    fn ranks_on_nodes_without_node_brokers_are_refused_by_name() {
+        let config = parse("processors = 2\n[gang]\nranks = \"nodes\"\n");
+        let error = config.check().unwrap_err();
+        assert!(
+            error.starts_with("gang.ranks = \"nodes\" needs gang.broker = \"nodes\""),
+            "{error}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use ninf_proto::net::auth::authorized;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tonic::{Code, Status};
 
-use crate::config::BrokerPlacement;
+use crate::config::{BrokerPlacement, RankPlacement};
 use crate::gang::{GangError, JobTicket};
 use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
 use crate::state::{Routine, ServerState};
@@ -247,16 +247,19 @@ pub async fn run_job(
 ) -> Result<v1::ExecSuccess, Status> {
     let name = &prepared.function.name;
     let ranks = prepared.processors as usize;
+    let parallel = matches!(
+        prepared.function.parallelism,
+        ninf_idl::Parallelism::Parallel { .. }
+    );
+    if (ranks > 1 || parallel) && state.gang.settings.ranks == RankPlacement::Nodes {
+        return run_on_nodes(state, prepared, ticket, arguments).await;
+    }
     let mut checkouts = prepared
         .pool
         .checkout_many(ranks)
         .map_err(|e| pool_status(name, e))?;
     let pids: Vec<u32> = checkouts.iter().filter_map(Checkout::pid).collect();
     ticket.attach(pids, true).await;
-    let parallel = matches!(
-        prepared.function.parallelism,
-        ninf_idl::Parallelism::Parallel { .. }
-    );
     if ranks == 1 && !parallel {
         let request = v1::ExecRequest {
             call_id: 0,
@@ -275,15 +278,7 @@ pub async fn run_job(
     }
     let spread = state.gang.settings.broker == BrokerPlacement::Nodes;
     let node_brokers = if spread {
-        state
-            .gang
-            .open_spread(ticket.id)
-            .await
-            .map_err(|e| match ticket.killed() {
-                // Killed while opening (its node's agent went away): say why.
-                Some(reason) => Status::aborted(format!("`{name}`: {reason}")),
-                None => Status::unavailable(format!("`{name}`: {e}")),
-            })?
+        open_on_nodes(state, ticket, name).await?
     } else {
         state.broker.open(ticket.id, ranks as u32);
         Vec::new()
@@ -328,15 +323,130 @@ pub async fn run_job(
             (0, Ok(success)) => first = Some(success),
             (_, Ok(_)) => {}
             (_, Err(e)) => {
-                let status = pool_status(name, e);
-                return Err(Status::new(
-                    status.code(),
-                    format!("rank {rank} of {ranks}: {}", status.message()),
-                ));
+                return Err(rank_failure(rank, ranks as u32, pool_status(name, e)));
             }
         }
     }
     first.ok_or_else(|| Status::internal(format!("`{name}`: rank 0 returned nothing")))
+}
+
+/// Opens a parallel job on its nodes' brokers; returns each rank's broker socket.
+async fn open_on_nodes(
+    state: &ServerState,
+    ticket: &JobTicket,
+    name: &str,
+) -> Result<Vec<String>, Status> {
+    state
+        .gang
+        .open_spread(ticket.id)
+        .await
+        .map_err(|e| killed_or(ticket, name, Status::unavailable(format!("`{name}`: {e}"))))
+}
+
+/// Why the job was killed, if it was (its node's agent went away, a deadlock), else `other`.
+fn killed_or(ticket: &JobTicket, name: &str, other: Status) -> Status {
+    match ticket.killed() {
+        Some(reason) => Status::aborted(format!("`{name}`: {reason}")),
+        None => other,
+    }
+}
+
+/// Runs a parallel job whose ranks the agents of its nodes start (`ranks = "nodes"`): each
+/// rank's request goes to the agent of the node holding its column, which starts the
+/// executable and says its process id; once all have, the job waits for its slot and the
+/// agents send the requests.
+async fn run_on_nodes(
+    state: &ServerState,
+    prepared: &Prepared<'_>,
+    ticket: &JobTicket,
+    arguments: Vec<v1::ArgumentValue>,
+) -> Result<v1::ExecSuccess, Status> {
+    let name = &prepared.function.name;
+    let size = prepared.processors;
+    let brokers = open_on_nodes(state, ticket, name).await?;
+    let pool = prepared.pool;
+    let limits = pool.options().limits;
+    let runs = (0..size)
+        .map(|rank| v1::SpmdRunRank {
+            job: ticket.id,
+            rank,
+            module: pool.module().to_string(),
+            executable: pool.path().display().to_string(),
+            request: Some(v1::ExecRequest {
+                call_id: 0,
+                function: name.clone(),
+                arguments: arguments.clone(),
+                spmd: Some(v1::SpmdContext {
+                    job: ticket.id,
+                    rank,
+                    size,
+                    broker: brokers.get(rank as usize).cloned().unwrap_or_default(),
+                }),
+            }),
+            timeout_seconds: prepared.timeout.as_secs_f64(),
+            cpu_slowdown: pool.options().cpu_slowdown,
+            memory_bytes: limits.memory_bytes.unwrap_or(0),
+            open_files: limits.open_files.unwrap_or(0),
+            cpu_seconds_per_call: limits.cpu_seconds_per_call.unwrap_or(0),
+        })
+        .collect();
+    let gang = &state.gang;
+    let replies = gang
+        .run_on_nodes(ticket.id, runs)
+        .map_err(|e| killed_or(ticket, name, Status::unavailable(format!("`{name}`: {e}"))))?;
+    let mut results = replies.results;
+    let Ok(pids) = replies.started.await else {
+        // A rank that could not start says why; so does a job killed meanwhile.
+        let failure = results
+            .iter_mut()
+            .enumerate()
+            .find_map(|(rank, rx)| Some((rank, rx.try_recv().ok()?.err()?)));
+        gang.close_spread(ticket.id, "a rank could not start");
+        return Err(match failure {
+            Some((rank, status)) => rank_failure(rank, size, status),
+            None => killed_or(
+                ticket,
+                name,
+                Status::unavailable(format!("`{name}`: its ranks did not start")),
+            ),
+        });
+    };
+    ticket.attach(pids, true).await;
+    gang.start_node_ranks(ticket.id);
+    let waits = results
+        .into_iter()
+        .enumerate()
+        .map(|(rank, rx)| async move {
+            let outcome = rx.await;
+            gang.spread_rank_done(ticket.id, rank as u32);
+            outcome
+        });
+    let outcomes = futures_util::future::join_all(waits).await;
+    gang.close_spread(ticket.id, "");
+    if let Some(reason) = ticket.killed() {
+        return Err(Status::aborted(format!("`{name}`: {reason}")));
+    }
+    let mut first = None;
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(Ok(success)) if rank == 0 => first = Some(success),
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => return Err(rank_failure(rank, size, status)),
+            Err(_) => {
+                return Err(Status::aborted(format!(
+                    "`{name}`: rank {rank} of {size} was lost with its node's agent"
+                )));
+            }
+        }
+    }
+    first.ok_or_else(|| Status::internal(format!("`{name}`: rank 0 returned nothing")))
+}
+
+fn rank_failure(rank: usize, size: u32, status: Status) -> Status {
+    Status::new(
+        status.code(),
+        format!("rank {rank} of {size}: {}", status.message()),
+    )
 }
 
 pub fn gang_status(function: &str, error: GangError) -> Status {

@@ -241,7 +241,9 @@ async fn run(
         .add_service(InterceptedService::new(
             v1::gang_control_server::GangControlServer::new(gang::service::GangControlService(
                 state.gang.clone(),
-            )),
+            ))
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit),
             state.check(),
         ))
         .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)

@@ -52,24 +52,22 @@ struct Process {
 const MAX_REPLY_FRAME: usize = 2 << 30;
 
 impl Process {
-    fn spawn(
-        path: &Path,
-        spmd_socket: Option<&Path>,
-        cpu_slowdown: f64,
-        limits: &ProcessLimits,
-    ) -> std::io::Result<Process> {
+    fn spawn(path: &Path, options: &PoolOptions) -> std::io::Result<Process> {
         let regions = HostRegions::create()?;
         let mut command = ninf_executable::process::executable_command(path, &regions);
-        if let Some(socket) = spmd_socket {
+        if let Some(socket) = &options.spmd_socket {
             command.env(ninf_executable::spmd::SOCKET_ENV, socket);
         }
-        if cpu_slowdown > 1.0 {
+        if options.cpu_slowdown > 1.0 {
             command.env(
                 ninf_executable::slowdown::SLOWDOWN_ENV,
-                cpu_slowdown.to_string(),
+                options.cpu_slowdown.to_string(),
             );
         }
-        limits.apply(&mut command);
+        options.limits.apply(&mut command);
+        if options.die_with_parent {
+            die_with_parent(&mut command);
+        }
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
         let (stdin, stdout) =
             ninf_executable::process::take_pipes(child.stdin.take(), child.stdout.take())?;
@@ -152,6 +150,23 @@ impl Process {
     }
 }
 
+/// Has the kernel kill the executable when the thread that started it ends (with its
+/// process). Pools that use it start executables only from threads that live as long as the
+/// process: a node agent's runtime workers.
+fn die_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl,
+    // which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 fn signal_name(signal: i32) -> &'static str {
     match signal {
         6 => "SIGABRT",
@@ -163,19 +178,30 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
+/// How a pool starts its executables.
+#[derive(Debug, Clone, Default)]
+pub struct PoolOptions {
+    /// Processes started at once (at least one).
+    pub warm: usize,
+    /// Idle processes kept at most.
+    pub size: usize,
+    /// The message broker parallel ranks connect to, passed in their environment.
+    pub spmd_socket: Option<PathBuf>,
+    /// Emulated processor slowdown passed to every executable.
+    pub cpu_slowdown: f64,
+    /// Resource limits every executable starts under.
+    pub limits: ProcessLimits,
+    /// Kill each executable when its starter dies: a node agent's ranks, which would
+    /// otherwise stay stopped for ever once the agent that stopped them is gone.
+    pub die_with_parent: bool,
+}
+
 /// The pool of one module.
 pub struct ExecutablePool {
     module: String,
     path: PathBuf,
-    /// The message broker parallel ranks connect to.
-    spmd_socket: Option<PathBuf>,
-    /// Emulated processor slowdown passed to every executable.
-    cpu_slowdown: f64,
-    /// Resource limits every executable starts under.
-    limits: ProcessLimits,
+    options: PoolOptions,
     idle: std::sync::Mutex<Vec<Process>>,
-    /// Warm processes kept idle at most.
-    size: usize,
     running: AtomicUsize,
     spawned: AtomicUsize,
     /// Executables killed because a call failed midway (and replaced).
@@ -185,32 +211,26 @@ pub struct ExecutablePool {
 }
 
 impl ExecutablePool {
-    /// A pool keeping up to `size` idle processes, `warm` of them started now. Executables
-    /// learn the SPMD broker's socket and their emulated slowdown from their environment.
+    /// A pool for the executable at `path`, its warm processes started now.
     pub async fn start(
         module: &str,
         path: &Path,
-        warm: usize,
-        size: usize,
-        spmd_socket: Option<&Path>,
-        cpu_slowdown: f64,
-        limits: ProcessLimits,
+        mut options: PoolOptions,
     ) -> Result<Arc<ExecutablePool>, PoolError> {
+        options.size = options.size.max(1);
+        let warm = options.warm.clamp(1, options.size);
         let pool = Arc::new(ExecutablePool {
             module: module.to_string(),
             path: path.to_path_buf(),
-            spmd_socket: spmd_socket.map(Path::to_path_buf),
-            cpu_slowdown,
-            limits,
+            options,
             idle: std::sync::Mutex::new(Vec::new()),
-            size: size.max(1),
             running: AtomicUsize::new(0),
             spawned: AtomicUsize::new(0),
             replaced: AtomicUsize::new(0),
             busy: std::sync::Mutex::new(Vec::new()),
         });
         let mut started = Vec::new();
-        for _ in 0..warm.clamp(1, pool.size) {
+        for _ in 0..warm {
             started.push(pool.spawn()?);
         }
         *ninf_proto::sync::lock(&pool.idle) = started;
@@ -219,17 +239,23 @@ impl ExecutablePool {
 
     fn spawn(&self) -> Result<Process, PoolError> {
         self.spawned.fetch_add(1, Ordering::Relaxed);
-        Process::spawn(
-            &self.path,
-            self.spmd_socket.as_deref(),
-            self.cpu_slowdown,
-            &self.limits,
-        )
-        .map_err(|e| PoolError::Spawn {
+        Process::spawn(&self.path, &self.options).map_err(|e| PoolError::Spawn {
             module: self.module.clone(),
             path: self.path.clone(),
             reason: e.to_string(),
         })
+    }
+
+    pub fn module(&self) -> &str {
+        &self.module
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn options(&self) -> &PoolOptions {
+        &self.options
     }
 
     pub fn running(&self) -> usize {
@@ -281,7 +307,7 @@ impl ExecutablePool {
     fn give_back(&self, mut process: Process) {
         {
             let mut idle = ninf_proto::sync::lock(&self.idle);
-            if idle.len() < self.size {
+            if idle.len() < self.options.size {
                 idle.push(process);
                 return;
             }

@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 use crate::config::ServerConfig;
 use crate::gang::{GangMaster, SpmdBroker};
 use crate::peers::Peers;
-use crate::pool::ExecutablePool;
+use crate::pool::{ExecutablePool, PoolOptions};
 use crate::storage::ObjectStore;
 
 /// A module this server serves.
@@ -365,16 +365,15 @@ impl Catalog {
                 catalog.add(kept.clone())?;
                 continue;
             }
-            let pool = ExecutablePool::start(
-                &interface.module,
-                &source.executable,
-                settings.processors,
-                settings.keep,
-                Some(&settings.broker),
-                settings.cpu_slowdown,
-                settings.limits,
-            )
-            .await;
+            let options = PoolOptions {
+                warm: settings.processors,
+                size: settings.keep,
+                spmd_socket: Some(settings.broker.clone()),
+                cpu_slowdown: settings.cpu_slowdown,
+                limits: settings.limits,
+                die_with_parent: false,
+            };
+            let pool = ExecutablePool::start(&interface.module, &source.executable, options).await;
             match pool {
                 Ok(pool) => started.push(ServedModule {
                     interface,

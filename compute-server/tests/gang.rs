@@ -313,15 +313,46 @@ async fn exchange(
 /// messages go between the brokers over TCP, and each node hands a job its messages only in
 /// its own slots (by the node's clock, 300 and 600 ms ahead of the server's).
 async fn server_with_node_brokers(preempt: bool) -> TestServer {
-    TestServer::start(move |c| {
-        c.gang.quantum_ms = 20.0;
-        c.gang.nodes = 2;
-        c.gang.agent_clock_offset_ms = 300.0;
-        c.gang.broker = ninf_compute_server::config::BrokerPlacement::Nodes;
-        c.gang.network_preemption = preempt;
-        c.gang.stop_grace_seconds = 0.2;
+    TestServer::start(move |c| node_brokers(c, preempt)).await
+}
+
+fn node_brokers(c: &mut ninf_compute_server::ServerConfig, preempt: bool) {
+    c.gang.quantum_ms = 20.0;
+    c.gang.nodes = 2;
+    c.gang.agent_clock_offset_ms = 300.0;
+    c.gang.broker = ninf_compute_server::config::BrokerPlacement::Nodes;
+    c.gang.network_preemption = preempt;
+    c.gang.stop_grace_seconds = 0.2;
+}
+
+/// The same, with each rank started by the agent of its node (`ranks = "nodes"`).
+async fn server_with_ranks_on_nodes() -> TestServer {
+    TestServer::start(|c| {
+        node_brokers(c, true);
+        c.gang.ranks = ninf_compute_server::config::RankPlacement::Nodes;
     })
     .await
+}
+
+/// The parent of a process, from /proc.
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
+}
+
+/// Gone or a zombie waiting to be reaped.
+fn process_ended(pid: u32) -> bool {
+    matches!(process_state(pid), None | Some('Z') | Some('X'))
+}
+
+async fn wait_until_ended(pids: &[u32]) {
+    for _ in 0..2000 {
+        if pids.iter().all(|&p| process_ended(p)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("processes {pids:?} still run");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,6 +455,140 @@ async fn a_job_whose_node_broker_dies_fails_saying_so_and_the_server_goes_on() {
         refused.contains("no node agent holds processor 1"),
         "{refused}"
     );
+    server.stop().await;
+}
+
+/// Waits until a `pexchange` job has both its ranks; returns their process ids.
+async fn exchange_ranks(server: &TestServer) -> Vec<u32> {
+    let s = wait_for(server, "the exchange's two ranks", |s| {
+        jobs_of(s, "pexchange")
+            .first()
+            .is_some_and(|j| j.processes.len() == 2)
+    })
+    .await;
+    jobs_of(&s, "pexchange")[0].processes.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_on_nodes_are_started_by_their_nodes_agents_and_exchange_checked_messages() {
+    let server = server_with_ranks_on_nodes().await;
+    wait_for_node_brokers(&server).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let rounds = 20_000;
+    let running = tokio::spawn({
+        let client = client.clone();
+        async move { exchange(&client, rounds, 64, 10_000).await }
+    });
+    let ranks = exchange_ranks(&server).await;
+    // Rank k runs on column k, which is node-k's: its agent started it, not the server.
+    for (rank, &pid) in ranks.iter().enumerate() {
+        let agent = agent_pid(&server.address, &format!("node-{rank}")).unwrap();
+        assert_eq!(parent_pid(pid), Some(agent), "rank {rank}");
+    }
+    assert_eq!(running.await.unwrap().unwrap(), 2 * rounds as i32);
+    // A second job on the same nodes: the agents' warm pools serve it.
+    assert_eq!(exchange(&client, 10, 4096, 0).await.unwrap(), 20);
+    let s = wait_for(&server, "both agents' rank counts", |s| {
+        s.nodes.iter().all(|n| n.ranks_run == 2)
+    })
+    .await;
+    for node in &s.nodes {
+        assert_eq!(node.network.unwrap().bytes_outside_slot, 0, "{}", node.node);
+    }
+    assert_eq!(server.state.broker.delivered(), 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_of_ranks_on_nodes_is_killed_by_their_agents() {
+    let server = server_with_ranks_on_nodes().await;
+    wait_for_node_brokers(&server).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    a_pdeadlock_is_killed(&server, &client).await;
+    assert_eq!(exchange(&client, 50, 64, 0).await.unwrap(), 100);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_on_nodes_die_with_a_lost_agent_and_the_job_says_which() {
+    let server = server_with_ranks_on_nodes().await;
+    wait_for_node_brokers(&server).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let running = tokio::spawn({
+        let client = client.clone();
+        async move { exchange(&client, 1_000_000, 64, 1000).await }
+    });
+    let ranks = exchange_ranks(&server).await;
+    let agent = agent_pid(&server.address, "node-1").unwrap();
+    assert!(ninf_compute_server::gang::signal(agent, libc_sigkill()));
+    let error = running.await.unwrap().unwrap_err().to_string();
+    assert!(error.contains("node `node-1`'s agent went away"), "{error}");
+    // Rank 1 died with its agent (even if it was stopped), rank 0 was killed by node-0's.
+    wait_until_ended(&ranks).await;
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_started_elsewhere_runs_ranks_from_its_own_executables_directory() {
+    let server = TestServer::start(|c| {
+        node_brokers(c, true);
+        c.gang.ranks = ninf_compute_server::config::RankPlacement::Nodes;
+        c.gang.spawn_agents = false;
+    })
+    .await;
+    let agent = |node: &str, column: &str, executables: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ninf-gang-agent"))
+            .args([
+                "--server",
+                &server.address,
+                "--node",
+                node,
+                "--columns",
+                column,
+            ])
+            .args([
+                "--broker-listen",
+                "127.0.0.1:0",
+                "--no-pin",
+                "--executables",
+            ])
+            .arg(executables)
+            .spawn()
+            .unwrap()
+    };
+    let missing = std::env::temp_dir().join("ninf-no-executables-here");
+    let mut agents = [
+        agent("node-0", "0", &common::binaries()),
+        agent("node-1", "1", &missing),
+    ];
+    wait_for_node_brokers(&server).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let error = exchange(&client, 10, 64, 0).await.unwrap_err().to_string();
+    let expected = format!(
+        "rank 1 of 2: on node `node-1`: cannot start the executable of module `selftest` ({})",
+        missing.join("ninf-exec-selftest").display()
+    );
+    assert!(error.contains(&expected), "{error}");
+    wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    // The server and node-0 go on: with node-1's agent pointed at the executables, the same
+    // call runs.
+    agents[1].kill().unwrap();
+    agents[1].wait().unwrap();
+    wait_for(&server, "node-1 detached", |s| {
+        s.nodes.iter().any(|n| n.node == "node-1" && !n.attached)
+    })
+    .await;
+    agents[1] = agent("node-1", "1", &common::binaries());
+    wait_for(&server, "node-1 back", |s| {
+        s.nodes.iter().filter(|n| n.attached).count() == 2
+    })
+    .await;
+    assert_eq!(exchange(&client, 10, 64, 0).await.unwrap(), 20);
+    for mut agent in agents {
+        agent.kill().unwrap();
+        agent.wait().unwrap();
+    }
     server.stop().await;
 }
 

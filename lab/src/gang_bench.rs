@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ninf::{Arg, NinfClient};
-pub use ninf_compute_server::config::BrokerPlacement;
+pub use ninf_compute_server::config::{BrokerPlacement, RankPlacement};
 use ninf_compute_server::config::{GangSettings, ModuleConfig};
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_grid::processes::Started;
@@ -161,6 +161,8 @@ pub struct OverheadOptions {
     pub workload: Workload,
     /// Where the ranks' messages go: the server's broker or the nodes' brokers.
     pub broker: BrokerPlacement,
+    /// Who starts the ranks: the server, or the agent of each rank's node.
+    pub ranks: RankPlacement,
     pub network_preemption: bool,
     /// Node k's agent clock is (k + 1) × this ahead of the machine's.
     pub clock_offset_ms: f64,
@@ -214,6 +216,10 @@ pub struct OverheadResult {
     pub install_skew_p99_us: f64,
     pub workload: Workload,
     pub broker: String,
+    /// Who started the ranks: `server` or `nodes` (their agents).
+    pub ranks: String,
+    /// Ranks the node agents started, over the whole run (the calibrating calls too).
+    pub ranks_run_by_agents: u64,
     /// Whether the nodes ran in the node testbed's namespaces (else on loopback).
     pub namespaces: bool,
     pub clock_offset_ms: f64,
@@ -238,6 +244,10 @@ pub struct NetworkFigures {
     pub bytes_outside_slot: u64,
     pub messages_held: u64,
     pub most_held: u64,
+}
+
+fn ranks_run(status: &v1::GangStatus) -> u64 {
+    status.nodes.iter().map(|n| n.ranks_run).sum()
 }
 
 fn network(status: &v1::GangStatus) -> NetworkFigures {
@@ -352,6 +362,7 @@ pub async fn overhead(
         max_rows: jobs,
         nodes,
         broker: options.broker,
+        ranks: options.ranks,
         network_preemption: options.network_preemption,
         agent_clock_offset_ms: options.clock_offset_ms,
         spawn_agents: bed.is_none(),
@@ -484,6 +495,11 @@ pub async fn overhead(
         install_skew_p99_us: after.install_skew_p99_us,
         workload: options.workload,
         broker: format!("{:?}", options.broker).to_lowercase(),
+        ranks: match options.ranks {
+            RankPlacement::Server => "server".into(),
+            RankPlacement::Nodes => "nodes".into(),
+        },
+        ranks_run_by_agents: ranks_run(&after),
         namespaces: bed.is_some(),
         clock_offset_ms: options.clock_offset_ms,
         rounds: exchange.map_or(0, |(_, rounds)| rounds as u64),

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
-use ninf_lab::gang_bench::{self, BrokerPlacement, OverheadOptions, OverheadResult, Workload};
+use ninf_lab::gang_bench::{
+    self, BrokerPlacement, OverheadOptions, OverheadResult, RankPlacement, Workload,
+};
 use ninf_lab::gang_nodes::NodeBed;
 
 #[derive(Args)]
@@ -43,6 +45,11 @@ pub struct GangBenchArgs {
     /// With node brokers, hand messages over at once even outside their job's slots.
     #[arg(long)]
     pub no_network_preemption: bool,
+    /// Who starts a job's ranks: the server, or each node's agent (with node brokers).
+    /// Default: the agents with --namespaces, where nodes stand for separate hosts; the
+    /// server otherwise.
+    #[arg(long, value_enum)]
+    pub ranks: Option<BrokerArg>,
     /// Node k's agent clock runs (k + 1) × this many milliseconds ahead of the machine's.
     #[arg(long, default_value_t = 0.0)]
     pub clock_offset_ms: f64,
@@ -95,9 +102,16 @@ pub fn run(args: GangBenchArgs) -> anyhow::Result<()> {
             (BrokerArg::Nodes, _) | (_, true) => BrokerPlacement::Nodes,
             (BrokerArg::Server, false) => BrokerPlacement::Server,
         },
+        ranks: match (args.ranks, args.namespaces) {
+            (Some(BrokerArg::Nodes), _) | (None, true) => RankPlacement::Nodes,
+            (Some(BrokerArg::Server), _) | (None, false) => RankPlacement::Server,
+        },
         network_preemption: !args.no_network_preemption,
         clock_offset_ms: args.clock_offset_ms,
     };
+    if options.ranks == RankPlacement::Nodes && options.broker != BrokerPlacement::Nodes {
+        anyhow::bail!("--ranks nodes needs --broker nodes (or --namespaces)");
+    }
     let result = if args.namespaces {
         let nodes = args.nodes.unwrap_or(processors as usize);
         let bed = Arc::new(NodeBed::up(nodes, args.link_mbit)?);
@@ -118,7 +132,7 @@ pub fn run(args: GangBenchArgs) -> anyhow::Result<()> {
 
 fn print_result(result: &OverheadResult) {
     println!(
-        "quantum {} ms, {} jobs on {} processors ({} agents{}): batch {:.3} s, gang {:.3} s, overhead {:.2}%, slowdown {:.2}x (last job {:.2}x)",
+        "quantum {} ms, {} jobs on {} processors ({} agents{}, ranks started by the {}): batch {:.3} s, gang {:.3} s, overhead {:.2}%, slowdown {:.2}x (last job {:.2}x)",
         result.quantum_ms,
         result.jobs,
         result.processors,
@@ -127,6 +141,11 @@ fn print_result(result: &OverheadResult) {
             ", each in its own namespace"
         } else {
             ""
+        },
+        if result.ranks == "nodes" {
+            "nodes' agents"
+        } else {
+            "server"
         },
         result.t_batch_s,
         result.t_gang_s,

@@ -58,6 +58,11 @@ struct Args {
     /// Hand messages to ranks at once, even outside their job's slots (no network preemption).
     #[arg(long, requires = "broker_listen")]
     no_network_preemption: bool,
+    /// Where the ranks the server starts on this node (its `ranks = "nodes"`) find their
+    /// executables: a directory holding them under the server's file names. Default: the
+    /// server's own paths (one host, or the same installation on every host).
+    #[arg(long, value_name = "DIR")]
+    executables: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -102,6 +107,7 @@ fn main() -> anyhow::Result<()> {
             advertise: args.broker_advertise,
             preempt: !args.no_network_preemption,
         }),
+        executables: args.executables,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

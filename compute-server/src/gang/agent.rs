@@ -22,6 +22,7 @@ use tonic::transport::Channel;
 
 use super::clock::{AgentClock, MachineClock, NodeTime, monotonic_ns};
 use super::node_broker::{NodeBroker, NodeBrokerError, NodeBrokerOptions};
+use super::node_ranks::{NodeRanks, NodeRanksOptions};
 use super::wire::table_from_proto;
 use ninf_gang::Clock;
 
@@ -43,6 +44,10 @@ pub struct AgentOptions {
     pub tls: Option<ninf_proto::net::tls::GridTls>,
     /// Run this node's SPMD broker (the server's `broker = "nodes"`).
     pub broker: Option<NodeBrokerOptions>,
+    /// Where the ranks the server sends this node (`ranks = "nodes"`) find their
+    /// executables: a directory holding them under the server's file names; `None`: the
+    /// server's own paths.
+    pub executables: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,10 +86,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AgentError> {
     let channel = connect(&options.server, options.tls.as_ref()).await?;
+    // Ranks run on the node carry their calls' arrays over this stream.
     let mut client = GangControlClient::new(authorized(
         channel,
         &AttachToken::new(options.token.as_deref()),
-    ));
+    ))
+    .max_decoding_message_size(usize::MAX)
+    .max_encoding_message_size(usize::MAX);
     let sync = Arc::new(Mutex::new(ClockSync::new(options.sync)));
     check_clock(&mut client, &options.clock, &sync).await;
 
@@ -110,6 +118,14 @@ pub async fn run(
         }
         None => None,
     };
+    let ranks = NodeRanks::new(
+        NodeRanksOptions {
+            executables: options.executables.clone(),
+            broker_socket: broker.as_ref().map(|b| b.socket().to_path_buf()),
+            keep: options.columns.len(),
+        },
+        outgoing.clone(),
+    );
     let _ = outgoing.send(v1::AgentMessage {
         kind: Some(v1::agent_message::Kind::Hello(v1::AgentHello {
             node: options.node.clone(),
@@ -148,6 +164,7 @@ pub async fn run(
                 clock_offset: offset,
                 signal_failures: shared.signal_failures,
                 network: broker.as_ref().map(|b| b.ledger()),
+                ranks_run: ranks.ranks_run(),
             })),
         }
     };
@@ -184,9 +201,16 @@ pub async fn run(
                     }
                 }
                 Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::CloseJob(close)) })) => {
+                    ranks.close(close.job);
                     if let Some(broker) = &broker {
                         broker.close(close);
                     }
+                }
+                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::RunRank(run)) })) => {
+                    ranks.run(run);
+                }
+                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::StartRanks(job)) })) => {
+                    ranks.start(job);
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => break,
@@ -211,6 +235,7 @@ pub async fn run(
     }
     let _ = commands.send(ThreadCommand::Stop);
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    ranks.shutdown().await;
     Ok(())
 }
 

@@ -87,6 +87,9 @@ struct JobRecord {
     admitted: Option<oneshot::Sender<()>>,
     admitted_at: Option<f64>,
     killed: Option<String>,
+    /// Its processes were started by node agents (`ranks = "nodes"`): their ids mean
+    /// something only on their nodes, so only the agents may signal them.
+    on_nodes: bool,
 }
 
 struct NodeRecord {
@@ -110,6 +113,29 @@ struct SpreadRecord {
     opened: Option<oneshot::Sender<()>>,
     /// What the nodes are told, kept to ask again.
     open: v1::SpmdJobOpen,
+    /// The node each rank runs on, rank order.
+    rank_nodes: Vec<String>,
+    /// Its ranks, when node agents run them.
+    agent_ranks: Option<AgentRanks>,
+}
+
+/// How ranks run by node agents reply: rank 0's success is the call's.
+pub type RankOutcome = Result<v1::ExecSuccess, tonic::Status>;
+
+/// The ranks of a spread job that node agents run, until each has replied.
+struct AgentRanks {
+    pids: Vec<Option<u32>>,
+    /// Told every rank's process id (rank order) once all have started.
+    started: Option<oneshot::Sender<Vec<u32>>>,
+    results: Vec<Option<oneshot::Sender<RankOutcome>>>,
+}
+
+/// What the caller of [`GangMaster::run_on_nodes`] waits on.
+pub struct NodeRankReplies {
+    /// Every rank's process id, rank order; closed if a rank failed to start (its result
+    /// says why) or the job ended.
+    pub started: oneshot::Receiver<Vec<u32>>,
+    pub results: Vec<oneshot::Receiver<RankOutcome>>,
 }
 
 /// How long a job waits for its nodes' brokers to open it, and how often the nodes that have
@@ -215,6 +241,7 @@ impl GangMaster {
                     admitted: Some(tx),
                     admitted_at: None,
                     killed: None,
+                    on_nodes: false,
                 },
             );
             notify_started(&mut inner, &started);
@@ -403,6 +430,7 @@ impl GangMaster {
             let mut routes = Vec::with_capacity(columns.len());
             let mut sockets = Vec::with_capacity(columns.len());
             let mut nodes = BTreeSet::new();
+            let mut rank_nodes = Vec::with_capacity(columns.len());
             for column in &columns {
                 let (name, node) = inner
                     .nodes
@@ -417,6 +445,7 @@ impl GangMaster {
                 routes.push(node.broker_address.clone());
                 sockets.push(node.broker_socket.clone());
                 nodes.insert(name.clone());
+                rank_nodes.push(name.clone());
             }
             let open = v1::SpmdJobOpen {
                 job: id,
@@ -432,6 +461,8 @@ impl GangMaster {
                     nodes,
                     opened: Some(tx),
                     open,
+                    rank_nodes,
+                    agent_ranks: None,
                 },
             );
             send_opens(&inner, id);
@@ -470,6 +501,115 @@ impl GangMaster {
                 && let Some(tx) = record.opened.take()
             {
                 let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Has the agents of an opened spread job's nodes start its ranks, one `run` per rank
+    /// (rank order); they are sent their requests at [`GangMaster::start_node_ranks`].
+    pub fn run_on_nodes(
+        &self,
+        id: JobId,
+        runs: Vec<v1::SpmdRunRank>,
+    ) -> Result<NodeRankReplies, String> {
+        let mut inner = self.lock();
+        if let Some(job) = inner.jobs.get_mut(&id) {
+            job.on_nodes = true;
+        }
+        let record = inner
+            .spread
+            .get_mut(&id)
+            .ok_or_else(|| format!("job {id} is not open on its nodes"))?;
+        let (started_tx, started) = oneshot::channel();
+        let (senders, results): (Vec<_>, Vec<_>) = runs
+            .iter()
+            .map(|_| {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), rx)
+            })
+            .unzip();
+        record.agent_ranks = Some(AgentRanks {
+            pids: vec![None; runs.len()],
+            started: Some(started_tx),
+            results: senders,
+        });
+        let targets: Vec<String> = record.rank_nodes.clone();
+        for (run, node) in runs.into_iter().zip(targets) {
+            let commands = inner.nodes.get(&node).and_then(|n| n.commands.as_ref());
+            let sent = commands.is_some_and(|c| {
+                c.send(v1::AgentCommand {
+                    kind: Some(v1::agent_command::Kind::RunRank(run)),
+                })
+                .is_ok()
+            });
+            if !sent {
+                return Err(format!("node `{node}`'s agent went away"));
+            }
+        }
+        Ok(NodeRankReplies { started, results })
+    }
+
+    /// A node's agent started a rank.
+    pub fn node_rank_started(&self, started: v1::SpmdRankStarted) {
+        let mut inner = self.lock();
+        let Some(ranks) = inner
+            .spread
+            .get_mut(&started.job)
+            .and_then(|r| r.agent_ranks.as_mut())
+        else {
+            return;
+        };
+        if let Some(slot) = ranks.pids.get_mut(started.rank as usize) {
+            *slot = Some(started.pid);
+        }
+        if ranks.pids.iter().all(Option::is_some)
+            && let Some(tx) = ranks.started.take()
+        {
+            let _ = tx.send(ranks.pids.iter().flatten().copied().collect());
+        }
+    }
+
+    /// A rank run by a node's agent ended; a failure before every rank started also
+    /// ends the wait for them.
+    pub fn node_rank_result(&self, node: &str, result: v1::SpmdRankResult) {
+        let mut inner = self.lock();
+        let Some(ranks) = inner
+            .spread
+            .get_mut(&result.job)
+            .and_then(|r| r.agent_ranks.as_mut())
+        else {
+            return;
+        };
+        let outcome = match result.success {
+            Some(success) if result.code == 0 => Ok(success),
+            _ => Err(tonic::Status::new(
+                tonic::Code::from_i32(result.code),
+                format!("on node `{node}`: {}", result.message),
+            )),
+        };
+        if outcome.is_err() {
+            ranks.started = None;
+        }
+        if let Some(tx) = ranks
+            .results
+            .get_mut(result.rank as usize)
+            .and_then(Option::take)
+        {
+            let _ = tx.send(outcome);
+        }
+    }
+
+    /// The job's first slot has come: its nodes' agents send its ranks their requests.
+    pub fn start_node_ranks(&self, id: JobId) {
+        let inner = self.lock();
+        let Some(record) = inner.spread.get(&id) else {
+            return;
+        };
+        for name in &record.nodes {
+            if let Some(commands) = inner.nodes.get(name).and_then(|n| n.commands.as_ref()) {
+                let _ = commands.send(v1::AgentCommand {
+                    kind: Some(v1::agent_command::Kind::StartRanks(id)),
+                });
             }
         }
     }
@@ -554,8 +694,11 @@ impl GangMaster {
                 job.killed = Some(format!(
                     "node `{node}`'s agent went away while the job's ranks talked through its broker; the messages it held are lost"
                 ));
-                for &pid in &job.processes {
-                    super::signal(pid, libc::SIGKILL);
+                // Ranks on nodes die with the closing below (and with their agent).
+                if !job.on_nodes {
+                    for &pid in &job.processes {
+                        super::signal(pid, libc::SIGKILL);
+                    }
                 }
                 tracing::warn!(job = id, node, "killed a job whose node broker went away");
             }
@@ -564,7 +707,7 @@ impl GangMaster {
         let on_node: Vec<u32> = inner
             .jobs
             .iter()
-            .filter(|(id, _)| !lost.contains(id))
+            .filter(|(id, job)| !lost.contains(id) && !job.on_nodes)
             .filter_map(|(id, job)| {
                 let placement = inner.scheduler.matrix().placement(*id)?;
                 Some(
@@ -645,10 +788,16 @@ impl GangMaster {
                 job.processes.len(),
                 job.function
             ));
-            for &pid in &job.processes {
-                super::signal(pid, libc::SIGKILL);
-            }
             tracing::warn!(job = id, function = %job.function, "killed a deadlocked job");
+            if !job.on_nodes {
+                for &pid in &job.processes {
+                    super::signal(pid, libc::SIGKILL);
+                }
+                continue;
+            }
+            // Closing the job has its agents kill its ranks.
+            let reason = job.killed.clone().unwrap_or_default();
+            close_spread(&mut inner, *id, &reason);
         }
         inner.deadlocks_killed += doomed.len() as u64;
         doomed.len()
@@ -774,6 +923,7 @@ impl GangMaster {
                     attached: n.attached,
                     broker_address: n.broker_address.clone(),
                     network: n.report.network,
+                    ranks_run: n.report.ranks_run,
                 })
                 .collect(),
             skew_samples: skews.len() as u64,

@@ -2,13 +2,15 @@
 //! `ninf-gang`: the [`master::GangMaster`] turns calls into jobs and issues time tables, node
 //! agents ([`agent`]) follow them by their own clocks and signal the processes, the
 //! [`service`] connects the two over gRPC, and the [`broker::SpmdBroker`] carries messages
-//! between the ranks of parallel jobs and detects their deadlocks.
+//! between the ranks of parallel jobs and detects their deadlocks. Across hosts, each agent
+//! runs its node's broker ([`node_broker`]) and may start its node's ranks ([`node_ranks`]).
 
 pub mod agent;
 pub mod broker;
 pub mod clock;
 pub mod master;
 pub mod node_broker;
+pub mod node_ranks;
 pub mod service;
 pub mod wire;
 
@@ -195,6 +197,7 @@ pub fn spawn_agents(
             token: credentials.token.clone(),
             tls: credentials.tls.clone(),
             broker: broker.clone(),
+            executables: None,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {

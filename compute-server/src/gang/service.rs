@@ -85,6 +85,12 @@ impl v1::gang_control_server::GangControl for GangControlService {
                     Some(v1::agent_message::Kind::Traffic(traffic)) => {
                         master.node_traffic(&node, traffic)
                     }
+                    Some(v1::agent_message::Kind::RankStarted(started)) => {
+                        master.node_rank_started(started)
+                    }
+                    Some(v1::agent_message::Kind::RankResult(result)) => {
+                        master.node_rank_result(&node, result)
+                    }
                     _ => {}
                 }
             }
