@@ -529,38 +529,54 @@ async fn ranks_on_nodes_die_with_a_lost_agent_and_the_job_says_which() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_started_elsewhere_runs_ranks_from_its_own_executables_directory() {
-    let server = TestServer::start(|c| {
+/// A server whose two nodes' agents the test starts itself, as on other hosts.
+async fn server_for_agents_started_elsewhere() -> TestServer {
+    TestServer::start(|c| {
         node_brokers(c, true);
         c.gang.ranks = ninf_compute_server::config::RankPlacement::Nodes;
         c.gang.spawn_agents = false;
     })
-    .await;
-    let agent = |node: &str, column: &str, executables: &std::path::Path| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ninf-gang-agent"))
-            .args([
-                "--server",
-                &server.address,
-                "--node",
-                node,
-                "--columns",
-                column,
-            ])
-            .args([
-                "--broker-listen",
-                "127.0.0.1:0",
-                "--no-pin",
-                "--executables",
-            ])
-            .arg(executables)
-            .spawn()
-            .unwrap()
-    };
+    .await
+}
+
+/// A `ninf-gang-agent` for one column, with a node broker on loopback.
+fn start_agent(
+    server: &TestServer,
+    node: &str,
+    column: &str,
+    extra: &[&str],
+) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ninf-gang-agent"))
+        .args([
+            "--server",
+            &server.address,
+            "--node",
+            node,
+            "--columns",
+            column,
+        ])
+        .args(["--broker-listen", "127.0.0.1:0", "--no-pin"])
+        .args(extra)
+        .spawn()
+        .unwrap()
+}
+
+fn stop_agents(agents: impl IntoIterator<Item = std::process::Child>) {
+    for mut agent in agents {
+        agent.kill().unwrap();
+        agent.wait().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_started_elsewhere_runs_ranks_from_its_own_executables_directory() {
+    let server = server_for_agents_started_elsewhere().await;
+    let binaries = common::binaries().display().to_string();
     let missing = std::env::temp_dir().join("ninf-no-executables-here");
+    let missing_arg = missing.display().to_string();
     let mut agents = [
-        agent("node-0", "0", &common::binaries()),
-        agent("node-1", "1", &missing),
+        start_agent(&server, "node-0", "0", &["--executables", &binaries]),
+        start_agent(&server, "node-1", "1", &["--executables", &missing_arg]),
     ];
     wait_for_node_brokers(&server).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
@@ -573,22 +589,53 @@ async fn an_agent_started_elsewhere_runs_ranks_from_its_own_executables_director
     wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
     // The server and node-0 go on: with node-1's agent pointed at the executables, the same
     // call runs.
-    agents[1].kill().unwrap();
-    agents[1].wait().unwrap();
+    let [first, second] = agents;
+    stop_agents([second]);
     wait_for(&server, "node-1 detached", |s| {
         s.nodes.iter().any(|n| n.node == "node-1" && !n.attached)
     })
     .await;
-    agents[1] = agent("node-1", "1", &common::binaries());
+    agents = [
+        first,
+        start_agent(&server, "node-1", "1", &["--executables", &binaries]),
+    ];
     wait_for(&server, "node-1 back", |s| {
         s.nodes.iter().filter(|n| n.attached).count() == 2
     })
     .await;
     assert_eq!(exchange(&client, 10, 64, 0).await.unwrap(), 20);
-    for mut agent in agents {
-        agent.kill().unwrap();
-        agent.wait().unwrap();
-    }
+    stop_agents(agents);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_that_cannot_reach_another_nodes_broker_fail_the_job_saying_where() {
+    let server = server_for_agents_started_elsewhere().await;
+    // Node-1 advertises an address where nothing listens, as behind a wrong NAT mapping:
+    // node-0's broker cannot deliver rank 0's messages to rank 1.
+    let agents = [
+        start_agent(&server, "node-0", "0", &[]),
+        start_agent(
+            &server,
+            "node-1",
+            "1",
+            &["--broker-advertise", "127.0.0.1:1"],
+        ),
+    ];
+    wait_for_node_brokers(&server).await;
+    let s = status(&server).await;
+    assert!(s.nodes.iter().any(|n| n.broker_address == "127.0.0.1:1"));
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let error = exchange(&client, 10, 64, 0).await.unwrap_err().to_string();
+    assert!(
+        error.contains(
+            "messages from node `node-0` were lost: cannot reach the broker at 127.0.0.1:1"
+        ) && error.contains("the job cannot complete"),
+        "{error}"
+    );
+    wait_for(&server, "an empty table", |s| s.jobs.is_empty()).await;
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
+    stop_agents(agents);
     server.stop().await;
 }
 

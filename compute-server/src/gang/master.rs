@@ -599,6 +599,24 @@ impl GangMaster {
         }
     }
 
+    /// A node's broker lost messages of a job on their way to another node's broker: the job
+    /// cannot complete, so it is killed saying so.
+    pub fn node_lost_messages(&self, node: &str, lost: v1::SpmdLost) {
+        let mut inner = self.lock();
+        if !inner.spread.contains_key(&lost.job) {
+            return;
+        }
+        tracing::warn!(job = lost.job, node, reason = %lost.reason, "killed a job whose messages were lost between nodes");
+        kill_job(
+            &mut inner,
+            lost.job,
+            format!(
+                "messages from node `{node}` were lost: {}; the job cannot complete",
+                lost.reason
+            ),
+        );
+    }
+
     /// The job's first slot has come: its nodes' agents send its ranks their requests.
     pub fn start_node_ranks(&self, id: JobId) {
         let inner = self.lock();
@@ -687,22 +705,15 @@ impl GangMaster {
             .filter(|(_, r)| r.nodes.contains(node))
             .map(|(&id, _)| id)
             .collect();
-        for id in &lost {
-            if let Some(job) = inner.jobs.get_mut(id)
-                && job.killed.is_none()
-            {
-                job.killed = Some(format!(
+        for &id in &lost {
+            tracing::warn!(job = id, node, "killed a job whose node broker went away");
+            kill_job(
+                &mut inner,
+                id,
+                format!(
                     "node `{node}`'s agent went away while the job's ranks talked through its broker; the messages it held are lost"
-                ));
-                // Ranks on nodes die with the closing below (and with their agent).
-                if !job.on_nodes {
-                    for &pid in &job.processes {
-                        super::signal(pid, libc::SIGKILL);
-                    }
-                }
-                tracing::warn!(job = id, node, "killed a job whose node broker went away");
-            }
-            close_spread(&mut inner, *id, "the node's agent went away");
+                ),
+            );
         }
         let on_node: Vec<u32> = inner
             .jobs
@@ -779,25 +790,17 @@ impl GangMaster {
             .into_iter()
             .filter(|id| inner.jobs.get(id).is_some_and(|j| j.killed.is_none()))
             .collect();
-        for id in &doomed {
-            let Some(job) = inner.jobs.get_mut(id) else {
+        for &id in &doomed {
+            let Some(job) = inner.jobs.get(&id) else {
                 continue;
             };
-            job.killed = Some(format!(
+            let reason = format!(
                 "all {} ranks of `{}` waited to receive with no message in flight (deadlock); killed after the {grace} s grace",
                 job.processes.len(),
                 job.function
-            ));
+            );
             tracing::warn!(job = id, function = %job.function, "killed a deadlocked job");
-            if !job.on_nodes {
-                for &pid in &job.processes {
-                    super::signal(pid, libc::SIGKILL);
-                }
-                continue;
-            }
-            // Closing the job has its agents kill its ranks.
-            let reason = job.killed.clone().unwrap_or_default();
-            close_spread(&mut inner, *id, &reason);
+            kill_job(&mut inner, id, reason);
         }
         inner.deadlocks_killed += doomed.len() as u64;
         doomed.len()
@@ -970,6 +973,25 @@ fn send_opens(inner: &Inner, id: JobId) {
             });
         }
     }
+}
+
+/// Kills a job, once: its call fails with `reason`. The processes this server started are
+/// signalled here; ranks that node agents started are killed by their agents as the job
+/// closes (a process id from another host means nothing here).
+fn kill_job(inner: &mut Inner, id: JobId, reason: String) {
+    let Some(job) = inner.jobs.get_mut(&id) else {
+        return;
+    };
+    if job.killed.is_some() {
+        return;
+    }
+    if !job.on_nodes {
+        for &pid in &job.processes {
+            super::signal(pid, libc::SIGKILL);
+        }
+    }
+    job.killed = Some(reason.clone());
+    close_spread(inner, id, &reason);
 }
 
 /// Tells the brokers of a spread job's nodes that it ended.

@@ -62,7 +62,7 @@ struct State {
     gate: NetworkGate<Bytes>,
     jobs: HashMap<JobId, NodeJob>,
     /// Connections to other nodes' brokers, by address.
-    peers: HashMap<String, mpsc::UnboundedSender<Bytes>>,
+    peers: HashMap<String, mpsc::UnboundedSender<(JobId, Bytes)>>,
     /// Jobs whose traffic changed since the last report.
     changed: BTreeSet<JobId>,
 }
@@ -254,15 +254,16 @@ impl NodeBroker {
         state.gate.next_release(state.table.as_ref(), now)
     }
 
-    /// Sends a frame to another node's broker, connecting on first use.
-    fn forward(state: &mut State, address: &str, frame: Bytes) {
+    /// Sends a job's frame to another node's broker, connecting on first use.
+    fn forward(&self, state: &mut State, address: &str, job: JobId, frame: Bytes) {
+        let to_server = &self.to_server;
         let peer = state
             .peers
             .entry(address.to_string())
-            .or_insert_with(|| spawn_peer_writer(address.to_string()));
-        if peer.send(frame.clone()).is_err() {
-            // The connection failed earlier: try once more with a fresh one.
-            let fresh = spawn_peer_writer(address.to_string());
+            .or_insert_with(|| spawn_peer_writer(address.to_string(), to_server.clone()));
+        if let Err(mpsc::error::SendError(frame)) = peer.send((job, frame)) {
+            // That connection failed (its jobs were reported lost); later jobs get a fresh one.
+            let fresh = spawn_peer_writer(address.to_string(), to_server.clone());
             let _ = fresh.send(frame);
             state.peers.insert(address.to_string(), fresh);
         }
@@ -348,8 +349,9 @@ impl RankFrames for NodeBroker {
                 .unwrap_or_default();
             state.changed.insert(send.job);
             if route != self.address {
+                let job = send.job;
                 let frame = encode(Kind::Send(send));
-                NodeBroker::forward(&mut state, &route, frame);
+                self.forward(&mut state, &route, job, frame);
                 return Kind::Sent(true);
             }
             route
@@ -434,33 +436,69 @@ fn spawn_peer_listener(broker: std::sync::Weak<NodeBroker>, listener: TcpListene
     });
 }
 
+/// Jobs a connection remembers having carried, to report them lost if it breaks (job ids
+/// grow, so the oldest, long finished, are forgotten first).
+const MAX_CARRIED_JOBS: usize = 4096;
+
 /// A connection to another node's broker: frames queue until it is open, then go in order.
-fn spawn_peer_writer(address: String) -> mpsc::UnboundedSender<Bytes> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+/// If it cannot connect, or breaks, every job it carried or still queues may have lost
+/// messages: each is reported to the server, which kills it with the reason rather than let
+/// its ranks wait for messages that will never come.
+fn spawn_peer_writer(
+    address: String,
+    to_server: mpsc::UnboundedSender<v1::AgentMessage>,
+) -> mpsc::UnboundedSender<(JobId, Bytes)> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(JobId, Bytes)>();
     tokio::spawn(async move {
-        let mut stream = None;
-        for attempt in 0..50 {
-            match TcpStream::connect(&address).await {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    stream = Some(s);
-                    break;
+        let mut carried = BTreeSet::new();
+        let failure = match connect_to_peer(&address).await {
+            Ok(mut stream) => loop {
+                let Some((job, frame)) = rx.recv().await else {
+                    return;
+                };
+                carried.insert(job);
+                if carried.len() > MAX_CARRIED_JOBS {
+                    carried.pop_first();
                 }
-                Err(e) if attempt == 49 => {
-                    tracing::warn!(%address, error = %e, "cannot reach a peer node's broker; its messages are lost")
+                if let Err(e) = stream.write_all(&frame).await {
+                    break format!("the connection to the broker at {address} broke ({e})");
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
+            },
+            Err(e) => format!("cannot reach the broker at {address} ({e})"),
+        };
+        tracing::warn!(%address, reason = %failure, "messages to a peer node's broker are lost");
+        rx.close();
+        while let Ok((job, _)) = rx.try_recv() {
+            carried.insert(job);
         }
-        let Some(mut stream) = stream else { return };
-        while let Some(frame) = rx.recv().await {
-            if let Err(e) = stream.write_all(&frame).await {
-                tracing::warn!(%address, error = %e, "lost the connection to a peer node's broker");
-                return;
-            }
+        for job in carried {
+            let _ = to_server.send(v1::AgentMessage {
+                kind: Some(v1::agent_message::Kind::Lost(v1::SpmdLost {
+                    job,
+                    reason: failure.clone(),
+                })),
+            });
         }
     });
     tx
+}
+
+/// Connects to a peer broker, trying for 5 s (it may still be starting).
+async fn connect_to_peer(address: &str) -> std::io::Result<TcpStream> {
+    let mut attempt = 0;
+    loop {
+        match TcpStream::connect(address).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) if attempt == 49 => return Err(e),
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
 /// Hands held messages over at their jobs' slots: sleeps until the next boundary at which

@@ -91,6 +91,9 @@ impl v1::gang_control_server::GangControl for GangControlService {
                     Some(v1::agent_message::Kind::RankResult(result)) => {
                         master.node_rank_result(&node, result)
                     }
+                    Some(v1::agent_message::Kind::Lost(lost)) => {
+                        master.node_lost_messages(&node, lost)
+                    }
                     _ => {}
                 }
             }
