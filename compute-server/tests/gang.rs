@@ -504,7 +504,22 @@ async fn a_deadlock_of_ranks_on_nodes_is_killed_by_their_agents() {
     let server = server_with_ranks_on_nodes().await;
     wait_for_node_brokers(&server).await;
     let client = NinfClient::connect(&server.address).await.unwrap();
-    a_pdeadlock_is_killed(&server, &client).await;
+    let deadlocked = tokio::spawn({
+        let client = client.clone();
+        async move { client.call("pdeadlock", &mut [Arg::Integer(2)]).await }
+    });
+    let s = wait_for(&server, "the deadlocked job's two ranks", |s| {
+        jobs_of(s, "pdeadlock")
+            .first()
+            .is_some_and(|j| j.processes.len() == 2)
+    })
+    .await;
+    let ranks = jobs_of(&s, "pdeadlock")[0].processes.clone();
+    let error = deadlocked.await.unwrap().unwrap_err().to_string();
+    assert!(error.contains("all 2 ranks of `pdeadlock`"), "{error}");
+    // The server signals no process of another host: the agents killed them.
+    wait_until_ended(&ranks).await;
+    assert_eq!(status(&server).await.deadlocks_killed, 1);
     assert_eq!(exchange(&client, 50, 64, 0).await.unwrap(), 100);
     server.stop().await;
 }

@@ -552,11 +552,7 @@ impl GangMaster {
     /// A node's agent started a rank.
     pub fn node_rank_started(&self, started: v1::SpmdRankStarted) {
         let mut inner = self.lock();
-        let Some(ranks) = inner
-            .spread
-            .get_mut(&started.job)
-            .and_then(|r| r.agent_ranks.as_mut())
-        else {
+        let Some(ranks) = agent_ranks(&mut inner, started.job) else {
             return;
         };
         if let Some(slot) = ranks.pids.get_mut(started.rank as usize) {
@@ -573,11 +569,7 @@ impl GangMaster {
     /// ends the wait for them.
     pub fn node_rank_result(&self, node: &str, result: v1::SpmdRankResult) {
         let mut inner = self.lock();
-        let Some(ranks) = inner
-            .spread
-            .get_mut(&result.job)
-            .and_then(|r| r.agent_ranks.as_mut())
-        else {
+        let Some(ranks) = agent_ranks(&mut inner, result.job) else {
             return;
         };
         let outcome = match result.success {
@@ -973,6 +965,11 @@ fn send_opens(inner: &Inner, id: JobId) {
             });
         }
     }
+}
+
+/// The ranks node agents run for a spread job still open.
+fn agent_ranks(inner: &mut Inner, job: JobId) -> Option<&mut AgentRanks> {
+    inner.spread.get_mut(&job)?.agent_ranks.as_mut()
 }
 
 /// Kills a job, once: its call fails with `reason`. The processes this server started are
