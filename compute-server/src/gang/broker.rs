@@ -5,7 +5,7 @@
 //! receive and no message it waits for is in flight, the job is deadlocked, and the gang
 //! master is told so (it loses its slots and is killed after the grace).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
+use super::mailboxes::Mailboxes;
 use super::master::GangMaster;
 
 /// Largest message between ranks.
@@ -34,17 +35,9 @@ pub(super) trait RankFrames: Send + Sync {
     fn recv(&self, recv: v1::SpmdRecv, outbox: &Outbox);
 }
 
-struct Waiting {
-    from: u32,
-    outbox: Outbox,
-}
-
 struct JobChannels {
     size: u32,
-    /// Messages sent and not yet received, by (from, to).
-    queues: HashMap<(u32, u32), VecDeque<Bytes>>,
-    /// Ranks blocked in a receive.
-    waiting: HashMap<u32, Waiting>,
+    mailboxes: Mailboxes,
     /// Ranks whose call returned.
     done: HashSet<u32>,
     deadlocked: bool,
@@ -54,12 +47,11 @@ impl JobChannels {
     fn deadlocked_now(&self) -> bool {
         let live = self.size as usize - self.done.len();
         live > 0
-            && self.waiting.len() == live
-            && self.waiting.iter().all(|(rank, w)| {
-                self.queues
-                    .get(&(w.from, *rank))
-                    .is_none_or(VecDeque::is_empty)
-            })
+            && self.mailboxes.waiting_count() == live
+            && self
+                .mailboxes
+                .waits()
+                .all(|(rank, from)| !self.mailboxes.has_queued(from, rank))
     }
 }
 
@@ -129,8 +121,7 @@ impl SpmdBroker {
             job,
             JobChannels {
                 size,
-                queues: HashMap::new(),
-                waiting: HashMap::new(),
+                mailboxes: Mailboxes::default(),
                 done: HashSet::new(),
                 deadlocked: false,
             },
@@ -145,7 +136,7 @@ impl SpmdBroker {
                 return;
             };
             channels.done.insert(rank);
-            channels.waiting.remove(&rank);
+            channels.mailboxes.stop_waiting(rank);
             let now = channels.deadlocked_now();
             let changed = now && !channels.deadlocked;
             channels.deadlocked = now;
@@ -159,11 +150,9 @@ impl SpmdBroker {
     /// The job ended: ranks still waiting are told so, and undelivered messages dropped.
     pub fn close(&self, job: JobId) {
         if let Some(channels) = self.lock().remove(&job) {
-            for (_, waiting) in channels.waiting {
-                let _ = waiting.outbox.send(encode(Kind::Abort(format!(
-                    "job {job} ended while this rank waited"
-                ))));
-            }
+            channels
+                .mailboxes
+                .abort(&format!("job {job} ended while this rank waited"));
         }
     }
 }
@@ -179,18 +168,8 @@ impl RankFrames for SpmdBroker {
             let Some(channels) = jobs.get_mut(&send.job) else {
                 return Kind::Sent(false);
             };
-            match channels.waiting.get(&send.to) {
-                Some(w) if w.from == send.from => {
-                    if let Some(w) = channels.waiting.remove(&send.to) {
-                        deliver(&w.outbox, send.from, send.data);
-                        self.delivered.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                _ => channels
-                    .queues
-                    .entry((send.from, send.to))
-                    .or_default()
-                    .push_back(send.data),
+            if channels.mailboxes.put(send.from, send.to, send.data) {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
             }
             std::mem::replace(&mut channels.deadlocked, false)
         };
@@ -210,29 +189,14 @@ impl RankFrames for SpmdBroker {
             let Some(channels) = jobs.get_mut(&recv.job) else {
                 return;
             };
-            let queued = channels
-                .queues
-                .get_mut(&(recv.from, recv.rank))
-                .and_then(VecDeque::pop_front);
-            match queued {
-                Some(data) => {
-                    deliver(outbox, recv.from, data);
-                    self.delivered.fetch_add(1, Ordering::Relaxed);
-                    false
-                }
-                None => {
-                    channels.waiting.insert(
-                        recv.rank,
-                        Waiting {
-                            from: recv.from,
-                            outbox: outbox.clone(),
-                        },
-                    );
-                    let now = channels.deadlocked_now();
-                    let changed = now && !channels.deadlocked;
-                    channels.deadlocked = now;
-                    changed
-                }
+            if channels.mailboxes.take(recv.rank, recv.from, outbox) {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+                false
+            } else {
+                let now = channels.deadlocked_now();
+                let changed = now && !channels.deadlocked;
+                channels.deadlocked = now;
+                changed
             }
         };
         if deadlock {

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod broker;
 pub mod clock;
+mod mailboxes;
 pub mod master;
 pub mod node_broker;
 pub mod node_ranks;

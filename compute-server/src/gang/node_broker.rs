@@ -7,7 +7,7 @@
 //! waits for whom, messages sent and delivered) to the server, which merges every node's view
 //! to tell a deadlock across nodes.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,9 +23,10 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::{Notify, mpsc};
 
 use super::broker::{
-    Outbox, RankFrames, deliver, encode, read_frame, refuse_recv, send_refusal, serve_rank,
+    Outbox, RankFrames, encode, read_frame, refuse_recv, send_refusal, serve_rank,
 };
 use super::clock::NodeTime;
+use super::mailboxes::Mailboxes;
 
 /// How often each job's changed traffic is reported to the server.
 const TRAFFIC_REPORT_INTERVAL: Duration = Duration::from_millis(20);
@@ -41,19 +42,14 @@ pub struct NodeBrokerOptions {
     pub preempt: bool,
 }
 
-struct Waiting {
-    from: u32,
-    outbox: Outbox,
-}
-
 /// One parallel job as this node sees it.
 struct NodeJob {
     size: u32,
     /// Each rank's node broker address.
     routes: Vec<String>,
-    /// Messages through the gate, not yet taken by a receive, by (from, to).
-    queues: HashMap<(u32, u32), VecDeque<Bytes>>,
-    waiting: HashMap<u32, Waiting>,
+    /// Messages through the gate, and the ranks waiting for theirs.
+    mailboxes: Mailboxes,
+    /// Sent and consumed counts per pair (who waits comes from the mailboxes).
     traffic: RankTraffic,
 }
 
@@ -177,8 +173,7 @@ impl NodeBroker {
         self.lock().jobs.entry(job).or_insert_with(|| NodeJob {
             size: open.size,
             routes: open.rank_brokers,
-            queues: HashMap::new(),
-            waiting: HashMap::new(),
+            mailboxes: Mailboxes::default(),
             traffic: RankTraffic::default(),
         });
         let _ = self.to_server.send(v1::AgentMessage {
@@ -197,9 +192,7 @@ impl NodeBroker {
             } else {
                 close.reason
             };
-            for (_, waiting) in job.waiting {
-                let _ = waiting.outbox.send(encode(Kind::Abort(reason.clone())));
-            }
+            job.mailboxes.abort(&reason);
         }
     }
 
@@ -293,19 +286,8 @@ fn hand_over(state: &mut State, envelope: Envelope<Bytes>) {
         return;
     };
     let (from, to) = (envelope.from, envelope.to);
-    match job.waiting.get(&to) {
-        Some(w) if w.from == from => {
-            if let Some(w) = job.waiting.remove(&to) {
-                deliver(&w.outbox, from, envelope.payload);
-                job.traffic.count_consumed(from, to);
-                job.traffic.waiting.remove(&to);
-            }
-        }
-        _ => job
-            .queues
-            .entry((from, to))
-            .or_default()
-            .push_back(envelope.payload),
+    if job.mailboxes.put(from, to, envelope.payload) {
+        job.traffic.count_consumed(from, to);
     }
     state.changed.insert(envelope.job);
 }
@@ -320,10 +302,9 @@ fn traffic_to_proto(job: JobId, j: &NodeJob) -> v1::SpmdTraffic {
     v1::SpmdTraffic {
         job,
         waiting: j
-            .traffic
-            .waiting
-            .iter()
-            .map(|(&rank, &from)| v1::SpmdWait { rank, from })
+            .mailboxes
+            .waits()
+            .map(|(rank, from)| v1::SpmdWait { rank, from })
             .collect(),
         sent: pairs(&j.traffic.sent),
         consumed: pairs(&j.traffic.consumed),
@@ -370,25 +351,8 @@ impl RankFrames for NodeBroker {
         let Some(job) = state.jobs.get_mut(&recv.job) else {
             return;
         };
-        let queued = job
-            .queues
-            .get_mut(&(recv.from, recv.rank))
-            .and_then(VecDeque::pop_front);
-        match queued {
-            Some(data) => {
-                deliver(outbox, recv.from, data);
-                job.traffic.count_consumed(recv.from, recv.rank);
-            }
-            None => {
-                job.waiting.insert(
-                    recv.rank,
-                    Waiting {
-                        from: recv.from,
-                        outbox: outbox.clone(),
-                    },
-                );
-                job.traffic.waiting.insert(recv.rank, recv.from);
-            }
+        if job.mailboxes.take(recv.rank, recv.from, outbox) {
+            job.traffic.count_consumed(recv.from, recv.rank);
         }
         state.changed.insert(recv.job);
     }
