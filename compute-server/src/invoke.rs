@@ -284,17 +284,14 @@ pub async fn run_job(
         Vec::new()
     };
     let exchanges = checkouts.iter_mut().enumerate().map(|(rank, checkout)| {
-        let request = v1::ExecRequest {
-            call_id: 0,
-            function: name.clone(),
-            arguments: arguments.clone(),
-            spmd: Some(v1::SpmdContext {
-                job: ticket.id,
-                rank: rank as u32,
-                size: ranks as u32,
-                broker: node_brokers.get(rank).cloned().unwrap_or_default(),
-            }),
-        };
+        let request = rank_request(
+            name,
+            &arguments,
+            ticket,
+            rank as u32,
+            ranks as u32,
+            &node_brokers,
+        );
         async move {
             let reply = checkout
                 .exchange(Outgoing::Message(request), false, prepared.timeout)
@@ -316,15 +313,49 @@ pub async fn run_job(
     if let Some(reason) = ticket.killed() {
         return Err(Status::aborted(format!("`{name}`: {reason}")));
     }
+    let outcomes = checkouts.into_iter().zip(replies).map(|(checkout, reply)| {
+        reply
+            .and_then(|reply| checkout.finish(reply))
+            .map_err(|e| pool_status(name, e))
+    });
+    rank_zero_result(name, ranks as u32, outcomes)
+}
+
+/// Rank `rank`'s request: the call's arguments and its place among the job's ranks.
+fn rank_request(
+    name: &str,
+    arguments: &[v1::ArgumentValue],
+    ticket: &JobTicket,
+    rank: u32,
+    size: u32,
+    brokers: &[String],
+) -> v1::ExecRequest {
+    v1::ExecRequest {
+        call_id: 0,
+        function: name.to_string(),
+        arguments: arguments.to_vec(),
+        spmd: Some(v1::SpmdContext {
+            job: ticket.id,
+            rank,
+            size,
+            broker: brokers.get(rank as usize).cloned().unwrap_or_default(),
+        }),
+    }
+}
+
+/// The call's result from its ranks' outcomes (rank order): rank 0's success, or the first
+/// rank's failure.
+fn rank_zero_result(
+    name: &str,
+    size: u32,
+    outcomes: impl Iterator<Item = Result<v1::ExecSuccess, Status>>,
+) -> Result<v1::ExecSuccess, Status> {
     let mut first = None;
-    for (rank, (checkout, reply)) in checkouts.into_iter().zip(replies).enumerate() {
-        let result = reply.and_then(|reply| checkout.finish(reply));
-        match (rank, result) {
-            (0, Ok(success)) => first = Some(success),
-            (_, Ok(_)) => {}
-            (_, Err(e)) => {
-                return Err(rank_failure(rank, ranks as u32, pool_status(name, e)));
-            }
+    for (rank, outcome) in outcomes.enumerate() {
+        match outcome {
+            Ok(success) if rank == 0 => first = Some(success),
+            Ok(_) => {}
+            Err(status) => return Err(rank_failure(rank, size, status)),
         }
     }
     first.ok_or_else(|| Status::internal(format!("`{name}`: rank 0 returned nothing")))
@@ -372,17 +403,7 @@ async fn run_on_nodes(
             rank,
             module: pool.module().to_string(),
             executable: pool.path().display().to_string(),
-            request: Some(v1::ExecRequest {
-                call_id: 0,
-                function: name.clone(),
-                arguments: arguments.clone(),
-                spmd: Some(v1::SpmdContext {
-                    job: ticket.id,
-                    rank,
-                    size,
-                    broker: brokers.get(rank as usize).cloned().unwrap_or_default(),
-                }),
-            }),
+            request: Some(rank_request(name, &arguments, ticket, rank, size, &brokers)),
             timeout_seconds: prepared.timeout.as_secs_f64(),
             cpu_slowdown: pool.options().cpu_slowdown,
             memory_bytes: limits.memory_bytes.unwrap_or(0),
@@ -426,20 +447,15 @@ async fn run_on_nodes(
     if let Some(reason) = ticket.killed() {
         return Err(Status::aborted(format!("`{name}`: {reason}")));
     }
-    let mut first = None;
-    for (rank, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(Ok(success)) if rank == 0 => first = Some(success),
-            Ok(Ok(_)) => {}
-            Ok(Err(status)) => return Err(rank_failure(rank, size, status)),
-            Err(_) => {
-                return Err(Status::aborted(format!(
-                    "`{name}`: rank {rank} of {size} was lost with its node's agent"
-                )));
-            }
-        }
-    }
-    first.ok_or_else(|| Status::internal(format!("`{name}`: rank 0 returned nothing")))
+    // A reply that never came (its agent went away) counts as the rank's failure.
+    let outcomes = outcomes.into_iter().map(|outcome| {
+        outcome.unwrap_or_else(|_| {
+            Err(Status::aborted(format!(
+                "`{name}`: lost with its node's agent"
+            )))
+        })
+    });
+    rank_zero_result(name, size, outcomes)
 }
 
 fn rank_failure(rank: usize, size: u32, status: Status) -> Status {
