@@ -13,6 +13,7 @@ pub mod grid;
 pub mod local;
 pub mod remote;
 pub mod runtime;
+mod same_host;
 
 pub use args::{Arg, ArrayMut, ArrayRef, CallOutcome, decode_outputs, encode_arguments};
 pub use blocking::{CallResult, Client, OwnedArg, SessionId, ninf_call};

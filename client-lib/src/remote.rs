@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::args::{Encoded, check_and_encode};
+use crate::same_host::SameHostConnection;
 use crate::{Arg, CallError, CallOutcome, ErrorKind, decode_outputs, encode_arguments};
 
 /// `host:port` from `host:port`, `ninf://host:port` or `ninf://host:port/function`.
@@ -53,11 +54,21 @@ pub fn parse_url(url: &str) -> Result<(String, String), CallError> {
 /// Calls moving at least this many array bytes use the server's bulk-data connection.
 pub const BULK_THRESHOLD: u64 = 1 << 20;
 
-/// The server's bulk-data address (looked up once) and idle connections to it.
+/// The server's bulk-data routes (looked up once) and idle connections on them.
 #[derive(Default)]
 struct BulkConnections {
-    address: tokio::sync::OnceCell<Option<String>>,
+    routes: tokio::sync::OnceCell<BulkRoutes>,
     idle: Mutex<Vec<TcpStream>>,
+    idle_same_host: Mutex<Vec<SameHostConnection>>,
+    /// Set once the server's same-host socket could not be reached: it is on another host.
+    elsewhere: std::sync::atomic::AtomicBool,
+}
+
+/// Where a server takes bulk calls: its TCP port and its same-host socket, when it has them.
+#[derive(Debug, Clone, Default)]
+struct BulkRoutes {
+    address: Option<String>,
+    same_host: Option<String>,
 }
 
 /// A connection to one compute server.
@@ -68,6 +79,8 @@ pub struct NinfClient {
     descriptors: Arc<Mutex<HashMap<String, Arc<FunctionInterface>>>>,
     timeout: Option<Duration>,
     bulk: Arc<BulkConnections>,
+    /// Whether bulk calls may go through memory shared with a server on this host.
+    same_host: bool,
     /// The grid's token, presented with every request.
     token: AttachToken,
 }
@@ -99,6 +112,7 @@ impl NinfClient {
             descriptors: Arc::default(),
             timeout: None,
             bulk: Arc::default(),
+            same_host: true,
             token: crate::environment::token_from_env()?,
         })
     }
@@ -112,6 +126,13 @@ impl NinfClient {
     /// The channel, presenting the token.
     fn authorized(&self) -> Authorized {
         authorized(self.channel.clone(), &self.token)
+    }
+
+    /// Whether calls with large arrays to a server on this host pass them through shared
+    /// memory (the default) or, with `false`, over its TCP bulk port like a remote client.
+    pub fn with_same_host_bulk(mut self, enabled: bool) -> NinfClient {
+        self.same_host = enabled;
+        self
     }
 
     pub fn address(&self) -> &str {
@@ -199,9 +220,16 @@ impl NinfClient {
         // sequential routines: the ranks of a parallel one all need the arguments).
         if array_bytes(args) >= BULK_THRESHOLD
             && matches!(interface.parallelism, ninf_idl::Parallelism::Sequential)
-            && let Some(address) = self.bulk_address().await
         {
-            return self.call_bulk(&interface, args, &address).await;
+            let routes = self.bulk_routes().await;
+            if let Some(name) = routes.same_host.filter(|_| self.same_host)
+                && let Some(connection) = self.same_host_connection(&name)
+            {
+                return self.call_same_host(&interface, args, connection).await;
+            }
+            if let Some(address) = routes.address {
+                return self.call_bulk(&interface, args, &address).await;
+            }
         }
         let request = self.request_for(&interface, args)?;
         let reply = self.call_request(request).await?;
@@ -242,27 +270,70 @@ impl NinfClient {
         Ok(self.invoke().call(grpc).await?.into_inner())
     }
 
-    /// The server's bulk-data address, asked once; `None` if it has none.
-    async fn bulk_address(&self) -> Option<String> {
+    /// The server's bulk-data routes, asked once; none if it has none.
+    async fn bulk_routes(&self) -> BulkRoutes {
         self.bulk
-            .address
+            .routes
             .get_or_init(|| async {
                 let mut monitor = v1::monitor_client::MonitorClient::new(self.authorized());
-                let info = monitor.info(v1::InfoRequest {}).await.ok()?.into_inner();
-                (!info.bulk_address.is_empty()).then_some(info.bulk_address)
+                match monitor.info(v1::InfoRequest {}).await {
+                    Ok(info) => {
+                        let info = info.into_inner();
+                        BulkRoutes {
+                            address: (!info.bulk_address.is_empty()).then_some(info.bulk_address),
+                            same_host: (!info.bulk_local.is_empty()).then_some(info.bulk_local),
+                        }
+                    }
+                    Err(_) => BulkRoutes::default(),
+                }
             })
             .await
             .clone()
     }
 
-    /// A call whose arrays travel as raw bytes on a bulk connection, straight from and into
-    /// the caller's slices.
-    async fn call_bulk(
+    /// An idle same-host connection, or a new one; `None` when the server is not on this
+    /// host (its socket cannot be reached from here), which is then remembered.
+    fn same_host_connection(&self, name: &str) -> Option<SameHostConnection> {
+        use std::sync::atomic::Ordering;
+        if self.bulk.elsewhere.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Some(idle) = ninf_proto::sync::lock(&self.bulk.idle_same_host).pop() {
+            return Some(idle);
+        }
+        match SameHostConnection::connect(name) {
+            Ok(connection) => Some(connection),
+            Err(e) => {
+                tracing::debug!(server = %self.address, error = %e, "no same-host bulk socket; using TCP");
+                self.bulk.elsewhere.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// A bulk call through memory shared with a server on this host.
+    async fn call_same_host(
         &self,
         interface: &FunctionInterface,
         args: &mut [Arg<'_>],
-        address: &str,
+        mut connection: SameHostConnection,
     ) -> Result<CallOutcome, CallError> {
+        let request = self.bulk_request(interface, args)?;
+        let (request, encoded) = request;
+        let exchange = connection.exchange(interface, &request, &encoded, args);
+        let result = self.within_timeout(exchange).await;
+        if result.is_ok() {
+            ninf_proto::sync::lock(&self.bulk.idle_same_host).push(connection);
+        }
+        self.bulk_outcome(result)
+    }
+
+    /// The request of a bulk call and its checked arguments (arrays described, not copied).
+    fn bulk_request(
+        &self,
+        interface: &FunctionInterface,
+        args: &[Arg<'_>],
+    ) -> Result<(v1::CallRequest, Vec<Encoded>), CallError> {
         let encoded = check_and_encode(interface, args, true)?;
         let request = v1::CallRequest {
             function: interface.name.clone(),
@@ -281,6 +352,55 @@ impl NinfClient {
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
             authorization: self.token.header(),
         };
+        Ok((request, encoded))
+    }
+
+    /// Waits for a bulk exchange, for at most the call's time limit and a little slack.
+    async fn within_timeout(
+        &self,
+        exchange: impl std::future::Future<Output = Result<CallOutcome, BulkFailure>>,
+    ) -> Result<CallOutcome, BulkFailure> {
+        match self.timeout {
+            Some(t) => match tokio::time::timeout(t + Duration::from_secs(2), exchange).await {
+                Ok(r) => r,
+                Err(_) => Err(BulkFailure::Call(CallError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "no reply from {} within {:.3} s",
+                        self.address,
+                        t.as_secs_f64()
+                    ),
+                ))),
+            },
+            None => exchange.await,
+        }
+    }
+
+    /// A bulk exchange's result as the caller sees it. The connection of a failed exchange
+    /// is in an unknown state: the callers drop it rather than reuse it.
+    fn bulk_outcome(
+        &self,
+        result: Result<CallOutcome, BulkFailure>,
+    ) -> Result<CallOutcome, CallError> {
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(BulkFailure::Call(e)) => Err(e),
+            Err(BulkFailure::Io(e)) => Err(CallError::new(
+                ErrorKind::CommunicationFailed,
+                format!("bulk connection to {} failed: {e}", self.address),
+            )),
+        }
+    }
+
+    /// A call whose arrays travel as raw bytes on a bulk connection, straight from and into
+    /// the caller's slices.
+    async fn call_bulk(
+        &self,
+        interface: &FunctionInterface,
+        args: &mut [Arg<'_>],
+        address: &str,
+    ) -> Result<CallOutcome, CallError> {
+        let (request, encoded) = self.bulk_request(interface, args)?;
         let reused = ninf_proto::sync::lock(&self.bulk.idle).pop();
         let mut stream = match reused {
             Some(s) => s,
@@ -296,31 +416,11 @@ impl NinfClient {
             }
         };
         let exchange = bulk_exchange(&mut stream, interface, &request, &encoded, args);
-        let result = match self.timeout {
-            Some(t) => match tokio::time::timeout(t + Duration::from_secs(2), exchange).await {
-                Ok(r) => r,
-                Err(_) => Err(BulkFailure::Call(CallError::new(
-                    ErrorKind::Timeout,
-                    format!("no reply from {address} within {:.3} s", t.as_secs_f64()),
-                ))),
-            },
-            None => exchange.await,
-        };
-        match result {
-            Ok(outcome) => {
-                {
-                    let mut idle = ninf_proto::sync::lock(&self.bulk.idle);
-                    idle.push(stream);
-                }
-                Ok(outcome)
-            }
-            // The stream's state is unknown after any failure: it is dropped, not reused.
-            Err(BulkFailure::Call(e)) => Err(e),
-            Err(BulkFailure::Io(e)) => Err(CallError::new(
-                ErrorKind::CommunicationFailed,
-                format!("bulk connection to {address} failed: {e}"),
-            )),
+        let result = self.within_timeout(exchange).await;
+        if result.is_ok() {
+            ninf_proto::sync::lock(&self.bulk.idle).push(stream);
         }
+        self.bulk_outcome(result)
     }
 
     /// The underlying channel, for the storage and monitor services.
@@ -343,7 +443,7 @@ fn array_bytes(args: &[Arg<'_>]) -> u64 {
         .sum()
 }
 
-enum BulkFailure {
+pub(crate) enum BulkFailure {
     Call(CallError),
     Io(std::io::Error),
 }
@@ -363,7 +463,6 @@ async fn bulk_exchange(
     args: &mut [Arg<'_>],
 ) -> Result<CallOutcome, BulkFailure> {
     use prost::Message;
-    let name = &interface.name;
     let body = request.encode_to_vec();
     stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
     stream.write_all(&body).await?;
@@ -380,6 +479,31 @@ async fn bulk_exchange(
     stream.flush().await?;
 
     let reply = read_reply(stream).await?;
+    receive_outputs(interface, reply, args, stream).await
+}
+
+/// Where a bulk reply's output bytes come from: the socket after the frame, or (on the same
+/// host) the region shared with the server.
+pub(crate) trait OutputBytes {
+    /// Fills `into` with the next output bytes.
+    async fn fill(&mut self, into: &mut [u8]) -> std::io::Result<()>;
+}
+
+impl OutputBytes for TcpStream {
+    async fn fill(&mut self, into: &mut [u8]) -> std::io::Result<()> {
+        self.read_exact(into).await.map(|_| ())
+    }
+}
+
+/// Writes a bulk reply's outputs into the call's OUT and INOUT arrays, each checked against
+/// the interface before its bytes are taken from `source`.
+pub(crate) async fn receive_outputs(
+    interface: &FunctionInterface,
+    reply: v1::CallReply,
+    args: &mut [Arg<'_>],
+    source: &mut impl OutputBytes,
+) -> Result<CallOutcome, BulkFailure> {
+    let name = &interface.name;
     let protocol = |message: String| {
         BulkFailure::Call(CallError::new(ErrorKind::CommunicationFailed, message))
     };
@@ -424,12 +548,10 @@ async fn bulk_exchange(
             )));
         }
         match target.le_bytes_mut() {
-            Some(memory) => {
-                stream.read_exact(memory).await?;
-            }
+            Some(memory) => source.fill(memory).await?,
             None => {
                 let mut raw = vec![0u8; bytes as usize];
-                stream.read_exact(&mut raw).await?;
+                source.fill(&mut raw).await?;
                 target
                     .decode_from(&raw)
                     .map_err(|e| protocol(format!("result `{}` of `{name}`: {e}", p.name)))?;
@@ -457,7 +579,6 @@ async fn bulk_exchange(
 async fn read_reply(
     stream: &mut (impl AsyncReadExt + Unpin),
 ) -> Result<v1::CallReply, BulkFailure> {
-    use prost::Message;
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).await?;
     // The length comes from the server: capped before anything is allocated for it.
@@ -473,7 +594,13 @@ async fn read_reply(
     }
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body).await?;
-    let reply = v1::BulkReply::decode(body.as_slice()).map_err(|e| {
+    parse_reply(&body)
+}
+
+/// A bulk reply frame's body: the call's reply, or the server's error as a call error.
+pub(crate) fn parse_reply(body: &[u8]) -> Result<v1::CallReply, BulkFailure> {
+    use prost::Message;
+    let reply = v1::BulkReply::decode(body).map_err(|e| {
         BulkFailure::Call(CallError::new(
             ErrorKind::CommunicationFailed,
             format!("undecodable bulk reply: {e}"),

@@ -67,15 +67,20 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         Some((host, _)) => host.to_string(),
         None => bound.ip().to_string(),
     };
+    // Clients on this host reach the same calls through shared memory.
+    let local_name = ninf_proto::net::local::socket_name().map_err(StartError::Io)?;
+    let local = ninf_proto::net::local::listen(&local_name).map_err(StartError::Io)?;
     let info = v1::ServerInfo {
         processors: config.processors() as u32,
         bulk_address: format!("{bulk_host}:{bulk_port}"),
+        bulk_local: local_name,
         ..info
     };
     let state = ServerState::start(config, advertise.clone(), info).await?;
     let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
     let serving = {
         let state = state.clone();
+        let bulk = BulkListeners { tcp: bulk, local };
         Serving::spawn(move |shutdown| run(listener, Some(bulk), state, interval, shutdown))
     };
     let registration = config.metaserver.clone().map(|metaserver| {
@@ -137,9 +142,15 @@ impl Running {
 
 /// Serves every gRPC service on `listener` (and bulk calls on `bulk`, when given) until
 /// `shutdown` completes, then stops the pools.
+/// The bulk-data listeners: the TCP port, and the same-host socket.
+struct BulkListeners {
+    tcp: TcpListener,
+    local: tokio::net::UnixListener,
+}
+
 async fn run(
     listener: TcpListener,
-    bulk: Option<TcpListener>,
+    bulk: Option<BulkListeners>,
     state: Arc<ServerState>,
     load_interval: Duration,
     shutdown: impl Future<Output = ()> + Send,
@@ -188,7 +199,13 @@ async fn run(
             }
         })
     };
-    let bulk_task = bulk.map(|listener| tokio::spawn(bulk::serve(listener, state.clone())));
+    let bulk_task = bulk.map(|listeners| {
+        let local = tokio::spawn(bulk::local::serve(listeners.local, state.clone()));
+        (
+            tokio::spawn(bulk::serve(listeners.tcp, state.clone())),
+            local,
+        )
+    });
     // Agents reach the gang service on this server's own listener.
     let agents = match listener.local_addr() {
         Ok(address) => Some(gang::spawn_agents(
@@ -251,8 +268,9 @@ async fn run(
     sampler.abort();
     sweeper.abort();
     watchdog.abort();
-    if let Some(task) = bulk_task {
-        task.abort();
+    if let Some((tcp, local)) = bulk_task {
+        tcp.abort();
+        local.abort();
     }
     state.shutdown().await;
     result

@@ -18,6 +18,8 @@ pub enum Outcome {
 pub enum Path {
     Grpc,
     Bulk,
+    /// The same-host bulk path: arrays in memory shared with the client.
+    Local,
 }
 
 impl Path {
@@ -25,6 +27,7 @@ impl Path {
         match self {
             Path::Grpc => "grpc",
             Path::Bulk => "bulk",
+            Path::Local => "local",
         }
     }
 }
@@ -141,6 +144,15 @@ impl ServerMetrics {
             };
             self.bytes.get_or_create(&labels).inc_by(bytes);
         }
+    }
+
+    /// Bytes counted so far in `direction` (`in` or `out`) on `path`.
+    pub fn bytes_on(&self, direction: &'static str, path: Path) -> u64 {
+        let labels = BytesLabels {
+            direction,
+            path: path.label(),
+        };
+        self.bytes.get_or_create(&labels).get()
     }
 
     /// The latest load sample: queue and storage, and switches since the last sample.

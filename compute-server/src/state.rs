@@ -158,10 +158,12 @@ impl ServerState {
         let sources = module_sources(config)?;
         let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())?;
         let tls = GridTls::load_configured(config.tls.as_ref())?;
-        // The bulk-data port is plain TCP: a TLS server advertises none (`run` closes it).
+        // The bulk-data port is plain TCP, and the same-host socket checks no certificate:
+        // a TLS server advertises neither (`run` closes both).
         let info = if tls.is_some() {
             v1::ServerInfo {
                 bulk_address: String::new(),
+                bulk_local: String::new(),
                 ..info
             }
         } else {

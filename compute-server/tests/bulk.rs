@@ -8,8 +8,11 @@ mod common;
 
 use common::{TestServer, echo_request};
 use ninf::{Arg, ErrorKind, NinfClient};
+use ninf_compute_server::metrics::Path;
+use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
 use prost::Message;
+use std::os::fd::AsFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -25,10 +28,43 @@ fn random(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
+/// Array bytes the server took in on each bulk path: (TCP port, same-host socket).
+fn bulk_bytes_in(server: &TestServer) -> (u64, u64) {
+    let metrics = &server.state.metrics;
+    (
+        metrics.bytes_on("in", Path::Bulk),
+        metrics.bytes_on("in", Path::Local),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_routine_calls_through_bulk_match_the_reference() {
     let server = TestServer::start(|_| {}).await;
-    let client = NinfClient::connect(&server.address).await.unwrap();
+    let connected = NinfClient::connect(&server.address).await.unwrap();
+    // From this host the arrays go through shared memory; a client on another host (here:
+    // one told not to) sends them over the TCP bulk port. Both must give the same results.
+    for same_host in [true, false] {
+        let before = bulk_bytes_in(&server);
+        let client = connected.clone().with_same_host_bulk(same_host);
+        large_routine_calls(&client).await;
+        let after = bulk_bytes_in(&server);
+        let (tcp, local) = (after.0 - before.0, after.1 - before.1);
+        if same_host {
+            assert!(
+                tcp == 0 && local > 2 * (400 * 400 * 8),
+                "tcp {tcp}, local {local}"
+            );
+        } else {
+            assert!(
+                local == 0 && tcp > 2 * (400 * 400 * 8),
+                "tcp {tcp}, local {local}"
+            );
+        }
+    }
+    server.stop().await;
+}
+
+async fn large_routine_calls(client: &NinfClient) {
     // 3 arrays of 400 x 400 doubles: 3.8 MiB, well past the bulk threshold.
     let n = 400;
     let a = random(n * n, 1);
@@ -82,7 +118,6 @@ async fn large_routine_calls_through_bulk_match_the_reference() {
         .fold(0.0, f64::max);
     assert!(error < 1e-12, "max error {error}");
     assert!(ipvt.iter().all(|&p| p >= 1 && p as usize <= n));
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,6 +262,140 @@ async fn a_raw_bulk_connection_survives_refused_calls_and_keeps_outputs_on_reque
     server.stop().await;
 }
 
+/// Sends a request frame on a same-host connection, handing `region` over with it.
+async fn send_local(
+    stream: &tokio::net::UnixStream,
+    request: &v1::CallRequest,
+    region: Option<std::os::fd::BorrowedFd<'_>>,
+) {
+    let body = request.encode_to_vec();
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    local::send(stream, &frame, region).await.unwrap();
+}
+
+async fn receive_local(stream: &tokio::net::UnixStream) -> v1::BulkReply {
+    let mut header = [0u8; 4];
+    local::receive(stream, &mut header).await.unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+    local::receive(stream, &mut body).await.unwrap();
+    v1::BulkReply::decode(body.as_slice()).unwrap()
+}
+
+fn error_of(reply: v1::BulkReply) -> v1::BulkError {
+    match reply.result {
+        Some(v1::bulk_reply::Result::Error(e)) => e,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// `echo` of `x` sent inline: its output still comes back through the region.
+fn inline_echo(x: &[f64]) -> v1::CallRequest {
+    let mut request = echo_request(x.len() as i64, 0);
+    request.arguments[1].source = Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+        value: Some(v1::argument_value::Value::Array(
+            ninf_proto::ArrayData::Double(x.to_vec()).to_proto(),
+        )),
+    }));
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_host_connection_checks_the_shared_region_and_survives_what_does_not_fit() {
+    let server = TestServer::start(|_| {}).await;
+    let name = server.state.info.bulk_local.clone();
+    assert!(name.starts_with("ninf-bulk-"), "{name}");
+    let stream = local::connect(&name).unwrap();
+
+    // No region yet, so the inputs are nowhere: answered, and the connection stays in step.
+    send_local(&stream, &echo_request(4, 32), None).await;
+    let e = error_of(receive_local(&stream).await);
+    assert_eq!(e.code, tonic::Code::InvalidArgument as i32);
+    assert_eq!(
+        e.message,
+        "the call's bulk inputs of 32 bytes do not fit the shared region of 0 bytes"
+    );
+
+    // With a region, an output is written at the region's start.
+    let region = SharedRegion::create(4096).unwrap();
+    let x = vec![1.5, -2.0, 3.25, 8.0];
+    send_local(&stream, &inline_echo(&x), Some(region.fd())).await;
+    let Some(v1::bulk_reply::Result::Reply(reply)) = receive_local(&stream).await.result else {
+        panic!("expected a reply");
+    };
+    assert!(matches!(
+        reply.outputs[0].result,
+        Some(v1::call_output::Result::Bulk(v1::BulkArray {
+            bytes: 32,
+            ..
+        }))
+    ));
+    assert_eq!(
+        ninf_proto::values::decode::<f64>(&region.bytes()[..32]).unwrap(),
+        x
+    );
+
+    // Inputs, and outputs, larger than the region are refused by name.
+    send_local(&stream, &echo_request(1024, 8192), None).await;
+    let e = error_of(receive_local(&stream).await);
+    assert_eq!(
+        e.message,
+        "the call's bulk inputs of 8192 bytes do not fit the shared region of 4096 bytes"
+    );
+    send_local(&stream, &inline_echo(&vec![0.5; 1024]), None).await;
+    let e = error_of(receive_local(&stream).await);
+    assert_eq!(e.code, tonic::Code::ResourceExhausted as i32);
+    assert_eq!(
+        e.message,
+        "the call's bulk outputs of 8192 bytes do not fit the shared region of 4096 bytes"
+    );
+
+    // A region that could shrink under the server's mapping is refused, and the connection
+    // closes.
+    let stream = local::connect(&name).unwrap();
+    let unsealed = unsealed_memory_file(4096);
+    send_local(&stream, &echo_request(4, 32), Some(unsealed.as_fd())).await;
+    let e = error_of(receive_local(&stream).await);
+    assert_eq!(
+        e.message,
+        "the shared region is not sealed against shrinking (F_SEAL_SHRINK)"
+    );
+    let mut rest = [0u8; 1];
+    assert!(local::receive(&stream, &mut rest).await.is_err());
+
+    // The server goes on serving, through shared memory, with no executable replaced.
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let n = 1 << 18;
+    let x = random(n, 9);
+    let mut y = vec![0.0; n];
+    client
+        .call(
+            "echo",
+            &mut [Arg::Integer(n as i64), Arg::from(&x), Arg::from(&mut y)],
+        )
+        .await
+        .unwrap();
+    assert!(y == x);
+    assert_eq!(server.state.function("echo").unwrap().pool().replaced(), 0);
+    server.stop().await;
+}
+
+/// A memory file that allows shrinking: what a careless or hostile client might hand over.
+fn unsealed_memory_file(len: i64) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
+    let fd = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate on a descriptor this function owns.
+    assert_eq!(
+        unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&fd), len) },
+        0
+    );
+    fd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_with_a_grid_token_refuses_requests_without_it_on_grpc_and_bulk() {
     use std::os::unix::fs::PermissionsExt;
@@ -273,6 +442,13 @@ async fn a_server_with_a_grid_token_refuses_requests_without_it_on_grpc_and_bulk
     }
     let mut rest = Vec::new();
     assert_eq!(stream.read_to_end(&mut rest).await.unwrap(), 0);
+    // The same-host socket checks it the same way.
+    let same_host = local::connect(&server.state.info.bulk_local).unwrap();
+    let region = SharedRegion::create(4096).unwrap();
+    send_local(&same_host, &echo_request(4, 32), Some(region.fd())).await;
+    let e = error_of(receive_local(&same_host).await);
+    assert_eq!(e.code, tonic::Code::Unauthenticated as i32);
+    assert!(e.message.contains("no grid token"), "{}", e.message);
 
     // With the token, both paths serve: a large call goes over bulk, carrying it.
     let client = NinfClient::connect(&server.address)

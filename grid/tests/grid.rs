@@ -872,6 +872,10 @@ fn over_tls_the_grid_computes_and_refuses_plain_or_uncertified_peers() {
         info.bulk_address, "",
         "a TLS server must not offer plain bulk"
     );
+    assert_eq!(
+        info.bulk_local, "",
+        "nor a same-host socket, which checks no certificate"
+    );
     grid.runtime.block_on(async {
         let uncertified = ninf::NinfClient::connect_with_tls(&server, Some(&ca_only))
             .await

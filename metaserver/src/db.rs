@@ -231,6 +231,8 @@ impl ResourceDb {
                 mflops: row.try_get(5)?,
                 benchmark_n: u32::try_from(row.try_get::<i64, _>(6)?).unwrap_or(0),
                 bulk_address: row.try_get(7)?,
+                // Only a client on the server's host can use it, and clients ask the server.
+                bulk_local: String::new(),
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod failover;
+pub mod local;
 pub mod tls;
 pub mod trace;
 

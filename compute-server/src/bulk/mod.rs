@@ -3,7 +3,11 @@
 //! arguments; the server reads those bytes straight into the executable's shared request
 //! region, runs the routine, and writes the outputs straight from the executable's reply
 //! region back to the socket. Checks, limits, storage arguments and kept outputs are the same
-//! as on the gRPC path (`invoke::prepare`). Wire format: docs/bulk-protocol.md.
+//! as on the gRPC path (`invoke::prepare`). Wire format: docs/bulk-protocol.md. A client on
+//! the same host uses [`local`] instead: the same frames on a Unix socket, the arrays in
+//! memory it shares with the server.
+
+pub mod local;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,10 +17,12 @@ use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::So
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Status;
 
 use crate::invoke;
+use crate::metrics::Path;
 use crate::pool::Outgoing;
 use crate::state::ServerState;
 
@@ -57,97 +63,173 @@ impl From<std::io::Error> for Failure {
 }
 
 async fn connection(socket: TcpStream, peer: &str, state: &ServerState) -> std::io::Result<()> {
-    let check = state.check();
-    let (reader, mut writer) = socket.into_split();
-    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    let (reader, writer) = socket.into_split();
+    let mut io = TcpIo {
+        reader: BufReader::with_capacity(1 << 16, reader),
+        writer,
+    };
     loop {
         let mut header = [0u8; 4];
-        match reader.read_exact(&mut header).await {
+        match io.reader.read_exact(&mut header).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
         let len = u32::from_le_bytes(header) as usize;
-        if len > MAX_MESSAGE {
-            let status = Status::invalid_argument(format!(
-                "request frame of {len} bytes exceeds {MAX_MESSAGE}"
-            ));
-            send_error(&mut writer, &status).await?;
-            return Ok(());
-        }
-        let mut body = vec![0u8; len];
-        reader.read_exact(&mut body).await?;
-        let request = match v1::CallRequest::decode(Bytes::from(body)) {
-            Ok(r) => r,
-            Err(e) => {
-                send_error(
-                    &mut writer,
-                    &Status::invalid_argument(format!("malformed request: {e}")),
-                )
-                .await?;
+        let request = match frame_length(len) {
+            Ok(len) => {
+                let mut body = vec![0u8; len];
+                io.reader.read_exact(&mut body).await?;
+                decode_request(body)
+            }
+            Err(status) => Err(status),
+        };
+        let request = match request {
+            Ok(request) => request,
+            Err(status) => {
+                send_error(&mut io, &status).await?;
                 return Ok(());
             }
         };
-        // Without request metadata, the token travels in the request; a refused client's
-        // bulk bytes are not read, so the connection closes.
-        let given = (!request.authorization.is_empty()).then_some(request.authorization.as_bytes());
-        if let Err(status) = check.verify(given, peer) {
-            send_error(&mut writer, &status).await?;
+        if serve_request(state, peer, request, len, Path::Bulk, &mut io).await? == Flow::Close {
             return Ok(());
-        }
-        let (routine, bytes_in) = (request.function.clone(), len as u64 + bulk_bytes(&request));
-        let started = std::time::Instant::now();
-        let outcome = call(state, request, &mut reader, &mut writer).await;
-        let bytes_out = *outcome.as_ref().unwrap_or(&0);
-        let traffic = (crate::metrics::Path::Bulk, bytes_in, bytes_out);
-        let seconds = started.elapsed().as_secs_f64();
-        state
-            .metrics
-            .call(&routine, outcome.is_ok(), seconds, traffic);
-        match outcome {
-            Ok(_) => {}
-            Err(Failure::Answer(status)) => send_error(&mut writer, &status).await?,
-            Err(Failure::AnswerAndClose(status)) => {
-                send_error(&mut writer, &status).await?;
-                return Ok(());
-            }
-            Err(Failure::Broken(e)) => return Err(e),
         }
     }
 }
 
-async fn send_frame(
-    writer: &mut (impl AsyncWriteExt + Unpin),
-    reply: &v1::BulkReply,
-) -> std::io::Result<()> {
-    let body = reply.encode_to_vec();
-    writer.write_all(&(body.len() as u32).to_le_bytes()).await?;
-    writer.write_all(&body).await
+/// Whether a connection may carry another request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Close,
 }
 
-async fn send_error(
-    writer: &mut (impl AsyncWriteExt + Unpin),
-    status: &Status,
-) -> std::io::Result<()> {
-    let reply = v1::BulkReply {
+/// The frame's length if it is within [`MAX_MESSAGE`].
+fn frame_length(len: usize) -> Result<usize, Status> {
+    if len > MAX_MESSAGE {
+        return Err(Status::invalid_argument(format!(
+            "request frame of {len} bytes exceeds {MAX_MESSAGE}"
+        )));
+    }
+    Ok(len)
+}
+
+fn decode_request(body: Vec<u8>) -> Result<v1::CallRequest, Status> {
+    v1::CallRequest::decode(Bytes::from(body))
+        .map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))
+}
+
+/// Checks the request's token, runs the call, counts it and answers a failure.
+async fn serve_request(
+    state: &ServerState,
+    peer: &str,
+    request: v1::CallRequest,
+    frame_len: usize,
+    path: Path,
+    io: &mut impl BulkIo,
+) -> std::io::Result<Flow> {
+    // Without request metadata, the token travels in the request; a refused client's
+    // bulk bytes are not read, so the connection closes.
+    let given = (!request.authorization.is_empty()).then_some(request.authorization.as_bytes());
+    if let Err(status) = state.check().verify(given, peer) {
+        send_error(io, &status).await?;
+        return Ok(Flow::Close);
+    }
+    let (routine, bytes_in) = (
+        request.function.clone(),
+        frame_len as u64 + bulk_bytes(&request),
+    );
+    let started = std::time::Instant::now();
+    let outcome = call(state, request, io).await;
+    let bytes_out = *outcome.as_ref().unwrap_or(&0);
+    let seconds = started.elapsed().as_secs_f64();
+    state.metrics.call(
+        &routine,
+        outcome.is_ok(),
+        seconds,
+        (path, bytes_in, bytes_out),
+    );
+    match outcome {
+        Ok(_) => Ok(Flow::Continue),
+        Err(Failure::Answer(status)) => {
+            send_error(io, &status).await?;
+            Ok(Flow::Continue)
+        }
+        Err(Failure::AnswerAndClose(status)) => {
+            send_error(io, &status).await?;
+            Ok(Flow::Close)
+        }
+        Err(Failure::Broken(e)) => Err(e),
+    }
+}
+
+/// Where a call's bulk inputs come from and where its reply goes. On a TCP connection both
+/// are raw bytes on the socket; on a same-host connection ([`local`]) they sit in memory the
+/// client shares, and only the frames cross the socket.
+trait BulkIo: Send {
+    /// Fills `into` with the next bulk input bytes.
+    fn read_input(&mut self, into: &mut [u8]) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// Passes over `bytes` bulk input bytes of a refused call, to stay in step.
+    fn skip_input(&mut self, bytes: u64) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// Sends the reply frame and the bytes of its bulk outputs.
+    fn send(
+        &mut self,
+        reply: &v1::BulkReply,
+        payloads: &[Bytes],
+    ) -> impl Future<Output = std::io::Result<()>> + Send;
+}
+
+/// A TCP bulk connection's two halves.
+struct TcpIo {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+}
+
+impl BulkIo for TcpIo {
+    async fn read_input(&mut self, into: &mut [u8]) -> std::io::Result<()> {
+        self.reader.read_exact(into).await.map(|_| ())
+    }
+
+    async fn skip_input(&mut self, mut len: u64) -> std::io::Result<()> {
+        let mut sink = vec![0u8; 1 << 16];
+        while len > 0 {
+            let n = (len as usize).min(sink.len());
+            self.reader.read_exact(&mut sink[..n]).await?;
+            len -= n as u64;
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, reply: &v1::BulkReply, payloads: &[Bytes]) -> std::io::Result<()> {
+        let frame = encode_frame(reply);
+        self.writer.write_all(&frame).await?;
+        for payload in payloads {
+            self.writer.write_all(payload).await?;
+        }
+        self.writer.flush().await
+    }
+}
+
+/// A reply as it goes on the wire: its 4-byte little-endian length, then the message.
+fn encode_frame(reply: &v1::BulkReply) -> Vec<u8> {
+    let len = reply.encoded_len();
+    let mut frame = Vec::with_capacity(4 + len);
+    frame.extend_from_slice(&(len as u32).to_le_bytes());
+    reply.encode_raw(&mut frame);
+    frame
+}
+
+fn error_reply(status: &Status) -> v1::BulkReply {
+    v1::BulkReply {
         result: Some(v1::bulk_reply::Result::Error(v1::BulkError {
             code: status.code() as i32,
             message: status.message().to_string(),
         })),
-    };
-    send_frame(writer, &reply).await?;
-    writer.flush().await
+    }
 }
 
-/// Reads and drops `len` bytes, to keep the stream in step after refusing a call.
-async fn discard(reader: &mut (impl AsyncReadExt + Unpin), mut len: u64) -> std::io::Result<()> {
-    let mut sink = vec![0u8; 1 << 16];
-    while len > 0 {
-        let n = (len as usize).min(sink.len());
-        reader.read_exact(&mut sink[..n]).await?;
-        len -= n as u64;
-    }
-    Ok(())
+async fn send_error(io: &mut impl BulkIo, status: &Status) -> std::io::Result<()> {
+    io.send(&error_reply(status), &[]).await
 }
 
 /// One argument of the executable's request, as it will be laid out in the region.
@@ -189,7 +271,7 @@ async fn write_request(
     call_id: u64,
     function: &str,
     parts: &[Part],
-    reader: &mut (impl AsyncReadExt + Unpin),
+    io: &mut impl BulkIo,
 ) -> std::io::Result<()> {
     let mut cursor: &mut [u8] = region;
     if call_id != 0 {
@@ -215,7 +297,7 @@ async fn write_request(
                 encode_key(2, WireType::LengthDelimited, &mut cursor);
                 encode_varint(*bytes as u64, &mut cursor);
                 let (data, rest) = std::mem::take(&mut cursor).split_at_mut(*bytes);
-                reader.read_exact(data).await?;
+                io.read_input(data).await?;
                 cursor = rest;
             }
         }
@@ -246,8 +328,7 @@ const IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 async fn call(
     state: &ServerState,
     request: v1::CallRequest,
-    reader: &mut (impl AsyncReadExt + Unpin),
-    writer: &mut (impl AsyncWriteExt + Unpin),
+    io: &mut impl BulkIo,
 ) -> Result<u64, Failure> {
     let bulk_bytes = bulk_bytes(&request);
     let routine = invoke::find(state, &request.function);
@@ -258,14 +339,14 @@ async fn call(
     let prepared = match checked {
         Ok(p) => p,
         Err(status) if bulk_bytes <= state.max_request_bytes => {
-            return refuse(reader, bulk_bytes, status).await;
+            return refuse(io, bulk_bytes, status).await;
         }
         Err(status) => return Err(Failure::AnswerAndClose(status)),
     };
     let function = prepared.function;
     let name = function.name.clone();
     if let Some(status) = parallel_refused(&name, prepared.processors) {
-        return refuse(reader, bulk_bytes, status).await;
+        return refuse(io, bulk_bytes, status).await;
     }
 
     // Arguments that do not come in bulk are resolved first (storage fetches may fail);
@@ -273,18 +354,18 @@ async fn call(
     let fetch_start = Instant::now();
     let parts = match resolve_parts(state, function, request.arguments).await {
         Ok(parts) => parts,
-        Err(status) => return refuse(reader, bulk_bytes, status).await,
+        Err(status) => return refuse(io, bulk_bytes, status).await,
     };
 
     let queue_start = Instant::now();
     let ticket = match state.gang.admit(&name, 1).await {
         Ok(ticket) => ticket,
-        Err(e) => return refuse(reader, bulk_bytes, invoke::gang_status(&name, e)).await,
+        Err(e) => return refuse(io, bulk_bytes, invoke::gang_status(&name, e)).await,
     };
     let queued = queue_start.elapsed();
     let mut checkout = match prepared.pool.checkout() {
         Ok(c) => c,
-        Err(e) => return refuse(reader, bulk_bytes, invoke::pool_status(&name, e)).await,
+        Err(e) => return refuse(io, bulk_bytes, invoke::pool_status(&name, e)).await,
     };
     ticket
         .attach(checkout.pid().into_iter().collect(), true)
@@ -295,7 +376,7 @@ async fn call(
         Ok(region) => {
             // The executable waits for this input. If it is slow to come, the job is idle
             // (seed 000): it gives its slots away until the input is complete.
-            let write = write_request(region, call_id, &name, &parts, reader);
+            let write = write_request(region, call_id, &name, &parts, io);
             tokio::pin!(write);
             match tokio::time::timeout(IDLE_AFTER, &mut write).await {
                 Ok(written) => written,
@@ -348,7 +429,7 @@ async fn call(
             }),
         })),
     };
-    let sent = send_reply(writer, &reply, &payloads).await;
+    let sent = io.send(&reply, &payloads).await;
     let bytes_out = prost::Message::encoded_len(&reply) as u64
         + payloads.iter().map(|p| p.len() as u64).sum::<u64>();
     drop(payloads);
@@ -379,12 +460,8 @@ fn failed_reply(
 
 /// Answers the request with `status` after reading past its bulk bytes, so the connection
 /// stays usable for the next request.
-async fn refuse<T>(
-    reader: &mut (impl AsyncReadExt + Unpin),
-    bulk_bytes: u64,
-    status: Status,
-) -> Result<T, Failure> {
-    discard(reader, bulk_bytes).await?;
+async fn refuse<T>(io: &mut impl BulkIo, bulk_bytes: u64, status: Status) -> Result<T, Failure> {
+    io.skip_input(bulk_bytes).await?;
     Err(Failure::Answer(status))
 }
 
@@ -461,17 +538,4 @@ fn split_outputs(
         });
     }
     Ok((described, payloads))
-}
-
-/// Sends the reply frame, then each streamed output's bytes.
-async fn send_reply(
-    writer: &mut (impl AsyncWriteExt + Unpin),
-    reply: &v1::BulkReply,
-    payloads: &[Bytes],
-) -> std::io::Result<()> {
-    send_frame(writer, reply).await?;
-    for payload in payloads {
-        writer.write_all(payload).await?;
-    }
-    writer.flush().await
 }

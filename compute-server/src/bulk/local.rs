@@ -1,0 +1,153 @@
+//! The same-host bulk path (docs/bulk-protocol.md, "On the same host"): the bulk protocol's
+//! frames on an abstract Unix socket, the arrays in a memory file the client shares
+//! ([`ninf_proto::net::local`]). A call's bulk inputs lie one after another from the start of
+//! the client's region, and the server writes its bulk outputs there the same way once the
+//! inputs have gone to the executable, so the region holds the larger of the two.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ninf_proto::net::local::{self, SharedRegion};
+use ninf_proto::v1;
+use tokio::net::{UnixListener, UnixStream};
+use tonic::Status;
+
+use super::{BulkIo, Flow, bulk_bytes, decode_request, frame_length, send_error};
+use crate::metrics::Path;
+use crate::state::ServerState;
+
+/// What the token check and the logs call every same-host client.
+const PEER: &str = "local";
+
+/// Accepts same-host connections until the task is dropped.
+pub async fn serve(listener: UnixListener, state: Arc<ServerState>) {
+    loop {
+        let Ok((socket, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(socket, &state).await {
+                tracing::debug!(error = %e, "same-host bulk connection closed");
+            }
+        });
+    }
+}
+
+async fn connection(socket: UnixStream, state: &ServerState) -> std::io::Result<()> {
+    let mut io = LocalIo {
+        socket,
+        region: None,
+        input: 0,
+    };
+    loop {
+        let mut header = [0u8; 4];
+        let handed = match local::receive(&io.socket, &mut header).await {
+            Ok(handed) => handed,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if let Some(file) = handed {
+            match SharedRegion::adopt(file) {
+                Ok(region) => io.region = Some(region),
+                Err(message) => {
+                    send_error(&mut io, &Status::invalid_argument(message)).await?;
+                    return Ok(());
+                }
+            }
+        }
+        let len = u32::from_le_bytes(header) as usize;
+        let request = match frame_length(len) {
+            Ok(len) => {
+                let mut body = vec![0u8; len];
+                // A region handed over with the body instead of the header is dropped.
+                local::receive(&io.socket, &mut body).await?;
+                decode_request(body)
+            }
+            Err(status) => Err(status),
+        };
+        let request = match request {
+            Ok(request) => request,
+            Err(status) => {
+                send_error(&mut io, &status).await?;
+                return Ok(());
+            }
+        };
+        // Nothing but frames is on the socket, so a request whose inputs are not in the
+        // region is answered and the connection stays in step.
+        if let Err(status) = io.check_inputs(bulk_bytes(&request)) {
+            send_error(&mut io, &status).await?;
+            continue;
+        }
+        io.input = 0;
+        if super::serve_request(state, PEER, request, len, Path::Local, &mut io).await?
+            == Flow::Close
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// A same-host connection: its socket, the client's region, and how far the inputs of the
+/// call in progress have been read from it.
+struct LocalIo {
+    socket: UnixStream,
+    region: Option<SharedRegion>,
+    input: usize,
+}
+
+impl LocalIo {
+    fn region_len(&self) -> usize {
+        self.region.as_ref().map_or(0, SharedRegion::len)
+    }
+
+    fn check_inputs(&self, bytes: u64) -> Result<(), Status> {
+        if bytes > self.region_len() as u64 {
+            return Err(Status::invalid_argument(format!(
+                "the call's bulk inputs of {bytes} bytes do not fit the shared region of {} bytes",
+                self.region_len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl BulkIo for LocalIo {
+    async fn read_input(&mut self, into: &mut [u8]) -> std::io::Result<()> {
+        let end = self.input + into.len();
+        let source = self
+            .region
+            .as_ref()
+            .and_then(|r| r.bytes().get(self.input..end))
+            .ok_or_else(|| std::io::Error::other("bulk input beyond the shared region"))?;
+        into.copy_from_slice(source);
+        self.input = end;
+        Ok(())
+    }
+
+    async fn skip_input(&mut self, _bytes: u64) -> std::io::Result<()> {
+        // The inputs are in the region, not on the socket: nothing to pass over.
+        Ok(())
+    }
+
+    async fn send(&mut self, reply: &v1::BulkReply, payloads: &[Bytes]) -> std::io::Result<()> {
+        let total: usize = payloads.iter().map(Bytes::len).sum();
+        if total > self.region_len() {
+            let status = Status::resource_exhausted(format!(
+                "the call's bulk outputs of {total} bytes do not fit the shared region of {} bytes",
+                self.region_len()
+            ));
+            let frame = super::encode_frame(&super::error_reply(&status));
+            return local::send(&self.socket, &frame, None).await;
+        }
+        if let Some(region) = self.region.as_mut() {
+            let mut offset = 0;
+            for payload in payloads {
+                region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
+                offset += payload.len();
+            }
+        }
+        let frame = super::encode_frame(reply);
+        local::send(&self.socket, &frame, None).await
+    }
+}

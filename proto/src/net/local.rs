@@ -1,0 +1,239 @@
+//! Same-host bulk calls. A compute server also listens on a Unix socket in the abstract
+//! namespace, under a random name it advertises (`ServerInfo.bulk_local`). Abstract names
+//! belong to a network namespace and never appear in a file system: only a client on the
+//! same host (and in the same namespace) can connect, and nothing is left behind when the
+//! server dies. The socket carries the bulk protocol's frames; the arrays themselves do not
+//! cross it. They sit in a memory file (`memfd`) the client creates, seals against shrinking
+//! and hands over once with the frame that first uses it (`SCM_RIGHTS`): the server copies the
+//! inputs from it into the executable's region and writes the outputs back into it. Loopback
+//! TCP copies every byte into the kernel and out again; this moves each byte once per side.
+//!
+//! The seal is what makes sharing memory with another process safe: a mapping whose file
+//! shrinks under it faults (`SIGBUS`) on the next access, so the server refuses any region
+//! that could shrink.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+
+use memmap2::MmapMut;
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use tokio::io::Interest;
+use tokio::net::{UnixListener, UnixStream};
+
+/// A fresh abstract socket name: random, so a name advertised by a server on another host
+/// can never reach a different server on this one.
+pub fn socket_name() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        filled +=
+            rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty())?;
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("ninf-bulk-{hex}"))
+}
+
+/// Listens on the abstract socket `name`.
+pub fn listen(name: &str) -> io::Result<UnixListener> {
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
+}
+
+/// Connects to the abstract socket `name`; fails at once (connection refused) when no server
+/// of this host listens under it.
+pub fn connect(name: &str) -> io::Result<UnixStream> {
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let stream = std::os::unix::net::UnixStream::connect_addr(&address)?;
+    stream.set_nonblocking(true)?;
+    UnixStream::from_std(stream)
+}
+
+/// Writes all of `bytes`, handing `region` over with the first of them when given.
+pub async fn send(
+    stream: &UnixStream,
+    bytes: &[u8],
+    region: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    let mut sent = 0;
+    let mut fds = region.map(|fd| [fd]);
+    while sent < bytes.len() {
+        stream.writable().await?;
+        let result = stream.try_io(Interest::WRITABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if let Some(fds) = &fds {
+                control.push(SendAncillaryMessage::ScmRights(fds));
+            }
+            let iov = [io::IoSlice::new(&bytes[sent..])];
+            rustix::net::sendmsg(stream, &iov, &mut control, SendFlags::NOSIGNAL)
+                .map_err(io::Error::from)
+        });
+        match result {
+            Ok(n) => {
+                sent += n;
+                // The descriptor went with the first bytes.
+                fds = None;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buffer` from the stream, collecting a region handed over with any of its bytes
+/// (the last one wins; earlier ones are closed). An end of stream before the first byte is
+/// `UnexpectedEof`.
+pub async fn receive(stream: &UnixStream, buffer: &mut [u8]) -> io::Result<Option<OwnedFd>> {
+    let mut filled = 0;
+    let mut region = None;
+    while filled < buffer.len() {
+        stream.readable().await?;
+        let result = stream.try_io(Interest::READABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut iov = [io::IoSliceMut::new(&mut buffer[filled..])];
+            let received =
+                rustix::net::recvmsg(stream, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)
+                    .map_err(io::Error::from)?;
+            let mut handed = None;
+            for message in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(fds) = message {
+                    handed = fds.last().or(handed);
+                }
+            }
+            Ok((received.bytes, handed))
+        });
+        match result {
+            Ok((0, _)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok((n, handed)) => {
+                filled += n;
+                if handed.is_some() {
+                    region = handed;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(region)
+}
+
+/// A memory file shared between a client and a server, mapped read-write, that cannot shrink.
+#[derive(Debug)]
+pub struct SharedRegion {
+    file: OwnedFd,
+    map: MmapMut,
+}
+
+impl SharedRegion {
+    /// A new region of `len` bytes, sealed against shrinking (the client's side).
+    pub fn create(len: usize) -> io::Result<SharedRegion> {
+        let file = rustix::fs::memfd_create(
+            "ninf-bulk-local",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        rustix::fs::ftruncate(&file, len as u64)?;
+        rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::SEAL)?;
+        SharedRegion::map(file, len)
+    }
+
+    /// The region a client handed over (the server's side): refused unless sealed against
+    /// shrinking, so its mapping can never fault.
+    pub fn adopt(file: OwnedFd) -> Result<SharedRegion, String> {
+        let seals = rustix::fs::fcntl_get_seals(&file)
+            .map_err(|e| format!("the shared region is not a sealable memory file ({e})"))?;
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err("the shared region is not sealed against shrinking (F_SEAL_SHRINK)".into());
+        }
+        let len = rustix::fs::fstat(&file)
+            .map_err(|e| format!("cannot read the shared region's size: {e}"))?
+            .st_size;
+        let len = usize::try_from(len).map_err(|_| format!("shared region of {len} bytes"))?;
+        SharedRegion::map(file, len).map_err(|e| format!("cannot map the shared region: {e}"))
+    }
+
+    fn map(file: OwnedFd, len: usize) -> io::Result<SharedRegion> {
+        let file = std::fs::File::from(file);
+        // SAFETY: the file is sealed against shrinking, so every byte of the mapping stays
+        // backed; the other side may write into it concurrently, which can only garble the
+        // bytes of its own call (the protocol has one call in flight per connection).
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? };
+        Ok(SharedRegion {
+            file: OwnedFd::from(file),
+            map,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_region_handed_over_is_the_same_memory_and_an_unsealed_one_is_refused() {
+        let name = socket_name().unwrap();
+        let listener = listen(&name).unwrap();
+        let client = connect(&name).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+
+        let mut region = SharedRegion::create(1 << 20).unwrap();
+        region.bytes_mut()[..4].copy_from_slice(b"ninf");
+        send(&client, &[1, 2, 3, 4, 5, 6], Some(region.fd()))
+            .await
+            .unwrap();
+        let mut header = [0u8; 4];
+        let handed = receive(&server, &mut header).await.unwrap().unwrap();
+        assert_eq!(header, [1, 2, 3, 4]);
+        let mut rest = [0u8; 2];
+        assert!(receive(&server, &mut rest).await.unwrap().is_none());
+        assert_eq!(rest, [5, 6]);
+        let mut adopted = SharedRegion::adopt(handed).unwrap();
+        assert_eq!(adopted.len(), 1 << 20);
+        assert_eq!(&adopted.bytes()[..4], b"ninf");
+        adopted.bytes_mut()[4..8].copy_from_slice(b"grid");
+        assert_eq!(&region.bytes()[4..8], b"grid");
+        // The client cannot shrink it under the server either.
+        let file = std::fs::File::from(region.file.try_clone().unwrap());
+        assert!(file.set_len(16).is_err());
+
+        let plain = rustix::fs::memfd_create("plain", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&plain, 4096).unwrap();
+        let e = SharedRegion::adopt(plain).unwrap_err();
+        assert!(e.contains("not sealed against shrinking"), "{e}");
+    }
+
+    #[test]
+    fn no_server_under_a_name_refuses_at_once() {
+        let e = connect(&socket_name().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+    }
+}
