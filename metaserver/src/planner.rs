@@ -129,9 +129,9 @@ impl Planner {
         }
         if self.calibrate {
             for (index, server) in registry.servers().iter().enumerate() {
-                let factors = self.calibration.factors(&server.address).cloned();
+                let factors = self.calibration.factors(&server.address);
                 let overhead = self.calibration.overhead(&server.address);
-                predictor.calibrate(index, factors.unwrap_or_default(), overhead);
+                predictor.calibrate(index, factors, overhead);
             }
         }
         for p in self.active.iter().filter(|p| p.finish > now) {

@@ -11,7 +11,14 @@
 //! call in a few runs two or three times slower than its neighbours (and the very first call
 //! of a server, cold, slower still), and a mean would carry those into every prediction.
 //!
-//! Pure and deterministic: observations in, figures out; no clock.
+//! A server nobody has learned yet, or whose figures have not been refreshed for
+//! [`STALE_AFTER`] observations of the whole grid, is assumed to cost what the servers with
+//! fresh figures cost (their median). Without that, a fresh server is predicted to cost
+//! nothing, so a burst of graphs all lands on it; and a server that had one bad burst keeps
+//! its bad figures for ever, since no call goes there to correct them.
+//!
+//! Pure and deterministic: observations in, figures out; no clock (age is counted in
+//! observations).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,6 +31,9 @@ pub const WINDOW: usize = 15;
 const FACTOR_RANGE: (f64, f64) = (1e-3, 1e4);
 /// A per-call overhead stays below this (seconds).
 const MAX_OVERHEAD: f64 = 10.0;
+/// A server's figures are set aside once the grid has made this many observations since
+/// its last one: twenty windows.
+pub const STALE_AFTER: u64 = 20 * WINDOW as u64;
 
 /// What one finished call teaches: the prediction it was placed with and what happened.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,12 +67,16 @@ impl Recent {
         self.values.push_back(value);
         let mut sorted: Vec<f64> = self.values.iter().copied().collect();
         sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        }
+        median_of_sorted(&sorted).unwrap_or(value)
+    }
+}
+
+fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
     }
 }
 
@@ -74,6 +88,9 @@ pub struct Calibration {
     /// The medians, by server and routine: what predictions use.
     factors: HashMap<String, HashMap<String, f64>>,
     overheads: HashMap<String, f64>,
+    /// Observations made so far, and each server's count at its last one.
+    observed: u64,
+    last_observed: HashMap<String, u64>,
 }
 
 impl Calibration {
@@ -92,6 +109,8 @@ impl Calibration {
         {
             return;
         }
+        self.observed += 1;
+        self.last_observed.insert(o.server.clone(), self.observed);
         if o.modelled_compute > 0.0 {
             // The model shares a server's processors among the calls placed on it; the
             // server may instead queue a call until a processor is free. Either way the call
@@ -115,30 +134,65 @@ impl Calibration {
         self.overheads.insert(o.server.clone(), median);
     }
 
-    /// The factor on `function`'s modelled compute time on `server` (1 until learned).
-    pub fn factor(&self, server: &str, function: &str) -> f64 {
-        self.factors
+    /// Whether `server`'s own figures are recent enough to use.
+    fn fresh(&self, server: &str) -> bool {
+        self.last_observed
             .get(server)
-            .and_then(|f| f.get(function))
-            .copied()
-            .unwrap_or(1.0)
+            .is_some_and(|&last| self.observed - last <= STALE_AFTER)
     }
 
-    /// Every factor learned for `server`, by function.
-    pub fn factors(&self, server: &str) -> Option<&HashMap<String, f64>> {
-        self.factors.get(server)
+    /// The median of `figure` over the servers with fresh figures that have it.
+    fn prior(&self, figure: impl Fn(&str) -> Option<f64>) -> Option<f64> {
+        let mut values: Vec<f64> = self
+            .last_observed
+            .keys()
+            .filter(|s| self.fresh(s))
+            .filter_map(|s| figure(s))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        median_of_sorted(&values)
     }
 
-    /// Seconds every call on `server` costs beyond its compute and its transfers (0 until
-    /// learned).
+    /// The factor on `function`'s modelled compute time on `server`: its own, or the other
+    /// servers' median until it has fresh figures (1 when nobody has one).
+    pub fn factor(&self, server: &str, function: &str) -> f64 {
+        let own = |s: &str| self.factors.get(s).and_then(|f| f.get(function)).copied();
+        if self.fresh(server)
+            && let Some(factor) = own(server)
+        {
+            return factor;
+        }
+        self.prior(own).unwrap_or(1.0)
+    }
+
+    /// Every routine's factor on `server` ([`Calibration::factor`]), by routine, for every
+    /// routine any server has a figure for.
+    pub fn factors(&self, server: &str) -> HashMap<String, f64> {
+        let functions: std::collections::HashSet<&String> =
+            self.factors.values().flat_map(|f| f.keys()).collect();
+        functions
+            .into_iter()
+            .map(|f| (f.clone(), self.factor(server, f)))
+            .collect()
+    }
+
+    /// Seconds every call on `server` costs beyond its compute and its transfers: its own,
+    /// or the other servers' median until it has fresh figures (0 when nobody has one).
     pub fn overhead(&self, server: &str) -> f64 {
-        self.overheads.get(server).copied().unwrap_or(0.0)
+        let own = |s: &str| self.overheads.get(s).copied();
+        if self.fresh(server)
+            && let Some(overhead) = own(server)
+        {
+            return overhead;
+        }
+        self.prior(own).unwrap_or(0.0)
     }
 
     /// Forgets a server (it left the grid, or came back as another machine).
     pub fn forget(&mut self, server: &str) {
         self.factors.remove(server);
         self.overheads.remove(server);
+        self.last_observed.remove(server);
         self.factor_history.retain(|(s, _), _| s != server);
         self.overhead_history.remove(server);
     }
@@ -149,8 +203,12 @@ mod tests {
     use super::*;
 
     fn call(compute: f64, modelled: f64, call: f64) -> Observation {
+        call_on("s:1", compute, modelled, call)
+    }
+
+    fn call_on(server: &str, compute: f64, modelled: f64, call: f64) -> Observation {
         Observation {
-            server: "s:1".into(),
+            server: server.into(),
             function: "dgefa".into(),
             modelled_compute: modelled,
             predicted_transfer: 0.001,
@@ -170,8 +228,55 @@ mod tests {
         assert!((c.factor("s:1", "dgefa") - 5.0).abs() < 1e-9);
         assert!((c.overhead("s:1") - 0.001).abs() < 1e-9);
         assert_eq!(c.factor("s:1", "dgesl"), 1.0);
-        assert_eq!(c.factor("s:2", "dgefa"), 1.0);
-        assert_eq!(c.overhead("s:2"), 0.0);
+        // A server not learned yet is taken to cost what the learned one does.
+        assert!((c.factor("s:2", "dgefa") - 5.0).abs() < 1e-9);
+        assert!((c.overhead("s:2") - 0.001).abs() < 1e-9);
+        assert_eq!(c.factors("s:2").len(), 1);
+    }
+
+    #[test]
+    fn unlearned_and_stale_servers_cost_the_median_of_the_fresh_ones() {
+        let mut c = Calibration::default();
+        assert_eq!(c.factor("s:9", "dgefa"), 1.0);
+        assert_eq!(c.overhead("s:9"), 0.0);
+        // Three servers, each modelled at 1 ms, computing for 2, 3 and 4 ms, and costing 0, 1
+        // and 2 ms beyond that and the 1 ms transfer.
+        for _ in 0..WINDOW {
+            for (i, server) in ["s:1", "s:2", "s:3"].into_iter().enumerate() {
+                let k = i as f64;
+                c.observe(&call_on(
+                    server,
+                    0.002 + k * 0.001,
+                    0.001,
+                    0.003 + k * 0.002,
+                ));
+            }
+        }
+        assert!((c.factor("s:9", "dgefa") - 3.0).abs() < 1e-9);
+        assert!((c.overhead("s:9") - 0.001).abs() < 1e-9);
+        // s:1 has a burst (calls 100 times slower) and then gets no calls: its figures hold
+        // until the rest of the grid has made STALE_AFTER observations, then give way.
+        for _ in 0..WINDOW {
+            c.observe(&call_on("s:1", 0.2, 0.001, 0.5));
+        }
+        assert!((c.factor("s:1", "dgefa") - 200.0).abs() < 1e-9);
+        for i in 0..STALE_AFTER {
+            assert!(
+                c.overhead("s:1") > 0.29,
+                "fresh after {i} observations elsewhere"
+            );
+            c.observe(&call_on("s:2", 0.003, 0.001, 0.005));
+        }
+        c.observe(&call_on("s:3", 0.004, 0.001, 0.007));
+        assert!(
+            (c.factor("s:1", "dgefa") - 3.5).abs() < 1e-9,
+            "{}",
+            c.factor("s:1", "dgefa")
+        );
+        assert!((c.overhead("s:1") - 0.0015).abs() < 1e-9);
+        // A call there makes its own figures count again.
+        c.observe(&call_on("s:1", 0.2, 0.001, 0.5));
+        assert!(c.overhead("s:1") > 0.29);
     }
 
     #[test]
