@@ -581,7 +581,14 @@ async fn read_reply(
 ) -> Result<v1::CallReply, BulkFailure> {
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).await?;
-    // The length comes from the server: capped before anything is allocated for it.
+    let mut body = vec![0u8; reply_length(header)?];
+    stream.read_exact(&mut body).await?;
+    parse_reply(&body)
+}
+
+/// The length a reply frame's header announces. It comes from the server: capped before
+/// anything is allocated for it.
+pub(crate) fn reply_length(header: [u8; 4]) -> Result<usize, BulkFailure> {
     let len = u32::from_le_bytes(header) as usize;
     if len > ninf_proto::net::BULK_MAX_FRAME {
         return Err(BulkFailure::Call(CallError::new(
@@ -592,9 +599,7 @@ async fn read_reply(
             ),
         )));
     }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).await?;
-    parse_reply(&body)
+    Ok(len)
 }
 
 /// A bulk reply frame's body: the call's reply, or the server's error as a call error.

@@ -13,8 +13,8 @@ use prost::Message;
 use tokio::net::UnixStream;
 
 use crate::args::Encoded;
-use crate::remote::{BulkFailure, OutputBytes, parse_reply, receive_outputs};
-use crate::{Arg, CallError, CallOutcome, ErrorKind};
+use crate::remote::{BulkFailure, OutputBytes, parse_reply, receive_outputs, reply_length};
+use crate::{Arg, CallOutcome};
 
 /// The smallest region made: calls below it (the bulk threshold is 1 MiB) share one size.
 const MIN_REGION: usize = 1 << 20;
@@ -56,17 +56,7 @@ impl SameHostConnection {
 
         let mut header = [0u8; 4];
         local::receive(&self.stream, &mut header).await?;
-        let len = u32::from_le_bytes(header) as usize;
-        if len > ninf_proto::net::BULK_MAX_FRAME {
-            return Err(BulkFailure::Call(CallError::new(
-                ErrorKind::CommunicationFailed,
-                format!(
-                    "bulk reply frame of {len} bytes exceeds {}",
-                    ninf_proto::net::BULK_MAX_FRAME
-                ),
-            )));
-        }
-        let mut body = vec![0u8; len];
+        let mut body = vec![0u8; reply_length(header)?];
         local::receive(&self.stream, &mut body).await?;
         let reply = parse_reply(&body)?;
         let mut outputs = RegionOutputs {

@@ -12,7 +12,7 @@ use ninf_proto::v1;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::Status;
 
-use super::{BulkIo, Flow, bulk_bytes, decode_request, frame_length, send_error};
+use super::{BulkIo, Flow, bulk_bytes, send_error};
 use crate::metrics::Path;
 use crate::state::ServerState;
 
@@ -57,16 +57,7 @@ async fn connection(socket: UnixStream, state: &ServerState) -> std::io::Result<
             }
         }
         let len = u32::from_le_bytes(header) as usize;
-        let request = match frame_length(len) {
-            Ok(len) => {
-                let mut body = vec![0u8; len];
-                // A region handed over with the body instead of the header is dropped.
-                local::receive(&io.socket, &mut body).await?;
-                decode_request(body)
-            }
-            Err(status) => Err(status),
-        };
-        let request = match request {
+        let request = match super::read_request(&mut io, len).await? {
             Ok(request) => request,
             Err(status) => {
                 send_error(&mut io, &status).await?;
@@ -113,6 +104,11 @@ impl LocalIo {
 }
 
 impl BulkIo for LocalIo {
+    async fn read_frame(&mut self, into: &mut [u8]) -> std::io::Result<()> {
+        // A region handed over with the body instead of the header is dropped.
+        local::receive(&self.socket, into).await.map(|_| ())
+    }
+
     async fn read_input(&mut self, into: &mut [u8]) -> std::io::Result<()> {
         let end = self.input + into.len();
         let source = self

@@ -76,15 +76,7 @@ async fn connection(socket: TcpStream, peer: &str, state: &ServerState) -> std::
             Err(e) => return Err(e),
         }
         let len = u32::from_le_bytes(header) as usize;
-        let request = match frame_length(len) {
-            Ok(len) => {
-                let mut body = vec![0u8; len];
-                io.reader.read_exact(&mut body).await?;
-                decode_request(body)
-            }
-            Err(status) => Err(status),
-        };
-        let request = match request {
+        let request = match read_request(&mut io, len).await? {
             Ok(request) => request,
             Err(status) => {
                 send_error(&mut io, &status).await?;
@@ -104,19 +96,21 @@ enum Flow {
     Close,
 }
 
-/// The frame's length if it is within [`MAX_MESSAGE`].
-fn frame_length(len: usize) -> Result<usize, Status> {
+/// Reads a request frame's body of `len` bytes (announced by its header) and decodes it; a
+/// frame over [`MAX_MESSAGE`] is refused before anything is allocated for it.
+async fn read_request(
+    io: &mut impl BulkIo,
+    len: usize,
+) -> std::io::Result<Result<v1::CallRequest, Status>> {
     if len > MAX_MESSAGE {
-        return Err(Status::invalid_argument(format!(
+        return Ok(Err(Status::invalid_argument(format!(
             "request frame of {len} bytes exceeds {MAX_MESSAGE}"
-        )));
+        ))));
     }
-    Ok(len)
-}
-
-fn decode_request(body: Vec<u8>) -> Result<v1::CallRequest, Status> {
-    v1::CallRequest::decode(Bytes::from(body))
-        .map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))
+    let mut body = vec![0u8; len];
+    io.read_frame(&mut body).await?;
+    Ok(v1::CallRequest::decode(Bytes::from(body))
+        .map_err(|e| Status::invalid_argument(format!("malformed request: {e}"))))
 }
 
 /// Checks the request's token, runs the call, counts it and answers a failure.
@@ -167,6 +161,8 @@ async fn serve_request(
 /// are raw bytes on the socket; on a same-host connection ([`local`]) they sit in memory the
 /// client shares, and only the frames cross the socket.
 trait BulkIo: Send {
+    /// Fills `into` with the rest of a request frame, after its header.
+    fn read_frame(&mut self, into: &mut [u8]) -> impl Future<Output = std::io::Result<()>> + Send;
     /// Fills `into` with the next bulk input bytes.
     fn read_input(&mut self, into: &mut [u8]) -> impl Future<Output = std::io::Result<()>> + Send;
     /// Passes over `bytes` bulk input bytes of a refused call, to stay in step.
@@ -186,6 +182,10 @@ struct TcpIo {
 }
 
 impl BulkIo for TcpIo {
+    async fn read_frame(&mut self, into: &mut [u8]) -> std::io::Result<()> {
+        self.reader.read_exact(into).await.map(|_| ())
+    }
+
     async fn read_input(&mut self, into: &mut [u8]) -> std::io::Result<()> {
         self.reader.read_exact(into).await.map(|_| ())
     }
