@@ -599,11 +599,19 @@ impl GangMaster {
             return;
         }
         tracing::warn!(job = lost.job, node, reason = %lost.reason, "killed a job whose messages were lost between nodes");
+        // Name the node the messages were for: when its agent died, this report and the
+        // agent's loss race, and either must say which node failed.
+        let to = inner
+            .nodes
+            .iter()
+            .find(|(_, n)| !lost.peer.is_empty() && n.broker_address == lost.peer)
+            .map(|(name, _)| format!(" to node `{name}`"))
+            .unwrap_or_default();
         kill_job(
             &mut inner,
             lost.job,
             format!(
-                "messages from node `{node}` were lost: {}; the job cannot complete",
+                "messages from node `{node}`{to} were lost: {}; the job cannot complete",
                 lost.reason
             ),
         );

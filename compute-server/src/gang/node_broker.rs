@@ -440,6 +440,7 @@ fn spawn_peer_writer(
                 kind: Some(v1::agent_message::Kind::Lost(v1::SpmdLost {
                     job,
                     reason: failure.clone(),
+                    peer: address.clone(),
                 })),
             });
         }
