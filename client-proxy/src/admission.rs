@@ -48,6 +48,8 @@ pub struct ClientAdmission {
     /// Signalled whenever a transaction gives its place back.
     released: Notify,
     waiting: AtomicUsize,
+    /// Gives memory back while no transaction runs.
+    trimmer: crate::memory::Trimmer,
 }
 
 /// A place in the waiting room, given back when dropped (admitted or given up).
@@ -90,6 +92,7 @@ impl ClientAdmission {
             usage: Mutex::new(HashMap::new()),
             released: Notify::new(),
             waiting: AtomicUsize::new(0),
+            trimmer: crate::memory::Trimmer::default(),
         })
     }
 
@@ -188,6 +191,11 @@ impl ClientAdmission {
         })
     }
 
+    /// What gives memory back while no transaction runs.
+    pub fn trimmer(&self) -> &crate::memory::Trimmer {
+        &self.trimmer
+    }
+
     /// What `client` has running.
     pub fn usage(&self, client: &str) -> ClientUsage {
         self.usage_map().get(client).copied().unwrap_or_default()
@@ -231,8 +239,11 @@ impl Drop for Admitted {
         drop(map);
         self.admission.released.notify_waiters();
         if idle {
-            let admission = self.admission.clone();
-            crate::memory::trim_when_idle(move || admission.usage_map().is_empty());
+            self.admission
+                .trimmer
+                .fell_idle(Arc::downgrade(&self.admission), |admission| {
+                    admission.usage_map().is_empty()
+                });
         }
     }
 }

@@ -50,6 +50,10 @@ pub trait Cluster: Send + Sync + 'static {
     async fn probe(&self, server: &str, bytes: usize) -> Result<PathMeasurement, Status>;
     /// The servers the metaserver lists as up.
     async fn up_servers(&self) -> Result<Vec<Candidate>, Status>;
+    /// Closes the connections to the servers once the calls on them end; the next call
+    /// opens new ones. For an idle proxy: a connection's buffers grow to the most calls it
+    /// ever carried.
+    fn release_connections(&self) {}
 }
 
 /// Connections to one server and the calls it may have outstanding. One HTTP/2 connection
@@ -273,6 +277,10 @@ impl Cluster for GrpcCluster {
 
     async fn probe(&self, server: &str, bytes: usize) -> Result<PathMeasurement, Status> {
         ninf_proto::probe::measure(self.server(server)?.channel(), bytes).await
+    }
+
+    fn release_connections(&self) {
+        ninf_proto::sync::lock(&self.servers).clear();
     }
 
     async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {

@@ -15,6 +15,7 @@
 //! suspect_recheck_seconds = 0.5
 //! keepalive_seconds = 5.0
 //! keepalive_timeout_seconds = 10.0
+//! idle_connection_seconds = 5
 //! journal = "ninf-proxy-journal.sqlite"
 //! journal_wait_seconds = 60.0
 //! ```
@@ -103,6 +104,11 @@ pub struct ProxyConfig {
     /// silence counts.
     #[serde(default = "default_keepalive_timeout")]
     pub keepalive_timeout_seconds: f64,
+    /// A proxy with no transaction running for this many seconds closes its connections to
+    /// the compute servers, which keep buffers sized for the most calls they ever carried,
+    /// and gives the memory back; its next call opens them again. 0 keeps them open.
+    #[serde(default = "default_idle_connection_seconds")]
+    pub idle_connection_seconds: u64,
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
@@ -141,6 +147,9 @@ fn default_keepalive() -> f64 {
     ninf_proto::net::KEEPALIVE_INTERVAL.as_secs_f64()
 }
 
+fn default_idle_connection_seconds() -> u64 {
+    5
+}
 fn default_keepalive_timeout() -> f64 {
     ninf_proto::net::KEEPALIVE_TIMEOUT.as_secs_f64()
 }
@@ -228,6 +237,7 @@ impl ProxyConfig {
             suspect_recheck_seconds: default_suspect_recheck(),
             keepalive_seconds: default_keepalive(),
             keepalive_timeout_seconds: default_keepalive_timeout(),
+            idle_connection_seconds: default_idle_connection_seconds(),
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,

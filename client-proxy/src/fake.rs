@@ -45,6 +45,8 @@ struct State {
 #[derive(Default)]
 pub(crate) struct FakeCluster {
     state: Mutex<State>,
+    /// Times the proxy closed its connections.
+    releases: std::sync::atomic::AtomicUsize,
 }
 
 fn refused(server: &str) -> Status {
@@ -73,6 +75,10 @@ impl FakeCluster {
         }
         drop(state);
         cluster
+    }
+
+    pub(crate) fn releases(&self) -> usize {
+        self.releases.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub(crate) fn invocations(&self) -> Vec<Invocation> {
@@ -133,6 +139,11 @@ impl FakeCluster {
 
 #[tonic::async_trait]
 impl Cluster for FakeCluster {
+    fn release_connections(&self) {
+        self.releases
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
         let mut state = ninf_proto::sync::lock(&self.state);
         let sources = call

@@ -1,8 +1,8 @@
 //! The proxy's graph execution and recovery against the in-memory cluster ([`crate::fake`]):
 //! a server dying before a call, an intermediate lost with its server and regenerated from
 //! its producer, a suspect server placed around, a staged upload that fails, and a task
-//! that no server can run. Values, placements and error messages are checked; no process
-//! runs.
+//! that no server can run; an idle proxy closing its connections. Values, placements and
+//! error messages are checked; no process runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -389,4 +389,52 @@ async fn a_resumed_task_whose_output_is_gone_runs_again() {
         .map(|i| i.server)
         .collect();
     assert_eq!(labels, ["s1", "s2"], "inc#0 then inc#1");
+}
+
+/// Waits up to 30 s for `condition`.
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    for _ in 0..300 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not happen within 30 s");
+}
+
+#[tokio::test]
+async fn an_idle_proxy_closes_its_connections_after_idle_connection_seconds_of_quiet() {
+    use std::time::Duration;
+    let cluster = Arc::new(FakeCluster::default());
+    let config = ProxyConfig {
+        idle_connection_seconds: 1,
+        ..ProxyConfig::new("127.0.0.1:1")
+    };
+    let proxy = Proxy::with_cluster(config, "test".into(), cluster.clone(), None, None).unwrap();
+    // The first transaction starts the proxy's looks; the second runs through several.
+    drop(proxy.admission.admit("client", 0).unwrap());
+    let running = proxy.admission.admit("client", 0).unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(cluster.releases(), 0, "not while a transaction runs");
+    drop(running);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cluster.releases(), 0, "not before a second of quiet");
+    eventually("closing the idle connections", || cluster.releases() == 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cluster.releases(), 1, "an idle proxy closes them once");
+    drop(proxy.admission.admit("client", 0).unwrap());
+    eventually("closing them after the next quiet", || {
+        cluster.releases() == 2
+    })
+    .await;
+
+    let config = ProxyConfig {
+        idle_connection_seconds: 0,
+        ..ProxyConfig::new("127.0.0.1:1")
+    };
+    let cluster = Arc::new(FakeCluster::default());
+    let proxy = Proxy::with_cluster(config, "test".into(), cluster.clone(), None, None).unwrap();
+    drop(proxy.admission.admit("client", 0).unwrap());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cluster.releases(), 0, "0 keeps them open");
 }

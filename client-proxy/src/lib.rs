@@ -114,6 +114,20 @@ impl Proxy {
         )
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (metrics, metrics_registry) = metrics::ProxyMetrics::new();
+        let admission = admission::ClientAdmission::new(admission::ClientLimits {
+            transactions: config.max_transactions_per_client,
+            stored_bytes: config.max_stored_bytes_per_client,
+            queued: config.max_queued_transactions,
+        });
+        let idle_cluster = Arc::downgrade(&cluster);
+        admission.trimmer().release_connections_after(
+            config.idle_connection_seconds,
+            Box::new(move || {
+                if let Some(cluster) = idle_cluster.upgrade() {
+                    cluster.release_connections();
+                }
+            }),
+        );
         Ok(Arc::new(Proxy {
             metrics,
             metrics_registry: Arc::new(metrics_registry),
@@ -126,11 +140,7 @@ impl Proxy {
             token,
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
-            admission: admission::ClientAdmission::new(admission::ClientLimits {
-                transactions: config.max_transactions_per_client,
-                stored_bytes: config.max_stored_bytes_per_client,
-                queued: config.max_queued_transactions,
-            }),
+            admission,
             config,
             name,
             metaserver,

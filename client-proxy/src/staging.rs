@@ -91,7 +91,7 @@ impl Staging {
                     let started = std::time::Instant::now();
                     let result = cluster.put(&server, &owner, array).await;
                     if let Err(status) = &result {
-                        tracing::warn!(task, parameter, %server, error = %status.message(),
+                        tracing::warn!(graph = %owner, task, parameter, %server, error = %status.message(),
                             "a staged upload failed; the array goes with its call");
                     }
                     let _ = sender.send(Uploaded {

@@ -18,8 +18,9 @@ use serde::Serialize;
 use crate::processes::{binary, free_address, start, write};
 use crate::workloads;
 
-/// How long the proxy is left idle before its memory is read.
-const SETTLE: Duration = Duration::from_secs(3);
+/// How long the proxy is left idle before its memory is read: it closes its idle
+/// connections after `idle_connection_seconds` (5) and trims its heap a second later.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// What the load run does.
 #[derive(Debug, Clone)]
@@ -138,7 +139,7 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     workloads::cascade(&warm, options.n, 1)?;
     drop(warm);
     // Memory is read once the proxy has been idle long enough to give back what it freed
-    // (it trims its heap after a second idle: `ninf_client_proxy::memory`).
+    // (`ninf_client_proxy::memory`).
     std::thread::sleep(SETTLE);
     let rss_before = resident_bytes(proxy_process.0.id())?;
 

@@ -28,9 +28,13 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    ninf_client_proxy::memory::tune_allocator();
+fn main() -> anyhow::Result<()> {
+    // Before the runtime's threads start: this may run the program again.
+    ninf_client_proxy::memory::prepare_allocator();
+    tokio::runtime::Runtime::new()?.block_on(serve())
+}
+
+async fn serve() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _logging = ninf_telemetry::logging::init(&ninf_telemetry::logging::LogOptions {
         default_level: "info",
