@@ -318,8 +318,7 @@ impl NinfClient {
         args: &mut [Arg<'_>],
         mut connection: SameHostConnection,
     ) -> Result<CallOutcome, CallError> {
-        let request = self.bulk_request(interface, args)?;
-        let (request, encoded) = request;
+        let (request, encoded) = self.bulk_request(interface, args)?;
         let exchange = connection.exchange(interface, &request, &encoded, args);
         let result = self.within_timeout(exchange).await;
         if result.is_ok() {
