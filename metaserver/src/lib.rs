@@ -211,6 +211,10 @@ impl Metaserver {
             },
         );
         planner.calibrate = config.calibrate;
+        // Samples of servers still up are at most a heartbeat timeout old.
+        planner.ended_memory_seconds = planner
+            .ended_memory_seconds
+            .max(2.0 * config.heartbeat_timeout_seconds);
         let (metrics, metrics_registry) = metrics::MetaserverMetrics::new();
         Ok(Arc::new(Metaserver {
             config,

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ninf_metaserver::Registry;
-use ninf_metaserver::planner::{Planner, TaskOutcome};
+use ninf_metaserver::planner::{ENDED_MEMORY_SECONDS, Planner, TaskOutcome};
 use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
 
@@ -174,4 +174,37 @@ fn predictions_learn_a_routines_real_speed_and_the_cost_of_a_call() {
     seed.calibrate = false;
     let unlearned = run_mmuls(&mut seed, 15, 4.0, 4.05);
     assert!((unlearned - 2.0).abs() < 0.01, "{unlearned}");
+}
+
+#[test]
+fn ended_graphs_are_forgotten_once_no_load_sample_can_need_them() {
+    let registry = registry();
+    let link = Link {
+        throughput: 1e9,
+        latency: 1e-4,
+    };
+    let graph = one_mmul();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    // One placement, recorded at each time (the servers' heartbeats are not simulated).
+    let schedule = Planner::new(PredictorKind::LatestSample, link)
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
+    let run = |planner: &mut Planner, id: u64, at: f64| {
+        planner.record(id, &graph, &schedule, &registry, at);
+        planner.finish(id, at + 0.6, &[outcome(0, 0.0, 0.5)]);
+    };
+    let mut planner = Planner::new(PredictorKind::LatestSample, link);
+    run(&mut planner, 1, 1.0);
+    run(&mut planner, 2, 1.0 + ENDED_MEMORY_SECONDS / 2.0);
+    let graphs = |planner: &Planner| planner.ended().iter().map(|p| p.graph).collect::<Vec<_>>();
+    assert_eq!(graphs(&planner), [1, 2], "both ended within the memory");
+    run(&mut planner, 3, 2.0 + ENDED_MEMORY_SECONDS);
+    assert_eq!(graphs(&planner), [2, 3], "graph 1 ended longer ago");
+
+    // A metaserver whose samples may be older keeps them longer.
+    let mut planner = Planner::new(PredictorKind::LatestSample, link);
+    planner.ended_memory_seconds = 4.0 * ENDED_MEMORY_SECONDS;
+    run(&mut planner, 1, 1.0);
+    run(&mut planner, 2, 2.0 + ENDED_MEMORY_SECONDS);
+    assert_eq!(graphs(&planner), [1, 2]);
 }
