@@ -27,6 +27,14 @@ fn registry() -> Registry {
     registry
 }
 
+/// A 1 GB/s, 0.1 ms path: transfers cost next to nothing here.
+fn fast_link() -> Link {
+    Link {
+        throughput: 1e9,
+        latency: 1e-4,
+    }
+}
+
 fn outcome(task: usize, start: f64, finish: f64) -> TaskOutcome {
     TaskOutcome {
         task,
@@ -52,10 +60,7 @@ fn one_mmul() -> TaskGraph {
 #[test]
 fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
     let registry = registry();
-    let link = Link {
-        throughput: 1e9,
-        latency: 1e-4,
-    };
+    let link = fast_link();
     let mut planner = Planner::new(PredictorKind::LatestSample, link);
     let graph = one_mmul();
     let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
@@ -93,10 +98,7 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
     // really ran from 1.2 to 2.5. At t = 2.6 graph 1 has ended: the stale sample must not
     // keep a:1 looking busy, so the next mmul goes to a:1 again (its id is lower on a tie).
     let mut registry = registry();
-    let link = Link {
-        throughput: 1e9,
-        latency: 1e-4,
-    };
+    let link = fast_link();
     let mut planner = Planner::new(PredictorKind::LatestSample, link);
     let graph = one_mmul();
     let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
@@ -156,10 +158,7 @@ fn run_mmuls(planner: &mut Planner, graphs: u64, compute: f64, call: f64) -> f64
 
 #[test]
 fn predictions_learn_a_routines_real_speed_and_the_cost_of_a_call() {
-    let link = Link {
-        throughput: 1e9,
-        latency: 1e-4,
-    };
+    let link = fast_link();
     // The model: 2e9 flops at 1000 Mflop/s, 2 s. The routine really computes for 4 s, and
     // the call takes 50 ms more than that.
     let mut planner = Planner::new(PredictorKind::LatestSample, link);
@@ -179,10 +178,7 @@ fn predictions_learn_a_routines_real_speed_and_the_cost_of_a_call() {
 #[test]
 fn ended_graphs_are_forgotten_once_no_load_sample_can_need_them() {
     let registry = registry();
-    let link = Link {
-        throughput: 1e9,
-        latency: 1e-4,
-    };
+    let link = fast_link();
     let graph = one_mmul();
     let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
     // One placement, recorded at each time (the servers' heartbeats are not simulated).
