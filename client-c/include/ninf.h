@@ -14,8 +14,8 @@
  * Transactions (the seed's example): the calls between Ninf_transaction_begin() and
  * Ninf_transaction_end() are recorded, not run; an array written by one call and passed
  * to a later one is an edge, and its value goes from server to server. Ninf_transaction_end
- * runs them as one graph and writes every written array in place. Recorded arrays must stay
- * alive and untouched until then.
+ * runs them as one graph and writes every written array in place, except those named by
+ * Ninf_transaction_scratch. Recorded arrays must stay alive and untouched until then.
  */
 #ifndef NINF_NINF_H
 #define NINF_NINF_H
@@ -35,6 +35,11 @@ int Ninf_wait(int session_id);
 int Ninf_wait_all(void);
 int Ninf_transaction_begin(void);
 int Ninf_transaction_end(void);
+/* Inside a transaction: the `bytes` bytes at `array` are an intermediate. The calls that
+ * write it leave its final value on the grid, later calls read it there, and
+ * Ninf_transaction_end writes nothing back into it, so it never travels to the client.
+ * Before or after the calls that name it. NINF_ERROR outside a transaction. */
+int Ninf_transaction_scratch(const void *array, size_t bytes);
 /* What the calling thread's last failed Ninf or GridRPC function met, in words. */
 const char *Ninf_error(void);
 

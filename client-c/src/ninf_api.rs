@@ -4,11 +4,12 @@
 //! `Ninf_transaction_end()` are recorded, linked by array address, and run as one graph.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::library::runtime;
-use ninf_client::grid::ForeignTransaction;
+use ninf_client::grid::{ForeignArray, ForeignTransaction};
+use ninf_idl::ElementType;
 
 use crate::codes::{self, Failure, GRPC_NO_ERROR, GRPC_OTHER_ERROR_CODE, GrpcError};
 use crate::grpc_api::{c_text, guard, ninf_call_values};
@@ -146,6 +147,29 @@ pub extern "C" fn Ninf_transaction_begin() -> c_int {
             ));
         }
         *open = Some(ForeignTransaction::new());
+        Ok(())
+    }))
+}
+
+/// Inside a transaction: the `bytes` bytes at `array` are an intermediate. The calls that
+/// write it leave its final value on the grid, later calls read it there, and nothing is
+/// written back into it.
+#[unsafe(no_mangle)]
+pub extern "C" fn Ninf_transaction_scratch(array: *const c_void, bytes: usize) -> c_int {
+    status(guard(|| {
+        let mut open = recording();
+        let transaction = open.as_mut().ok_or_else(|| {
+            Failure::new(
+                GRPC_OTHER_ERROR_CODE,
+                "Ninf_transaction_scratch outside a transaction (call Ninf_transaction_begin first)",
+            )
+        })?;
+        // SAFETY: a scratch array is only compared by address and size, never read or
+        // written; bytes of `char` need no alignment.
+        let memory =
+            unsafe { ForeignArray::new(array.cast_mut().cast(), bytes, ElementType::Char, false) }
+                .map_err(|e| Failure::new(GRPC_OTHER_ERROR_CODE, e.message))?;
+        transaction.scratch(memory);
         Ok(())
     }))
 }

@@ -294,16 +294,17 @@ pub fn check_and_encode(
     args: &[Arg<'_>],
     bulk: bool,
 ) -> Result<Vec<Encoded>, CallError> {
-    check_and_encode_with(function, args, bulk, &[])
+    check_and_encode_with(function, args, &vec![bulk; args.len()], &[])
 }
 
-/// [`check_and_encode`] where `writable[i]` says that `args[i]`, an [`Arg::In`], stands for a
+/// [`check_and_encode`] where `described[i]` says whether `args[i]`, an IN or INOUT array, is
+/// described instead of copied, and `writable[i]` that it, an [`Arg::In`], stands for a
 /// buffer the caller will also let the routine write (transactions hold their buffers this
 /// way, so one buffer can appear several times in a call).
 pub(crate) fn check_and_encode_with(
     function: &FunctionInterface,
     args: &[Arg<'_>],
-    bulk: bool,
+    described: &[bool],
     writable: &[bool],
 ) -> Result<Vec<Encoded>, CallError> {
     check_argument_count(function, args.len())?;
@@ -312,6 +313,7 @@ pub(crate) fn check_and_encode_with(
     for (i, (p, arg)) in function.parameters.iter().zip(args).enumerate() {
         let value = if p.is_array() {
             let is_writable = writable.get(i).copied().unwrap_or(false);
+            let bulk = described.get(i).copied().unwrap_or(false);
             encode_array(function, p, arg, &bindings, (bulk, is_writable))?
         } else {
             Encoded::Value(v1::ArgumentValue {

@@ -72,21 +72,25 @@ class NinfSide:
 
     def cascade(self, m: List[np.ndarray]) -> np.ndarray:
         n = m[0].shape[0]
-        e = [np.zeros((n, n), order="F") for _ in range(7)]
+        result = np.zeros((n, n), order="F")
         with self.grid.transaction() as tx:
+            # The six intermediates stay on the grid, as Ray's and Dask's do.
+            e = [tx.scratch(np.empty((n, n), order="F")) for _ in range(6)] + [result]
             for i in range(4):
                 tx.call("mmul", n, m[2 * i], m[2 * i + 1], e[i])
             tx.call("mmul", n, e[0], e[1], e[4])
             tx.call("mmul", n, e[2], e[3], e[5])
             tx.call("mmul", n, e[4], e[5], e[6])
-        return e[6]
+        return result
 
     def pairs(self, s) -> List[np.ndarray]:
         n = s[0][0].shape[0]
-        factors = [a.copy(order="F") for a, _ in s]
-        pivots = [np.zeros(n, np.int32) for _ in s]
         solutions = [b.copy() for _, b in s]
         with self.grid.transaction() as tx:
+            # The factors and pivots stay on the grid: each system's matrix is left as it
+            # was, and only the solutions come back.
+            factors = [tx.scratch(a) for a, _ in s]
+            pivots = [tx.scratch(np.empty(n, np.int32)) for _ in s]
             for a, ipvt, x in zip(factors, pivots, solutions):
                 tx.call("dgefa", a, n, ipvt)
                 tx.call("dgesl", a, n, ipvt, x)

@@ -231,9 +231,10 @@ class Transaction:
     """Calls recorded with :meth:`call` and sent as one graph when the ``with`` block ends.
 
     Dependencies are found by array identity: an array written by one call (OUT, INOUT)
-    and passed to a later one is an edge, and the value flows server to server without
-    coming back. Every array a call writes holds its final value after the block. An
-    exception inside the block sends nothing.
+    and passed to a later one is an edge, and the value flows server to server. Every
+    array a call writes holds its final value after the block, except those marked with
+    :meth:`scratch`, whose values stay on the grid. An exception inside the block sends
+    nothing.
     """
 
     def __init__(
@@ -268,6 +269,19 @@ class Transaction:
         """Records a call (see :meth:`Grid.call` for the arguments); checked now, so a
         mistake is raised at the call that made it."""
         self._native.call(name, *args)
+
+    def scratch(self, array: Any) -> Any:
+        """Marks ``array`` as an intermediate: calls may write it and later calls read
+        it, but its value stays on the grid (deleted when the transaction ends) and is
+        never written back, so it does not travel to the client. Returns ``array``, whose
+        contents are never read or written; ``numpy.empty`` is enough::
+
+            with grid.transaction() as tx:
+                e = tx.scratch(numpy.empty((n, n), order="F"))
+                tx.call("mmul", n, a, b, e)
+                tx.call("mmul", n, e, c, result)   # only `result` comes back
+        """
+        return self._native.scratch(array)
 
     @property
     def edges(self) -> List[tuple]:

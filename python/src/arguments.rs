@@ -132,19 +132,7 @@ fn array_argument(function: &str, p: &Parameter, arg: &Bound<'_, PyAny>) -> PyRe
             t.keyword()
         )));
     }
-    if !(array.is_c_contiguous() || array.is_fortran_contiguous()) {
-        return Err(bad_argument(format!(
-            "argument `{}` of `{function}` must be C- or Fortran-contiguous, got a strided view \
-             (shape {:?}, strides {:?}); pass numpy.ascontiguousarray(...) of it",
-            p.name,
-            array.shape(),
-            array.strides()
-        )));
-    }
-    let raw = array.as_array_ptr();
-    // SAFETY: `raw` is a live ndarray (we hold a reference); its data and flags are read.
-    let (data, flags) = unsafe { ((*raw).fields.data.cast::<u8>(), (*raw).fields.flags) };
-    let writable = flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0;
+    let (data, writable) = memory(array, &format!("argument `{}` of `{function}`", p.name))?;
     if p.mode.is_output() && !writable {
         return Err(bad_argument(format!(
             "argument `{}` of `{function}` receives the routine's {} result in place, but the \
@@ -159,6 +147,65 @@ fn array_argument(function: &str, p: &Parameter, arg: &Bound<'_, PyAny>) -> PyRe
         .map_err(crate::errors::to_py)?;
     Ok(ForeignArg::Array(foreign))
 }
+
+/// Where a contiguous array's elements are and whether it may be written; `what` names it
+/// in the error.
+fn memory(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<(*mut u8, bool)> {
+    if !(array.is_c_contiguous() || array.is_fortran_contiguous()) {
+        return Err(bad_argument(format!(
+            "{what} must be C- or Fortran-contiguous, got a strided view \
+             (shape {:?}, strides {:?}); pass numpy.ascontiguousarray(...) of it",
+            array.shape(),
+            array.strides()
+        )));
+    }
+    let raw = array.as_array_ptr();
+    // SAFETY: `raw` is a live ndarray (we hold a reference); its data and flags are read.
+    let (data, flags) = unsafe { ((*raw).fields.data.cast::<u8>(), (*raw).fields.flags) };
+    Ok((data, flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0))
+}
+
+/// The memory a transaction's scratch array names: any contiguous array of an IDL element
+/// type. Its contents are never read or written through this handle.
+pub fn scratch_array(arg: &Bound<'_, PyAny>) -> PyResult<ForeignArray> {
+    let Ok(array) = arg.cast::<PyUntypedArray>() else {
+        return Err(bad_argument(format!(
+            "a scratch array must be a numpy.ndarray, got {}",
+            type_name(arg)
+        )));
+    };
+    let dtype = array.dtype();
+    let element_type = ARRAY_TYPES
+        .into_iter()
+        .find(|t| numpy_dtype(arg.py(), *t).is_ok_and(|d| dtype.is_equiv_to(&d)))
+        .ok_or_else(|| {
+            let actual = dtype
+                .as_any()
+                .str()
+                .map_or_else(|_| "?".to_string(), |s| s.to_string());
+            bad_argument(format!(
+                "a scratch array must have a dtype routines take (uint8, int16, int32, int64, \
+                 float32, float64, complex64, complex128), got {actual}"
+            ))
+        })?;
+    let (data, writable) = memory(array, "a scratch array")?;
+    // SAFETY: a contiguous ndarray of `len` elements of this dtype at `data`; a scratch
+    // array is only compared by address, never read or written.
+    unsafe { ForeignArray::new(data, array.len(), element_type, writable) }
+        .map_err(crate::errors::to_py)
+}
+
+/// The element types an array may have.
+const ARRAY_TYPES: [ElementType; 8] = [
+    ElementType::Char,
+    ElementType::Short,
+    ElementType::Int,
+    ElementType::Long,
+    ElementType::Float,
+    ElementType::Double,
+    ElementType::Scomplex,
+    ElementType::Dcomplex,
+];
 
 fn numpy_dtype(py: Python<'_>, t: ElementType) -> PyResult<Bound<'_, numpy::PyArrayDescr>> {
     Ok(match t {

@@ -14,7 +14,7 @@ use ninf_idl::FunctionInterface;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::arguments::convert;
+use crate::arguments::{convert, scratch_array};
 use crate::errors::to_py;
 use crate::run::Run;
 
@@ -158,6 +158,21 @@ impl Transaction {
         recording.call(&interface, &converted).map_err(to_py)?;
         self.arrays.extend(arrays);
         Ok(())
+    }
+
+    /// Keeps `array`'s final value on the grid: calls write it and read it there, and it is
+    /// never written back (see `Transaction.scratch`). Returns the array.
+    fn scratch<'py>(&mut self, array: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let foreign = scratch_array(&array)?;
+        let recording = self.recording.as_mut().ok_or_else(|| {
+            to_py(CallError::bad_argument(
+                "this transaction was already sent; start a new one",
+            ))
+        })?;
+        recording.scratch(foreign);
+        // Kept alive like the calls' arrays: its address names it until the run ends.
+        self.arrays.push(array.clone().unbind());
+        Ok(array)
     }
 
     /// Names the transaction in the metaserver's records (and on the dashboard).

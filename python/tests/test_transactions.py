@@ -32,6 +32,31 @@ def test_the_seeds_cascade_links_calls_by_array_identity_and_matches_numpy(grid,
     assert html.count("<tr>") == 4 and "mmul#0" in html
 
 
+def test_scratch_arrays_keep_their_values_on_the_grid_and_are_never_written(grid, rng):
+    n = 50
+    A, B, C, D = (fortran(rng.random((n, n))) for _ in range(4))
+    G = np.zeros((n, n), order="F")
+    with grid.transaction() as tx:
+        E = tx.scratch(np.full((n, n), 7.0, order="F"))
+        tx.call("mmul", n, A, B, E)
+        F = np.full((n, n), 7.0, order="F")
+        tx.call("mmul", n, C, D, F)
+        assert tx.scratch(F) is F  # also after the call that writes it
+        tx.call("mmul", n, E, F, G)
+    np.testing.assert_allclose(G, (A @ B) @ (C @ D), rtol=1e-10)
+    assert (E == 7.0).all() and (F == 7.0).all()
+
+
+def test_a_scratch_array_must_be_a_contiguous_numpy_array(grid):
+    with grid.transaction() as tx:
+        with pytest.raises(ninf.BadArgument, match="a scratch array must be a numpy.ndarray, got list"):
+            tx.scratch([1.0, 2.0])
+        with pytest.raises(ninf.BadArgument, match="a scratch array must be C- or Fortran-contiguous"):
+            tx.scratch(np.zeros((4, 4))[:, ::2])
+        with pytest.raises(ninf.BadArgument, match="a scratch array must have a dtype routines take .*, got <U1"):
+            tx.scratch(np.array(["a"]))
+
+
 def test_the_seeds_pairs_solve_as_numpy_does(grid, rng):
     n, pairs = 40, 3
     systems = [(rng.random((n, n)) + n * np.eye(n), rng.random(n)) for _ in range(pairs)]

@@ -42,6 +42,20 @@ int main(void) {
     }
     printf("ok the seed's three-mmul transaction computes G = (A B)(C D)\n");
 
+    /* The same with E and F as scratch: G arrives, E and F are not written. */
+    for (int i = 0; i < N * N; i++) E[i] = F[i] = 7, G[i] = 0;
+    ASSERT(Ninf_transaction_scratch(E, sizeof E) == NINF_ERROR); /* no transaction yet */
+    ASSERT(strstr(Ninf_error(), "outside a transaction") != NULL);
+    ASSERT(Ninf_transaction_begin() == NINF_OK);
+    ASSERT(Ninf_transaction_scratch(E, sizeof E) == NINF_OK);
+    ASSERT(Ninf_call("mmul", N, A, B, E) == NINF_OK);
+    ASSERT(Ninf_call("mmul", N, C, D, F) == NINF_OK);
+    ASSERT(Ninf_transaction_scratch(F, sizeof F) == NINF_OK);
+    ASSERT(Ninf_call("mmul", N, E, F, G) == NINF_OK);
+    ASSERT(Ninf_transaction_end() == NINF_OK);
+    for (int i = 0; i < N * N; i++) ASSERT(G[i] == expected[i] && E[i] == 7 && F[i] == 7);
+    printf("ok Ninf_transaction_scratch keeps E and F on the grid\n");
+
     /* Five dgefa/dgesl pairs as one transaction: each factorisation feeds its solve. */
     enum { PAIRS = 5, M = 8 };
     static double a[PAIRS][M * M], b[PAIRS][M];

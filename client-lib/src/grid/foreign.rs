@@ -8,7 +8,7 @@
 //! stays alive, the same size, and untouched by anyone else until its run has ended or
 //! been dropped (the Python client keeps a reference to every array in the run's handle).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -165,6 +165,8 @@ pub struct ForeignTransaction {
     starts: BTreeSet<(usize, usize)>,
     largest: usize,
     label: String,
+    /// The memory (address, bytes) whose final value stays on the grid.
+    scratch: HashSet<(usize, usize)>,
 }
 
 impl ForeignTransaction {
@@ -189,6 +191,14 @@ impl ForeignTransaction {
     /// The graph recorded so far.
     pub fn graph(&self) -> RecordedGraph {
         self.recording.graph()
+    }
+
+    /// Keeps the final value of `array`'s memory on the grid: calls may write it and later
+    /// calls read it there, but nothing is written back into it, so it never travels to
+    /// the client (the run deletes it with the other intermediates). Before or after the
+    /// calls that name it, until the run starts.
+    pub fn scratch(&mut self, array: ForeignArray) {
+        self.scratch.insert((array.address, array.bytes()));
     }
 
     /// Records a call of `interface`. Checked now (count, types, sizes, writability, arrays
@@ -315,10 +325,17 @@ impl ForeignTransaction {
     pub fn into_run(self, scheduler: Option<&str>) -> ForeignRun {
         let ForeignTransaction {
             recording,
-            arrays,
+            mut arrays,
             label,
+            scratch,
             ..
         } = self;
+        // The run writes nothing into scratch memory.
+        for array in &mut arrays {
+            if scratch.contains(&(array.address, array.bytes())) {
+                array.writable = false;
+            }
+        }
         let writers = recording.writers().to_vec();
         let wanted = |Buffer(b): Buffer| arrays.get(b).is_some_and(|a| a.writable);
         let request = recording.into_request(wanted, scheduler, &label);
@@ -423,6 +440,44 @@ mod tests {
             .map(|a| a.returns.clone())
             .collect();
         assert_eq!(returns, [vec![3], vec![3], vec![3]]);
+    }
+
+    #[test]
+    fn scratch_memory_stays_on_the_grid_and_what_an_earlier_call_wrote_is_not_sent() {
+        let mmul = linpack("mmul");
+        let mut m: [Vec<f64>; 7] = std::array::from_fn(|_| vec![1.0; 4]);
+        let [a, b, c, d, e, f, g] = m.each_mut().map(|v| array(v));
+        let mut tx = ForeignTransaction::new();
+        let n = ForeignArg::Integer(2);
+        tx.call(&mmul, &[n.clone(), a, b, e.clone()]).unwrap();
+        for scratch in [&e, &f] {
+            let ForeignArg::Array(memory) = scratch else {
+                unreachable!()
+            };
+            tx.scratch(*memory);
+        }
+        tx.call(&mmul, &[n.clone(), c, d, f.clone()]).unwrap();
+        tx.call(&mmul, &[n, e, f, g]).unwrap();
+        let run = tx.into_run(None);
+        let returns: Vec<Vec<u32>> = run
+            .request
+            .arguments
+            .iter()
+            .map(|a| a.returns.clone())
+            .collect();
+        assert_eq!(returns, [vec![], vec![], vec![3]]);
+        let sent = |task: usize, parameter: usize| {
+            run.request.arguments[task].arguments[parameter]
+                .source
+                .is_some()
+        };
+        assert!(sent(0, 1) && sent(0, 2) && sent(1, 1) && sent(1, 2));
+        assert!(
+            !sent(2, 1) && !sent(2, 2),
+            "the edges' arrays travel server to server"
+        );
+        // Nothing is expected back for the scratch arrays, so a reply without them is whole.
+        assert!(!run.arrays[run.writers.iter().position(|w| *w == Some((0, 3))).unwrap()].writable);
     }
 
     #[test]

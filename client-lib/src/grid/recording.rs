@@ -129,7 +129,17 @@ impl Recording {
                 "`{function}`: buffer {b} does not belong to this transaction"
             )));
         }
-        let encoded = check_and_encode_with(interface, views, false, writable)?;
+        // An array an earlier call writes flows server to server: checked, never copied.
+        let produced: Vec<bool> = interface
+            .parameters
+            .iter()
+            .zip(args)
+            .map(|(p, arg)| {
+                matches!(arg, TxArg::Buffer(Buffer(b)) if self.writer[*b].is_some())
+                    && p.mode.is_input()
+            })
+            .collect();
+        let encoded = check_and_encode_with(interface, views, &produced, writable)?;
         let scalars = integer_scalars(interface, args);
         let index = self.tasks.len();
         let mut call_arguments = Vec::with_capacity(args.len());
