@@ -18,6 +18,7 @@ use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
 use crate::config::ProxyConfig;
 use crate::recovery::Candidate;
 
@@ -85,6 +86,11 @@ pub struct GrpcCluster {
     settings: ConnectionSettings,
     connections_per_server: usize,
     max_in_flight_per_server: usize,
+    /// Servers' bulk ports, for calls with large arrays; `None`: every call by gRPC.
+    bulk: Option<BulkPorts>,
+    /// How often a call on a bulk port checks that its server still answers, and how long
+    /// it waits for the answer (the HTTP/2 pings do this for gRPC calls).
+    liveness: (std::time::Duration, std::time::Duration),
 }
 
 /// How the proxy's connections behave: the grid's settings with its configured keepalive.
@@ -114,6 +120,8 @@ impl GrpcCluster {
         tls: Option<GridTls>,
     ) -> Result<GrpcCluster, Status> {
         let settings = connection_settings(config);
+        // The bulk port speaks plain TCP: a TLS grid keeps every call on gRPC.
+        let bulk = (config.bulk_calls && tls.is_none()).then(BulkPorts::default);
         Ok(GrpcCluster {
             metaserver: ninf_proto::net::failover::Failover::connect_lazy(
                 &config.metaserver,
@@ -127,6 +135,11 @@ impl GrpcCluster {
             settings,
             connections_per_server: config.connections_per_server.max(1),
             max_in_flight_per_server: config.max_in_flight_per_server.max(1),
+            bulk,
+            liveness: (
+                std::time::Duration::from_secs_f64(config.keepalive_seconds.max(0.1)),
+                std::time::Duration::from_secs_f64(config.keepalive_timeout_seconds.max(0.1)),
+            ),
         })
     }
 
@@ -172,6 +185,78 @@ impl GrpcCluster {
     }
 }
 
+impl GrpcCluster {
+    /// The bulk ports and `server`'s bulk address, when `call` carries enough arrays to
+    /// take it; asks the metaserver for the servers' ports the first time.
+    async fn bulk_port<'a>(
+        &'a self,
+        server: &str,
+        call: &v1::CallRequest,
+    ) -> Option<(&'a BulkPorts, String)> {
+        let ports = self.bulk.as_ref()?;
+        if inline_bytes(call) < BULK_THRESHOLD {
+            return None;
+        }
+        if ports.route(server).is_none() {
+            match self.server_status().await {
+                Ok(status) => ports.learn(&status, server),
+                Err(e) => tracing::debug!(error = %e, "no bulk ports from the metaserver"),
+            }
+        }
+        ports
+            .route(server)
+            .filter(|a| !a.is_empty())
+            .map(|a| (ports, a))
+    }
+
+    /// A call on `server`'s bulk port, given up (as a gRPC call's lost pings would) when
+    /// the server stops answering its health checks meanwhile.
+    async fn call_bulk(
+        &self,
+        ports: &BulkPorts,
+        server: &str,
+        address: &str,
+        call: v1::CallRequest,
+    ) -> Result<v1::CallReply, BulkFailure> {
+        let exchange = ports.call(server, address, call, self.token.header());
+        let (every, patience) = self.liveness;
+        let silence = async {
+            loop {
+                tokio::time::sleep(every).await;
+                match tokio::time::timeout(patience, self.health(server)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(status)) => return status,
+                    Err(_) => {
+                        return Status::unavailable(format!(
+                            "{server} did not answer for {patience:?} during a bulk call"
+                        ));
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            answer = exchange => answer,
+            status = silence => Err(BulkFailure::Call(status)),
+        }
+    }
+
+    /// The servers as the metaserver lists them.
+    async fn server_status(&self) -> Result<Vec<v1::ServerStatus>, Status> {
+        let used = self.metaserver.channel().0;
+        let status = self
+            .scheduling()
+            .status(v1::StatusRequest { recent_graphs: 0 })
+            .await
+            .inspect_err(|status| {
+                if ninf_proto::net::failover::try_next(status) {
+                    self.metaserver.failed(used);
+                }
+            })?
+            .into_inner();
+        Ok(status.servers)
+    }
+}
+
 /// Bytes per chunk of an upload's stream.
 const CHUNK_BYTES: usize = 1 << 20;
 
@@ -180,6 +265,19 @@ impl Cluster for GrpcCluster {
     async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
         let connection = self.server(server)?;
         let _slot = connection.slots.clone().acquire_owned().await;
+        let call = match self.bulk_port(server, &call).await {
+            Some((ports, address)) => {
+                match self.call_bulk(ports, server, &address, call.clone()).await {
+                    Ok(reply) => return Ok(reply),
+                    Err(BulkFailure::Call(status)) => return Err(status),
+                    Err(BulkFailure::Connect(e)) => {
+                        tracing::debug!(server, error = %e, "bulk port unreachable; calling by gRPC");
+                        call
+                    }
+                }
+            }
+            None => call,
+        };
         Ok(v1::invoke_client::InvokeClient::new(connection.channel())
             .max_decoding_message_size(CALL_LIMIT)
             .max_encoding_message_size(CALL_LIMIT)
@@ -281,22 +379,15 @@ impl Cluster for GrpcCluster {
 
     fn release_connections(&self) {
         ninf_proto::sync::lock(&self.servers).clear();
+        if let Some(ports) = &self.bulk {
+            ports.release();
+        }
     }
 
     async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
-        let used = self.metaserver.channel().0;
-        let status = self
-            .scheduling()
-            .status(v1::StatusRequest { recent_graphs: 0 })
-            .await
-            .inspect_err(|status| {
-                if ninf_proto::net::failover::try_next(status) {
-                    self.metaserver.failed(used);
-                }
-            })?
-            .into_inner();
-        Ok(status
-            .servers
+        Ok(self
+            .server_status()
+            .await?
             .into_iter()
             .filter(|s| s.up)
             .map(|s| Candidate {

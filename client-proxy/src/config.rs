@@ -16,6 +16,7 @@
 //! keepalive_seconds = 5.0
 //! keepalive_timeout_seconds = 10.0
 //! idle_connection_seconds = 5
+//! bulk_calls = true
 //! journal = "ninf-proxy-journal.sqlite"
 //! journal_wait_seconds = 60.0
 //! ```
@@ -109,6 +110,11 @@ pub struct ProxyConfig {
     /// and gives the memory back; its next call opens them again. 0 keeps them open.
     #[serde(default = "default_idle_connection_seconds")]
     pub idle_connection_seconds: u64,
+    /// Calls carrying 1 MiB of arrays or more go to the server's bulk-data port (the
+    /// request frame, then the arrays' raw bytes; docs/bulk-protocol.md) instead of gRPC,
+    /// when the server has one and the grid runs without TLS. false: every call by gRPC.
+    #[serde(default = "default_true")]
+    pub bulk_calls: bool,
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
@@ -149,6 +155,10 @@ fn default_keepalive() -> f64 {
 
 fn default_idle_connection_seconds() -> u64 {
     5
+}
+
+fn default_true() -> bool {
+    true
 }
 fn default_keepalive_timeout() -> f64 {
     ninf_proto::net::KEEPALIVE_TIMEOUT.as_secs_f64()
@@ -238,6 +248,7 @@ impl ProxyConfig {
             keepalive_seconds: default_keepalive(),
             keepalive_timeout_seconds: default_keepalive_timeout(),
             idle_connection_seconds: default_idle_connection_seconds(),
+            bulk_calls: true,
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,

@@ -47,6 +47,9 @@ pub struct GridOptions {
     /// The proxy's limit of running transactions per client, and its waiting room.
     pub max_transactions_per_client: usize,
     pub max_queued_transactions: usize,
+    /// Whether the proxy sends calls with large arrays to the servers' bulk ports (its
+    /// `bulk_calls`).
+    pub bulk_calls: bool,
     /// Run every connection over TLS: a new certificate authority and certificates in
     /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
     /// certificates, the proxy accepts clients without (they present the token).
@@ -73,6 +76,7 @@ impl GridOptions {
             database_url: None,
             max_transactions_per_client: ProxyConfig::new("").max_transactions_per_client,
             max_queued_transactions: ProxyConfig::new("").max_queued_transactions,
+            bulk_calls: true,
             tls: false,
         }
     }
@@ -277,6 +281,9 @@ impl EmbeddedGrid {
         if options.processors.is_empty() {
             anyhow::bail!("a grid needs at least one server");
         }
+        // The servers in this process move arrays as `ninf-server`'s do: keep freed memory
+        // mapped, or every large array is a fresh mapping faulted in page by page.
+        ninf_compute_server::keep_freed_memory();
         std::fs::create_dir_all(&options.data_dir)
             .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
         if options.auth {
@@ -310,6 +317,7 @@ impl EmbeddedGrid {
             max_stored_bytes_per_client: options.max_stored_bytes_per_client,
             max_transactions_per_client: options.max_transactions_per_client,
             max_queued_transactions: options.max_queued_transactions,
+            bulk_calls: options.bulk_calls,
             tls: component_tls(&options, "proxy"),
             ..ProxyConfig::new(metaserver_address.clone())
         })

@@ -589,7 +589,11 @@ fn tasks_of_a_killed_server_run_again_on_a_live_one_with_the_same_results() {
 /// Two independent products of the same matrices in one round-robin transaction (one call
 /// per server of a two-server grid), checked against the local product.
 fn two_products(grid: &TestGrid) -> ninf::grid::Plan {
-    let n = 16usize;
+    two_products_of(grid, 16)
+}
+
+/// [`two_products`] of n x n matrices.
+fn two_products_of(grid: &TestGrid, n: usize) -> ninf::grid::Plan {
     let a = matrix(n, 5);
     let b = matrix(n, 6);
     let expected = local_mmul(n, &a, &b);
@@ -653,6 +657,24 @@ fn a_hung_server_is_noticed_by_its_silence_and_its_calls_run_elsewhere() {
         plan.tasks.iter().all(|t| t.server == local),
         "every call ends on the live server: {plan}"
     );
+    grid.assert_no_leftovers();
+    // SAFETY: as above; the drop then kills it.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+}
+
+#[test]
+fn a_server_hung_under_a_call_on_its_bulk_port_is_noticed_and_the_call_runs_elsewhere() {
+    let (grid, external) = grid_with_external_server(&["linpack", "selftest"]);
+    let local = grid.grid().endpoints.servers[0].clone();
+    let pid = i32::try_from(external.child.id()).unwrap();
+    // SAFETY: kill(2) with a valid signal on our own child has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // 400 x 400 doubles: each call carries 2.56 MB, so it goes to the bulk port, whose
+    // connection the stopped server's kernel still accepts. Only the proxy's health checks
+    // during the call can tell.
+    let plan = two_products_of(&grid, 400);
+    assert!(plan.tasks_retried >= 1, "{plan}");
+    assert!(plan.tasks.iter().all(|t| t.server == local), "{plan}");
     grid.assert_no_leftovers();
     // SAFETY: as above; the drop then kills it.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
@@ -1068,6 +1090,33 @@ fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
         .filter(|line| labels.iter().all(|l| line.contains(l)))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+#[test]
+fn calls_with_large_arrays_go_to_the_bulk_ports_unless_the_proxy_is_told_not_to() {
+    for bulk_calls in [true, false] {
+        let grid = TestGrid::start(vec![1, 1], |o| o.bulk_calls = bulk_calls);
+        let metrics = grid.grid().endpoints.metrics.clone();
+        // 400 x 400 doubles: each call carries 2.56 MB, over the 1 MiB threshold.
+        four_products(&grid.client("round-robin"), 400);
+        let received = |path: &str| -> f64 {
+            (0..2)
+                .map(|i| {
+                    let text = scrape(&metrics[&format!("server-{i}")]);
+                    let labels = ["direction=\"in\"", &format!("path=\"{path}\"")];
+                    sample_sum(&text, "ninf_bytes_total", &labels)
+                })
+                .sum()
+        };
+        let arrays = 4.0 * 2.0 * (8 * 400 * 400) as f64;
+        let (bulk, grpc) = (received("bulk"), received("grpc"));
+        if bulk_calls {
+            assert!(bulk >= arrays && grpc < arrays, "bulk {bulk}, gRPC {grpc}");
+        } else {
+            assert!(bulk == 0.0 && grpc >= arrays, "bulk {bulk}, gRPC {grpc}");
+        }
+        grid.assert_no_leftovers();
+    }
 }
 
 #[test]

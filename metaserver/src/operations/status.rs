@@ -23,11 +23,10 @@ impl Metaserver {
                 .servers()
                 .iter()
                 .map(|s| {
-                    server_status(crate::dashboard::views::server_view(
-                        &state.registry,
-                        s,
-                        now,
-                    ))
+                    server_status(
+                        crate::dashboard::views::server_view(&state.registry, s, now),
+                        s.info.bulk_address.clone(),
+                    )
                 })
                 .collect();
             let network = state
@@ -54,8 +53,12 @@ impl Metaserver {
     }
 }
 
-/// The status message's row of a server: the dashboard's view of it, its routines by name.
-fn server_status(view: crate::dashboard::views::ServerView) -> v1::ServerStatus {
+/// The status message's row of a server: the dashboard's view of it, its routines by name, and
+/// its bulk-data port (which proxies send calls with large arrays to).
+fn server_status(
+    view: crate::dashboard::views::ServerView,
+    bulk_address: String,
+) -> v1::ServerStatus {
     let modules: Vec<String> = view.modules.keys().cloned().collect();
     let mut functions: Vec<String> = view.modules.into_values().flatten().collect();
     functions.sort();
@@ -78,5 +81,6 @@ fn server_status(view: crate::dashboard::views::ServerView) -> v1::ServerStatus 
         queued_jobs: view.queued_jobs,
         modules,
         failed_modules,
+        bulk_address,
     }
 }
