@@ -175,7 +175,8 @@ pub fn scratch_array(arg: &Bound<'_, PyAny>) -> PyResult<ForeignArray> {
         )));
     };
     let dtype = array.dtype();
-    let element_type = ARRAY_TYPES
+    // Only array types have a dtype.
+    let element_type = ElementType::ALL
         .into_iter()
         .find(|t| numpy_dtype(arg.py(), *t).is_ok_and(|d| dtype.is_equiv_to(&d)))
         .ok_or_else(|| {
@@ -194,18 +195,6 @@ pub fn scratch_array(arg: &Bound<'_, PyAny>) -> PyResult<ForeignArray> {
     unsafe { ForeignArray::new(data, array.len(), element_type, writable) }
         .map_err(crate::errors::to_py)
 }
-
-/// The element types an array may have.
-const ARRAY_TYPES: [ElementType; 8] = [
-    ElementType::Char,
-    ElementType::Short,
-    ElementType::Int,
-    ElementType::Long,
-    ElementType::Float,
-    ElementType::Double,
-    ElementType::Scomplex,
-    ElementType::Dcomplex,
-];
 
 fn numpy_dtype(py: Python<'_>, t: ElementType) -> PyResult<Bound<'_, numpy::PyArrayDescr>> {
     Ok(match t {

@@ -413,16 +413,29 @@ mod tests {
         })
     }
 
-    #[test]
-    fn the_same_memory_is_one_buffer_and_links_the_calls_that_share_it() {
+    /// Records the seed's three products E = A B, F = C D, G = E F over the arrays of `m`;
+    /// with `scratch`, E is marked before the call that writes it and F after it.
+    fn record_cascade(tx: &mut ForeignTransaction, m: &mut [Vec<f64>; 7], scratch: bool) {
         let mmul = linpack("mmul");
-        let mut m: [Vec<f64>; 7] = std::array::from_fn(|_| vec![1.0; 4]);
         let [a, b, c, d, e, f, g] = m.each_mut().map(|v| array(v));
-        let mut tx = ForeignTransaction::new();
+        let mark = |tx: &mut ForeignTransaction, arg: &ForeignArg| {
+            if let (true, ForeignArg::Array(memory)) = (scratch, arg) {
+                tx.scratch(*memory);
+            }
+        };
         let n = ForeignArg::Integer(2);
+        mark(tx, &e);
         tx.call(&mmul, &[n.clone(), a, b, e.clone()]).unwrap();
         tx.call(&mmul, &[n.clone(), c, d, f.clone()]).unwrap();
+        mark(tx, &f);
         tx.call(&mmul, &[n, e, f, g]).unwrap();
+    }
+
+    #[test]
+    fn the_same_memory_is_one_buffer_and_links_the_calls_that_share_it() {
+        let mut m: [Vec<f64>; 7] = std::array::from_fn(|_| vec![1.0; 4]);
+        let mut tx = ForeignTransaction::new();
+        record_cascade(&mut tx, &mut m, false);
         let graph = tx.graph();
         assert_eq!(
             graph.edges,
@@ -444,20 +457,9 @@ mod tests {
 
     #[test]
     fn scratch_memory_stays_on_the_grid_and_what_an_earlier_call_wrote_is_not_sent() {
-        let mmul = linpack("mmul");
         let mut m: [Vec<f64>; 7] = std::array::from_fn(|_| vec![1.0; 4]);
-        let [a, b, c, d, e, f, g] = m.each_mut().map(|v| array(v));
         let mut tx = ForeignTransaction::new();
-        let n = ForeignArg::Integer(2);
-        tx.call(&mmul, &[n.clone(), a, b, e.clone()]).unwrap();
-        for scratch in [&e, &f] {
-            let ForeignArg::Array(memory) = scratch else {
-                unreachable!()
-            };
-            tx.scratch(*memory);
-        }
-        tx.call(&mmul, &[n.clone(), c, d, f.clone()]).unwrap();
-        tx.call(&mmul, &[n, e, f, g]).unwrap();
+        record_cascade(&mut tx, &mut m, true);
         let run = tx.into_run(None);
         let returns: Vec<Vec<u32>> = run
             .request
