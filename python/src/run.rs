@@ -69,8 +69,6 @@ impl Shared {
 pub struct Run {
     shared: Arc<Shared>,
     task: AbortHandle,
-    /// The run's arrays: alive until it ends, since it writes into them.
-    _arrays: Vec<Py<PyAny>>,
 }
 
 impl Run {
@@ -88,6 +86,9 @@ impl Run {
         let task_shared = shared.clone();
         let task = py.detach(|| {
             runtime.spawn(async move {
+                // The run's arrays live as long as the task that writes into them, not as
+                // long as this handle, which Python may drop first.
+                let _arrays = arrays;
                 let reply = foreign.send(&client).await;
                 let mut state = task_shared.lock();
                 if matches!(*state, State::Cancelled) {
@@ -104,7 +105,6 @@ impl Run {
         Ok(Run {
             shared,
             task: task.abort_handle(),
-            _arrays: arrays,
         })
     }
 }

@@ -46,6 +46,30 @@ def test_a_future_reports_a_failure_and_a_timeout(grid):
     assert slow.result() == 0
 
 
+def test_a_dropped_future_keeps_its_arrays_alive_until_the_call_has_written_them(grid):
+    import gc
+    import weakref
+
+    x = np.arange(1000.0)
+    y = np.zeros(1000)
+    written = weakref.ref(y)
+    future = grid.call_async("slow_echo", 300, 1000, x, y)
+    del future, y
+    gc.collect()
+    # The call still writes into `y` when it ends: it must not have been freed.
+    assert written() is not None
+    # Released once the call has ended: the library's thread drops it without the GIL, and
+    # the native module lets it go at its next call (here a cheap one).
+    for _ in range(500):
+        ninf._native.wait_any([], 0.0)
+        gc.collect()
+        if written() is None:
+            break
+        time.sleep(0.02)
+    assert written() is None
+    assert grid.call("noop", 1) == 0
+
+
 def test_a_cancelled_call_writes_nothing_and_the_grid_goes_on(grid):
     x, y = np.arange(1000.0), np.zeros(1000)
     future = grid.call_async("slow_echo", 30000, 1000, x, y)
