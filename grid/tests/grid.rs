@@ -638,17 +638,17 @@ fn a_server_one_transaction_saw_fail_is_placed_around_by_the_next() {
     grid.assert_no_leftovers();
 }
 
-#[test]
-fn a_hung_server_is_noticed_by_its_silence_and_its_calls_run_elsewhere() {
+/// Stops the external server (SIGSTOP) and runs two products of n x n matrices: the call
+/// round-robin places on the stopped server must run again on the live one. A stopped
+/// process keeps its sockets: the kernel still accepts connections and acknowledges data,
+/// but nothing answers, as with a hung host or a path that silently drops.
+fn calls_of_a_stopped_server_run_elsewhere(n: usize) {
     let (grid, external) = grid_with_external_server(&["linpack", "selftest"]);
     let local = grid.grid().endpoints.servers[0].clone();
-    // A stopped process keeps its sockets: the kernel still accepts connections and
-    // acknowledges data, but nothing answers, as with a hung host or a path that silently
-    // drops. Only the proxy's HTTP/2 pings can tell.
     let pid = i32::try_from(external.child.id()).unwrap();
     // SAFETY: kill(2) with a valid signal on our own child has no memory effects.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    let plan = two_products(&grid);
+    let plan = two_products_of(&grid, n);
     assert!(
         plan.tasks_retried >= 1,
         "round-robin placed a call on the hung server: {plan}"
@@ -663,21 +663,16 @@ fn a_hung_server_is_noticed_by_its_silence_and_its_calls_run_elsewhere() {
 }
 
 #[test]
+fn a_hung_server_is_noticed_by_its_silence_and_its_calls_run_elsewhere() {
+    // Small calls go by gRPC: only the proxy's HTTP/2 pings can tell.
+    calls_of_a_stopped_server_run_elsewhere(16);
+}
+
+#[test]
 fn a_server_hung_under_a_call_on_its_bulk_port_is_noticed_and_the_call_runs_elsewhere() {
-    let (grid, external) = grid_with_external_server(&["linpack", "selftest"]);
-    let local = grid.grid().endpoints.servers[0].clone();
-    let pid = i32::try_from(external.child.id()).unwrap();
-    // SAFETY: kill(2) with a valid signal on our own child has no memory effects.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    // 400 x 400 doubles: each call carries 2.56 MB, so it goes to the bulk port, whose
-    // connection the stopped server's kernel still accepts. Only the proxy's health checks
-    // during the call can tell.
-    let plan = two_products_of(&grid, 400);
-    assert!(plan.tasks_retried >= 1, "{plan}");
-    assert!(plan.tasks.iter().all(|t| t.server == local), "{plan}");
-    grid.assert_no_leftovers();
-    // SAFETY: as above; the drop then kills it.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // 400 x 400 doubles: each call carries 2.56 MB, so it goes to the bulk port. Only the
+    // proxy's health checks during the call can tell.
+    calls_of_a_stopped_server_run_elsewhere(400);
 }
 
 #[test]

@@ -431,6 +431,12 @@ mod tests {
         tx.call(&mmul, &[n, e, f, g]).unwrap();
     }
 
+    /// The outputs each task of the request returns to the client.
+    fn returns(run: &ForeignRun) -> Vec<Vec<u32>> {
+        let arguments = run.request.arguments.iter();
+        arguments.map(|a| a.returns.clone()).collect()
+    }
+
     #[test]
     fn the_same_memory_is_one_buffer_and_links_the_calls_that_share_it() {
         let mut m: [Vec<f64>; 7] = std::array::from_fn(|_| vec![1.0; 4]);
@@ -446,13 +452,7 @@ mod tests {
         );
         // Every written array comes back (as Ninf's C API writes each in place).
         let run = tx.into_run(None);
-        let returns: Vec<Vec<u32>> = run
-            .request
-            .arguments
-            .iter()
-            .map(|a| a.returns.clone())
-            .collect();
-        assert_eq!(returns, [vec![3], vec![3], vec![3]]);
+        assert_eq!(returns(&run), [vec![3], vec![3], vec![3]]);
     }
 
     #[test]
@@ -461,13 +461,7 @@ mod tests {
         let mut tx = ForeignTransaction::new();
         record_cascade(&mut tx, &mut m, true);
         let run = tx.into_run(None);
-        let returns: Vec<Vec<u32>> = run
-            .request
-            .arguments
-            .iter()
-            .map(|a| a.returns.clone())
-            .collect();
-        assert_eq!(returns, [vec![], vec![], vec![3]]);
+        assert_eq!(returns(&run), [vec![], vec![], vec![3]]);
         let sent = |task: usize, parameter: usize| {
             run.request.arguments[task].arguments[parameter]
                 .source
