@@ -275,3 +275,24 @@ impl ProxyConfig {
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_keys_parse_from_toml_and_a_misspelt_key_is_refused_by_name() {
+        let defaults: ProxyConfig = toml::from_str("metaserver = \"m:1\"").unwrap();
+        assert_eq!(defaults.idle_connection_seconds, 5);
+        assert!(defaults.bulk_calls);
+        let text = "metaserver = \"m:1\"\nidle_connection_seconds = 0\nbulk_calls = false\n";
+        let set: ProxyConfig = toml::from_str(text).unwrap();
+        assert_eq!(set.idle_connection_seconds, 0);
+        assert!(!set.bulk_calls);
+        let error = toml::from_str::<ProxyConfig>("metaserver = \"m:1\"\nbulk_call = false\n")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown field `bulk_call`"), "{error}");
+    }
+}
