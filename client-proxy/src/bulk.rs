@@ -58,14 +58,14 @@ impl BulkPorts {
         ninf_proto::sync::lock(&self.routes).get(server).cloned()
     }
 
-    /// Learns the servers' bulk ports from the metaserver's status; `server` is recorded
-    /// as having none when the status does not list it.
-    pub(crate) fn learn(&self, status: &[v1::ServerStatus], server: &str) {
+    /// Learns the servers' bulk ports from the metaserver's status, and returns `server`'s
+    /// (empty, and recorded so, when the status does not list it).
+    pub(crate) fn learn(&self, status: &[v1::ServerStatus], server: &str) -> String {
         let mut routes = ninf_proto::sync::lock(&self.routes);
         for s in status {
             routes.insert(s.address.clone(), s.bulk_address.clone());
         }
-        routes.entry(server.to_string()).or_default();
+        routes.entry(server.to_string()).or_default().clone()
     }
 
     /// Forgets a route that no longer answers: the next call asks the metaserver again.
@@ -306,7 +306,7 @@ mod tests {
             bulk_address: "a:2".into(),
             ..Default::default()
         };
-        ports.learn(&[listed], "b:1");
+        assert_eq!(ports.learn(&[listed], "b:1"), "");
         assert_eq!(ports.route("a:1").as_deref(), Some("a:2"));
         assert_eq!(ports.route("b:1").as_deref(), Some(""));
         ports.forget("a:1");

@@ -197,16 +197,17 @@ impl GrpcCluster {
         if inline_bytes(call) < BULK_THRESHOLD {
             return None;
         }
-        if ports.route(server).is_none() {
-            match self.server_status().await {
+        let route = match ports.route(server) {
+            Some(route) => route,
+            None => match self.server_status().await {
                 Ok(status) => ports.learn(&status, server),
-                Err(e) => tracing::debug!(error = %e, "no bulk ports from the metaserver"),
-            }
-        }
-        ports
-            .route(server)
-            .filter(|a| !a.is_empty())
-            .map(|a| (ports, a))
+                Err(e) => {
+                    tracing::debug!(error = %e, "no bulk ports from the metaserver");
+                    return None;
+                }
+            },
+        };
+        (!route.is_empty()).then_some((ports, route))
     }
 
     /// A call on `server`'s bulk port, given up (as a gRPC call's lost pings would) when

@@ -134,6 +134,13 @@ impl Client {
     }
 }
 
+/// What a transaction answers once it has been sent.
+fn already_sent() -> PyErr {
+    to_py(CallError::bad_argument(
+        "this transaction was already sent; start a new one",
+    ))
+}
+
 /// Calls being recorded; `start` sends them as one graph.
 #[pyclass(module = "ninf._native")]
 pub struct Transaction {
@@ -150,11 +157,7 @@ impl Transaction {
     fn call(&mut self, py: Python<'_>, name: &str, args: &Bound<'_, PyTuple>) -> PyResult<()> {
         let interface = self.client.get().interface(py, name)?;
         let (converted, arrays) = convert(&interface, args)?;
-        let recording = self.recording.as_mut().ok_or_else(|| {
-            to_py(CallError::bad_argument(
-                "this transaction was already sent; start a new one",
-            ))
-        })?;
+        let recording = self.recording.as_mut().ok_or_else(already_sent)?;
         recording.call(&interface, &converted).map_err(to_py)?;
         self.arrays.extend(arrays);
         Ok(())
@@ -164,11 +167,7 @@ impl Transaction {
     /// never written back (see `Transaction.scratch`). Returns the array.
     fn scratch<'py>(&mut self, array: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let foreign = scratch_array(&array)?;
-        let recording = self.recording.as_mut().ok_or_else(|| {
-            to_py(CallError::bad_argument(
-                "this transaction was already sent; start a new one",
-            ))
-        })?;
+        let recording = self.recording.as_mut().ok_or_else(already_sent)?;
         recording.scratch(foreign);
         // Kept alive like the calls' arrays: its address names it until the run ends.
         self.arrays.push(array.clone().unbind());
@@ -199,11 +198,7 @@ impl Transaction {
     /// `tasks_total`, `bytes_moved`, `retries`) as the graph's tasks end.
     #[pyo3(signature = (progress=None))]
     fn start(&mut self, py: Python<'_>, progress: Option<Py<PyAny>>) -> PyResult<Run> {
-        let recording = self.recording.take().ok_or_else(|| {
-            to_py(CallError::bad_argument(
-                "this transaction was already sent; start a new one",
-            ))
-        })?;
+        let recording = self.recording.take().ok_or_else(already_sent)?;
         let mut client = self.client.get().inner.clone();
         if let Some(callback) = progress {
             client = client.with_progress(progress_callback(callback));
