@@ -14,7 +14,7 @@
 //! faster each routine ran than the model said, and what every call cost beyond its compute
 //! and transfers ([`ninf_scheduling::calibration`]).
 
-use ninf_scheduling::calibration::{Calibration, Observation};
+use ninf_scheduling::calibration::{Calibration, Observation, Overhead};
 use ninf_scheduling::{
     GraphError, Link, LoadPredictor, Predictor, PredictorKind, Schedule, Scheduler, TaskGraph,
 };
@@ -33,11 +33,34 @@ pub struct ActivePlacement {
     /// When the graph was placed: its tasks' actual times count from here.
     pub placed_at: f64,
     pub function: String,
-    /// The model's compute time for the call, before calibration (seconds).
+    /// The model's compute time for the call on the server alone, before calibration
+    /// (seconds).
     pub modelled_compute: f64,
+    /// How many times longer than alone the prediction had the call take for the load it
+    /// saw on the server.
+    pub predicted_stretch: f64,
     /// Seconds the prediction gave its inputs to arrive after the call could be issued.
     pub predicted_transfer: f64,
 }
+
+impl ActivePlacement {
+    /// When the placement runs as far as the metaserver knows at `now`: as predicted, or,
+    /// once its predicted end has passed while its graph still runs, from `now` for as long
+    /// as it was predicted to take. Under load a graph runs past its prediction, and its
+    /// calls are still the servers' work: dropped at their predicted end, they would leave
+    /// the predictor blind to the very queue it is asked about.
+    pub fn still_running(&self, now: f64) -> (f64, f64) {
+        if self.finish > now {
+            (self.start, self.finish)
+        } else {
+            (now, now + (self.finish - self.start))
+        }
+    }
+}
+
+/// How long past its predicted end a placement still counts while its graph has not been
+/// reported ended (seconds): a proxy that dies never reports it.
+pub const OVERDUE_SECONDS: f64 = ENDED_MEMORY_SECONDS;
 
 /// What a proxy reported of one finished task: (start, finish) in seconds from the graph's
 /// start, and the server's account of its computing and of its wait for processors.
@@ -122,13 +145,16 @@ impl Planner {
             LoadPredictor::from_history(&grid, &history, self.predictor, self.default_link);
         for (index, server) in registry.servers().iter().enumerate() {
             if let Some(sampled) = server.load_sampled_at {
-                let known: u32 = self
+                // A running graph's placements count as running from their start on, as
+                // the predictor counts them ([`ActivePlacement::still_running`]).
+                let running = self
                     .active
                     .iter()
-                    .chain(&self.ended)
-                    .filter(|p| {
-                        p.server == server.address && p.start <= sampled && sampled < p.finish
-                    })
+                    .filter(|p| p.finish + OVERDUE_SECONDS > sampled);
+                let ended = self.ended.iter().filter(|p| sampled < p.finish);
+                let known: u32 = running
+                    .chain(ended)
+                    .filter(|p| p.server == server.address && p.start <= sampled)
                     .map(|p| p.processors)
                     .sum();
                 predictor.discount_load(index, f64::from(known));
@@ -141,9 +167,14 @@ impl Planner {
                 predictor.calibrate(index, factors, overhead);
             }
         }
-        for p in self.active.iter().filter(|p| p.finish > now) {
+        for p in self
+            .active
+            .iter()
+            .filter(|p| p.finish + OVERDUE_SECONDS > now)
+        {
             if let Some(server) = registry.index_of(&p.server) {
-                predictor.place(server, p.processors, p.start - now, p.finish - now);
+                let (start, finish) = p.still_running(now);
+                predictor.place(server, p.processors, start - now, finish - now);
             }
         }
         scheduler.schedule(graph, &grid, &mut predictor)
@@ -172,9 +203,23 @@ impl Planner {
                     self.calibration.overhead(&entry.address),
                 )
             } else {
-                (1.0, 0.0)
+                (1.0, Overhead::default())
             };
-            let busy = timing.finish - timing.start;
+            let speed = registry.flops_per_processor(entry)
+                * f64::from(t.processors.max(1).min(entry.info.processors.max(1)));
+            let modelled = if t.flops > 0.0 {
+                t.flops / speed.max(f64::MIN_POSITIVE)
+            } else {
+                0.0
+            };
+            // The prediction was (modelled x factor + shared overhead) x stretch + fixed
+            // overhead: the stretch is what is left of it once the call alone is taken out.
+            let stretched = modelled * factor + overhead.shared;
+            let stretch = if stretched > 0.0 {
+                ((timing.finish - timing.start - overhead.fixed) / stretched).max(1.0)
+            } else {
+                1.0
+            };
             self.active.push(ActivePlacement {
                 graph: graph_id,
                 task,
@@ -184,7 +229,8 @@ impl Planner {
                 finish: now + timing.finish,
                 placed_at: now,
                 function: t.function.clone(),
-                modelled_compute: ((busy - overhead) / factor).max(0.0),
+                modelled_compute: modelled,
+                predicted_stretch: stretch,
                 predicted_transfer: (timing.start - issued[task]).max(0.0),
             });
         }
@@ -193,13 +239,14 @@ impl Planner {
     /// A graph has ended at `now`; `actuals` are its tasks' outcomes. Its placements stop
     /// counting as load, and are kept with their actual times (a task without an actual is
     /// taken to have run until `now`) to correct load samples taken while they ran.
-    /// Placements whose predicted end is past go too. Each task with an outcome teaches the
+    /// Placements [`OVERDUE_SECONDS`] past their predicted end go too (their proxy never
+    /// reported their graph). Each task with an outcome teaches the
     /// calibration.
     pub fn finish(&mut self, graph_id: u64, now: f64, actuals: &[TaskOutcome]) {
         let (ended, active): (Vec<ActivePlacement>, Vec<ActivePlacement>) = self
             .active
             .drain(..)
-            .partition(|p| p.graph == graph_id || p.finish <= now);
+            .partition(|p| p.graph == graph_id || p.finish + OVERDUE_SECONDS <= now);
         self.active = active;
         let by_task: std::collections::HashMap<usize, &TaskOutcome> =
             actuals.iter().map(|a| (a.task, a)).rev().collect();
@@ -211,6 +258,7 @@ impl Planner {
                             server: p.server.clone(),
                             function: p.function.clone(),
                             modelled_compute: p.modelled_compute,
+                            predicted_stretch: p.predicted_stretch,
                             predicted_transfer: p.predicted_transfer,
                             actual_call: actual.finish - actual.start,
                             actual_compute: actual.compute_seconds,

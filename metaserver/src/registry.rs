@@ -219,22 +219,26 @@ impl Registry {
             servers: self
                 .servers
                 .iter()
-                .map(|s| {
-                    let mflops = if s.info.mflops > 0.0 {
-                        s.info.mflops
-                    } else {
-                        self.default_mflops
-                    };
-                    ServerView {
-                        name: s.address.clone(),
-                        flops_per_processor: mflops * 1e6,
-                        processors: s.info.processors.max(1),
-                        functions: s.routines.keys().cloned().collect::<BTreeSet<_>>(),
-                        up: self.is_up(s, now),
-                    }
+                .map(|s| ServerView {
+                    name: s.address.clone(),
+                    flops_per_processor: self.flops_per_processor(s),
+                    processors: s.info.processors.max(1),
+                    functions: s.routines.keys().cloned().collect::<BTreeSet<_>>(),
+                    up: self.is_up(s, now),
                 })
                 .collect(),
         }
+    }
+
+    /// The speed of one of `server`'s processors the predictor assumes: its benchmark's, or
+    /// the configured default when it reported none.
+    pub fn flops_per_processor(&self, server: &ServerEntry) -> f64 {
+        let mflops = if server.info.mflops > 0.0 {
+            server.info.mflops
+        } else {
+            self.default_mflops
+        };
+        mflops * 1e6
     }
 
     /// Monitoring history in the schedulers' terms, with the proxy's own recent

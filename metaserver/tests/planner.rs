@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ninf_metaserver::Registry;
-use ninf_metaserver::planner::{ENDED_MEMORY_SECONDS, Planner, TaskOutcome};
+use ninf_metaserver::planner::{ENDED_MEMORY_SECONDS, OVERDUE_SECONDS, Planner, TaskOutcome};
 use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
 
@@ -84,12 +84,47 @@ fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
         .plan(&registry, &graph, &[], simple.as_mut(), 1.7)
         .unwrap();
     assert_eq!(third.servers, vec![0]);
-    // A placement whose predicted end has passed no longer counts either.
+    // A placement whose predicted end (3.7) has passed still counts while its graph has not
+    // been reported ended: under load graphs run late, and their calls are still there.
     planner.record(3, &graph, &third, &registry, 1.7);
-    let later = planner
+    let late = planner
         .plan(&registry, &graph, &[], simple.as_mut(), 4.9)
         .unwrap();
-    assert_eq!(later.servers, vec![0]);
+    assert_eq!(late.servers, vec![1], "graph 3 is late, not gone");
+    // Until OVERDUE_SECONDS past its end: its proxy may have died without a report.
+    let abandoned_at = 3.7 + OVERDUE_SECONDS + 0.1;
+    let mut registry = registry;
+    for server in ["a:1", "b:1"] {
+        assert!(registry.heartbeat(server, None, abandoned_at));
+    }
+    let abandoned = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), abandoned_at)
+        .unwrap();
+    assert_eq!(abandoned.servers, vec![0]);
+    planner.finish(4, abandoned_at, &[]);
+    assert!(planner.active().is_empty());
+}
+
+#[test]
+fn a_late_call_counts_from_now_for_as_long_as_it_was_predicted() {
+    let registry = registry();
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    let graph = one_mmul();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let first = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
+    planner.record(1, &graph, &first, &registry, 1.0);
+    let placed = planner.active()[0].clone();
+    let length = placed.finish - placed.start;
+    assert!(length > 1.9, "2 Gflop at 1 Gflop/s: {length}");
+    assert_eq!(placed.still_running(1.5), (placed.start, placed.finish));
+    assert_eq!(placed.still_running(4.0), (4.0, 4.0 + length));
+    // The next mmul shares server 0 with it (stretched twice) or waits for server 1 alone.
+    let second = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 4.0)
+        .unwrap();
+    assert_eq!(second.servers, vec![1]);
 }
 
 #[test]
@@ -130,6 +165,36 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
     assert_eq!(foreign.servers, vec![1]);
 }
 
+#[test]
+fn a_late_graphs_job_in_a_load_sample_is_counted_once() {
+    let mut registry = registry();
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    let graph = one_mmul();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let first = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
+    assert_eq!(first.servers, vec![0]);
+    planner.record(1, &graph, &first, &registry, 1.0);
+    // Graph 1 was predicted to end near t = 3. At t = 5 it still runs, and a:1 reports its
+    // job: the sample and the placement are the same job.
+    let busy = v1::LoadSample {
+        running_jobs: 1,
+        ..Default::default()
+    };
+    assert!(registry.heartbeat("a:1", Some(&busy), 5.0));
+    assert!(registry.heartbeat("b:1", None, 5.0));
+    let avoid = ["b:1".to_string()];
+    let second = planner
+        .plan_avoiding(&registry, &graph, &[], &avoid, simple.as_mut(), 5.1)
+        .unwrap();
+    assert_eq!(second.servers, vec![0]);
+    // Sharing a:1's one processor with graph 1's call alone: twice its 2 s alone, not
+    // three times.
+    let length = second.timings[0].finish - second.timings[0].start;
+    assert!((length - 4.0).abs() < 0.01, "{length}");
+}
+
 /// Runs `graphs` one-mmul graphs in turn on `planner`, each reported to have computed
 /// `compute` seconds in a call of `call` seconds; returns the predicted finish of the last.
 fn run_mmuls(planner: &mut Planner, graphs: u64, compute: f64, call: f64) -> f64 {
@@ -167,7 +232,7 @@ fn predictions_learn_a_routines_real_speed_and_the_cost_of_a_call() {
     let learned = run_mmuls(&mut planner, 15, 4.0, 4.05);
     assert!((learned - 4.05).abs() < 0.01, "after learning: {learned}");
     assert!((planner.calibration().factor("a:1", "mmul") - 2.0).abs() < 0.01);
-    assert!((planner.calibration().overhead("a:1") - 0.05).abs() < 0.001);
+    assert!((planner.calibration().overhead("a:1").at(1.0) - 0.05).abs() < 0.001);
     // Without calibration the model alone predicts, as the seed's did.
     let mut seed = Planner::new(PredictorKind::LatestSample, link);
     seed.calibrate = false;

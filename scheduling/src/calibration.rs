@@ -7,6 +7,13 @@
 //! the modelled compute time per (server, routine), and a per-call overhead per server.
 //! GridSolve and DIET's FAST learn per-routine performance the same way.
 //!
+//! The overhead has two parts, fitted to how it grew with the load each call was predicted
+//! to meet ([`Overhead`]): a part that waits for the server's processors as the compute does
+//! (decoding, the executable's hand-over, admission), and a part that does not (the RPC and
+//! the proxy's own latency). Under `ninf load` four calls issued together to a
+//! one-processor server each took 1.4 ms against 1.0 ms alone: had all of it stretched with
+//! the processors' share, the prediction would have been 4 ms.
+//!
 //! Each figure is the median of its last [`WINDOW`] observations: on a shared machine one
 //! call in a few runs two or three times slower than its neighbours (and the very first call
 //! of a server, cold, slower still), and a mean would carry those into every prediction.
@@ -25,6 +32,10 @@ use std::collections::{HashMap, VecDeque};
 /// Observations each figure keeps: enough for a median to ignore the odd slow call, few
 /// enough to follow a server whose speed changes within a few dozen calls.
 pub const WINDOW: usize = 15;
+/// Observations the overhead's fit keeps: a line needs more points than a median does.
+pub const OVERHEAD_WINDOW: usize = 2 * WINDOW;
+/// Points whose x spread less than this share of the largest show a fit no slope.
+const SPREAD: f64 = 0.05;
 /// A factor stays within these bounds, whatever a report says. The upper one is high: a
 /// routine of few flops (LINPACK's `dgesl`) spends its call moving data, hundreds of times
 /// what its flops take.
@@ -41,8 +52,11 @@ pub struct Observation {
     /// The server's address.
     pub server: String,
     pub function: String,
-    /// The model's compute time before calibration (seconds).
+    /// The model's compute time on the server alone, before calibration (seconds).
     pub modelled_compute: f64,
+    /// How many times longer than alone the prediction had the call take for the load it
+    /// saw on the server (at least 1; [`crate::LoadPredictor::stretch`]).
+    pub predicted_stretch: f64,
     /// The transfer time the prediction assumed before the call could start (seconds).
     pub predicted_transfer: f64,
     /// From the proxy issuing the call to its reply (seconds).
@@ -65,10 +79,72 @@ impl Recent {
             self.values.pop_front();
         }
         self.values.push_back(value);
-        let mut sorted: Vec<f64> = self.values.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        median_of_sorted(&sorted).unwrap_or(value)
+        median(self.values.iter().copied().collect()).unwrap_or(value)
     }
+}
+
+/// The robust line `y = intercept + slope * x` through `points`: the median of the pairwise
+/// slopes (Theil-Sen), then the median intercept, neither negative. A slope steeper than
+/// the origin allows becomes the line through the origin. Points whose x spread less than
+/// [`SPREAD`] of the largest show no slope: all of y is the intercept (its median).
+fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
+    let high = points.iter().map(|&(x, _)| x).fold(0.0, f64::max);
+    let low = points.iter().map(|&(x, _)| x).fold(high, f64::min);
+    if high - low <= SPREAD * high {
+        let ys = points.iter().map(|&(_, y)| y).collect();
+        return (median(ys).unwrap_or(0.0), 0.0);
+    }
+    let mut slopes = Vec::with_capacity(points.len() * points.len() / 2);
+    for (i, &(x1, y1)) in points.iter().enumerate() {
+        for &(x2, y2) in &points[i + 1..] {
+            if (x2 - x1).abs() > SPREAD * high {
+                slopes.push((y2 - y1) / (x2 - x1));
+            }
+        }
+    }
+    let slope = median(slopes).unwrap_or(0.0).max(0.0);
+    match median(points.iter().map(|&(x, y)| y - slope * x).collect()) {
+        Some(intercept) if intercept >= 0.0 => (intercept, slope),
+        _ => {
+            let ratios = points
+                .iter()
+                .filter(|&&(x, _)| x > 0.0)
+                .map(|&(x, y)| y / x);
+            (0.0, median(ratios.collect()).unwrap_or(0.0).max(0.0))
+        }
+    }
+}
+
+/// Seconds a call costs beyond its compute and its transfers, at a stretch `s` (how many
+/// times longer than alone the load makes the server's work): `fixed + shared * s`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Overhead {
+    /// What no load on the server changes: the RPC's and the proxy's latency.
+    pub fixed: f64,
+    /// What waits for the server's processors, as its compute does (at stretch 1).
+    pub shared: f64,
+}
+
+impl Overhead {
+    /// The overhead of a call the load stretches `stretch` times.
+    pub fn at(&self, stretch: f64) -> f64 {
+        self.fixed + self.shared * stretch
+    }
+
+    /// The line through `(stretch, overhead)` points ([`fit_line`]). Without a spread of
+    /// stretches to read a slope from, all of it is fixed (the median).
+    pub fn fit(points: &[(f64, f64)]) -> Overhead {
+        let (fixed, shared) = fit_line(points);
+        Overhead {
+            fixed: fixed.min(MAX_OVERHEAD),
+            shared: shared.min(MAX_OVERHEAD),
+        }
+    }
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    median_of_sorted(&values)
 }
 
 fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
@@ -84,10 +160,11 @@ fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Calibration {
     factor_history: HashMap<(String, String), Recent>,
-    overhead_history: HashMap<String, Recent>,
-    /// The medians, by server and routine: what predictions use.
+    /// Each server's last (predicted stretch, overhead) pairs.
+    overhead_history: HashMap<String, VecDeque<(f64, f64)>>,
+    /// The medians, by server and routine, and the fitted overheads: what predictions use.
     factors: HashMap<String, HashMap<String, f64>>,
-    overheads: HashMap<String, f64>,
+    overheads: HashMap<String, Overhead>,
     /// Observations made so far, and each server's count at its last one.
     observed: u64,
     last_observed: HashMap<String, u64>,
@@ -99,6 +176,7 @@ impl Calibration {
     pub fn observe(&mut self, o: &Observation) {
         let figures = [
             o.modelled_compute,
+            o.predicted_stretch,
             o.predicted_transfer,
             o.actual_call,
             o.actual_compute,
@@ -111,27 +189,34 @@ impl Calibration {
         }
         self.observed += 1;
         self.last_observed.insert(o.server.clone(), self.observed);
+        // The factor is of a call alone: the prediction stretches the compute by the load
+        // it sees, so what it saw is taken out of what happened.
+        let stretch = o.predicted_stretch.max(1.0);
+        // The model shares a server's processors among the calls placed on it; the server
+        // may instead queue a call until a processor is free. Either way the call holds the
+        // server for its wait and its compute, so both count. A routine the model gives no
+        // flops has no factor to learn: what it holds is overhead.
+        let mut held = o.actual_compute + o.actual_queue;
         if o.modelled_compute > 0.0 {
-            // The model shares a server's processors among the calls placed on it; the
-            // server may instead queue a call until a processor is free. Either way the call
-            // holds the server for its wait and its compute, so both count.
-            let held = o.actual_compute + o.actual_queue;
-            let observed = (held / o.modelled_compute).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
+            let observed =
+                (held / (o.modelled_compute * stretch)).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
             let key = (o.server.clone(), o.function.clone());
             let median = self.factor_history.entry(key).or_default().push(observed);
             self.factors
                 .entry(o.server.clone())
                 .or_default()
                 .insert(o.function.clone(), median);
+        } else {
+            held = 0.0;
         }
-        let overhead = (o.actual_call - o.actual_compute - o.actual_queue - o.predicted_transfer)
-            .clamp(0.0, MAX_OVERHEAD);
-        let median = self
-            .overhead_history
-            .entry(o.server.clone())
-            .or_default()
-            .push(overhead);
-        self.overheads.insert(o.server.clone(), median);
+        let overhead = (o.actual_call - held - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
+        let history = self.overhead_history.entry(o.server.clone()).or_default();
+        if history.len() == OVERHEAD_WINDOW {
+            history.pop_front();
+        }
+        history.push_back((stretch, overhead));
+        let fitted = Overhead::fit(history.make_contiguous());
+        self.overheads.insert(o.server.clone(), fitted);
     }
 
     /// Whether `server`'s own figures are recent enough to use.
@@ -176,16 +261,20 @@ impl Calibration {
             .collect()
     }
 
-    /// Seconds every call on `server` costs beyond its compute and its transfers: its own,
-    /// or the other servers' median until it has fresh figures (0 when nobody has one).
-    pub fn overhead(&self, server: &str) -> f64 {
+    /// What every call on `server` costs beyond its compute and its transfers: its own, or
+    /// the other servers' medians (of each part) until it has fresh figures (none when
+    /// nobody has one).
+    pub fn overhead(&self, server: &str) -> Overhead {
         let own = |s: &str| self.overheads.get(s).copied();
         if self.fresh(server)
             && let Some(overhead) = own(server)
         {
             return overhead;
         }
-        self.prior(own).unwrap_or(0.0)
+        Overhead {
+            fixed: self.prior(|s| own(s).map(|o| o.fixed)).unwrap_or(0.0),
+            shared: self.prior(|s| own(s).map(|o| o.shared)).unwrap_or(0.0),
+        }
     }
 
     /// Forgets a server (it left the grid, or came back as another machine).
@@ -211,6 +300,7 @@ mod tests {
             server: server.into(),
             function: "dgefa".into(),
             modelled_compute: modelled,
+            predicted_stretch: 1.0,
             predicted_transfer: 0.001,
             actual_call: call,
             actual_compute: compute,
@@ -226,19 +316,60 @@ mod tests {
             c.observe(&call(0.007, 0.0014, 0.009));
         }
         assert!((c.factor("s:1", "dgefa") - 5.0).abs() < 1e-9);
-        assert!((c.overhead("s:1") - 0.001).abs() < 1e-9);
+        assert!((c.overhead("s:1").at(1.0) - 0.001).abs() < 1e-9);
         assert_eq!(c.factor("s:1", "dgesl"), 1.0);
         // A server not learned yet is taken to cost what the learned one does.
         assert!((c.factor("s:2", "dgefa") - 5.0).abs() < 1e-9);
-        assert!((c.overhead("s:2") - 0.001).abs() < 1e-9);
+        assert!((c.overhead("s:2").at(1.0) - 0.001).abs() < 1e-9);
         assert_eq!(c.factors("s:2").len(), 1);
+    }
+
+    #[test]
+    fn a_call_the_prediction_saw_slowed_by_load_teaches_what_it_costs_alone() {
+        let mut c = Calibration::default();
+        for i in 0..OVERHEAD_WINDOW {
+            // Predicted among 0 to 3 other jobs (1 to 4 times as long as alone): computed
+            // for 2 ms per stretch against 1 ms modelled alone, with 1 ms of transfer and an
+            // overhead of 3 ms fixed and 0.5 ms per stretch.
+            let stretch = 1.0 + (i % 4) as f64;
+            let compute = 0.002 * stretch;
+            c.observe(&Observation {
+                predicted_stretch: stretch,
+                ..call(compute, 0.001, compute + 0.001 + 0.003 + 0.0005 * stretch)
+            });
+        }
+        assert!((c.factor("s:1", "dgefa") - 2.0).abs() < 1e-9);
+        let overhead = c.overhead("s:1");
+        assert!((overhead.fixed - 0.003).abs() < 1e-9, "{overhead:?}");
+        assert!((overhead.shared - 0.0005).abs() < 1e-9, "{overhead:?}");
+    }
+
+    #[test]
+    fn an_overhead_fit_has_no_negative_part_and_reads_no_slope_from_one_stretch() {
+        let flat = Overhead::fit(&[(2.0, 0.001), (2.0, 0.003), (2.01, 0.002)]);
+        assert_eq!(
+            flat,
+            Overhead {
+                fixed: 0.002,
+                shared: 0.0
+            }
+        );
+        // Falling with the load: nothing waits for the processors.
+        let falling = Overhead::fit(&[(1.0, 0.004), (2.0, 0.003), (3.0, 0.002)]);
+        assert_eq!(falling.shared, 0.0);
+        assert!((falling.fixed - 0.003).abs() < 1e-12);
+        // Steeper than through the origin: all of it waits for the processors.
+        let steep = Overhead::fit(&[(1.0, 0.0), (2.0, 0.002), (3.0, 0.004)]);
+        assert_eq!(steep.fixed, 0.0);
+        assert!((steep.shared - 0.001).abs() < 1e-12, "{steep:?}");
+        assert_eq!(Overhead::fit(&[]), Overhead::default());
     }
 
     #[test]
     fn unlearned_and_stale_servers_cost_the_median_of_the_fresh_ones() {
         let mut c = Calibration::default();
         assert_eq!(c.factor("s:9", "dgefa"), 1.0);
-        assert_eq!(c.overhead("s:9"), 0.0);
+        assert_eq!(c.overhead("s:9").at(1.0), 0.0);
         // Three servers, each modelled at 1 ms, computing for 2, 3 and 4 ms, and costing 0, 1
         // and 2 ms beyond that and the 1 ms transfer.
         for _ in 0..WINDOW {
@@ -253,16 +384,16 @@ mod tests {
             }
         }
         assert!((c.factor("s:9", "dgefa") - 3.0).abs() < 1e-9);
-        assert!((c.overhead("s:9") - 0.001).abs() < 1e-9);
+        assert!((c.overhead("s:9").at(1.0) - 0.001).abs() < 1e-9);
         // s:1 has a burst (calls 100 times slower) and then gets no calls: its figures hold
         // until the rest of the grid has made STALE_AFTER observations, then give way.
-        for _ in 0..WINDOW {
+        for _ in 0..OVERHEAD_WINDOW {
             c.observe(&call_on("s:1", 0.2, 0.001, 0.5));
         }
         assert!((c.factor("s:1", "dgefa") - 200.0).abs() < 1e-9);
         for i in 0..STALE_AFTER {
             assert!(
-                c.overhead("s:1") > 0.29,
+                c.overhead("s:1").at(1.0) > 0.29,
                 "fresh after {i} observations elsewhere"
             );
             c.observe(&call_on("s:2", 0.003, 0.001, 0.005));
@@ -273,10 +404,10 @@ mod tests {
             "{}",
             c.factor("s:1", "dgefa")
         );
-        assert!((c.overhead("s:1") - 0.0015).abs() < 1e-9);
+        assert!((c.overhead("s:1").at(1.0) - 0.0015).abs() < 1e-9);
         // A call there makes its own figures count again.
         c.observe(&call_on("s:1", 0.2, 0.001, 0.5));
-        assert!(c.overhead("s:1") > 0.29);
+        assert!(c.overhead("s:1").at(1.0) > 0.29);
     }
 
     #[test]
@@ -299,7 +430,7 @@ mod tests {
         let mut c = Calibration::default();
         c.observe(&call(0.0, 0.002, 0.003));
         assert_eq!(c.factor("s:1", "dgefa"), 1.0);
-        assert_eq!(c.overhead("s:1"), 0.0);
+        assert_eq!(c.overhead("s:1").at(1.0), 0.0);
         c.observe(&call(f64::NAN, 0.002, 0.003));
         c.observe(&call(0.002, 0.002, -1.0));
         c.observe(&call(0.002, f64::INFINITY, 0.003));
@@ -308,7 +439,7 @@ mod tests {
         let mut c = Calibration::default();
         c.observe(&call(1e9, 1e-9, 1e9 + 1e6));
         assert!((c.factor("s:1", "dgefa") - FACTOR_RANGE.1).abs() < 1e-9);
-        assert_eq!(c.overhead("s:1"), MAX_OVERHEAD);
+        assert_eq!(c.overhead("s:1").at(1.0), MAX_OVERHEAD);
         c.forget("s:1");
         assert_eq!(c.factor("s:1", "dgefa"), 1.0);
     }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use crate::calibration::Overhead;
 use crate::forecast::Forecaster;
 use crate::graph::Task;
 use crate::grid::{GridView, Link, Location, ServerId};
@@ -140,7 +141,7 @@ pub struct LoadPredictor {
     /// [`crate::calibration`]); empty until told.
     compute_factors: Vec<HashMap<String, f64>>,
     /// Learned seconds every call costs beyond compute and transfers, by server.
-    call_overheads: Vec<f64>,
+    call_overheads: Vec<Overhead>,
 }
 
 /// How the predictor turns monitoring history into the present state.
@@ -210,28 +211,33 @@ impl LoadPredictor {
             by_server: vec![Vec::new(); n],
             by_path: PathBookings::default(),
             compute_factors: vec![HashMap::new(); n],
-            call_overheads: vec![0.0; n],
+            call_overheads: vec![Overhead::default(); n],
         }
     }
 
     /// Tells the predictor what calls on `server` cost beyond its model: a factor on each
-    /// listed routine's compute time, and seconds added to every call.
-    pub fn calibrate(&mut self, server: ServerId, factors: HashMap<String, f64>, overhead: f64) {
+    /// listed routine's compute time, and what every call costs beside its compute.
+    pub fn calibrate(
+        &mut self,
+        server: ServerId,
+        factors: HashMap<String, f64>,
+        overhead: Overhead,
+    ) {
+        let seconds = |s: f64| if s.is_finite() { s.max(0.0) } else { 0.0 };
         if let (Some(f), Some(o)) = (
             self.compute_factors.get_mut(server),
             self.call_overheads.get_mut(server),
         ) {
             *f = factors;
-            *o = if overhead.is_finite() {
-                overhead.max(0.0)
-            } else {
-                0.0
+            *o = Overhead {
+                fixed: seconds(overhead.fixed),
+                shared: seconds(overhead.shared),
             };
         }
     }
 
     /// The factor and the per-call overhead `compute_time` applies to `task` on `server`.
-    pub fn calibration_of(&self, server: ServerId, task: &Task) -> (f64, f64) {
+    pub fn calibration_of(&self, server: ServerId, task: &Task) -> (f64, Overhead) {
         let factor = self
             .compute_factors
             .get(server)
@@ -239,10 +245,8 @@ impl LoadPredictor {
             .copied()
             .filter(|f| f.is_finite() && *f > 0.0)
             .unwrap_or(1.0);
-        (
-            factor,
-            self.call_overheads.get(server).copied().unwrap_or(0.0),
-        )
+        let overhead = self.call_overheads.get(server).copied().unwrap_or_default();
+        (factor, overhead)
     }
 
     /// A predictor from monitoring history, summarised by `kind`.
@@ -325,6 +329,51 @@ impl LoadPredictor {
         }
     }
 
+    /// Flops per second a task needing `processors` gets on `server` with nothing else there.
+    pub fn idle_speed(&self, server: ServerId, processors: u32) -> f64 {
+        match (
+            self.flops_per_processor.get(server),
+            self.processors.get(server),
+        ) {
+            (Some(&s), Some(&total)) => s * f64::from(processors.max(1)).min(f64::from(total)),
+            _ => 0.0,
+        }
+    }
+
+    fn base_load_of(&self, server: ServerId) -> f64 {
+        self.base_load.get(server).copied().unwrap_or(0.0)
+    }
+
+    /// The share of its processors a task needing `processors` gets among `load` other jobs
+    /// (1 when there is room for it; 0 for an unknown server).
+    fn share_with(&self, server: ServerId, processors: u32, load: f64) -> f64 {
+        let Some(&total) = self.processors.get(server) else {
+            return 0.0;
+        };
+        (f64::from(total) / (load + f64::from(processors.max(1)))).min(1.0)
+    }
+
+    /// How many times longer than alone a call needing `processors` takes on `server` from
+    /// `at` (at least 1): the load divides the processors among all the demand.
+    pub fn stretch(&self, server: ServerId, processors: u32, at: f64) -> f64 {
+        self.stretch_among(server, processors, self.load_at(server, at))
+    }
+
+    fn stretch_among(&self, server: ServerId, processors: u32, load: f64) -> f64 {
+        1.0 / self
+            .share_with(server, processors, load)
+            .max(f64::MIN_POSITIVE)
+    }
+
+    /// A call of `task` on `server` among `load` other jobs. One formula for the bound and
+    /// the prediction, so the bound is never above a prediction by a rounding.
+    fn time_among(&self, server: ServerId, task: &Task, load: f64) -> f64 {
+        let (factor, overhead) = self.calibration_of(server, task);
+        let alone = seconds_at(task.flops, self.idle_speed(server, task.processors)) * factor;
+        let stretch = self.stretch_among(server, task.processors, load);
+        alone * stretch + overhead.at(stretch)
+    }
+
     /// Transfers recorded on the path from `from` to `to` that are moving at `at`.
     pub fn transfers_at(&self, from: Location, to: Location, at: f64) -> usize {
         self.by_path.get(&(from, to)).map_or(0, |list| {
@@ -337,40 +386,25 @@ impl LoadPredictor {
 
 impl Predictor for LoadPredictor {
     fn speed(&self, server: ServerId, processors: u32, at: f64) -> f64 {
-        let (Some(&s), Some(&total)) = (
-            self.flops_per_processor.get(server),
-            self.processors.get(server),
-        ) else {
-            return 0.0;
-        };
-        let p = f64::from(processors.max(1));
-        let share = (f64::from(total) / (self.load_at(server, at) + p)).min(1.0);
-        s * p.min(f64::from(total)) * share
+        self.idle_speed(server, processors)
+            * self.share_with(server, processors, self.load_at(server, at))
     }
 
     /// The speed with only the measured load: placements can only add to it.
     fn peak_speed(&self, server: ServerId, processors: u32) -> f64 {
-        match (
-            self.flops_per_processor.get(server),
-            self.processors.get(server),
-        ) {
-            (Some(&s), Some(&total)) => {
-                let p = f64::from(processors.max(1));
-                let base = self.base_load.get(server).copied().unwrap_or(0.0);
-                s * p.min(f64::from(total)) * (f64::from(total) / (base + p)).min(1.0)
-            }
-            _ => 0.0,
-        }
+        self.idle_speed(server, processors)
+            * self.share_with(server, processors, self.base_load_of(server))
     }
 
+    /// The call's compute and the part of its overhead that waits for the server's
+    /// processors stretch with the server's load; the rest of the overhead (the RPC's
+    /// latency) does not ([`crate::calibration::Overhead`]).
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
-        let (factor, overhead) = self.calibration_of(server, task);
-        seconds_at(task.flops, self.speed(server, task.processors, at)) * factor + overhead
+        self.time_among(server, task, self.load_at(server, at))
     }
 
     fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
-        let (factor, overhead) = self.calibration_of(server, task);
-        seconds_at(task.flops, self.peak_speed(server, task.processors)) * factor + overhead
+        self.time_among(server, task, self.base_load_of(server))
     }
 
     fn link(&self, from: Location, to: Location) -> Link {

@@ -306,6 +306,9 @@ impl Predictor for Unbounded {
     fn speed(&self, server: usize, processors: u32, at: f64) -> f64 {
         self.0.speed(server, processors, at)
     }
+    fn compute_time(&self, server: usize, task: &Task, at: f64) -> f64 {
+        self.0.compute_time(server, task, at)
+    }
     fn link(&self, from: Location, to: Location) -> Link {
         self.0.link(from, to)
     }

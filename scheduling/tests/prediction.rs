@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use ninf_scheduling::calibration::Overhead;
 use ninf_scheduling::forecast::Forecaster;
 use ninf_scheduling::{
     GridView, History, Link, LoadPredictor, Location, Predictor, PredictorKind, ServerView,
@@ -38,6 +39,39 @@ fn speed_shares_processors_among_the_load_and_placements_add_load() {
     assert_eq!(p.speed(0, 1, 10.0), 1e9, "placements end at their finish");
     p.withdraw(id);
     assert_eq!(p.speed(0, 1, 5.0), 1e9);
+}
+
+#[test]
+fn a_calls_compute_and_shared_overhead_stretch_with_the_load_and_its_latency_does_not() {
+    let default = Link {
+        throughput: 1e6,
+        latency: 0.01,
+    };
+    let mut p = LoadPredictor::new(&grid(), vec![0.0], HashMap::new(), default);
+    let task = ninf_scheduling::Task {
+        label: "mmul#0".into(),
+        function: "mmul".into(),
+        flops: 1e9,
+        client_in_bytes: 0,
+        client_out_bytes: 0,
+        processors: 4,
+    };
+    // Alone: 1 Gflop on 4 processors of 1 Gflop/s, twice as slow as modelled, 0.1 s of
+    // overhead waiting for the processors and 0.2 s of latency.
+    let overhead = Overhead {
+        fixed: 0.2,
+        shared: 0.1,
+    };
+    p.calibrate(0, HashMap::from([("mmul".to_string(), 2.0)]), overhead);
+    let alone = 0.25 * 2.0 + 0.1 + 0.2;
+    assert!((p.compute_time(0, &task, 0.0) - alone).abs() < 1e-12);
+    assert_eq!(p.stretch(0, 4, 0.0), 1.0);
+    // Another 4-processor job there: the call gets half the processors, so its compute and
+    // shared overhead take twice as long, and its latency the same.
+    p.place(0, 4, 0.0, 10.0);
+    assert_eq!(p.stretch(0, 4, 5.0), 2.0);
+    assert!((p.compute_time(0, &task, 5.0) - (2.0 * 0.6 + 0.2)).abs() < 1e-12);
+    assert!((p.least_compute_time(0, &task) - alone).abs() < 1e-12);
 }
 
 #[test]
