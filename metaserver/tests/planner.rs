@@ -5,7 +5,7 @@
 use ninf_metaserver::Registry;
 use ninf_metaserver::planner::{ENDED_MEMORY_SECONDS, OVERDUE_SECONDS, Planner, TaskOutcome};
 use ninf_proto::v1;
-use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
+use ninf_scheduling::{Link, PredictorKind, Scheduler, Task, TaskGraph};
 
 fn registry() -> Registry {
     let text = include_str!("../../routines/idl/linpack.idl");
@@ -127,25 +127,33 @@ fn a_late_call_counts_from_now_for_as_long_as_it_was_predicted() {
     assert_eq!(second.servers, vec![1]);
 }
 
+/// Places graph 1, one mmul, at t = 1 (it goes to a:1, the lower id on a tie) and records it.
+fn first_mmul_on_a(planner: &mut Planner, registry: &Registry, scheduler: &mut dyn Scheduler) {
+    let graph = one_mmul();
+    let first = planner.plan(registry, &graph, &[], scheduler, 1.0).unwrap();
+    assert_eq!(first.servers, vec![0]);
+    planner.record(1, &graph, &first, registry, 1.0);
+}
+
+/// A server's load sample of one running job.
+fn one_job_running() -> v1::LoadSample {
+    v1::LoadSample {
+        running_jobs: 1,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
     // Server a:1 reports a load of 1 at t = 2: graph 1's task, placed at t = 1, which
     // really ran from 1.2 to 2.5. At t = 2.6 graph 1 has ended: the stale sample must not
     // keep a:1 looking busy, so the next mmul goes to a:1 again (its id is lower on a tie).
     let mut registry = registry();
-    let link = fast_link();
-    let mut planner = Planner::new(PredictorKind::LatestSample, link);
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
     let graph = one_mmul();
     let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
-    let first = planner
-        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
-        .unwrap();
-    assert_eq!(first.servers, vec![0]);
-    planner.record(1, &graph, &first, &registry, 1.0);
-    let busy = v1::LoadSample {
-        running_jobs: 1,
-        ..Default::default()
-    };
+    first_mmul_on_a(&mut planner, &registry, simple.as_mut());
+    let busy = one_job_running();
     assert!(registry.heartbeat("a:1", Some(&busy), 2.0));
     // While graph 1 runs, a:1 is busy with it: b:1 wins.
     let during = planner
@@ -171,18 +179,10 @@ fn a_late_graphs_job_in_a_load_sample_is_counted_once() {
     let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
     let graph = one_mmul();
     let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
-    let first = planner
-        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
-        .unwrap();
-    assert_eq!(first.servers, vec![0]);
-    planner.record(1, &graph, &first, &registry, 1.0);
+    first_mmul_on_a(&mut planner, &registry, simple.as_mut());
     // Graph 1 was predicted to end near t = 3. At t = 5 it still runs, and a:1 reports its
     // job: the sample and the placement are the same job.
-    let busy = v1::LoadSample {
-        running_jobs: 1,
-        ..Default::default()
-    };
-    assert!(registry.heartbeat("a:1", Some(&busy), 5.0));
+    assert!(registry.heartbeat("a:1", Some(&one_job_running()), 5.0));
     assert!(registry.heartbeat("b:1", None, 5.0));
     let avoid = ["b:1".to_string()];
     let second = planner
