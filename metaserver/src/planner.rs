@@ -15,6 +15,7 @@
 //! and transfers ([`ninf_scheduling::calibration`]).
 
 use ninf_scheduling::calibration::{Calibration, Observation, Overhead};
+use ninf_scheduling::predictor::modelled_seconds;
 use ninf_scheduling::{
     GraphError, Link, LoadPredictor, Predictor, PredictorKind, Schedule, Scheduler, TaskGraph,
 };
@@ -55,6 +56,12 @@ impl ActivePlacement {
         } else {
             (now, now + (self.finish - self.start))
         }
+    }
+
+    /// Whether at `t` the placement is [`OVERDUE_SECONDS`] past its predicted end, and
+    /// taken to belong to a graph nobody will report.
+    pub fn abandoned_at(&self, t: f64) -> bool {
+        self.finish + OVERDUE_SECONDS <= t
     }
 }
 
@@ -147,10 +154,7 @@ impl Planner {
             if let Some(sampled) = server.load_sampled_at {
                 // A running graph's placements count as running from their start on, as
                 // the predictor counts them ([`ActivePlacement::still_running`]).
-                let running = self
-                    .active
-                    .iter()
-                    .filter(|p| p.finish + OVERDUE_SECONDS > sampled);
+                let running = self.active.iter().filter(|p| !p.abandoned_at(sampled));
                 let ended = self.ended.iter().filter(|p| sampled < p.finish);
                 let known: u32 = running
                     .chain(ended)
@@ -167,11 +171,7 @@ impl Planner {
                 predictor.calibrate(index, factors, overhead);
             }
         }
-        for p in self
-            .active
-            .iter()
-            .filter(|p| p.finish + OVERDUE_SECONDS > now)
-        {
+        for p in self.active.iter().filter(|p| !p.abandoned_at(now)) {
             if let Some(server) = registry.index_of(&p.server) {
                 let (start, finish) = p.still_running(now);
                 predictor.place(server, p.processors, start - now, finish - now);
@@ -205,13 +205,11 @@ impl Planner {
             } else {
                 (1.0, Overhead::default())
             };
-            let speed = registry.flops_per_processor(entry)
-                * f64::from(t.processors.max(1).min(entry.info.processors.max(1)));
-            let modelled = if t.flops > 0.0 {
-                t.flops / speed.max(f64::MIN_POSITIVE)
-            } else {
-                0.0
-            };
+            let modelled = modelled_seconds(
+                t,
+                registry.flops_per_processor(entry),
+                entry.info.processors.max(1),
+            );
             // The prediction was (modelled x factor + shared overhead) x stretch + fixed
             // overhead: the stretch is what is left of it once the call alone is taken out.
             let stretched = modelled * factor + overhead.shared;
@@ -246,7 +244,7 @@ impl Planner {
         let (ended, active): (Vec<ActivePlacement>, Vec<ActivePlacement>) = self
             .active
             .drain(..)
-            .partition(|p| p.graph == graph_id || p.finish + OVERDUE_SECONDS <= now);
+            .partition(|p| p.graph == graph_id || p.abandoned_at(now));
         self.active = active;
         let by_task: std::collections::HashMap<usize, &TaskOutcome> =
             actuals.iter().map(|a| (a.task, a)).rev().collect();

@@ -228,14 +228,13 @@ impl Calibration {
 
     /// The median of `figure` over the servers with fresh figures that have it.
     fn prior(&self, figure: impl Fn(&str) -> Option<f64>) -> Option<f64> {
-        let mut values: Vec<f64> = self
+        let values: Vec<f64> = self
             .last_observed
             .keys()
             .filter(|s| self.fresh(s))
             .filter_map(|s| figure(s))
             .collect();
-        values.sort_by(f64::total_cmp);
-        median_of_sorted(&values)
+        median(values)
     }
 
     /// The factor on `function`'s modelled compute time on `server`: its own, or the other

@@ -96,6 +96,21 @@ pub trait Predictor {
     fn fork(&self) -> Box<dyn Predictor>;
 }
 
+/// Seconds the model gives `task` on a server of `processors` processors of
+/// `flops_per_processor` each, with nothing else there: what calibration is learned against.
+pub fn modelled_seconds(task: &Task, flops_per_processor: f64, processors: u32) -> f64 {
+    seconds_at(
+        task.flops,
+        idle_speed(flops_per_processor, processors, task.processors),
+    )
+}
+
+/// Flops per second a task needing `needed` processors gets on a server of `processors`
+/// processors of `flops_per_processor` each, with nothing else there.
+fn idle_speed(flops_per_processor: f64, processors: u32, needed: u32) -> f64 {
+    flops_per_processor * f64::from(needed.max(1)).min(f64::from(processors))
+}
+
 /// Seconds `flops` take at `speed` flops per second (none for a call without flops; a
 /// server without speed takes as long as a float can say).
 fn seconds_at(flops: f64, speed: f64) -> f64 {
@@ -335,7 +350,7 @@ impl LoadPredictor {
             self.flops_per_processor.get(server),
             self.processors.get(server),
         ) {
-            (Some(&s), Some(&total)) => s * f64::from(processors.max(1)).min(f64::from(total)),
+            (Some(&s), Some(&total)) => idle_speed(s, total, processors),
             _ => 0.0,
         }
     }

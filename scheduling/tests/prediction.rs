@@ -22,12 +22,17 @@ fn grid() -> GridView {
     }
 }
 
-#[test]
-fn speed_shares_processors_among_the_load_and_placements_add_load() {
-    let default = Link {
+/// 1 MB/s with 10 ms of latency: the link the predictors fall back to here.
+fn megabyte_link() -> Link {
+    Link {
         throughput: 1e6,
         latency: 0.01,
-    };
+    }
+}
+
+#[test]
+fn speed_shares_processors_among_the_load_and_placements_add_load() {
+    let default = megabyte_link();
     let mut p = LoadPredictor::new(&grid(), vec![2.0], HashMap::new(), default);
     // 4 processors, load 2: a 1-processor task gets a whole processor.
     assert_eq!(p.speed(0, 1, 0.0), 1e9);
@@ -43,10 +48,7 @@ fn speed_shares_processors_among_the_load_and_placements_add_load() {
 
 #[test]
 fn a_calls_compute_and_shared_overhead_stretch_with_the_load_and_its_latency_does_not() {
-    let default = Link {
-        throughput: 1e6,
-        latency: 0.01,
-    };
+    let default = megabyte_link();
     let mut p = LoadPredictor::new(&grid(), vec![0.0], HashMap::new(), default);
     let task = ninf_scheduling::Task {
         label: "mmul#0".into(),
@@ -76,10 +78,7 @@ fn a_calls_compute_and_shared_overhead_stretch_with_the_load_and_its_latency_doe
 
 #[test]
 fn links_fall_back_to_the_reverse_direction_then_the_default() {
-    let default = Link {
-        throughput: 1e6,
-        latency: 0.01,
-    };
+    let default = megabyte_link();
     let measured = Link {
         throughput: 5e7,
         latency: 0.002,
