@@ -164,6 +164,10 @@ pub struct GangSettings {
     pub nodes: usize,
     /// Pin each process to its column's core.
     pub pin: bool,
+    /// The cores the columns are pinned to: column `c` on `cores[c % len]`. Empty: the cores
+    /// this server may run on, in order. Servers sharing a host need lists that start on
+    /// different cores (`ninf up` and the other local grids give each its own).
+    pub cores: Vec<u32>,
     /// Run agents as `ninf-gang-agent` processes (found next to this program unless given);
     /// otherwise, or when the program is missing, as threads of the server.
     pub agent_processes: bool,
@@ -239,6 +243,7 @@ impl Default for GangSettings {
             stop_grace_seconds: 10.0,
             nodes: 1,
             pin: true,
+            cores: Vec::new(),
             agent_processes: true,
             agent_executable: None,
             agent_clock_offset_ms: 0.0,

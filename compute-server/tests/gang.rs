@@ -1,7 +1,7 @@
 //! Gang scheduling with real processes: jobs alternate slots (their processes are stopped
 //! and continued in turns, by node agents on emulated clocks of their own), a job waiting for
 //! its input gives its slot away, a deadlocked parallel job is detected and killed, killing a
-//! job frees its columns, parallel routines compute right, and the server keeps serving
+//! job frees its columns, each process runs on its column's core, parallel routines compute right, and the server keeps serving
 //! throughout. Observations are of process states and counters, never of elapsed time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -838,5 +838,75 @@ async fn a_parallel_matrix_product_matches_the_sequential_one() {
         error.contains("`pmmul` would run on 3 processors; this server has 2"),
         "{error}"
     );
+    server.stop().await;
+}
+
+/// The cores a process may run on, as /proc lists them (`1`, `0-3`, `0,2`).
+fn allowed_cores(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|list| list.trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_process_is_pinned_to_the_core_its_column_is_given() {
+    // The host's cores backwards: column 0 on the last one, so that the first core (where
+    // every column went before `cores` existed) is not the answer by default.
+    let cores: Vec<u32> = ninf_compute_server::gang::cores::allowed()
+        .into_iter()
+        .rev()
+        .collect();
+    let server = TestServer::start({
+        let cores = cores.clone();
+        move |c| c.gang.cores = cores
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    // Two jobs, so that the agents get a table (one job alone is never stopped, and its
+    // table is not sent).
+    let jobs: Vec<_> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .call("pspin", &mut [Arg::Integer(2), Arg::Integer(LONG_WORK)])
+                    .await
+            })
+        })
+        .collect();
+    let s = wait_for(&server, "two pspin jobs with their processes", |s| {
+        let jobs = jobs_of(s, "pspin");
+        jobs.len() == 2 && jobs.iter().all(|j| j.processes.len() == 2)
+    })
+    .await;
+    let running: Vec<v1::GangJob> = jobs_of(&s, "pspin").into_iter().cloned().collect();
+    for job in &running {
+        for (&column, &pid) in job.columns.iter().zip(&job.processes) {
+            let expected = cores[column as usize % cores.len()].to_string();
+            let mut seen = allowed_cores(pid);
+            for _ in 0..200 {
+                if seen.as_deref() == Some(expected.as_str()) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                seen = allowed_cores(pid);
+            }
+            assert_eq!(
+                seen.as_deref(),
+                Some(expected.as_str()),
+                "column {column} (process {pid}) of {cores:?}"
+            );
+        }
+    }
+    for pid in running.iter().flat_map(|j| &j.processes) {
+        ninf_compute_server::gang::signal(*pid, libc_sigkill());
+    }
+    for job in jobs {
+        assert!(job.await.unwrap().is_err(), "a killed job fails");
+    }
+    // The server goes on.
+    client.call("noop", &mut [Arg::Integer(0)]).await.unwrap();
     server.stop().await;
 }

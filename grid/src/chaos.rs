@@ -233,9 +233,10 @@ fn run_in(
         write(
             &config,
             &format!(
-                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\nprobe_bytes = 65536\ncpu_slowdown = {:?}\n\n[storage]\nspill_dir = \"{}\"\n",
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\nprobe_bytes = 65536\ncpu_slowdown = {:?}\n\n[storage]\nspill_dir = \"{}\"\n{}",
                 options.cpu_slowdown,
-                spill_dir.display()
+                spill_dir.display(),
+                ninf_compute_server::gang::cores::config_section(i)
             ),
         )?;
         let mut server = ChaosServer {

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ninf_client_proxy::{Proxy, ProxyConfig};
+use ninf_compute_server::config::GangSettings;
 pub use ninf_compute_server::config::ModuleConfig;
+use ninf_compute_server::gang::cores;
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::net::tls::{GridTls, TlsFiles};
@@ -429,6 +431,18 @@ async fn start_server(
         metaserver: Some(metaserver.to_string()),
         auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
         tls: component_tls(options, "server"),
+        gang: GangSettings {
+            // The servers share this host's cores: each starts after the ones before it.
+            cores: cores::spread(
+                options
+                    .processors
+                    .iter()
+                    .take(index)
+                    .map(|&p| p.max(1) as usize)
+                    .sum(),
+            ),
+            ..GangSettings::default()
+        },
         ..ServerConfig::default()
     };
     let info = v1::ServerInfo {

@@ -119,7 +119,10 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
         let config = work.join(format!("server-{i}.toml"));
         write(
             &config,
-            &format!("listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\n"),
+            &format!(
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\n{}",
+                ninf_compute_server::gang::cores::config_section(i)
+            ),
         )?;
         let mut command = Command::new(bin("ninf-server")?);
         command.arg("--config").arg(&config);

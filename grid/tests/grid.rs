@@ -1212,3 +1212,69 @@ fn a_followed_transaction_reports_its_progress_to_the_end() {
     );
     grid.assert_no_leftovers();
 }
+
+/// The job processes a server's gang table lists now.
+async fn job_processes(server: &str) -> Vec<u32> {
+    let mut gang = v1::gang_control_client::GangControlClient::connect(format!("http://{server}"))
+        .await
+        .unwrap();
+    let status = gang
+        .status(v1::GangStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    status.jobs.into_iter().flat_map(|j| j.processes).collect()
+}
+
+/// The cores a process may run on, as /proc lists them (`1`, `0-3`).
+fn allowed_cores(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|list| list.trim().to_string())
+}
+
+#[test]
+fn the_servers_of_one_grid_run_their_calls_on_different_cores() {
+    // Before each server was given its own cores, both pinned their one processor to the
+    // host's first core, and a two-server grid computed on one core.
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let servers: Vec<String> = grid
+        .grid()
+        .servers
+        .iter()
+        .map(|s| s.address.clone())
+        .collect();
+    grid.runtime.block_on(async {
+        // Two calls on each server: a job alone is never stopped, so its agent is not sent
+        // the table that pins it.
+        let mut calls = Vec::new();
+        for server in servers.iter().chain(&servers) {
+            let client = ninf::NinfClient::connect(server).await.unwrap();
+            calls.push(tokio::spawn(async move {
+                client
+                    .call("sleep_ms", &mut [ninf::Arg::Integer(2000)])
+                    .await
+            }));
+        }
+        for (offset, server) in servers.iter().enumerate() {
+            let expected = ninf_compute_server::gang::cores::spread(offset)[0].to_string();
+            let mut seen = Vec::new();
+            for _ in 0..300 {
+                let pids = job_processes(server).await;
+                if !pids.is_empty() {
+                    seen = pids.iter().map(|&pid| allowed_cores(pid)).collect();
+                }
+                if seen.len() == 2 && seen.iter().all(|s| s.as_deref() == Some(expected.as_str())) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(seen, vec![Some(expected.clone()); 2], "server {offset}");
+        }
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+    });
+}

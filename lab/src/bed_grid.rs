@@ -94,6 +94,8 @@ pub fn start_grid(
     command.arg("--config").arg(work.join("proxy.toml"));
     running.push(start(command, "proxy")?);
     let mut servers = Vec::new();
+    // The sites' servers share this host's cores: each starts after the ones before it.
+    let mut processors_before = 0;
     for site in bed.profile.servers() {
         let address = format!("{}:{SERVER_PORT}", bed.address(&site.name));
         let config = work.join(format!("server-{}.toml", site.name));
@@ -101,10 +103,12 @@ pub fn start_grid(
         write(
             &config,
             &format!(
-                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n",
-                site.processors
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n{}",
+                site.processors,
+                ninf_compute_server::gang::cores::config_section(processors_before)
             ),
         )?;
+        processors_before += site.processors as usize;
         let mut command = bed.command(&site.name, &binaries.server);
         command.arg("--config").arg(&config);
         running.push(start(command, &format!("server in site {}", site.name))?);

@@ -21,6 +21,10 @@ struct Args {
     /// Do not pin processes to cores.
     #[arg(long)]
     no_pin: bool,
+    /// The cores the columns are pinned to, e.g. `2,3`: column c on the (c mod count)-th.
+    /// Default: the cores this process may run on.
+    #[arg(long, value_delimiter = ',')]
+    cores: Vec<u32>,
     /// Emulate a clock of another host: offset from the machine's clock.
     #[arg(long, default_value_t = 0.0)]
     clock_offset_ms: f64,
@@ -91,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         node: args.node,
         columns: args.columns,
         pin: !args.no_pin,
+        cores: args.cores,
         clock: AgentClock {
             offset: args.clock_offset_ms * 1e-3,
             rate_ppm: args.clock_rate_ppm,

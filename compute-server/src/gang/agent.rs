@@ -1,7 +1,7 @@
 //! The node agent (seed 003): it attaches to its server's `GangControl` service, receives a
 //! time table whenever jobs arrive or leave, and follows the table's cycle by its own clock,
 //! stopping and continuing its node's processes (SIGSTOP/SIGCONT) at slot boundaries and
-//! pinning each to its column's core. Its clock's offset from the server's is checked with the
+//! pinning each to its column's core ([`super::cores`]). Its clock's offset from the server's is checked with the
 //! adaptive interval of [`ninf_gang::ClockSync`]. It talks to the server only over gRPC, so an
 //! agent on another host works the same way; on one machine it runs as a `ninf-gang-agent`
 //! process or, failing that, as a thread of the server.
@@ -34,6 +34,9 @@ pub struct AgentOptions {
     pub node: String,
     pub columns: Vec<u32>,
     pub pin: bool,
+    /// The cores columns are pinned to (column `c` on `cores[c % len]`); empty: the cores
+    /// this process may run on ([`super::cores`]).
+    pub cores: Vec<u32>,
     pub clock: AgentClock,
     pub sync: SyncConfig,
     /// How often counters and continue times are reported (applied tables at once).
@@ -317,7 +320,11 @@ fn switching_thread(
         libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
     }
     real_time_priority();
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
+    let cores = if options.cores.is_empty() {
+        super::cores::allowed()
+    } else {
+        options.cores.clone()
+    };
     let time = NodeTime {
         clock: options.clock,
         sync,
@@ -336,7 +343,7 @@ fn switching_thread(
             Ok(ThreadCommand::Install(table)) => {
                 let version = table.version;
                 let switch = core.install(table, master_now());
-                apply(&options, cores, &switch, &shared, false);
+                apply(&options, &cores, &switch, &shared, false);
                 {
                     let mut s = ninf_proto::sync::lock(&shared);
                     s.applied = version;
@@ -347,7 +354,7 @@ fn switching_thread(
             }
             Err(RecvTimeoutError::Timeout) => {
                 if let Some(switch) = core.follow(master_now()) {
-                    apply(&options, cores, &switch, &shared, true);
+                    apply(&options, &cores, &switch, &shared, true);
                     ninf_proto::sync::lock(&shared).switches = core.counters().switches;
                 }
             }
@@ -379,7 +386,7 @@ fn real_time_priority() {
 
 fn apply(
     options: &AgentOptions,
-    cores: u32,
+    cores: &[u32],
     switch: &ProcessSwitch,
     shared: &Mutex<Shared>,
     at_boundary: bool,
@@ -387,7 +394,9 @@ fn apply(
     let mut failures = 0;
     if options.pin {
         for &(pid, column) in &switch.pin {
-            pin(pid, column % cores.max(1));
+            if let Some(core) = super::cores::core_of(column, cores) {
+                super::cores::pin(pid, core);
+            }
         }
     }
     for &pid in &switch.stop {
@@ -416,25 +425,5 @@ fn apply(
     shared.signal_failures += failures;
     if shared.resumes.len() + resumed.len() <= MAX_PENDING_RESUMES {
         shared.resumes.extend(resumed);
-    }
-}
-
-/// Pins a process to one core; failures (the process ended, or the core is not allowed in
-/// this cgroup) are harmless and only logged.
-fn pin(pid: u32, core: u32) {
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write only into it, and
-    // sched_setaffinity reads it.
-    let result = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(core as usize, &mut set);
-        libc::sched_setaffinity(
-            pid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        )
-    };
-    if result != 0 {
-        tracing::debug!(pid, core, error = %std::io::Error::last_os_error(), "cannot pin a process");
     }
 }

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod broker;
 pub mod clock;
+pub mod cores;
 mod mailboxes;
 pub mod master;
 pub mod node_broker;
@@ -163,6 +164,16 @@ pub fn spawn_agents(
             if !settings.pin {
                 command.arg("--no-pin");
             }
+            if !settings.cores.is_empty() {
+                command.arg("--cores").arg(
+                    settings
+                        .cores
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
             if !sync.compensate_rate {
                 command.arg("--no-rate-estimate");
             }
@@ -189,6 +200,7 @@ pub fn spawn_agents(
             node,
             columns,
             pin: settings.pin,
+            cores: settings.cores.clone(),
             clock: clock::AgentClock {
                 offset: settings.agent_clock_offset_ms * 1e-3 * (k as f64 + 1.0),
                 rate_ppm: settings.agent_clock_rate_ppm * (k as f64 + 1.0),
