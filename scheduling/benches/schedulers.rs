@@ -1,5 +1,6 @@
-//! Scheduling cost: a synthetic layered graph of 10,000 tasks placed over 1,000 servers.
-//! Targets (issue 4): <= 10 us per task for `simple`, <= 50 us per task for `flow`.
+//! Scheduling cost: a synthetic layered graph of 10,000 tasks placed over 1,000 servers
+//! (targets, issue 4: <= 10 us per task for `simple`, <= 50 us per task for `flow`), and
+//! 10,000 independent calls over 2 servers, the shape of a transaction of tiny tasks.
 //! Run with `cargo bench -p ninf-scheduling --bench schedulers`; prints one JSON line per
 //! scheduler. Figures go to docs/performance.md.
 
@@ -56,12 +57,50 @@ fn workload() -> (TaskGraph, GridView) {
     (graph, GridView { servers })
 }
 
+/// 10,000 calls of one routine with no edges between them (a transaction of `noop`s), on
+/// two servers.
+fn independent_calls() -> (TaskGraph, GridView) {
+    let mut graph = TaskGraph::default();
+    for i in 0..10_000 {
+        graph.add_task(Task {
+            label: format!("noop#{i}"),
+            function: "noop".into(),
+            flops: 1.0,
+            client_in_bytes: 40,
+            client_out_bytes: 0,
+            processors: 1,
+        });
+    }
+    let servers = (0..2)
+        .map(|i| ServerView {
+            name: format!("server{i}"),
+            flops_per_processor: 1e9,
+            processors: 1,
+            functions: ["noop".to_string()].into_iter().collect(),
+            up: true,
+        })
+        .collect();
+    (graph, GridView { servers })
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let (graph, grid) = workload();
-    for name in ["simple", "flow", "round-robin", "random"] {
+    run(
+        "schedule_10000_tasks_1000_servers",
+        workload(),
+        &["simple", "flow", "round-robin", "random"],
+    );
+    run(
+        "schedule_10000_independent_calls_2_servers",
+        independent_calls(),
+        &["simple", "flow", "seed-flow"],
+    );
+}
+
+fn run(bench: &str, (graph, grid): (TaskGraph, GridView), schedulers: &[&str]) {
+    for &name in schedulers {
         let mut predictor = LoadPredictor::new(
             &grid,
             vec![0.5; grid.servers.len()],
@@ -76,7 +115,7 @@ fn main() {
         let schedule = scheduler.schedule(&graph, &grid, &mut predictor).unwrap();
         let elapsed = start.elapsed().as_secs_f64();
         println!(
-            "{{\"bench\":\"schedule_10000_tasks_1000_servers\",\"scheduler\":\"{name}\",\"us_per_task\":{:.2},\"total_ms\":{:.1},\"makespan_s\":{:.2},\"inter_server_ratio\":{:.3}}}",
+            "{{\"bench\":\"{bench}\",\"scheduler\":\"{name}\",\"us_per_task\":{:.2},\"total_ms\":{:.1},\"makespan_s\":{:.2},\"inter_server_ratio\":{:.3}}}",
             elapsed * 1e6 / graph.tasks.len() as f64,
             elapsed * 1e3,
             schedule.makespan,

@@ -15,60 +15,17 @@
 
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
+use crate::paths::HeaviestPaths;
 use crate::predictor::{PlacementId, Predictor};
 use crate::schedule::{Prepared, Schedule, Scheduler, Timing, finish_schedule, predict, record};
 
 #[derive(Debug, Default)]
 pub struct Flow;
 
-/// The heaviest path among unplaced tasks, in dependency order.
-pub fn heaviest_path(
-    graph: &TaskGraph,
-    order: &[TaskId],
-    predecessors: &[Vec<(TaskId, u64)>],
-    placed: &[bool],
-) -> Vec<TaskId> {
-    let n = graph.tasks.len();
-    let mut weight = vec![0.0f64; n];
-    let mut back: Vec<Option<TaskId>> = vec![None; n];
-    let mut end: Option<TaskId> = None;
-    for &t in order {
-        if placed[t] {
-            continue;
-        }
-        let mut best_pred: Option<TaskId> = None;
-        for &(p, _) in &predecessors[t] {
-            if !placed[p]
-                && best_pred
-                    .is_none_or(|b| weight[p] > weight[b] || (weight[p] == weight[b] && p < b))
-            {
-                best_pred = Some(p);
-            }
-        }
-        weight[t] = graph.tasks[t].flops + best_pred.map_or(0.0, |p| weight[p]);
-        back[t] = best_pred;
-        if end.is_none_or(|e| weight[t] > weight[e]) {
-            end = Some(t);
-        }
-    }
-    let mut path = Vec::new();
-    let mut cursor = end;
-    while let Some(t) = cursor {
-        path.push(t);
-        cursor = back[t];
-    }
-    path.reverse();
-    path
-}
-
 /// The heaviest path among unplaced tasks and the servers serving every routine on it; when
 /// none does, the path is shortened to its longest prefix that some server serves.
-pub fn next_path(
-    graph: &TaskGraph,
-    prepared: &Prepared,
-    placed: &[bool],
-) -> (Vec<TaskId>, Vec<ServerId>) {
-    let mut path = heaviest_path(graph, &prepared.order, &prepared.predecessors, placed);
+pub fn next_path(prepared: &Prepared, paths: &HeaviestPaths) -> (Vec<TaskId>, Vec<ServerId>) {
+    let mut path = paths.heaviest();
     loop {
         let found: Vec<ServerId> = prepared.capable[prepared.function_of[path[0]]]
             .iter()
@@ -78,7 +35,7 @@ pub fn next_path(
                     .all(|&t| prepared.serves[prepared.function_of[t]][s])
             })
             .collect();
-        if !found.is_empty() || path.len() == 1 {
+        if !found.is_empty() || path.len() <= 1 {
             return (path, found);
         }
         path.pop();
@@ -99,13 +56,12 @@ impl Scheduler for Flow {
         let prepared = Prepared::new(graph, grid)?;
         let (order, predecessors) = (&prepared.order, &prepared.predecessors);
         let n = graph.tasks.len();
-        let mut done = vec![false; n];
+        let mut paths = HeaviestPaths::new(graph, order, predecessors);
         let mut placed: Vec<Option<(ServerId, Timing)>> = vec![None; n];
         let mut servers = vec![0; n];
         let mut tentative: Vec<PlacementId> = Vec::new();
-        let mut remaining = n;
-        while remaining > 0 {
-            let (path, candidates) = next_path(graph, &prepared, &done);
+        while !paths.is_empty() {
+            let (path, candidates) = next_path(&prepared, &paths);
             let mut best: Option<(ServerId, Vec<Timing>)> = None;
             for server in candidates {
                 // Path tasks are entered into the table while the path is timed on this
@@ -146,9 +102,8 @@ impl Scheduler for Flow {
                 );
                 placed[t] = Some((server, timing));
                 servers[t] = server;
-                done[t] = true;
-                remaining -= 1;
             }
+            paths.remove(&path);
         }
         for id in tentative {
             predictor.withdraw(id);

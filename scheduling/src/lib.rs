@@ -10,6 +10,7 @@ pub mod forecast;
 pub mod graph;
 pub mod grid;
 pub mod heft;
+pub mod paths;
 pub mod predictor;
 pub mod random;
 pub mod random_dag;

@@ -20,6 +20,7 @@
 use crate::flow::next_path;
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
+use crate::paths::HeaviestPaths;
 use crate::predictor::{PlacementId, Predictor};
 use crate::schedule::{Prepared, Schedule, Scheduler, finish_schedule};
 
@@ -123,13 +124,11 @@ impl Scheduler for SeedFlow {
         predictor: &mut dyn Predictor,
     ) -> Result<Schedule, GraphError> {
         let prepared = Prepared::new(graph, grid)?;
-        let n = graph.tasks.len();
-        let mut done = vec![false; n];
-        let mut servers = vec![0; n];
+        let mut paths = HeaviestPaths::new(graph, &prepared.order, &prepared.predecessors);
+        let mut servers = vec![0; graph.tasks.len()];
         let mut hints = Vec::new();
-        let mut remaining = n;
-        while remaining > 0 {
-            let (path, candidates) = next_path(graph, &prepared, &done);
+        while !paths.is_empty() {
+            let (path, candidates) = next_path(&prepared, &paths);
             let server = fastest(graph, &path, candidates, predictor)
                 .ok_or_else(|| unimplemented(graph, path[0]))?;
             let processors = path
@@ -140,9 +139,8 @@ impl Scheduler for SeedFlow {
             hints.push(hint(predictor, server, processors));
             for &t in &path {
                 servers[t] = server;
-                done[t] = true;
-                remaining -= 1;
             }
+            paths.remove(&path);
         }
         for id in hints {
             predictor.withdraw(id);
