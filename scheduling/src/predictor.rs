@@ -69,6 +69,14 @@ pub trait Predictor {
     fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
         seconds_at(task.flops, self.peak_speed(server, task.processors))
     }
+    /// [`Predictor::least_compute_time`] as a line in the task's flops, the same for every
+    /// task of one routine and processor count: `(seconds per flop, seconds per call)`, so
+    /// that the bound is `flops × first + second` up to rounding. Schedulers sort servers by
+    /// the first to stop at the first server that cannot win. The default is the default
+    /// bound's line.
+    fn least_compute_line(&self, server: ServerId, task: &Task) -> (f64, f64) {
+        (1.0 / self.peak_speed(server, task.processors), 0.0)
+    }
     /// Predicted performance of the path from one place to another.
     fn link(&self, from: Location, to: Location) -> Link;
     /// Seconds to move `bytes` from one place to another when the move starts at `at`. The
@@ -420,6 +428,16 @@ impl Predictor for LoadPredictor {
 
     fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
         self.time_among(server, task, self.base_load_of(server))
+    }
+
+    /// [`LoadPredictor::time_among`] at the measured load, as a line in the flops.
+    fn least_compute_line(&self, server: ServerId, task: &Task) -> (f64, f64) {
+        let (factor, overhead) = self.calibration_of(server, task);
+        let stretch = self.stretch_among(server, task.processors, self.base_load_of(server));
+        let speed = self
+            .idle_speed(server, task.processors)
+            .max(f64::MIN_POSITIVE);
+        (factor * stretch / speed, overhead.at(stretch))
     }
 
     fn link(&self, from: Location, to: Location) -> Link {

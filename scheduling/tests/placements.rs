@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use ninf_scheduling::calibration::Overhead;
 use ninf_scheduling::{
     GraphError, GridView, Link, LoadPredictor, Location, Predictor, ServerView, Task, TaskGraph,
     by_name,
@@ -337,6 +338,18 @@ impl Predictor for Unbounded {
 
 #[test]
 fn simple_skipping_servers_that_cannot_win_changes_no_placement() {
+    simple_pruned_and_unpruned_agree(false);
+}
+
+#[test]
+fn simple_skipping_servers_changes_no_placement_when_overheads_make_fast_servers_lose() {
+    simple_pruned_and_unpruned_agree(true);
+}
+
+/// SIMPLE with the predictor's bounds against SIMPLE evaluating every server, on 40 servers
+/// and 300 tasks; `calibrated`: each server has learned factors and per-call overheads, so
+/// that the fastest server is not always the best.
+fn simple_pruned_and_unpruned_agree(calibrated: bool) {
     let mut state = 11u64;
     let mut next = move || {
         state ^= state << 13;
@@ -383,6 +396,21 @@ fn simple_skipping_servers_that_cannot_win_changes_no_placement() {
     };
     let mut pruned = LoadPredictor::new(&grid, loads.clone(), HashMap::new(), link);
     let mut full = Unbounded(LoadPredictor::new(&grid, loads, HashMap::new(), link));
+    if calibrated {
+        for server in 0..grid.servers.len() {
+            let factors: HashMap<String, f64> = [
+                ("f".to_string(), 0.5 + (next() % 20) as f64 / 10.0),
+                ("g".to_string(), 0.5 + (next() % 20) as f64 / 10.0),
+            ]
+            .into();
+            let overhead = Overhead {
+                fixed: (next() % 2_000) as f64 * 1e-3,
+                shared: (next() % 500) as f64 * 1e-3,
+            };
+            pruned.calibrate(server, factors.clone(), overhead);
+            full.0.calibrate(server, factors, overhead);
+        }
+    }
     let a = by_name("simple", 0)
         .unwrap()
         .schedule(&graph, &grid, &mut pruned)
