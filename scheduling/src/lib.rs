@@ -19,6 +19,7 @@ pub mod search;
 pub mod seed;
 pub mod simple;
 pub mod staging;
+pub mod timeline;
 
 pub use graph::{ClientInput, Edge, GraphError, Task, TaskGraph, TaskId};
 pub use grid::{GridView, Link, Location, ServerId, ServerView};

@@ -13,6 +13,7 @@ use crate::calibration::Overhead;
 use crate::forecast::Forecaster;
 use crate::graph::Task;
 use crate::grid::{GridView, Link, Location, ServerId};
+use crate::timeline::Timeline;
 
 /// Identifies a recorded placement, so a scheduler can withdraw a tentative one.
 pub type PlacementId = usize;
@@ -133,19 +134,16 @@ fn seconds_at(flops: f64, speed: f64) -> f64 {
 struct Placement {
     server: ServerId,
     processors: u32,
+    /// Where its timeline keeps it.
     start: f64,
-    finish: f64,
     active: bool,
     /// Set for a transfer: the path it uses (it occupies no server).
     path: Option<(Location, Location)>,
 }
 
-/// Transfers recorded on one path: (id, start, finish).
-type PathBookings = HashMap<
-    (Location, Location),
-    Vec<(PlacementId, f64, f64)>,
-    std::hash::BuildHasherDefault<PairHasher>,
->;
+/// Transfers recorded on each path.
+type PathBookings =
+    HashMap<(Location, Location), Timeline, std::hash::BuildHasherDefault<PairHasher>>;
 
 /// The paper's predictor: measured load plus the record of placements.
 #[derive(Debug, Clone)]
@@ -156,8 +154,8 @@ pub struct LoadPredictor {
     links: LinkTable,
     default_link: Link,
     placements: Vec<Placement>,
-    /// Each server's active placements, stored contiguously: a load query scans only these.
-    by_server: Vec<Vec<(PlacementId, Placement)>>,
+    /// Each server's active placements, by start.
+    by_server: Vec<Timeline>,
     /// Active transfers by directed path.
     by_path: PathBookings,
     /// Learned factors on routines' compute times, by server and routine (see
@@ -231,7 +229,7 @@ impl LoadPredictor {
             links: links.into_iter().collect(),
             default_link,
             placements: Vec::new(),
-            by_server: vec![Vec::new(); n],
+            by_server: vec![Timeline::default(); n],
             by_path: PathBookings::default(),
             compute_factors: vec![HashMap::new(); n],
             call_overheads: vec![Overhead::default(); n],
@@ -333,14 +331,7 @@ impl LoadPredictor {
 
     /// Load on `server` at time `at`: measured load plus active placements.
     pub fn load_at(&self, server: ServerId, at: f64) -> f64 {
-        let placed: u32 = self
-            .by_server
-            .get(server)
-            .into_iter()
-            .flatten()
-            .filter(|(_, p)| p.start <= at && at < p.finish)
-            .map(|(_, p)| p.processors)
-            .sum();
+        let placed = self.by_server.get(server).map_or(0, |t| t.weight_at(at));
         self.base_load.get(server).copied().unwrap_or(0.0) + f64::from(placed)
     }
 
@@ -399,11 +390,9 @@ impl LoadPredictor {
 
     /// Transfers recorded on the path from `from` to `to` that are moving at `at`.
     pub fn transfers_at(&self, from: Location, to: Location, at: f64) -> usize {
-        self.by_path.get(&(from, to)).map_or(0, |list| {
-            list.iter()
-                .filter(|&&(_, start, finish)| start <= at && at < finish)
-                .count()
-        })
+        self.by_path
+            .get(&(from, to))
+            .map_or(0, |transfers| transfers.count_at(at))
     }
 }
 
@@ -485,14 +474,13 @@ impl Predictor for LoadPredictor {
             server: usize::MAX,
             processors: 0,
             start,
-            finish,
             active: true,
             path: Some((from, to)),
         });
         self.by_path
             .entry((from, to))
             .or_default()
-            .push((id, start, finish));
+            .insert(id, start, finish, 1);
         Some(id)
     }
 
@@ -502,13 +490,12 @@ impl Predictor for LoadPredictor {
             server,
             processors: processors.max(1),
             start,
-            finish,
             active: true,
             path: None,
         };
         self.placements.push(placement);
-        if let Some(list) = self.by_server.get_mut(server) {
-            list.push((id, placement));
+        if let Some(timeline) = self.by_server.get_mut(server) {
+            timeline.insert(id, start, finish, placement.processors);
         }
         id
     }
@@ -521,11 +508,11 @@ impl Predictor for LoadPredictor {
         if let Some(p) = self.placements.get_mut(placement) {
             p.active = false;
             if let Some(path) = p.path {
-                if let Some(list) = self.by_path.get_mut(&path) {
-                    list.retain(|&(id, _, _)| id != placement);
+                if let Some(transfers) = self.by_path.get_mut(&path) {
+                    transfers.remove(placement, p.start);
                 }
-            } else if let Some(list) = self.by_server.get_mut(p.server) {
-                list.retain(|&(id, _)| id != placement);
+            } else if let Some(timeline) = self.by_server.get_mut(p.server) {
+                timeline.remove(placement, p.start);
             }
         }
     }
