@@ -841,23 +841,12 @@ async fn a_parallel_matrix_product_matches_the_sequential_one() {
     server.stop().await;
 }
 
-/// The cores a process may run on, as /proc lists them (`1`, `0-3`, `0,2`).
-fn allowed_cores(pid: u32) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|list| list.trim().to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_process_is_pinned_to_the_core_its_column_is_given() {
     // The host's cores backwards: column 0 on the last one, so that the first core (where
     // every column went before `cores` existed) is not the answer by default.
-    let cores: Vec<u32> = ninf_compute_server::gang::cores::allowed()
-        .into_iter()
-        .rev()
-        .collect();
+    use ninf_compute_server::gang::cores::{allowed, of_process};
+    let cores: Vec<u32> = allowed().into_iter().rev().collect();
     let server = TestServer::start({
         let cores = cores.clone();
         move |c| c.gang.cores = cores
@@ -884,18 +873,18 @@ async fn each_process_is_pinned_to_the_core_its_column_is_given() {
     let running: Vec<v1::GangJob> = jobs_of(&s, "pspin").into_iter().cloned().collect();
     for job in &running {
         for (&column, &pid) in job.columns.iter().zip(&job.processes) {
-            let expected = cores[column as usize % cores.len()].to_string();
-            let mut seen = allowed_cores(pid);
+            let expected = vec![cores[column as usize % cores.len()]];
+            let mut seen = of_process(pid);
             for _ in 0..200 {
-                if seen.as_deref() == Some(expected.as_str()) {
+                if seen.as_ref() == Some(&expected) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                seen = allowed_cores(pid);
+                seen = of_process(pid);
             }
             assert_eq!(
-                seen.as_deref(),
-                Some(expected.as_str()),
+                seen,
+                Some(expected),
                 "column {column} (process {pid}) of {cores:?}"
             );
         }

@@ -1226,17 +1226,9 @@ async fn job_processes(server: &str) -> Vec<u32> {
     status.jobs.into_iter().flat_map(|j| j.processes).collect()
 }
 
-/// The cores a process may run on, as /proc lists them (`1`, `0-3`).
-fn allowed_cores(pid: u32) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|list| list.trim().to_string())
-}
-
 #[test]
 fn the_servers_of_one_grid_run_their_calls_on_different_cores() {
+    use ninf_compute_server::gang::cores;
     // Before each server was given its own cores, both pinned their one processor to the
     // host's first core, and a two-server grid computed on one core.
     let grid = TestGrid::start(vec![1, 1], |_| {});
@@ -1259,14 +1251,14 @@ fn the_servers_of_one_grid_run_their_calls_on_different_cores() {
             }));
         }
         for (offset, server) in servers.iter().enumerate() {
-            let expected = ninf_compute_server::gang::cores::spread(offset)[0].to_string();
+            let expected = vec![cores::spread(offset)[0]];
             let mut seen = Vec::new();
             for _ in 0..300 {
                 let pids = job_processes(server).await;
                 if !pids.is_empty() {
-                    seen = pids.iter().map(|&pid| allowed_cores(pid)).collect();
+                    seen = pids.iter().map(|&pid| cores::of_process(pid)).collect();
                 }
-                if seen.len() == 2 && seen.iter().all(|s| s.as_deref() == Some(expected.as_str())) {
+                if seen.len() == 2 && seen.iter().all(|s| s.as_ref() == Some(&expected)) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;

@@ -187,7 +187,10 @@ fn call_inputs<'a>(
     let uploads = staged
         .iter()
         .map(|&(via, bytes, _)| (Location::Server(via), bytes));
-    (issue, std::iter::once(client).chain(producers).chain(uploads))
+    (
+        issue,
+        std::iter::once(client).chain(producers).chain(uploads),
+    )
 }
 
 /// [`predict`] for a task some of whose client arrays were uploaded ahead of its call.

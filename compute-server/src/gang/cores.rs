@@ -41,19 +41,32 @@ pub fn config_section(offset: usize) -> String {
 /// The cores this process may run on (its CPU affinity), in increasing order; `[0]` if the
 /// kernel does not say.
 pub fn allowed() -> Vec<u32> {
+    affinity(0)
+        .filter(|cores| !cores.is_empty())
+        .unwrap_or_else(|| vec![0])
+}
+
+/// The cores process `pid` may run on, in increasing order; `None` when it cannot be read
+/// (the process is gone).
+pub fn of_process(pid: u32) -> Option<Vec<u32>> {
+    affinity(libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?)
+}
+
+fn affinity(pid: libc::pid_t) -> Option<Vec<u32>> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size into it, and
     // CPU_ISSET only reads it.
-    let cores: Vec<u32> = unsafe {
+    unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return vec![0];
+        if libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
         }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&core| libc::CPU_ISSET(core, &set))
-            .filter_map(|core| u32::try_from(core).ok())
-            .collect()
-    };
-    if cores.is_empty() { vec![0] } else { cores }
+        Some(
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&core| libc::CPU_ISSET(core, &set))
+                .filter_map(|core| u32::try_from(core).ok())
+                .collect(),
+        )
+    }
 }
 
 /// Pins a process to one core; failures (the process ended, or the core is not allowed in
@@ -106,6 +119,13 @@ mod tests {
         let config: crate::ServerConfig = toml::from_str(&text).unwrap();
         assert_eq!(config.gang.cores, spread(1));
         assert!(!config.gang.cores.is_empty());
+    }
+
+    #[test]
+    fn a_process_s_cores_are_read_and_no_process_has_none() {
+        let own = of_process(std::process::id()).unwrap();
+        assert!(!own.is_empty());
+        assert_eq!(of_process(0), None, "0 names no process");
     }
 
     #[test]
