@@ -127,12 +127,19 @@ fn a_late_call_counts_from_now_for_as_long_as_it_was_predicted() {
     assert_eq!(second.servers, vec![1]);
 }
 
-/// Places graph 1, one mmul, at t = 1 (it goes to a:1, the lower id on a tie) and records it.
-fn first_mmul_on_a(planner: &mut Planner, registry: &Registry, scheduler: &mut dyn Scheduler) {
+/// A grid where graph 1, one mmul, was placed and recorded at t = 1 (on a:1, the lower id on
+/// a tie): its registry, planner, the one-mmul graph and SIMPLE.
+fn first_mmul_on_a() -> (Registry, Planner, TaskGraph, Box<dyn Scheduler>) {
+    let registry = registry();
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
     let graph = one_mmul();
-    let first = planner.plan(registry, &graph, &[], scheduler, 1.0).unwrap();
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let first = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
     assert_eq!(first.servers, vec![0]);
-    planner.record(1, &graph, &first, registry, 1.0);
+    planner.record(1, &graph, &first, &registry, 1.0);
+    (registry, planner, graph, simple)
 }
 
 /// A server's load sample of one running job.
@@ -148,11 +155,7 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
     // Server a:1 reports a load of 1 at t = 2: graph 1's task, placed at t = 1, which
     // really ran from 1.2 to 2.5. At t = 2.6 graph 1 has ended: the stale sample must not
     // keep a:1 looking busy, so the next mmul goes to a:1 again (its id is lower on a tie).
-    let mut registry = registry();
-    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
-    let graph = one_mmul();
-    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
-    first_mmul_on_a(&mut planner, &registry, simple.as_mut());
+    let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
     let busy = one_job_running();
     assert!(registry.heartbeat("a:1", Some(&busy), 2.0));
     // While graph 1 runs, a:1 is busy with it: b:1 wins.
@@ -175,11 +178,7 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
 
 #[test]
 fn a_late_graphs_job_in_a_load_sample_is_counted_once() {
-    let mut registry = registry();
-    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
-    let graph = one_mmul();
-    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
-    first_mmul_on_a(&mut planner, &registry, simple.as_mut());
+    let (mut registry, planner, graph, mut simple) = first_mmul_on_a();
     // Graph 1 was predicted to end near t = 3. At t = 5 it still runs, and a:1 reports its
     // job: the sample and the placement are the same job.
     assert!(registry.heartbeat("a:1", Some(&one_job_running()), 5.0));
