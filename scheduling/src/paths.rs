@@ -33,13 +33,13 @@ impl Ord for Heavier {
 
 /// Heaviest-path weights of the unplaced tasks of one graph.
 #[derive(Debug)]
-pub struct HeaviestPaths {
-    order: Vec<TaskId>,
+pub struct HeaviestPaths<'g> {
+    graph: &'g TaskGraph,
+    order: &'g [TaskId],
+    predecessors: &'g [Vec<(TaskId, u64)>],
     /// Each task's index in `order`.
     position: Vec<usize>,
-    predecessors: Vec<Vec<TaskId>>,
     successors: Vec<Vec<TaskId>>,
-    flops: Vec<f64>,
     placed: Vec<bool>,
     weight: Vec<f64>,
     back: Vec<Option<TaskId>>,
@@ -47,14 +47,14 @@ pub struct HeaviestPaths {
     ends: BTreeSet<(Heavier, usize)>,
 }
 
-impl HeaviestPaths {
+impl<'g> HeaviestPaths<'g> {
     /// Weights for `graph`, whose tasks in dependency order are `order`, with each task's
     /// predecessors (and the bytes they send, unused here).
     pub fn new(
-        graph: &TaskGraph,
-        order: &[TaskId],
-        predecessors: &[Vec<(TaskId, u64)>],
-    ) -> HeaviestPaths {
+        graph: &'g TaskGraph,
+        order: &'g [TaskId],
+        predecessors: &'g [Vec<(TaskId, u64)>],
+    ) -> HeaviestPaths<'g> {
         let n = graph.tasks.len();
         let mut position = vec![0; n];
         for (i, &t) in order.iter().enumerate() {
@@ -67,21 +67,17 @@ impl HeaviestPaths {
             }
         }
         let mut paths = HeaviestPaths {
-            order: order.to_vec(),
+            graph,
+            order,
+            predecessors,
             position,
-            predecessors: predecessors
-                .iter()
-                .map(|l| l.iter().map(|&(p, _)| p).collect())
-                .collect(),
             successors,
-            flops: graph.tasks.iter().map(|t| t.flops).collect(),
             placed: vec![false; n],
             weight: vec![0.0; n],
             back: vec![None; n],
             ends: BTreeSet::new(),
         };
-        for i in 0..paths.order.len() {
-            let t = paths.order[i];
+        for (i, &t) in order.iter().enumerate() {
             let (weight, back) = paths.weigh(t);
             paths.weight[t] = weight;
             paths.back[t] = back;
@@ -138,7 +134,7 @@ impl HeaviestPaths {
     /// `t`'s weight and the predecessor its heaviest path comes through.
     fn weigh(&self, t: TaskId) -> (f64, Option<TaskId>) {
         let mut best: Option<TaskId> = None;
-        for &p in &self.predecessors[t] {
+        for &(p, _) in &self.predecessors[t] {
             if !self.placed[p]
                 && best.is_none_or(|b| {
                     self.weight[p] > self.weight[b] || (self.weight[p] == self.weight[b] && p < b)
@@ -147,7 +143,10 @@ impl HeaviestPaths {
                 best = Some(p);
             }
         }
-        (self.flops[t] + best.map_or(0.0, |p| self.weight[p]), best)
+        (
+            self.graph.tasks[t].flops + best.map_or(0.0, |p| self.weight[p]),
+            best,
+        )
     }
 }
 
@@ -264,7 +263,8 @@ mod tests {
                 processors: 1,
             });
         }
-        let mut paths = HeaviestPaths::new(&graph, &[0, 1, 2, 3], &vec![Vec::new(); 4]);
+        let no_edges = vec![Vec::new(); 4];
+        let mut paths = HeaviestPaths::new(&graph, &[0, 1, 2, 3], &no_edges);
         let mut seen: Vec<TaskId> = Vec::new();
         while !paths.is_empty() {
             let path = paths.heaviest();
