@@ -65,16 +65,11 @@ pub trait Predictor {
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
         seconds_at(task.flops, self.speed(server, task.processors, at))
     }
-    /// A lower bound of [`Predictor::compute_time`] at any time (the server idle);
-    /// schedulers use it to skip servers that cannot win.
-    fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
-        seconds_at(task.flops, self.peak_speed(server, task.processors))
-    }
-    /// [`Predictor::least_compute_time`] as a line in the task's flops, the same for every
-    /// task of one routine and processor count: `(seconds per flop, seconds per call)`, so
-    /// that the bound is `flops × first + second` up to rounding. Schedulers sort servers by
-    /// the first to stop at the first server that cannot win. The default is the default
-    /// bound's line.
+    /// A lower bound of [`Predictor::compute_time`] at any time (the server idle) as a line
+    /// in the task's flops, the same for every task of one routine and processor count:
+    /// `(seconds per flop, seconds per call)`, so that the bound is `flops × first + second`
+    /// up to rounding. Schedulers sort servers by the first and skip those that cannot win.
+    /// The default is the flops at [`Predictor::peak_speed`].
     fn least_compute_line(&self, server: ServerId, task: &Task) -> (f64, f64) {
         (1.0 / self.peak_speed(server, task.processors), 0.0)
     }
@@ -379,8 +374,7 @@ impl LoadPredictor {
             .max(f64::MIN_POSITIVE)
     }
 
-    /// A call of `task` on `server` among `load` other jobs. One formula for the bound and
-    /// the prediction, so the bound is never above a prediction by a rounding.
+    /// A call of `task` on `server` among `load` other jobs.
     fn time_among(&self, server: ServerId, task: &Task, load: f64) -> f64 {
         let (factor, overhead) = self.calibration_of(server, task);
         let alone = seconds_at(task.flops, self.idle_speed(server, task.processors)) * factor;
@@ -413,10 +407,6 @@ impl Predictor for LoadPredictor {
     /// latency) does not ([`crate::calibration::Overhead`]).
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
         self.time_among(server, task, self.load_at(server, at))
-    }
-
-    fn least_compute_time(&self, server: ServerId, task: &Task) -> f64 {
-        self.time_among(server, task, self.base_load_of(server))
     }
 
     /// [`LoadPredictor::time_among`] at the measured load, as a line in the flops.

@@ -18,46 +18,59 @@ pub struct Simple;
 /// above their rounding, far below any difference between servers.
 const ROUNDING: f64 = 1e-9;
 
-/// The servers able to run one routine on one processor count, by their bound's seconds
-/// per flop ([`Predictor::least_compute_line`]), least first (ties to the lower id).
+/// The servers able to run one routine on one processor count, with their bound's line
+/// ([`Predictor::least_compute_line`]: seconds per flop, seconds per call), least seconds
+/// per flop first (ties to the lower id). The bound is at the measured load, which no
+/// placement changes, so it holds for the whole schedule.
 struct Candidates {
-    by_speed: Vec<(ServerId, f64)>,
-    /// `per_call[i]`: the least seconds per call among `by_speed[i..]`.
-    per_call: Vec<f64>,
+    by_speed: Vec<(ServerId, f64, f64)>,
+    /// `least_per_call[i]`: the least seconds per call among `by_speed[i..]`.
+    least_per_call: Vec<f64>,
+}
+
+/// A line's seconds for a task of `flops` (none for the flops of a call without any, even
+/// on a server without speed).
+fn line_seconds(flops: f64, per_flop: f64, per_call: f64) -> f64 {
+    if flops > 0.0 {
+        flops * per_flop + per_call
+    } else {
+        per_call
+    }
 }
 
 impl Candidates {
     fn new(servers: &[ServerId], task: &crate::graph::Task, predictor: &dyn Predictor) -> Self {
-        let mut lines: Vec<(ServerId, f64, f64)> = servers
+        let mut by_speed: Vec<(ServerId, f64, f64)> = servers
             .iter()
             .map(|&s| {
                 let (per_flop, per_call) = predictor.least_compute_line(s, task);
-                (s, per_flop, per_call)
+                (s, per_flop, per_call.max(0.0))
             })
             .collect();
-        lines.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let mut per_call = vec![0.0; lines.len()];
+        by_speed.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        let mut least_per_call = vec![0.0; by_speed.len()];
         let mut least = f64::INFINITY;
-        for (i, line) in lines.iter().enumerate().rev() {
-            least = least.min(line.2.max(0.0));
-            per_call[i] = least;
+        for (i, &(_, _, per_call)) in by_speed.iter().enumerate().rev() {
+            least = least.min(per_call);
+            least_per_call[i] = least;
         }
         Candidates {
-            by_speed: lines
-                .into_iter()
-                .map(|(s, per_flop, _)| (s, per_flop))
-                .collect(),
-            per_call,
+            by_speed,
+            least_per_call,
         }
     }
 
-    /// The least bound among the servers from position `i` on, for a task of `flops`.
-    fn floor(&self, i: usize, flops: f64) -> f64 {
-        let per_call = self.per_call.get(i).copied().unwrap_or(0.0);
-        match self.by_speed.get(i) {
-            Some(&(_, per_flop)) if flops > 0.0 => flops * per_flop + per_call,
-            _ => per_call,
-        }
+    /// Server `i`'s bound, and the least bound among the servers from `i` on, for a task of
+    /// `flops`.
+    fn bounds(&self, i: usize, flops: f64) -> (f64, f64) {
+        let Some(&(_, per_flop, per_call)) = self.by_speed.get(i) else {
+            return (0.0, 0.0);
+        };
+        let least = self.least_per_call.get(i).copied().unwrap_or(0.0);
+        (
+            line_seconds(flops, per_flop, per_call),
+            line_seconds(flops, per_flop, least),
+        )
     }
 }
 
@@ -78,7 +91,7 @@ impl Scheduler for Simple {
         let mut servers = vec![0; graph.tasks.len()];
         let mut recorded = Vec::new();
         let mut makespan = 0.0f64;
-        // Capable servers by routine and processor count, fastest (when idle) first.
+        // Capable servers by routine and processor count, least bound per flop first.
         let mut fastest_first: HashMap<(usize, u32), Candidates> = HashMap::new();
         for &task in &prepared.order {
             let t = &graph.tasks[task];
@@ -95,12 +108,14 @@ impl Scheduler for Simple {
                 .filter_map(|&(p, _)| placed[p].map(|(_, timing)| timing.finish))
                 .fold(0.0, f64::max);
             let mut best: Option<(ServerId, Timing)> = None;
-            for (i, &(server, _)) in candidates.by_speed.iter().enumerate() {
+            for (i, &(server, _, _)) in candidates.by_speed.iter().enumerate() {
                 if let Some((_, b)) = best {
-                    if (inputs_ready + candidates.floor(i, t.flops)) * (1.0 - ROUNDING) > b.finish {
+                    let (own, rest) = candidates.bounds(i, t.flops);
+                    let loses = |bound: f64| (inputs_ready + bound) * (1.0 - ROUNDING) > b.finish;
+                    if loses(rest) {
                         break;
                     }
-                    if inputs_ready + predictor.least_compute_time(server, t) > b.finish {
+                    if loses(own) {
                         continue;
                     }
                 }

@@ -73,7 +73,8 @@ fn a_calls_compute_and_shared_overhead_stretch_with_the_load_and_its_latency_doe
     p.place(0, 4, 0.0, 10.0);
     assert_eq!(p.stretch(0, 4, 5.0), 2.0);
     assert!((p.compute_time(0, &task, 5.0) - (2.0 * 0.6 + 0.2)).abs() < 1e-12);
-    assert!((p.least_compute_time(0, &task) - alone).abs() < 1e-12);
+    let (per_flop, per_call) = p.least_compute_line(0, &task);
+    assert!((task.flops * per_flop + per_call - alone).abs() < 1e-12);
 }
 
 #[test]
