@@ -38,6 +38,15 @@ pub fn signal(pid: u32, signal: i32) -> bool {
     unsafe { libc::kill(pid, signal) == 0 }
 }
 
+/// Numbers as `ninf-gang-agent` takes a list: `0,1,2`.
+fn comma_list(numbers: &[u32]) -> String {
+    numbers
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The node agents a server started; dropping it stops them.
 pub struct Agents {
     processes: Vec<tokio::process::Child>,
@@ -124,11 +133,7 @@ pub fn spawn_agents(
     });
     for (k, columns) in settings.node_columns(processors).into_iter().enumerate() {
         let node = format!("node-{k}");
-        let list = columns
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let list = comma_list(&columns);
         if let Some(exe) = &executable {
             let mut command = tokio::process::Command::new(exe);
             command
@@ -165,14 +170,7 @@ pub fn spawn_agents(
                 command.arg("--no-pin");
             }
             if !settings.cores.is_empty() {
-                command.arg("--cores").arg(
-                    settings
-                        .cores
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(","),
-                );
+                command.arg("--cores").arg(comma_list(&settings.cores));
             }
             if !sync.compensate_rate {
                 command.arg("--no-rate-estimate");
