@@ -107,14 +107,7 @@ fn the_next_graph_avoids_the_server_busy_with_the_last_one_until_it_ends() {
 
 #[test]
 fn a_late_call_counts_from_now_for_as_long_as_it_was_predicted() {
-    let registry = registry();
-    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
-    let graph = one_mmul();
-    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
-    let first = planner
-        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
-        .unwrap();
-    planner.record(1, &graph, &first, &registry, 1.0);
+    let (registry, planner, graph, mut simple) = first_mmul_on_a();
     let placed = planner.active()[0].clone();
     let length = placed.finish - placed.start;
     assert!(length > 1.9, "2 Gflop at 1 Gflop/s: {length}");
