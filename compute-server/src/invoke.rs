@@ -12,6 +12,7 @@ use ninf_idl::{ElementType, FunctionInterface, Mode};
 use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::net::auth::authorized;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
+use prost::Message;
 use tonic::{Code, Status};
 
 use crate::config::{BrokerPlacement, RankPlacement};
@@ -204,7 +205,7 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
         .map_err(|e| gang_status(name, e))?;
     let queue_seconds = queue_start.elapsed().as_secs_f64();
     let compute_start = Instant::now();
-    let success = run_job(state, &prepared, &ticket, arguments).await?;
+    let Ran { success, cold } = run_job(state, &prepared, &ticket, arguments).await?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
     drop(ticket);
 
@@ -232,8 +233,16 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
             fetch_seconds,
             queue_seconds,
             compute_seconds,
+            cold,
         }),
     })
+}
+
+/// What a job's processes returned, and whether any of them was cold for it
+/// ([`Checkout::note_call`]).
+pub struct Ran {
+    pub success: v1::ExecSuccess,
+    pub cold: bool,
 }
 
 /// Runs an admitted job on its processes: one executable for a sequential routine; for a
@@ -244,7 +253,7 @@ pub async fn run_job(
     prepared: &Prepared<'_>,
     ticket: &JobTicket,
     arguments: Vec<v1::ArgumentValue>,
-) -> Result<v1::ExecSuccess, Status> {
+) -> Result<Ran, Status> {
     let name = &prepared.function.name;
     let ranks = prepared.processors as usize;
     let parallel = matches!(
@@ -252,7 +261,12 @@ pub async fn run_job(
         ninf_idl::Parallelism::Parallel { .. }
     );
     if (ranks > 1 || parallel) && state.gang.settings.ranks == RankPlacement::Nodes {
-        return run_on_nodes(state, prepared, ticket, arguments).await;
+        // The nodes' agents start the ranks' executables for this job alone.
+        let success = run_on_nodes(state, prepared, ticket, arguments).await?;
+        return Ok(Ran {
+            success,
+            cold: true,
+        });
     }
     let mut checkouts = prepared
         .pool
@@ -270,11 +284,13 @@ pub async fn run_job(
         let mut checkout = checkouts
             .pop()
             .ok_or_else(|| Status::internal("no process"))?;
+        let cold = checkout.note_call(name, request.encoded_len());
         let reply = checkout
             .exchange(Outgoing::Message(request), false, prepared.timeout)
             .await
             .map_err(|e| pool_status(name, e))?;
-        return checkout.finish(reply).map_err(|e| pool_status(name, e));
+        let success = checkout.finish(reply).map_err(|e| pool_status(name, e))?;
+        return Ok(Ran { success, cold });
     }
     let spread = state.gang.settings.broker == BrokerPlacement::Nodes;
     let node_brokers = if spread {
@@ -283,16 +299,25 @@ pub async fn run_job(
         state.broker.open(ticket.id, ranks as u32);
         Vec::new()
     };
-    let exchanges = checkouts.iter_mut().enumerate().map(|(rank, checkout)| {
-        let request = rank_request(
-            name,
-            &arguments,
-            ticket,
-            rank as u32,
-            ranks as u32,
-            &node_brokers,
-        );
-        async move {
+    let mut cold = false;
+    let requests: Vec<v1::ExecRequest> = checkouts
+        .iter_mut()
+        .enumerate()
+        .map(|(rank, checkout)| {
+            let request = rank_request(
+                name,
+                &arguments,
+                ticket,
+                rank as u32,
+                ranks as u32,
+                &node_brokers,
+            );
+            cold |= checkout.note_call(name, request.encoded_len());
+            request
+        })
+        .collect();
+    let exchanges = checkouts.iter_mut().zip(requests).enumerate().map(
+        |(rank, (checkout, request))| async move {
             let reply = checkout
                 .exchange(Outgoing::Message(request), false, prepared.timeout)
                 .await;
@@ -302,8 +327,8 @@ pub async fn run_job(
                 state.broker.rank_done(ticket.id, rank as u32);
             }
             reply
-        }
-    });
+        },
+    );
     let replies = futures_util::future::join_all(exchanges).await;
     if spread {
         state.gang.close_spread(ticket.id, "");
@@ -318,7 +343,8 @@ pub async fn run_job(
             .and_then(|reply| checkout.finish(reply))
             .map_err(|e| pool_status(name, e))
     });
-    rank_zero_result(name, ranks as u32, outcomes)
+    let success = rank_zero_result(name, ranks as u32, outcomes)?;
+    Ok(Ran { success, cold })
 }
 
 /// Rank `rank`'s request: the call's arguments and its place among the job's ranks.

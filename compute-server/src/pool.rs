@@ -4,6 +4,7 @@
 //! costs only its own call. How many calls run at once is the gang scheduler's business
 //! (`crate::gang`): a call takes processes only once its job is in the time table.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,6 +48,8 @@ struct Process {
     /// Shared memory for large requests and replies.
     regions: HostRegions,
     next_call_id: u64,
+    /// The largest request sent for each routine it has run (bytes).
+    largest_request: HashMap<String, usize>,
 }
 
 const MAX_REPLY_FRAME: usize = 2 << 30;
@@ -77,6 +80,7 @@ impl Process {
             stdout: BufReader::with_capacity(1 << 20, stdout),
             regions,
             next_call_id: 1,
+            largest_request: HashMap::new(),
         })
     }
 
@@ -374,6 +378,27 @@ impl Checkout<'_> {
                 p.next_call_id
             }
             None => 0,
+        }
+    }
+
+    /// Records that the executable is about to run `function` on a request of `len` bytes
+    /// and says whether it is cold for it: it has not run `function` yet, or only on
+    /// requests less than half as large, so this call pays for loading the routine or for
+    /// first touches of the memory it grows into.
+    pub fn note_call(&mut self, function: &str, len: usize) -> bool {
+        let Some(process) = self.process.as_mut() else {
+            return true;
+        };
+        match process.largest_request.get_mut(function) {
+            Some(largest) => {
+                let cold = len / 2 > *largest;
+                *largest = (*largest).max(len);
+                cold
+            }
+            None => {
+                process.largest_request.insert(function.to_string(), len);
+                true
+            }
         }
     }
 

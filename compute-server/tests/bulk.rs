@@ -228,6 +228,10 @@ async fn a_raw_bulk_connection_survives_refused_calls_and_keeps_outputs_on_reque
             ..
         }))
     ));
+    assert!(
+        reply.timing.unwrap().cold,
+        "the first echo of its executable"
+    );
     let mut raw = [0u8; 32];
     stream.read_exact(&mut raw).await.unwrap();
     assert_eq!(ninf_proto::values::decode::<f64>(&raw).unwrap(), x);
@@ -241,6 +245,10 @@ async fn a_raw_bulk_connection_survives_refused_calls_and_keeps_outputs_on_reque
         Some(v1::bulk_reply::Result::Reply(r)) => r,
         other => panic!("expected a reply, got {other:?}"),
     };
+    assert!(
+        !reply.timing.unwrap().cold,
+        "the same echo on the same executable"
+    );
     let Some(v1::call_output::Result::Object(object)) = &reply.outputs[0].result else {
         panic!("expected an object, got {:?}", reply.outputs[0]);
     };

@@ -657,3 +657,35 @@ async fn a_full_spill_directory_refuses_what_does_not_fit_and_the_server_keeps_s
     assert_eq!(server.state.store.usage(), (512, 0));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_says_whether_its_executable_was_cold_for_it() {
+    // One processor: every call runs on the module's one warm executable.
+    let server = TestServer::start(|c| c.processors = Some(1)).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let cold = |n: usize| {
+        let client = &client;
+        async move {
+            let reply = client.call_request(echo_request(n, false)).await.unwrap();
+            reply.timing.unwrap().cold
+        }
+    };
+    assert!(cold(64).await, "the first echo on a new executable");
+    assert!(!cold(64).await, "the same echo again");
+    assert!(!cold(100).await, "a request less than twice as large");
+    assert!(cold(16 << 10).await, "a request many times larger");
+    assert!(!cold(16 << 10).await, "that size again");
+    assert!(!cold(64).await, "smaller again");
+    let dgefa = request(
+        "dgefa",
+        vec![doubles(&[2.0, 0.0, 0.0, 2.0]), int(2), none()],
+    );
+    let first = client.call_request(dgefa.clone()).await.unwrap();
+    assert!(
+        first.timing.unwrap().cold,
+        "another routine of the module, first run"
+    );
+    let second = client.call_request(dgefa).await.unwrap();
+    assert!(!second.timing.unwrap().cold, "that routine again");
+    server.stop().await;
+}

@@ -398,6 +398,7 @@ async fn call(
     }
     let fetch_seconds = fetch_start.elapsed().as_secs_f64() - queued.as_secs_f64();
 
+    let cold = checkout.note_call(&name, len);
     let compute_start = Instant::now();
     let reply = checkout
         .exchange(Outgoing::Prepared { len, call_id }, true, prepared.timeout)
@@ -426,6 +427,7 @@ async fn call(
                 fetch_seconds,
                 queue_seconds: queued.as_secs_f64(),
                 compute_seconds,
+                cold,
             }),
         })),
     };
