@@ -78,6 +78,8 @@ pub struct TaskOutcome {
     pub finish: f64,
     pub compute_seconds: f64,
     pub queue_seconds: f64,
+    /// The server ran it on an executable cold for it (`CallTiming.cold`).
+    pub cold: bool,
 }
 
 /// How long the placements of ended graphs are kept, at least, to correct load samples taken
@@ -171,6 +173,16 @@ impl Planner {
                 predictor.calibrate(index, factors, overhead);
             }
         }
+        for (index, server) in registry.servers().iter().enumerate() {
+            tracing::debug!(
+                server = %server.address,
+                mflops = server.info.mflops,
+                load = predictor.load_at(index, 0.0),
+                factors = ?self.calibration.factors(&server.address),
+                overhead = ?self.calibration.overhead(&server.address),
+                "server as the planner sees it"
+            );
+        }
         for p in self.active.iter().filter(|p| !p.abandoned_at(now)) {
             if let Some(server) = registry.index_of(&p.server) {
                 let (start, finish) = p.still_running(now);
@@ -197,19 +209,21 @@ impl Planner {
                 continue;
             };
             // Undo the calibration the prediction used, to learn against the model itself.
-            let (factor, overhead) = if self.calibrate {
-                (
-                    self.calibration.factor(&entry.address, &t.function),
-                    self.calibration.overhead(&entry.address),
-                )
-            } else {
-                (1.0, Overhead::default())
-            };
             let modelled = modelled_seconds(
                 t,
                 registry.flops_per_processor(entry),
                 entry.info.processors.max(1),
             );
+            let (factor, overhead) = if self.calibrate {
+                (
+                    self.calibration
+                        .factor(&entry.address, &t.function)
+                        .at(modelled),
+                    self.calibration.overhead(&entry.address),
+                )
+            } else {
+                (1.0, Overhead::default())
+            };
             // The prediction was (modelled x factor + shared overhead) x stretch + fixed
             // overhead: the stretch is what is left of it once the call alone is taken out.
             let stretched = modelled * factor + overhead.shared;
@@ -261,6 +275,7 @@ impl Planner {
                             actual_call: actual.finish - actual.start,
                             actual_compute: actual.compute_seconds,
                             actual_queue: actual.queue_seconds,
+                            cold: actual.cold,
                         });
                         p.start = p.placed_at + actual.start;
                         p.finish = (p.placed_at + actual.finish).min(now);

@@ -223,7 +223,7 @@ fn predictions_learn_a_routines_real_speed_and_the_cost_of_a_call() {
     assert!((first - 2.0).abs() < 0.01, "before learning: {first}");
     let learned = run_mmuls(&mut planner, 15, 4.0, 4.05);
     assert!((learned - 4.05).abs() < 0.01, "after learning: {learned}");
-    assert!((planner.calibration().factor("a:1", "mmul") - 2.0).abs() < 0.01);
+    assert!((planner.calibration().factor("a:1", "mmul").least() - 2.0).abs() < 0.01);
     assert!((planner.calibration().overhead("a:1").at(1.0) - 0.05).abs() < 0.001);
     // Without calibration the model alone predicts, as the seed's did.
     let mut seed = Planner::new(PredictorKind::LatestSample, link);

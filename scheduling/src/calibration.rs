@@ -4,8 +4,14 @@
 //! `dgefa` at n = 400 ran 5-7 times slower here than the benchmark promised), and every call
 //! pays a fixed cost the flops do not count (the RPC, argument encoding, admission into the
 //! gang table). Both are learned per server from the times the proxies report: a factor on
-//! the modelled compute time per (server, routine), and a per-call overhead per server.
-//! GridSolve and DIET's FAST learn per-routine performance the same way.
+//! the modelled compute time per (server, routine, size band), and a per-call overhead per
+//! server. GridSolve and DIET's FAST learn per-routine performance the same way.
+//!
+//! The factor is kept per size band (calls whose modelled times are within a factor of 4:
+//! [`Factor`]) because it changes with size: products at n = 200 ran at 2-8 times their
+//! model here, at n = 1000 at 1. Learned as one figure, a server whose last calls were
+//! small looked 4-8 times slower for large ones than its twin that had just run large
+//! ones, and FLOW put 5 to 7 of a cascade's 7 products at n = 1000 on the twin.
 //!
 //! The overhead has two parts, fitted to how it grew with the load each call was predicted
 //! to meet ([`Overhead`]): a part that waits for the server's processors as the compute does
@@ -15,8 +21,16 @@
 //! the processors' share, the prediction would have been 4 ms.
 //!
 //! Each figure is the median of its last [`WINDOW`] observations: on a shared machine one
-//! call in a few runs two or three times slower than its neighbours (and the very first call
-//! of a server, cold, slower still), and a mean would carry those into every prediction.
+//! call in a few runs two or three times slower than its neighbours, and a mean would carry
+//! those into every prediction.
+//!
+//! A call on a cold executable (one that had not run the routine on a request that large:
+//! `CallTiming.cold`) teaches a factor only while its server has no warm call of the
+//! routine. A median does not protect against those: they come first, when the window is
+//! nearly empty. On a local grid of two identical servers the first cascade at n = 200 ran
+//! its cold products in 6-11 ms against 0.5-1.5 ms warm; the server that got fewer calls
+//! afterwards kept a factor 2.7 times its twin's, and FLOW then put every product of the
+//! next cascades on the twin.
 //!
 //! A server nobody has learned yet, or whose figures have not been refreshed for
 //! [`STALE_AFTER`] observations of the whole grid, is assumed to cost what the servers with
@@ -27,7 +41,7 @@
 //! Pure and deterministic: observations in, figures out; no clock (age is counted in
 //! observations).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Observations each figure keeps: enough for a median to ignore the odd slow call, few
 /// enough to follow a server whose speed changes within a few dozen calls.
@@ -45,6 +59,9 @@ const MAX_OVERHEAD: f64 = 10.0;
 /// A server's figures are set aside once the grid has made this many observations since
 /// its last one: twenty windows.
 pub const STALE_AFTER: u64 = 20 * WINDOW as u64;
+/// A server's factor for a routine is set aside, and forgotten at its next call, once the
+/// grid has run the routine this many times since the server last did: two windows.
+pub const ROUTINE_STALE_AFTER: u64 = 2 * WINDOW as u64;
 
 /// What one finished call teaches: the prediction it was placed with and what happened.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +81,9 @@ pub struct Observation {
     /// The server's own account of the call's computing and of its wait for processors.
     pub actual_compute: f64,
     pub actual_queue: f64,
+    /// The server ran the call on an executable that had not run the routine on a request
+    /// this large: its compute time includes one-off costs (loading, first touches).
+    pub cold: bool,
 }
 
 /// The last observations of one figure, and their median.
@@ -73,13 +93,16 @@ struct Recent {
 }
 
 impl Recent {
-    /// Adds `value` (dropping the oldest beyond [`WINDOW`]) and returns the new median.
-    fn push(&mut self, value: f64) -> f64 {
+    /// Adds `value`, dropping the oldest beyond [`WINDOW`].
+    fn push(&mut self, value: f64) {
         if self.values.len() == WINDOW {
             self.values.pop_front();
         }
         self.values.push_back(value);
-        median(self.values.iter().copied().collect()).unwrap_or(value)
+    }
+
+    fn median(&self) -> Option<f64> {
+        median(self.values.iter().copied().collect())
     }
 }
 
@@ -157,17 +180,104 @@ fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
 }
 
 /// The learned figures, by server address.
+/// A factor's observations, of warm calls and of cold ones apart.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct FactorHistory {
+    warm: Recent,
+    cold: Recent,
+    /// The factor now: the median of the warm calls, or of the cold ones until a warm one is
+    /// seen (a server whose every call is cold, such as one whose nodes' agents start each
+    /// parallel job's executables, is still learned).
+    median: f64,
+    /// How many calls of the routine in this band the grid had seen at this one.
+    last: u64,
+}
+
+impl FactorHistory {
+    fn push(&mut self, value: f64, cold: bool) {
+        if cold {
+            self.cold.push(value);
+        } else {
+            self.warm.push(value);
+        }
+        self.median = self
+            .warm
+            .median()
+            .or_else(|| self.cold.median())
+            .unwrap_or(value);
+    }
+}
+
+/// The size band of a call whose model gives it `modelled` seconds: calls within a factor
+/// of 4 of each other share one.
+fn band(modelled: f64) -> i32 {
+    (modelled.log2() / 2.0).floor().clamp(-100.0, 100.0) as i32
+}
+
+/// A routine's factor on one server, by the size of the call: what a call costs beyond its
+/// flops depends on its size (fixed costs weigh most in small calls), so a factor learned
+/// from small calls does not hold for large ones.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Factor {
+    by_band: BTreeMap<i32, f64>,
+}
+
+impl Factor {
+    /// The same factor at every size.
+    pub fn flat(factor: f64) -> Factor {
+        Factor {
+            by_band: BTreeMap::from([(0, factor)]),
+        }
+    }
+
+    /// Each `(modelled seconds, factor)` pair's factor for calls in that size's band.
+    pub fn sized(points: &[(f64, f64)]) -> Factor {
+        Factor {
+            by_band: points.iter().map(|&(m, f)| (band(m), f)).collect(),
+        }
+    }
+
+    /// The factor for a call the model gives `modelled` seconds: that of its band, else of
+    /// the nearest band known (the smaller on a tie), else 1.
+    pub fn at(&self, modelled: f64) -> f64 {
+        let b = band(modelled);
+        let below = self.by_band.range(..=b).next_back();
+        let above = self.by_band.range(b..).next();
+        match (below, above) {
+            (Some((&lo, &f)), Some((&hi, &g))) => {
+                if i64::from(b) - i64::from(lo) <= i64::from(hi) - i64::from(b) {
+                    f
+                } else {
+                    g
+                }
+            }
+            (Some((_, &f)), None) | (None, Some((_, &f))) => f,
+            (None, None) => 1.0,
+        }
+    }
+
+    /// The least factor at any size (1 when none is known).
+    pub fn least(&self) -> f64 {
+        self.by_band
+            .values()
+            .copied()
+            .reduce(f64::min)
+            .unwrap_or(1.0)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Calibration {
-    factor_history: HashMap<(String, String), Recent>,
+    /// By server, routine and size band.
+    factor_history: HashMap<(String, String, i32), FactorHistory>,
     /// Each server's last (predicted stretch, overhead) pairs.
     overhead_history: HashMap<String, VecDeque<(f64, f64)>>,
-    /// The medians, by server and routine, and the fitted overheads: what predictions use.
-    factors: HashMap<String, HashMap<String, f64>>,
     overheads: HashMap<String, Overhead>,
     /// Observations made so far, and each server's count at its last one.
     observed: u64,
     last_observed: HashMap<String, u64>,
+    /// Observations made so far of each routine in each size band.
+    routine_observed: HashMap<(String, i32), u64>,
 }
 
 impl Calibration {
@@ -200,12 +310,7 @@ impl Calibration {
         if o.modelled_compute > 0.0 {
             let observed =
                 (held / (o.modelled_compute * stretch)).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
-            let key = (o.server.clone(), o.function.clone());
-            let median = self.factor_history.entry(key).or_default().push(observed);
-            self.factors
-                .entry(o.server.clone())
-                .or_default()
-                .insert(o.function.clone(), median);
+            self.learn_factor(o, observed);
         } else {
             held = 0.0;
         }
@@ -217,6 +322,25 @@ impl Calibration {
         history.push_back((stretch, overhead));
         let fitted = Overhead::fit(history.make_contiguous());
         self.overheads.insert(o.server.clone(), fitted);
+    }
+
+    /// Adds `observed` to the factor of the call's server, routine and band, forgetting
+    /// what that factor knew if it had gone stale.
+    fn learn_factor(&mut self, o: &Observation, observed: f64) {
+        let b = band(o.modelled_compute);
+        let count = self
+            .routine_observed
+            .entry((o.function.clone(), b))
+            .or_default();
+        *count += 1;
+        let count = *count;
+        let key = (o.server.clone(), o.function.clone(), b);
+        let history = self.factor_history.entry(key).or_default();
+        if count - history.last > ROUTINE_STALE_AFTER {
+            *history = FactorHistory::default();
+        }
+        history.last = count;
+        history.push(observed, o.cold);
     }
 
     /// Whether `server`'s own figures are recent enough to use.
@@ -237,23 +361,50 @@ impl Calibration {
         median(values)
     }
 
-    /// The factor on `function`'s modelled compute time on `server`: its own, or the other
-    /// servers' median until it has fresh figures (1 when nobody has one).
-    pub fn factor(&self, server: &str, function: &str) -> f64 {
-        let own = |s: &str| self.factors.get(s).and_then(|f| f.get(function)).copied();
-        if self.fresh(server)
-            && let Some(factor) = own(server)
-        {
-            return factor;
-        }
-        self.prior(own).unwrap_or(1.0)
+    /// `server`'s own factor for `function` in band `b`, if it is fresh: the server is,
+    /// and it ran the routine in that band within the last [`ROUTINE_STALE_AFTER`] calls
+    /// of it there. A server that never gets a routine because its factor looks bad would
+    /// otherwise keep that factor for as long as it serves other routines.
+    fn own_factor(&self, server: &str, function: &str, b: i32) -> Option<f64> {
+        let key = (server.to_string(), function.to_string(), b);
+        let history = self.factor_history.get(&key)?;
+        let count = self
+            .routine_observed
+            .get(&(function.to_string(), b))
+            .copied()
+            .unwrap_or(0);
+        (count - history.last <= ROUTINE_STALE_AFTER && self.fresh(server))
+            .then_some(history.median)
+    }
+
+    /// The factor on `function`'s modelled compute time on `server`, in each size band any
+    /// server has learned: its own, or the other servers' median where it has no fresh
+    /// figure of its own. A band nobody has takes the nearest one's ([`Factor::at`]; 1
+    /// when nobody has any).
+    pub fn factor(&self, server: &str, function: &str) -> Factor {
+        let by_band = self
+            .routine_observed
+            .keys()
+            .filter(|(f, _)| f == function)
+            .filter_map(|&(_, b)| {
+                let factor = self.own_factor(server, function, b).or_else(|| {
+                    let others = self.last_observed.keys();
+                    median(
+                        others
+                            .filter_map(|s| self.own_factor(s, function, b))
+                            .collect(),
+                    )
+                })?;
+                Some((b, factor))
+            })
+            .collect();
+        Factor { by_band }
     }
 
     /// Every routine's factor on `server` ([`Calibration::factor`]), by routine, for every
     /// routine any server has a figure for.
-    pub fn factors(&self, server: &str) -> HashMap<String, f64> {
-        let functions: std::collections::HashSet<&String> =
-            self.factors.values().flat_map(|f| f.keys()).collect();
+    pub fn factors(&self, server: &str) -> HashMap<String, Factor> {
+        let functions: BTreeSet<&String> = self.routine_observed.keys().map(|(f, _)| f).collect();
         functions
             .into_iter()
             .map(|f| (f.clone(), self.factor(server, f)))
@@ -278,10 +429,9 @@ impl Calibration {
 
     /// Forgets a server (it left the grid, or came back as another machine).
     pub fn forget(&mut self, server: &str) {
-        self.factors.remove(server);
         self.overheads.remove(server);
         self.last_observed.remove(server);
-        self.factor_history.retain(|(s, _), _| s != server);
+        self.factor_history.retain(|(s, _, _), _| s != server);
         self.overhead_history.remove(server);
     }
 }
@@ -304,7 +454,116 @@ mod tests {
             actual_call: call,
             actual_compute: compute,
             actual_queue: 0.0,
+            cold: false,
         }
+    }
+
+    fn cold(o: Observation) -> Observation {
+        Observation { cold: true, ..o }
+    }
+
+    #[test]
+    fn cold_calls_teach_the_factor_only_until_a_warm_call_comes() {
+        let mut c = Calibration::default();
+        c.observe(&cold(call(0.010, 0.001, 0.012)));
+        c.observe(&cold(call(0.012, 0.001, 0.014)));
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 11.0).abs() < 1e-9);
+        c.observe(&call(0.001, 0.001, 0.003));
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 1.0).abs() < 1e-9);
+        // Later cold calls (a new executable for a burst, a first larger request) leave
+        // the warm figure alone.
+        for _ in 0..5 {
+            c.observe(&cold(call(0.009, 0.001, 0.011)));
+        }
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 1.0).abs() < 1e-9);
+        c.observe(&call(0.002, 0.001, 0.004));
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn twins_whose_first_calls_were_cold_learn_the_same_factor() {
+        let mut c = Calibration::default();
+        // The first server ran many warm calls after its cold ones, the second only one.
+        for compute in [0.0066, 0.0086] {
+            c.observe(&cold(call_on("s:1", compute, 0.001, compute + 0.001)));
+        }
+        for _ in 0..10 {
+            c.observe(&call_on("s:1", 0.001, 0.001, 0.002));
+        }
+        for compute in [0.0092, 0.0113] {
+            c.observe(&cold(call_on("s:2", compute, 0.001, compute + 0.001)));
+        }
+        c.observe(&call_on("s:2", 0.001, 0.001, 0.002));
+        assert!(
+            (c.factor("s:1", "dgefa").at(0.001) - c.factor("s:2", "dgefa").at(0.001)).abs() < 1e-9
+        );
+    }
+
+    #[test]
+    fn a_factor_the_grid_stopped_testing_is_set_aside_then_learned_anew() {
+        let mut c = Calibration::default();
+        let on = |server: &str, function: &str, compute: f64| Observation {
+            function: function.into(),
+            ..call_on(server, compute, 0.001, compute + 0.001)
+        };
+        for _ in 0..3 {
+            c.observe(&on("s:1", "mmul", 0.008));
+        }
+        for _ in 0..ROUTINE_STALE_AFTER {
+            c.observe(&on("s:2", "mmul", 0.001));
+            // s:1 keeps serving another routine: the server's figures stay fresh.
+            c.observe(&on("s:1", "dgesl", 0.001));
+        }
+        assert!(
+            (c.factor("s:1", "mmul").at(0.001) - 8.0).abs() < 1e-9,
+            "not stale yet"
+        );
+        c.observe(&on("s:2", "mmul", 0.001));
+        assert!(
+            (c.factor("s:1", "mmul").at(0.001) - 1.0).abs() < 1e-9,
+            "the others' figure"
+        );
+        // Its next call is all it knows of the routine now: it was slow, and is again.
+        c.observe(&on("s:1", "mmul", 0.005));
+        assert!((c.factor("s:1", "mmul").at(0.001) - 5.0).abs() < 1e-9);
+        assert!((c.factor("s:2", "mmul").at(0.001) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_factor_is_learned_per_size_and_a_size_a_server_never_ran_takes_the_others() {
+        let mut c = Calibration::default();
+        let mmul = |server: &str, modelled: f64, factor: f64| Observation {
+            function: "mmul".into(),
+            ..call_on(
+                server,
+                modelled * factor,
+                modelled,
+                modelled * factor + 0.001,
+            )
+        };
+        // Products at n = 200 (0.4 ms modelled): s:1 looked slow.
+        for _ in 0..4 {
+            c.observe(&mmul("s:1", 0.0004, 8.0));
+            c.observe(&mmul("s:2", 0.0004, 2.0));
+        }
+        // Products at n = 1000 (50 ms modelled) ran on s:2 only.
+        for _ in 0..3 {
+            c.observe(&mmul("s:2", 0.05, 1.0));
+        }
+        let (s1, s2) = (c.factor("s:1", "mmul"), c.factor("s:2", "mmul"));
+        assert!((s1.at(0.0004) - 8.0).abs() < 1e-9);
+        assert!((s2.at(0.0004) - 2.0).abs() < 1e-9);
+        assert!(
+            (s1.at(0.05) - 1.0).abs() < 1e-9,
+            "s:2's figure at that size"
+        );
+        assert!((s2.at(0.05) - 1.0).abs() < 1e-9);
+        // A size between takes the nearest band's; far beyond, the largest's.
+        assert!((s1.at(0.03) - 1.0).abs() < 1e-9);
+        assert!((s1.at(0.0002) - 8.0).abs() < 1e-9);
+        assert!((s1.at(100.0) - 1.0).abs() < 1e-9);
+        assert!((s1.least() - 1.0).abs() < 1e-9);
+        assert_eq!(Factor::default().at(1.0), 1.0);
     }
 
     #[test]
@@ -314,11 +573,11 @@ mod tests {
             // Modelled at 1.4 ms, computed in 7 ms, answered in 9 ms with 1 ms of transfer.
             c.observe(&call(0.007, 0.0014, 0.009));
         }
-        assert!((c.factor("s:1", "dgefa") - 5.0).abs() < 1e-9);
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 5.0).abs() < 1e-9);
         assert!((c.overhead("s:1").at(1.0) - 0.001).abs() < 1e-9);
-        assert_eq!(c.factor("s:1", "dgesl"), 1.0);
+        assert_eq!(c.factor("s:1", "dgesl").at(0.001), 1.0);
         // A server not learned yet is taken to cost what the learned one does.
-        assert!((c.factor("s:2", "dgefa") - 5.0).abs() < 1e-9);
+        assert!((c.factor("s:2", "dgefa").at(0.001) - 5.0).abs() < 1e-9);
         assert!((c.overhead("s:2").at(1.0) - 0.001).abs() < 1e-9);
         assert_eq!(c.factors("s:2").len(), 1);
     }
@@ -337,7 +596,7 @@ mod tests {
                 ..call(compute, 0.001, compute + 0.001 + 0.003 + 0.0005 * stretch)
             });
         }
-        assert!((c.factor("s:1", "dgefa") - 2.0).abs() < 1e-9);
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 2.0).abs() < 1e-9);
         let overhead = c.overhead("s:1");
         assert!((overhead.fixed - 0.003).abs() < 1e-9, "{overhead:?}");
         assert!((overhead.shared - 0.0005).abs() < 1e-9, "{overhead:?}");
@@ -367,7 +626,7 @@ mod tests {
     #[test]
     fn unlearned_and_stale_servers_cost_the_median_of_the_fresh_ones() {
         let mut c = Calibration::default();
-        assert_eq!(c.factor("s:9", "dgefa"), 1.0);
+        assert_eq!(c.factor("s:9", "dgefa").at(0.001), 1.0);
         assert_eq!(c.overhead("s:9").at(1.0), 0.0);
         // Three servers, each modelled at 1 ms, computing for 2, 3 and 4 ms, and costing 0, 1
         // and 2 ms beyond that and the 1 ms transfer.
@@ -382,14 +641,14 @@ mod tests {
                 ));
             }
         }
-        assert!((c.factor("s:9", "dgefa") - 3.0).abs() < 1e-9);
+        assert!((c.factor("s:9", "dgefa").at(0.001) - 3.0).abs() < 1e-9);
         assert!((c.overhead("s:9").at(1.0) - 0.001).abs() < 1e-9);
         // s:1 has a burst (calls 100 times slower) and then gets no calls: its figures hold
         // until the rest of the grid has made STALE_AFTER observations, then give way.
         for _ in 0..OVERHEAD_WINDOW {
             c.observe(&call_on("s:1", 0.2, 0.001, 0.5));
         }
-        assert!((c.factor("s:1", "dgefa") - 200.0).abs() < 1e-9);
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 200.0).abs() < 1e-9);
         for i in 0..STALE_AFTER {
             assert!(
                 c.overhead("s:1").at(1.0) > 0.29,
@@ -399,9 +658,9 @@ mod tests {
         }
         c.observe(&call_on("s:3", 0.004, 0.001, 0.007));
         assert!(
-            (c.factor("s:1", "dgefa") - 3.5).abs() < 1e-9,
+            (c.factor("s:1", "dgefa").at(0.001) - 3.5).abs() < 1e-9,
             "{}",
-            c.factor("s:1", "dgefa")
+            c.factor("s:1", "dgefa").at(0.001)
         );
         assert!((c.overhead("s:1").at(1.0) - 0.0015).abs() < 1e-9);
         // A call there makes its own figures count again.
@@ -416,30 +675,30 @@ mod tests {
             c.observe(&call(0.002, 0.002, 0.003));
         }
         c.observe(&call(0.2, 0.002, 0.201));
-        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        assert_eq!(c.factor("s:1", "dgefa").at(0.001), 1.0);
         // The routine now runs three times slower: the median follows within a window.
         for _ in 0..WINDOW / 2 + 1 {
             c.observe(&call(0.006, 0.002, 0.007));
         }
-        assert!((c.factor("s:1", "dgefa") - 3.0).abs() < 1e-9);
+        assert!((c.factor("s:1", "dgefa").at(0.001) - 3.0).abs() < 1e-9);
     }
 
     #[test]
     fn reports_without_an_account_or_with_nonsense_teach_nothing() {
         let mut c = Calibration::default();
         c.observe(&call(0.0, 0.002, 0.003));
-        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        assert_eq!(c.factor("s:1", "dgefa").at(0.001), 1.0);
         assert_eq!(c.overhead("s:1").at(1.0), 0.0);
         c.observe(&call(f64::NAN, 0.002, 0.003));
         c.observe(&call(0.002, 0.002, -1.0));
         c.observe(&call(0.002, f64::INFINITY, 0.003));
-        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        assert_eq!(c.factor("s:1", "dgefa").at(0.001), 1.0);
         // A wild report is bounded.
         let mut c = Calibration::default();
         c.observe(&call(1e9, 1e-9, 1e9 + 1e6));
-        assert!((c.factor("s:1", "dgefa") - FACTOR_RANGE.1).abs() < 1e-9);
+        assert!((c.factor("s:1", "dgefa").at(0.001) - FACTOR_RANGE.1).abs() < 1e-9);
         assert_eq!(c.overhead("s:1").at(1.0), MAX_OVERHEAD);
         c.forget("s:1");
-        assert_eq!(c.factor("s:1", "dgefa"), 1.0);
+        assert_eq!(c.factor("s:1", "dgefa").at(0.001), 1.0);
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::calibration::Overhead;
+use crate::calibration::{Factor, Overhead};
 use crate::forecast::Forecaster;
 use crate::graph::Task;
 use crate::grid::{GridView, Link, Location, ServerId};
@@ -155,7 +155,7 @@ pub struct LoadPredictor {
     by_path: PathBookings,
     /// Learned factors on routines' compute times, by server and routine (see
     /// [`crate::calibration`]); empty until told.
-    compute_factors: Vec<HashMap<String, f64>>,
+    compute_factors: Vec<HashMap<String, Factor>>,
     /// Learned seconds every call costs beyond compute and transfers, by server.
     call_overheads: Vec<Overhead>,
 }
@@ -236,7 +236,7 @@ impl LoadPredictor {
     pub fn calibrate(
         &mut self,
         server: ServerId,
-        factors: HashMap<String, f64>,
+        factors: HashMap<String, Factor>,
         overhead: Overhead,
     ) {
         let seconds = |s: f64| if s.is_finite() { s.max(0.0) } else { 0.0 };
@@ -254,15 +254,20 @@ impl LoadPredictor {
 
     /// The factor and the per-call overhead `compute_time` applies to `task` on `server`.
     pub fn calibration_of(&self, server: ServerId, task: &Task) -> (f64, Overhead) {
+        let modelled = seconds_at(task.flops, self.idle_speed(server, task.processors));
         let factor = self
-            .compute_factors
-            .get(server)
-            .and_then(|f| f.get(task.function.as_str()))
-            .copied()
+            .compute_factor(server, task)
+            .map(|f| f.at(modelled))
             .filter(|f| f.is_finite() && *f > 0.0)
             .unwrap_or(1.0);
         let overhead = self.call_overheads.get(server).copied().unwrap_or_default();
         (factor, overhead)
+    }
+
+    fn compute_factor(&self, server: ServerId, task: &Task) -> Option<&Factor> {
+        self.compute_factors
+            .get(server)
+            .and_then(|f| f.get(task.function.as_str()))
     }
 
     /// A predictor from monitoring history, summarised by `kind`.
@@ -411,7 +416,13 @@ impl Predictor for LoadPredictor {
 
     /// [`LoadPredictor::time_among`] at the measured load, as a line in the flops.
     fn least_compute_line(&self, server: ServerId, task: &Task) -> (f64, f64) {
-        let (factor, overhead) = self.calibration_of(server, task);
+        // The factor depends on the call's size: the least of them bounds every size.
+        let (_, overhead) = self.calibration_of(server, task);
+        let factor = self
+            .compute_factor(server, task)
+            .map(Factor::least)
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .unwrap_or(1.0);
         let stretch = self.stretch_among(server, task.processors, self.base_load_of(server));
         let speed = self
             .idle_speed(server, task.processors)

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use ninf_scheduling::calibration::Overhead;
+use ninf_scheduling::calibration::{Factor, Overhead};
 use ninf_scheduling::{
     GraphError, GridView, Link, LoadPredictor, Location, Predictor, ServerView, Task, TaskGraph,
     by_name,
@@ -398,11 +398,13 @@ fn simple_pruned_and_unpruned_agree(calibrated: bool) {
     let mut full = Unbounded(LoadPredictor::new(&grid, loads, HashMap::new(), link));
     if calibrated {
         for server in 0..grid.servers.len() {
-            let factors: HashMap<String, f64> = [
-                ("f".to_string(), 0.5 + (next() % 20) as f64 / 10.0),
-                ("g".to_string(), 0.5 + (next() % 20) as f64 / 10.0),
-            ]
-            .into();
+            // Each routine's factor differs between small calls and large ones.
+            let mut factor = || {
+                let mut at = || 0.5 + (next() % 20) as f64 / 10.0;
+                Factor::sized(&[(1e-3, at()), (1.0, at())])
+            };
+            let factors: HashMap<String, Factor> =
+                [("f".to_string(), factor()), ("g".to_string(), factor())].into();
             let overhead = Overhead {
                 fixed: (next() % 2_000) as f64 * 1e-3,
                 shared: (next() % 500) as f64 * 1e-3,

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use ninf_scheduling::calibration::Overhead;
+use ninf_scheduling::calibration::{Factor, Overhead};
 use ninf_scheduling::forecast::Forecaster;
 use ninf_scheduling::{
     GridView, History, Link, LoadPredictor, Location, Predictor, PredictorKind, ServerView,
@@ -64,7 +64,11 @@ fn a_calls_compute_and_shared_overhead_stretch_with_the_load_and_its_latency_doe
         fixed: 0.2,
         shared: 0.1,
     };
-    p.calibrate(0, HashMap::from([("mmul".to_string(), 2.0)]), overhead);
+    p.calibrate(
+        0,
+        HashMap::from([("mmul".to_string(), Factor::flat(2.0))]),
+        overhead,
+    );
     let alone = 0.25 * 2.0 + 0.1 + 0.2;
     assert!((p.compute_time(0, &task, 0.0) - alone).abs() < 1e-12);
     assert_eq!(p.stretch(0, 4, 0.0), 1.0);

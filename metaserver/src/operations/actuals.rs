@@ -41,6 +41,7 @@ impl Metaserver {
                         finish: t.finish,
                         compute_seconds: timing.compute_seconds,
                         queue_seconds: timing.queue_seconds,
+                        cold: timing.cold,
                     }
                 })
                 .collect();
