@@ -11,6 +11,7 @@ pub mod error;
 pub mod foreign_call;
 pub mod grid;
 pub mod local;
+pub mod memory;
 pub mod remote;
 pub mod runtime;
 mod same_host;

@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Before any client starts its runtime's threads (docs in `ninf::memory`).
+    ninf::memory::keep_freed_buffers();
     module.add_class::<client::Client>()?;
     module.add_class::<client::Transaction>()?;
     module.add_class::<run::Run>()?;
