@@ -3,7 +3,7 @@
 //! on the way back; with glibc's defaults each of those is a fresh mapping above 32 MiB (and
 //! in a thread's arena, whose heaps stop at 64 MiB, often below it), returned to the kernel
 //! when freed and faulted in page by page the next time. Measured on the peer benchmark
-//! (docs/performance.md, "Freed buffers kept for the next call"), that was a quarter of the
+//! (docs/performance.md, "Freed buffers kept for the next call"), that was a sixth of the
 //! cascade's time at n = 1000 as the Python client saw it.
 //!
 //! [`keep_freed_buffers`] has the process's threads share glibc's main arena (which grows
