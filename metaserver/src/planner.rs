@@ -14,7 +14,9 @@
 //! faster each routine ran than the model said, and what every call cost beyond its compute
 //! and transfers ([`ninf_scheduling::calibration`]).
 
-use ninf_scheduling::calibration::{Calibration, Observation, Overhead};
+use std::collections::HashMap;
+
+use ninf_scheduling::calibration::{Calibration, Factor, Observation, Overhead};
 use ninf_scheduling::predictor::modelled_seconds;
 use ninf_scheduling::{
     GraphError, Link, LoadPredictor, Predictor, PredictorKind, Schedule, Scheduler, TaskGraph,
@@ -170,18 +172,16 @@ impl Planner {
             for (index, server) in registry.servers().iter().enumerate() {
                 let factors = self.calibration.factors(&server.address);
                 let overhead = self.calibration.overhead(&server.address);
+                tracing::debug!(
+                    server = %server.address,
+                    mflops = server.info.mflops,
+                    load = predictor.load_at(index, 0.0),
+                    factors = ?factors,
+                    overhead = ?overhead,
+                    "server as the planner sees it"
+                );
                 predictor.calibrate(index, factors, overhead);
             }
-        }
-        for (index, server) in registry.servers().iter().enumerate() {
-            tracing::debug!(
-                server = %server.address,
-                mflops = server.info.mflops,
-                load = predictor.load_at(index, 0.0),
-                factors = ?self.calibration.factors(&server.address),
-                overhead = ?self.calibration.overhead(&server.address),
-                "server as the planner sees it"
-            );
         }
         for p in self.active.iter().filter(|p| !p.abandoned_at(now)) {
             if let Some(server) = registry.index_of(&p.server) {
@@ -203,6 +203,8 @@ impl Planner {
     ) {
         let servers = registry.servers();
         let issued = issue_times(graph, schedule);
+        // Each server's figures, resolved once for the graph rather than once per task.
+        let mut calibrations: HashMap<usize, (HashMap<String, Factor>, Overhead)> = HashMap::new();
         for (task, (&server, timing)) in schedule.servers.iter().zip(&schedule.timings).enumerate()
         {
             let (Some(entry), Some(t)) = (servers.get(server), graph.tasks.get(task)) else {
@@ -215,12 +217,14 @@ impl Planner {
                 entry.info.processors.max(1),
             );
             let (factor, overhead) = if self.calibrate {
-                (
-                    self.calibration
-                        .factor(&entry.address, &t.function)
-                        .at(modelled),
-                    self.calibration.overhead(&entry.address),
-                )
+                let (factors, overhead) = calibrations.entry(server).or_insert_with(|| {
+                    (
+                        self.calibration.factors(&entry.address),
+                        self.calibration.overhead(&entry.address),
+                    )
+                });
+                let factor = factors.get(&t.function).map_or(1.0, |f| f.at(modelled));
+                (factor, *overhead)
             } else {
                 (1.0, Overhead::default())
             };

@@ -182,7 +182,6 @@ fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
     }
 }
 
-/// The learned figures, by server address.
 /// A factor's observations, of warm calls and of cold ones apart.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct FactorHistory {
@@ -269,6 +268,7 @@ impl Factor {
     }
 }
 
+/// The learned figures, by server address.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Calibration {
     /// By server, routine and size band.
@@ -390,14 +390,9 @@ impl Calibration {
             .keys()
             .filter(|(f, _)| f == function)
             .filter_map(|&(_, b)| {
-                let factor = self.own_factor(server, function, b).or_else(|| {
-                    let others = self.last_observed.keys();
-                    median(
-                        others
-                            .filter_map(|s| self.own_factor(s, function, b))
-                            .collect(),
-                    )
-                })?;
+                let factor = self
+                    .own_factor(server, function, b)
+                    .or_else(|| self.prior(|s| self.own_factor(s, function, b)))?;
                 Some((b, factor))
             })
             .collect();

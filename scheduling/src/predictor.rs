@@ -260,8 +260,11 @@ impl LoadPredictor {
             .map(|f| f.at(modelled))
             .filter(|f| f.is_finite() && *f > 0.0)
             .unwrap_or(1.0);
-        let overhead = self.call_overheads.get(server).copied().unwrap_or_default();
-        (factor, overhead)
+        (factor, self.call_overhead(server))
+    }
+
+    fn call_overhead(&self, server: ServerId) -> Overhead {
+        self.call_overheads.get(server).copied().unwrap_or_default()
     }
 
     fn compute_factor(&self, server: ServerId, task: &Task) -> Option<&Factor> {
@@ -417,7 +420,7 @@ impl Predictor for LoadPredictor {
     /// [`LoadPredictor::time_among`] at the measured load, as a line in the flops.
     fn least_compute_line(&self, server: ServerId, task: &Task) -> (f64, f64) {
         // The factor depends on the call's size: the least of them bounds every size.
-        let (_, overhead) = self.calibration_of(server, task);
+        let overhead = self.call_overhead(server);
         let factor = self
             .compute_factor(server, task)
             .map(Factor::least)
