@@ -185,6 +185,33 @@ pub fn keep_output(
 
 /// Runs a call request from the gRPC service to completion.
 pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::CallReply, Status> {
+    call_holding(state, request, &mut None).await
+}
+
+/// Runs a batch of independent calls one after another (`CallBatch`), answering each on its
+/// own. Sequential calls share one gang job: it is admitted once, for the first, and kept
+/// while each next call runs, so a batch of tiny calls pays the gang table's admission and
+/// slot hand-over once instead of per call. A parallel call, or one after a failure, is
+/// admitted on its own.
+pub async fn call_batch(
+    state: &ServerState,
+    requests: Vec<v1::CallRequest>,
+) -> Vec<Result<v1::CallReply, Status>> {
+    let mut held = None;
+    let mut results = Vec::with_capacity(requests.len());
+    for request in requests {
+        results.push(call_holding(state, request, &mut held).await);
+    }
+    results
+}
+
+/// Runs one call, in the job `held` when there is one and the call runs on one process;
+/// leaves its job in `held` after a success, for the next call of a batch.
+async fn call_holding(
+    state: &ServerState,
+    request: v1::CallRequest,
+    held: &mut Option<JobTicket>,
+) -> Result<v1::CallReply, Status> {
     let routine = find(state, &request.function)?;
     let prepared = prepare(state, &routine, &request)?;
     let function = prepared.function;
@@ -197,17 +224,26 @@ pub async fn call(state: &ServerState, request: v1::CallRequest) -> Result<v1::C
     }
     let fetch_seconds = fetch_start.elapsed().as_secs_f64();
 
+    let shareable = prepared.processors == 1
+        && !matches!(function.parallelism, ninf_idl::Parallelism::Parallel { .. });
     let queue_start = Instant::now();
-    let ticket = state
-        .gang
-        .admit(name, prepared.processors)
-        .await
-        .map_err(|e| gang_status(name, e))?;
+    let ticket = match held.take() {
+        Some(ticket) if shareable => ticket,
+        _ => state
+            .gang
+            .admit(name, prepared.processors)
+            .await
+            .map_err(|e| gang_status(name, e))?,
+    };
     let queue_seconds = queue_start.elapsed().as_secs_f64();
     let compute_start = Instant::now();
     let Ran { success, cold } = run_job(state, &prepared, &ticket, arguments).await?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
-    drop(ticket);
+    if shareable {
+        *held = Some(ticket);
+    } else {
+        drop(ticket);
+    }
 
     let mut outputs = Vec::with_capacity(success.outputs.len());
     for output in success.outputs {

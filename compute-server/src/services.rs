@@ -60,41 +60,113 @@ impl v1::invoke_server::Invoke for InvokeService {
         let bytes_in = prost::Message::encoded_len(&request) as u64;
         let started = std::time::Instant::now();
         let state = self.0.clone();
-        // Run on its own task, cancelled when the caller goes away (a proxy whose client
-        // cancelled, or that died): the executable is killed and replaced, the gang table
-        // lets the job go, and nothing is stored for a run that no longer exists.
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let on_drop = cancel.clone().drop_guard();
         // The call's span names its owner: a transaction's owner is its proxy and graph.
         let span = tracing::info_span!("call", %function, owner = %request.owner);
-        let outcome = tokio::spawn(
-            async move {
-                tokio::select! {
-                    outcome = crate::invoke::call(&state, request) => outcome,
-                    () = cancel.cancelled() => Err(Status::cancelled("the caller went away")),
-                }
-            }
-            .instrument(span),
+        let outcome = until_the_caller_leaves(
+            async move { crate::invoke::call(&state, request).await },
+            span,
         )
         .await
-        .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
-        on_drop.disarm();
+        .and_then(|outcome| outcome);
+        self.record(
+            &function,
+            &outcome,
+            started.elapsed().as_secs_f64(),
+            bytes_in,
+        );
+        outcome.map(Response::new)
+    }
+
+    async fn call_batch(
+        &self,
+        request: Request<v1::CallBatchRequest>,
+    ) -> Result<Response<v1::CallBatchReply>, Status> {
+        let calls = request.into_inner().calls;
+        let described: Vec<(String, u64)> = calls
+            .iter()
+            .map(|c| (c.function.clone(), prost::Message::encoded_len(c) as u64))
+            .collect();
+        let started = std::time::Instant::now();
+        let state = self.0.clone();
+        let span = tracing::info_span!("call_batch", calls = calls.len());
+        let outcomes = until_the_caller_leaves(
+            async move { crate::invoke::call_batch(&state, calls).await },
+            span,
+        )
+        .await?;
+        // Each call's own time when it ran; a failed one is charged the batch's average.
+        let average = started.elapsed().as_secs_f64() / outcomes.len().max(1) as f64;
+        let mut results = Vec::with_capacity(outcomes.len());
+        for ((function, bytes_in), outcome) in described.iter().zip(outcomes) {
+            let seconds = outcome
+                .as_ref()
+                .ok()
+                .and_then(|reply| reply.timing)
+                .map_or(average, |t| {
+                    t.fetch_seconds + t.queue_seconds + t.compute_seconds
+                });
+            self.record(function, &outcome, seconds, *bytes_in);
+            results.push(v1::CallResult {
+                result: Some(match outcome {
+                    Ok(reply) => v1::call_result::Result::Reply(reply),
+                    Err(status) => v1::call_result::Result::Error(v1::CallError {
+                        code: status.code() as i32,
+                        message: status.message().to_string(),
+                    }),
+                }),
+            });
+        }
+        Ok(Response::new(v1::CallBatchReply { results }))
+    }
+}
+
+impl InvokeService {
+    /// Counts a call in the server's metrics and logs how it ended.
+    fn record(
+        &self,
+        function: &str,
+        outcome: &Result<v1::CallReply, Status>,
+        seconds: f64,
+        bytes_in: u64,
+    ) {
         let bytes_out = outcome
             .as_ref()
             .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);
-        let seconds = started.elapsed().as_secs_f64();
         let traffic = (crate::metrics::Path::Grpc, bytes_in, bytes_out);
         self.0
             .metrics
-            .call(&function, outcome.is_ok(), seconds, traffic);
-        match &outcome {
+            .call(function, outcome.is_ok(), seconds, traffic);
+        match outcome {
             Ok(reply) => tracing::debug!(%function, status = reply.status, "call done"),
             Err(status) => {
                 tracing::info!(%function, code = ?status.code(), message = status.message(), "call failed")
             }
         }
-        outcome.map(Response::new)
     }
+}
+
+/// Runs `work` on its own task, cancelled when the caller goes away (a proxy whose client
+/// cancelled, or that died): the executable is killed and replaced, the gang table lets the
+/// job go, and nothing is stored for a run that no longer exists.
+async fn until_the_caller_leaves<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+    span: tracing::Span,
+) -> Result<T, Status> {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_drop = cancel.clone().drop_guard();
+    let outcome = tokio::spawn(
+        async move {
+            tokio::select! {
+                outcome = work => Ok(outcome),
+                () = cancel.cancelled() => Err(Status::cancelled("the caller went away")),
+            }
+        }
+        .instrument(span),
+    )
+    .await
+    .map_err(|e| Status::internal(format!("call task failed: {e}")))?;
+    on_drop.disarm();
+    outcome
 }
 
 #[derive(Clone)]

@@ -689,3 +689,87 @@ async fn a_call_says_whether_its_executable_was_cold_for_it() {
     assert!(!second.timing.unwrap().cold, "that routine again");
     server.stop().await;
 }
+
+async fn admitted(server: &TestServer) -> u64 {
+    let mut gang =
+        v1::gang_control_client::GangControlClient::connect(format!("http://{}", server.address))
+            .await
+            .unwrap();
+    let status = gang.status(v1::GangStatusRequest {}).await.unwrap();
+    status.into_inner().admitted
+}
+
+async fn call_batch(server: &TestServer, calls: Vec<v1::CallRequest>) -> Vec<v1::CallResult> {
+    let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{}", server.address))
+        .await
+        .unwrap();
+    let reply = invoke.call_batch(v1::CallBatchRequest { calls }).await;
+    reply.unwrap().into_inner().results
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_as_one_job_and_answers_each_call_on_its_own() {
+    let server = TestServer::start(|c| c.processors = Some(1)).await;
+    let before = admitted(&server).await;
+    let noops = (0..10).map(|_| request("noop", vec![int(1)])).collect();
+    let results = call_batch(&server, noops).await;
+    assert_eq!(results.len(), 10);
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r.result, Some(v1::call_result::Result::Reply(_))))
+    );
+    assert_eq!(
+        admitted(&server).await - before,
+        1,
+        "ten calls, one gang job"
+    );
+
+    // A bad call, a routine's error and a dead executable fail alone; the calls after them
+    // still run. A failed run gives its job up, so the next call is admitted anew.
+    let before = admitted(&server).await;
+    let calls = vec![
+        echo_request(3, false),
+        request("noop", vec![]),
+        request("fail", vec![int(7)]),
+        request("segfault", vec![int(1)]),
+        echo_request(5, false),
+    ];
+    let results: Vec<_> = call_batch(&server, calls)
+        .await
+        .into_iter()
+        .map(|r| r.result.unwrap())
+        .collect();
+    let echoed = |r: &v1::call_result::Result| match r {
+        v1::call_result::Result::Reply(reply) => match &reply.outputs[0].result {
+            Some(v1::call_output::Result::Array(a)) => {
+                ninf_proto::values::decode::<f64>(&a.data).unwrap()
+            }
+            other => panic!("not an array: {other:?}"),
+        },
+        v1::call_result::Result::Error(e) => panic!("failed: {e:?}"),
+    };
+    let error = |r: &v1::call_result::Result| match r {
+        v1::call_result::Result::Error(e) => (tonic::Code::from_i32(e.code), e.message.clone()),
+        v1::call_result::Result::Reply(_) => panic!("succeeded"),
+    };
+    assert_eq!(echoed(&results[0]), [0.0, 1.0, 2.0]);
+    assert_eq!(
+        error(&results[1]),
+        (
+            tonic::Code::InvalidArgument,
+            "`noop` takes 1 arguments, got 0".to_string()
+        )
+    );
+    assert!(
+        error(&results[2])
+            .1
+            .contains("selftest failure with code 7"),
+        "{:?}",
+        results[2]
+    );
+    assert!(error(&results[3]).1.contains("SIGSEGV"), "{:?}", results[3]);
+    assert_eq!(echoed(&results[4]), [0.0, 1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(admitted(&server).await - before, 3);
+    server.stop().await;
+}
