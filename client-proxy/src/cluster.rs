@@ -18,6 +18,7 @@ use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use crate::batching::{CallQueue, Waiting, answer_all, batchable};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
 use crate::config::ProxyConfig;
 use crate::recovery::Candidate;
@@ -65,6 +66,10 @@ struct ServerConnection {
     channels: Arc<Vec<Channel>>,
     next: Arc<AtomicUsize>,
     slots: Arc<Semaphore>,
+    /// Small calls waiting for a slot, to leave in batches.
+    queue: Arc<CallQueue>,
+    /// Whether the server takes `CallBatch` (a server from before it does not), once known.
+    batches: Arc<tokio::sync::OnceCell<bool>>,
     /// The grid's token, which servers require when the grid has one.
     token: AttachToken,
 }
@@ -74,6 +79,47 @@ impl ServerConnection {
     fn channel(&self) -> Authorized {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         authorized(self.channels[i % self.channels.len()].clone(), &self.token)
+    }
+
+    fn invoke_client(&self) -> v1::invoke_client::InvokeClient<Authorized> {
+        v1::invoke_client::InvokeClient::new(self.channel())
+            .max_decoding_message_size(CALL_LIMIT)
+            .max_encoding_message_size(CALL_LIMIT)
+    }
+
+    /// Whether the server takes `CallBatch`: asked once with an empty batch. Until it has
+    /// answered (it may be down for now), calls go alone.
+    async fn takes_batches(&self) -> bool {
+        let asked = self
+            .batches
+            .get_or_try_init(|| async {
+                let empty = v1::CallBatchRequest { calls: Vec::new() };
+                match self.invoke_client().call_batch(empty).await {
+                    Ok(_) => Ok(true),
+                    Err(status) if status.code() == tonic::Code::Unimplemented => Ok(false),
+                    Err(status) => Err(status),
+                }
+            })
+            .await;
+        asked.is_ok_and(|takes| *takes)
+    }
+
+    /// Sends queued calls, one alone or several as a batch, and hands out the answers.
+    async fn send(&self, mut batch: Vec<Waiting>) {
+        if batch.len() == 1 {
+            let Some(Waiting { call, answer }) = batch.pop() else {
+                return;
+            };
+            let reply = self.invoke_client().call(call).await;
+            let _ = answer.send(reply.map(tonic::Response::into_inner));
+            return;
+        }
+        let (calls, answers) = batch.into_iter().map(|w| (w.call, w.answer)).unzip();
+        let reply = self
+            .invoke_client()
+            .call_batch(v1::CallBatchRequest { calls })
+            .await;
+        answer_all(answers, reply.map(tonic::Response::into_inner));
     }
 }
 
@@ -86,6 +132,7 @@ pub struct GrpcCluster {
     settings: ConnectionSettings,
     connections_per_server: usize,
     max_in_flight_per_server: usize,
+    max_calls_per_batch: usize,
     /// Servers' bulk ports, for calls with large arrays; `None`: every call by gRPC.
     bulk: Option<BulkPorts>,
     /// How often a call on a bulk port checks that its server still answers, and how long
@@ -135,6 +182,7 @@ impl GrpcCluster {
             settings,
             connections_per_server: config.connections_per_server.max(1),
             max_in_flight_per_server: config.max_in_flight_per_server.max(1),
+            max_calls_per_batch: config.max_calls_per_batch.max(1),
             bulk,
             liveness: (
                 std::time::Duration::from_secs_f64(config.keepalive_seconds.max(0.1)),
@@ -167,6 +215,8 @@ impl GrpcCluster {
             channels: Arc::new(channels),
             next: Arc::default(),
             slots: Arc::new(Semaphore::new(self.max_in_flight_per_server)),
+            queue: Arc::default(),
+            batches: Arc::default(),
             token: self.token.clone(),
         };
         servers.insert(address.to_string(), connection.clone());
@@ -241,6 +291,41 @@ impl GrpcCluster {
         }
     }
 
+    /// A small call: queued, and sent with the calls queued with it when a slot frees.
+    async fn invoke_queued(
+        &self,
+        connection: &ServerConnection,
+        call: v1::CallRequest,
+    ) -> Result<v1::CallReply, Status> {
+        let answer = connection.queue.push(call);
+        let slot = connection
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Status::internal("the server's call slots are closed"))?;
+        let max = if connection.takes_batches().await {
+            self.max_calls_per_batch
+        } else {
+            1
+        };
+        let batch = connection
+            .queue
+            .take(connection.slots.available_permits(), max);
+        if !batch.is_empty() {
+            // On a task of its own: the batch carries other graphs' calls, which must not be
+            // lost if this caller's graph is abandoned meanwhile.
+            let connection = connection.clone();
+            tokio::spawn(async move {
+                connection.send(batch).await;
+                drop(slot);
+            });
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Status::internal("the call's batch ended without it")))
+    }
+
     /// The servers as the metaserver lists them.
     async fn server_status(&self) -> Result<Vec<v1::ServerStatus>, Status> {
         let used = self.metaserver.channel().0;
@@ -265,6 +350,9 @@ const CHUNK_BYTES: usize = 1 << 20;
 impl Cluster for GrpcCluster {
     async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
         let connection = self.server(server)?;
+        if self.max_calls_per_batch > 1 && batchable(&call) {
+            return self.invoke_queued(&connection, call).await;
+        }
         let _slot = connection.slots.clone().acquire_owned().await;
         let call = match self.bulk_port(server, &call).await {
             Some((ports, address)) => {
@@ -279,12 +367,7 @@ impl Cluster for GrpcCluster {
             }
             None => call,
         };
-        Ok(v1::invoke_client::InvokeClient::new(connection.channel())
-            .max_decoding_message_size(CALL_LIMIT)
-            .max_encoding_message_size(CALL_LIMIT)
-            .call(call)
-            .await?
-            .into_inner())
+        Ok(connection.invoke_client().call(call).await?.into_inner())
     }
 
     async fn get(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {

@@ -6,6 +6,7 @@
 //! probe_seconds = 5.0
 //! probe_bytes = 1048576
 //! max_in_flight_per_server = 16
+//! max_calls_per_batch = 64
 //! max_transactions_per_client = 32
 //! max_queued_transactions = 1024
 //! max_stored_bytes_per_client = 8589934592
@@ -54,6 +55,10 @@ pub struct ProxyConfig {
     /// Calls outstanding at once on one server; the rest of a graph's ready tasks wait here.
     #[serde(default = "default_in_flight")]
     pub max_in_flight_per_server: usize,
+    /// Small calls that wait together for a slot on one server leave in one `CallBatch`
+    /// of at most this many (`batching`); 1: every call alone.
+    #[serde(default = "default_calls_per_batch")]
+    pub max_calls_per_batch: usize,
     /// HTTP/2 connections the proxy keeps to each server.
     #[serde(default = "default_connections")]
     pub connections_per_server: usize,
@@ -172,6 +177,10 @@ fn default_suspect_seconds() -> f64 {
     30.0
 }
 
+fn default_calls_per_batch() -> usize {
+    64
+}
+
 fn default_task_retries() -> u32 {
     4
 }
@@ -234,6 +243,7 @@ impl ProxyConfig {
             probe_bytes: default_probe_bytes(),
             link_history: default_link_history(),
             max_in_flight_per_server: default_in_flight(),
+            max_calls_per_batch: default_calls_per_batch(),
             connections_per_server: default_connections(),
             max_request_bytes: default_max_request(),
             lease_renew_seconds: default_renew_seconds(),

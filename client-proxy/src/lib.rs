@@ -10,6 +10,7 @@
 //! and serves it.
 
 pub mod admission;
+mod batching;
 mod bulk;
 pub mod cluster;
 pub mod config;

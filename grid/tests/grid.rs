@@ -1270,3 +1270,50 @@ fn the_servers_of_one_grid_run_their_calls_on_different_cores() {
         }
     });
 }
+
+/// Hundreds of tiny independent calls in one transaction, more than the proxy's slots on
+/// the one server: they leave in batches (`CallBatch`), each batch one gang job, and every
+/// call's result comes back as its own. A call that fails in a batch fails only the
+/// transaction it belongs to, naming its task.
+#[test]
+fn tiny_calls_go_in_batches_and_each_answers_on_its_own() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let client = grid.client("flow");
+    let calls = 400usize;
+    let mut outputs: Vec<Vec<f64>> = vec![vec![0.0; 2]; calls];
+    let inputs: Vec<Vec<f64>> = (0..calls).map(|i| vec![i as f64, -(i as f64)]).collect();
+    let gang = &grid.grid().servers[0].state.gang;
+    let before = gang.status().admitted;
+    client
+        .transaction(|tx| {
+            for (x, y) in inputs.iter().zip(outputs.iter_mut()) {
+                let (x, y) = (tx.input(x), tx.buffer(y));
+                tx.call("echo", &[2i64.into(), x.into(), y.into()])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(outputs, inputs);
+    let jobs = gang.status().admitted - before;
+    assert!(
+        jobs < calls as u64 / 4,
+        "{calls} calls ran as {jobs} gang jobs: not batched"
+    );
+
+    let failed = client
+        .transaction(|tx| {
+            for i in 0..100i32 {
+                tx.call("noop", &[i.into()])?;
+            }
+            tx.call("fail", &[7i32.into()])?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        failed.message.contains("task 100 (`fail#100`, fail)")
+            && failed.message.contains("selftest failure with code 7"),
+        "{failed}"
+    );
+    client.call("noop", &mut [0i32.into()]).unwrap();
+    grid.assert_no_leftovers();
+}
