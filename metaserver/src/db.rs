@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use ninf_proto::v1;
 use prost::Message;
+use serde_json::json;
 use sqlx::AnyPool;
 use sqlx::{AssertSqlSafe, Row};
 
@@ -126,6 +127,77 @@ pub struct Retention {
 pub struct ResourceDb {
     pool: AnyPool,
     backend: Backend,
+}
+
+/// Inserts a graph's placements from one JSON array of rows, unpacked by the database:
+/// bound as a VALUES list, each row's eight parameters went one by one through the Any
+/// driver, 20 µs a row (0.2 s for a graph of 10,000 tiny tasks, on the path to its first
+/// call).
+fn placements_insert(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            "INSERT INTO placements (graph_id, task, label, function, server_address,
+                 processors, predicted_start, predicted_finish)
+             SELECT $1, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
+                 value ->> 5, value ->> 6
+             FROM json_each($2)"
+        }
+        Backend::Postgres => {
+            "INSERT INTO placements (graph_id, task, label, function, server_address,
+                 processors, predicted_start, predicted_finish)
+             SELECT $1, (e ->> 0)::BIGINT, e ->> 1, e ->> 2, e ->> 3, (e ->> 4)::BIGINT,
+                 (e ->> 5)::DOUBLE PRECISION, (e ->> 6)::DOUBLE PRECISION
+             FROM jsonb_array_elements($2::JSONB) AS e"
+        }
+    }
+}
+
+/// A graph's edges from one JSON array of rows (see [`placements_insert`]).
+fn edges_insert(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            "INSERT INTO graph_edges (graph_id, from_task, to_task, bytes)
+             SELECT $1, value ->> 0, value ->> 1, value ->> 2 FROM json_each($2)"
+        }
+        Backend::Postgres => {
+            "INSERT INTO graph_edges (graph_id, from_task, to_task, bytes)
+             SELECT $1, (e ->> 0)::BIGINT, (e ->> 1)::BIGINT, (e ->> 2)::BIGINT
+             FROM jsonb_array_elements($2::JSONB) AS e"
+        }
+    }
+}
+
+/// A graph's actual times from one JSON array of rows (see [`placements_insert`]).
+fn actuals_update(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            // Materialized, the rows are the outer loop and each finds its placement by
+            // the primary key; joined directly, SQLite scanned the rows once per placement
+            // (46 s for 10,000 tasks).
+            "WITH a (task, start, finish, compute) AS MATERIALIZED (
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each($2))
+             UPDATE placements SET actual_start = a.start, actual_finish = a.finish,
+                 compute_seconds = a.compute
+             FROM a WHERE placements.graph_id = $1 AND placements.task = a.task"
+        }
+        Backend::Postgres => {
+            "UPDATE placements SET actual_start = (a ->> 1)::DOUBLE PRECISION,
+                 actual_finish = (a ->> 2)::DOUBLE PRECISION,
+                 compute_seconds = (a ->> 3)::DOUBLE PRECISION
+             FROM jsonb_array_elements($2::JSONB) AS a
+             WHERE placements.graph_id = $1 AND placements.task = (a ->> 0)::BIGINT"
+        }
+    }
+}
+
+/// Rows as one JSON array of arrays, for the statements above.
+fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
+    serde_json::Value::Array(rows.collect()).to_string()
+}
+
+/// JSON has no infinities: a time that is not finite is stored as the largest finite one.
+fn finite(x: f64) -> f64 {
+    if x.is_finite() { x } else { f64::MAX }
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -404,40 +476,31 @@ impl ResourceDb {
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
-        for chunk in placements.chunks(BATCH_ROWS) {
-            let sql = format!(
-                "INSERT INTO placements (graph_id, task, label, function, server_address,
-                     processors, predicted_start, predicted_finish) {}",
-                values_list(chunk.len(), 8, 1)
-            );
-            let mut insert = sqlx::query(AssertSqlSafe(sql));
-            for p in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(i64::from(p.task))
-                    .bind(p.label.clone())
-                    .bind(p.function.clone())
-                    .bind(p.server_address.clone())
-                    .bind(i64::from(p.processors))
-                    .bind(p.predicted_start)
-                    .bind(p.predicted_finish);
-            }
-            insert.execute(&mut *tx).await?;
-        }
-        for chunk in edges.chunks(BATCH_ROWS) {
-            let sql = format!(
-                "INSERT INTO graph_edges (graph_id, from_task, to_task, bytes) {}",
-                values_list(chunk.len(), 4, 1)
-            );
-            let mut insert = sqlx::query(AssertSqlSafe(sql));
-            for e in chunk {
-                insert = insert
-                    .bind(id)
-                    .bind(i64::from(e.from_task))
-                    .bind(i64::from(e.to_task))
-                    .bind(to_i64(e.bytes));
-            }
-            insert.execute(&mut *tx).await?;
+        let rows = placements.iter().map(|p| {
+            json!([
+                p.task,
+                p.label,
+                p.function,
+                p.server_address,
+                p.processors,
+                finite(p.predicted_start),
+                finite(p.predicted_finish)
+            ])
+        });
+        sqlx::query(placements_insert(self.backend))
+            .bind(id)
+            .bind(json_rows(rows))
+            .execute(&mut *tx)
+            .await?;
+        if !edges.is_empty() {
+            let rows = edges
+                .iter()
+                .map(|e| json!([e.from_task, e.to_task, to_i64(e.bytes)]));
+            sqlx::query(edges_insert(self.backend))
+                .bind(id)
+                .bind(json_rows(rows))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(to_u64(id))
@@ -460,24 +523,19 @@ impl ResourceDb {
             .bind(graph)
             .execute(&mut *tx)
             .await?;
-        for chunk in actuals.chunks(BATCH_ROWS) {
-            let sql = format!(
-                "WITH actual (task, start, finish, compute) AS ({}) UPDATE placements
-                 SET actual_start = actual.start, actual_finish = actual.finish,
-                     compute_seconds = actual.compute
-                 FROM actual WHERE placements.task = actual.task AND placements.graph_id = $1",
-                values_list(chunk.len(), 4, 2)
-            );
-            let mut update = sqlx::query(AssertSqlSafe(sql)).bind(graph);
-            for a in chunk {
-                update = update
-                    .bind(i64::from(a.task))
-                    .bind(a.start)
-                    .bind(a.finish)
-                    .bind(a.compute_seconds);
-            }
-            update.execute(&mut *tx).await?;
-        }
+        let rows = actuals.iter().map(|a| {
+            json!([
+                a.task,
+                finite(a.start),
+                finite(a.finish),
+                finite(a.compute_seconds)
+            ])
+        });
+        sqlx::query(actuals_update(self.backend))
+            .bind(graph)
+            .bind(json_rows(rows))
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }

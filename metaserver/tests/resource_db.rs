@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::linpack;
 use ninf_metaserver::db::{
-    ActualRecord, GraphRecord, PlacementRecord, ResourceDb, Retention, StoredLink, StoredLoad,
+    ActualRecord, EdgeRecord, GraphRecord, PlacementRecord, ResourceDb, Retention, StoredLink,
+    StoredLoad,
 };
 use ninf_metaserver::{CLIENT, Registry};
 use ninf_proto::v1;
@@ -248,7 +249,91 @@ fn registrations_and_history_on(url: &str) {
         let (load, network, graphs, placements) = db.history_sizes().await.unwrap();
         assert_eq!((load, network, graphs, placements), (2, 0, 2, 2));
         a_request_asked_again_supersedes_its_first_graph(&db).await;
+        a_large_graph_keeps_every_placement_edge_and_actual_exactly(&db).await;
     });
+}
+
+/// A graph of 2,500 tasks (more rows than one statement's parameters could carry): every
+/// placement, edge and actual time comes back as written, times to the last bit, names
+/// with quotes and non-ASCII letters intact, an infinite prediction stored as the largest
+/// finite time, and a task without an actual left without one.
+async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &ResourceDb) {
+    let n = 2_500u32;
+    let record = GraphRecord {
+        label: "large".into(),
+        proxy: "p".into(),
+        scheduler: "flow".into(),
+        predictor: "latest".into(),
+        tasks: n,
+        edges: n - 1,
+        created: 50.0,
+        predicted_makespan: 1.0,
+        inter_server_ratio: 0.0,
+        request_id: String::new(),
+    };
+    let time = |t: u32| f64::from(t) / 3.0 + 1e-9;
+    let placements: Vec<PlacementRecord> = (0..n)
+        .map(|t| PlacementRecord {
+            task: t,
+            label: format!("mmul#{t} \"ωの\""),
+            function: "mmul".into(),
+            server_address: format!("s{}:1", t % 3),
+            processors: 1 + t % 4,
+            predicted_start: time(t),
+            predicted_finish: if t == 7 { f64::INFINITY } else { time(t + 1) },
+        })
+        .collect();
+    let edges: Vec<EdgeRecord> = (1..n)
+        .map(|t| EdgeRecord {
+            from_task: t - 1,
+            to_task: t,
+            bytes: u64::from(t) << 20,
+        })
+        .collect();
+    let graph = db.record_graph(&record, &placements, &edges).await.unwrap();
+    let actuals: Vec<ActualRecord> = (1..n)
+        .map(|t| ActualRecord {
+            task: t,
+            start: time(t) * 1.5,
+            finish: time(t) * 2.5,
+            compute_seconds: 0.1 * f64::from(t),
+        })
+        .collect();
+    db.record_actuals(graph, 9.5, "", &actuals).await.unwrap();
+
+    let rows = db.placements(graph).await.unwrap();
+    assert_eq!(rows.len(), n as usize);
+    for (row, placed) in rows.iter().zip(&placements) {
+        assert_eq!(row.task, placed.task);
+        assert_eq!(row.label, placed.label);
+        assert_eq!(row.function, placed.function);
+        assert_eq!(row.server_address, placed.server_address);
+        assert_eq!(row.processors, placed.processors);
+        assert_eq!(
+            row.predicted_start.to_bits(),
+            placed.predicted_start.to_bits()
+        );
+        let finish = if placed.task == 7 {
+            f64::MAX
+        } else {
+            placed.predicted_finish
+        };
+        assert_eq!(row.predicted_finish.to_bits(), finish.to_bits());
+        if row.task == 0 {
+            assert_eq!((row.actual_start, row.actual_finish), (None, None));
+        } else {
+            let actual = &actuals[row.task as usize - 1];
+            assert_eq!(
+                row.actual_start.map(f64::to_bits),
+                Some(actual.start.to_bits())
+            );
+            assert_eq!(
+                row.actual_finish.map(f64::to_bits),
+                Some(actual.finish.to_bits())
+            );
+        }
+    }
+    assert_eq!(db.graph_edges(graph).await.unwrap(), edges);
 }
 
 /// A proxy asks again, under the same request id, for a graph whose first placement it never
