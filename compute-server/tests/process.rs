@@ -272,3 +272,81 @@ fn sigterm_shuts_down_gracefully_and_stops_the_executables() {
         assert!(!alive, "child {pid} outlived its server");
     }
 }
+
+/// The `selftest` executables (their command name, cut to 15 bytes) that are children of
+/// `parent` and sleeping in a call (nanosleep or clock_nanosleep on x86_64).
+fn sleeping_executables_of(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        let Some(pid) = path
+            .file_name()
+            .and_then(|n| n.to_str()?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let read = |file: &str| std::fs::read_to_string(path.join(file)).unwrap_or_default();
+        let is_child = read("status")
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .is_some_and(|p| p.trim() == parent.to_string());
+        let sleeping = matches!(
+            read("syscall").split_whitespace().next(),
+            Some("35" | "230")
+        );
+        if read("comm").trim() == "ninf-exec-selft" && is_child && sleeping {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A server killed outright (SIGKILL) cannot stop its executables: the one running a call
+/// of a minute ends by itself within moments, instead of sleeping on as an orphan.
+#[test]
+fn a_killed_servers_executable_does_not_outlive_it() {
+    let server = ServerProcess::start(&[]);
+    let url = format!("ninf://{}/slow_echo", server.address);
+    let caller = std::thread::spawn(move || {
+        let (mut x, mut y) = (vec![1.0f64; 4], vec![0.0f64; 4]);
+        ninf_call(
+            &url,
+            &mut [
+                Arg::from(60_000i32),
+                Arg::from(4i64),
+                Arg::from(&mut x),
+                Arg::from(&mut y),
+            ],
+        )
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let executable = loop {
+        if let Some(&pid) = sleeping_executables_of(server.pid()).first() {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(server);
+    let error = caller.join().unwrap().unwrap_err();
+    assert_eq!(error.kind, ErrorKind::CommunicationFailed, "{error}");
+    // The call had 60 s to go; its executable must be gone long before.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Gone, or a zombie waiting for whoever adopted it to reap it.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{executable}/status")).is_ok_and(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+    };
+    while running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "executable {executable} outlived its server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -6,6 +6,7 @@
 //! the executable's standard input and output (see `proto/proto/ninf/v1/executable.proto`).
 
 pub mod frame;
+pub mod parent;
 pub mod process;
 pub mod rlimits;
 pub mod runtime;

@@ -659,6 +659,7 @@ pub fn keep_freed_memory() {
 
 pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> ExitCode {
     keep_freed_memory();
+    crate::parent::exit_with_parent();
     // A routine panic becomes an error reply; one line on stderr is enough for the log.
     std::panic::set_hook(Box::new(|info| eprintln!("ninf executable: {info}")));
     let module = match ninf_idl::compile(&SourceFile::new(idl_name, idl_source)) {
