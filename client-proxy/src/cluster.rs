@@ -14,6 +14,7 @@ use ninf_proto::net::{ConnectionSettings, Keepalive};
 use ninf_proto::probe::PathMeasurement;
 use ninf_proto::v1;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -87,14 +88,20 @@ impl ServerConnection {
             .max_encoding_message_size(CALL_LIMIT)
     }
 
-    /// Whether the server takes `CallBatch`: asked once with an empty batch. Until it has
-    /// answered (it may be down for now), calls go alone.
+    /// Whether the server takes `CallBatch`: asked once, with an empty batch, when the
+    /// first batch forms. Until it has answered (it may be down for now), calls go alone.
     async fn takes_batches(&self) -> bool {
         let asked = self
             .batches
             .get_or_try_init(|| async {
                 let empty = v1::CallBatchRequest { calls: Vec::new() };
-                match self.invoke_client().call_batch(empty).await {
+                let mut client = self.invoke_client();
+                // On a task of its own, outside every span: the question belongs to no
+                // call, and stays out of the calls' traces.
+                let answer = tokio::spawn(async move { client.call_batch(empty).await })
+                    .await
+                    .map_err(|e| Status::internal(format!("asking for batches failed: {e}")))?;
+                match answer {
                     Ok(_) => Ok(true),
                     Err(status) if status.code() == tonic::Code::Unimplemented => Ok(false),
                     Err(status) => Err(status),
@@ -104,14 +111,23 @@ impl ServerConnection {
         asked.is_ok_and(|takes| *takes)
     }
 
+    /// The most calls that may leave on one slot: 1 once the server is known not to take
+    /// batches.
+    fn batch_limit(&self, configured: usize) -> usize {
+        if self.batches.get() == Some(&false) {
+            1
+        } else {
+            configured
+        }
+    }
+
     /// Sends queued calls, one alone or several as a batch, and hands out the answers.
-    async fn send(&self, mut batch: Vec<Waiting>) {
-        if batch.len() == 1 {
-            let Some(Waiting { call, answer }) = batch.pop() else {
-                return;
-            };
-            let reply = self.invoke_client().call(call).await;
-            let _ = answer.send(reply.map(tonic::Response::into_inner));
+    async fn send(&self, batch: Vec<Waiting>) {
+        if batch.len() == 1 || !self.takes_batches().await {
+            for Waiting { call, answer } in batch {
+                let reply = self.invoke_client().call(call).await;
+                let _ = answer.send(reply.map(tonic::Response::into_inner));
+            }
             return;
         }
         let (calls, answers) = batch.into_iter().map(|w| (w.call, w.answer)).unzip();
@@ -304,22 +320,22 @@ impl GrpcCluster {
             .acquire_owned()
             .await
             .map_err(|_| Status::internal("the server's call slots are closed"))?;
-        let max = if connection.takes_batches().await {
-            self.max_calls_per_batch
-        } else {
-            1
-        };
+        let max = connection.batch_limit(self.max_calls_per_batch);
         let batch = connection
             .queue
             .take(connection.slots.available_permits(), max);
         if !batch.is_empty() {
             // On a task of its own: the batch carries other graphs' calls, which must not be
-            // lost if this caller's graph is abandoned meanwhile.
+            // lost if this caller's graph is abandoned meanwhile. It goes in the trace of
+            // the call that sent it.
             let connection = connection.clone();
-            tokio::spawn(async move {
-                connection.send(batch).await;
-                drop(slot);
-            });
+            tokio::spawn(
+                async move {
+                    connection.send(batch).await;
+                    drop(slot);
+                }
+                .in_current_span(),
+            );
         }
         answer
             .await
