@@ -14,10 +14,10 @@ use ninf_proto::net::{ConnectionSettings, Keepalive};
 use ninf_proto::probe::PathMeasurement;
 use ninf_proto::v1;
 use tokio::sync::Semaphore;
-use tracing::Instrument;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tracing::Instrument;
 
 use crate::batching::{CallQueue, Waiting, answer_all, batchable};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
@@ -121,20 +121,34 @@ impl ServerConnection {
         }
     }
 
-    /// Sends queued calls, one alone or several as a batch, and hands out the answers.
+    /// Sends queued calls, one alone or several as a batch, and hands out the answers. A
+    /// request whose callers have all gone (their graphs cancelled or failed) is dropped,
+    /// which cancels it on the server: the executable is killed and nothing is kept. A batch
+    /// some of whose callers remain runs to its end, their neighbours' answers unread.
     async fn send(&self, batch: Vec<Waiting>) {
         if batch.len() == 1 || !self.takes_batches().await {
-            for Waiting { call, answer } in batch {
-                let reply = self.invoke_client().call(call).await;
-                let _ = answer.send(reply.map(tonic::Response::into_inner));
+            for Waiting { call, mut answer } in batch {
+                let mut client = self.invoke_client();
+                tokio::select! {
+                    reply = client.call(call) => {
+                        let _ = answer.send(reply.map(tonic::Response::into_inner));
+                    }
+                    () = answer.closed() => {}
+                }
             }
             return;
         }
-        let (calls, answers) = batch.into_iter().map(|w| (w.call, w.answer)).unzip();
-        let reply = self
-            .invoke_client()
-            .call_batch(v1::CallBatchRequest { calls })
-            .await;
+        let (calls, mut answers): (Vec<_>, Vec<_>) =
+            batch.into_iter().map(|w| (w.call, w.answer)).unzip();
+        let mut client = self.invoke_client();
+        let reply = {
+            let everyone_left =
+                futures_util::future::join_all(answers.iter_mut().map(|a| a.closed()));
+            tokio::select! {
+                reply = client.call_batch(v1::CallBatchRequest { calls }) => reply,
+                _ = everyone_left => return,
+            }
+        };
         answer_all(answers, reply.map(tonic::Response::into_inner));
     }
 }
