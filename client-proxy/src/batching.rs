@@ -79,20 +79,21 @@ pub(crate) fn answer_all(
 ) {
     let results = match reply {
         Ok(reply) if reply.results.len() == answers.len() => reply.results,
-        Ok(reply) => {
-            let status = Status::internal(format!(
-                "the server answered {} calls of a batch of {}",
-                reply.results.len(),
-                answers.len()
-            ));
-            return answers.into_iter().for_each(|a| {
-                let _ = a.send(Err(status.clone()));
-            });
-        }
-        Err(status) => {
-            return answers.into_iter().for_each(|a| {
-                let _ = a.send(Err(status.clone()));
-            });
+        failed => {
+            let status = failed.map_or_else(
+                |status| status,
+                |reply| {
+                    Status::internal(format!(
+                        "the server answered {} calls of a batch of {}",
+                        reply.results.len(),
+                        answers.len()
+                    ))
+                },
+            );
+            for answer in answers {
+                let _ = answer.send(Err(status.clone()));
+            }
+            return;
         }
     };
     for (answer, result) in answers.into_iter().zip(results) {
