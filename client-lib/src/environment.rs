@@ -25,6 +25,27 @@ pub const RECONNECT_SECONDS_ENV: &str = "NINF_RECONNECT_SECONDS";
 /// How long a client waits for its proxy to come back, unless [`RECONNECT_SECONDS_ENV`] says.
 pub const DEFAULT_RECONNECT_SECONDS: f64 = 60.0;
 
+/// Environment variable: `off` keeps a client on the proxy's host from passing its large
+/// arrays in memory shared with the proxy (docs/bulk-protocol.md); every array then goes in
+/// the request, as from another host. Default `on`.
+pub const SAME_HOST_UPLOADS_ENV: &str = "NINF_SAME_HOST_UPLOADS";
+
+/// Whether the environment lets a client share memory with its proxy; a bad value is an
+/// error naming it.
+pub(crate) fn same_host_uploads_from_env() -> Result<bool, CallError> {
+    let Some(value) = std::env::var_os(SAME_HOST_UPLOADS_ENV) else {
+        return Ok(true);
+    };
+    let text = value.to_string_lossy();
+    match text.trim() {
+        "on" | "" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(CallError::bad_argument(format!(
+            "{SAME_HOST_UPLOADS_ENV} is `{text}`; it must be `on` or `off`"
+        ))),
+    }
+}
+
 /// The reconnect window the environment sets, or the default; a bad value is an error
 /// naming it.
 pub(crate) fn reconnect_from_env() -> Result<std::time::Duration, CallError> {

@@ -18,6 +18,7 @@
 //! keepalive_timeout_seconds = 10.0
 //! idle_connection_seconds = 5
 //! bulk_calls = true
+//! same_host_uploads = true
 //! journal = "ninf-proxy-journal.sqlite"
 //! journal_wait_seconds = 60.0
 //! ```
@@ -120,6 +121,11 @@ pub struct ProxyConfig {
     /// when the server has one and the grid runs without TLS. false: every call by gRPC.
     #[serde(default = "default_true")]
     pub bulk_calls: bool,
+    /// A client on the proxy's host may pass its large arrays in memory it shares with the
+    /// proxy (a sealed memory file handed over on an abstract Unix socket) instead of
+    /// sending their bytes (docs/bulk-protocol.md). Never with TLS. false: always by gRPC.
+    #[serde(default = "default_true")]
+    pub same_host_uploads: bool,
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
@@ -259,6 +265,7 @@ impl ProxyConfig {
             keepalive_timeout_seconds: default_keepalive_timeout(),
             idle_connection_seconds: default_idle_connection_seconds(),
             bulk_calls: true,
+            same_host_uploads: true,
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,

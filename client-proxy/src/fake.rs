@@ -153,6 +153,7 @@ impl Cluster for FakeCluster {
                 Some(v1::call_argument::Source::Value(_)) => "value",
                 Some(v1::call_argument::Source::Object(_)) => "object",
                 Some(v1::call_argument::Source::Bulk(_)) => "bulk",
+                Some(v1::call_argument::Source::Shared(_)) => "shared",
                 None => "none",
             })
             .collect();

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod progress;
 pub mod recovery;
 pub mod run_state;
+pub mod same_host;
 pub mod service;
 mod staging;
 pub mod suspects;
@@ -82,9 +83,18 @@ pub struct Proxy {
     epoch: Instant,
     /// Each transaction and its progress, for a restarted proxy (off unless configured).
     pub journal: journal::Journal,
+    /// Memory clients on this host shared with the proxy, for their arrays.
+    pub shared_regions: Arc<same_host::SharedRegions>,
+    /// The abstract socket those clients hand it over on, once listening.
+    same_host_socket: std::sync::OnceLock<String>,
 }
 
 impl Proxy {
+    /// The abstract socket clients on this host hand shared regions over on, if any.
+    pub fn same_host_socket(&self) -> Option<&str> {
+        self.same_host_socket.get().map(String::as_str)
+    }
+
     pub fn new(config: ProxyConfig, name: String) -> Result<Arc<Proxy>, Status> {
         let precondition = |e: &dyn std::fmt::Display| Status::failed_precondition(e.to_string());
         let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())
@@ -139,6 +149,8 @@ impl Proxy {
             ))),
             epoch: Instant::now(),
             journal: journal::Journal::default(),
+            shared_regions: Arc::default(),
+            same_host_socket: std::sync::OnceLock::new(),
             token,
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
@@ -771,9 +783,10 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
         Some(listen) => Some(ninf_telemetry::serve(&listen, proxy.metrics_registry.clone()).await?),
         None => None,
     };
+    let same_host = listen_same_host(&proxy);
     let serving = {
         let proxy = proxy.clone();
-        Serving::spawn(move |shutdown| run(listener, proxy, shutdown))
+        Serving::spawn(move |shutdown| run(listener, same_host, proxy, shutdown))
     };
     Ok(Running {
         address,
@@ -781,6 +794,24 @@ pub async fn bind(config: ProxyConfig) -> Result<Running, StartError> {
         metrics,
         serving,
     })
+}
+
+/// The same-host socket for clients' shared regions, unless the configuration or TLS rules
+/// it out or it cannot be opened (clients then send every array by gRPC).
+fn listen_same_host(proxy: &Arc<Proxy>) -> Option<tokio::net::UnixListener> {
+    if !proxy.config.same_host_uploads || proxy.tls.is_some() {
+        return None;
+    }
+    match same_host::listen() {
+        Ok((name, listener)) => {
+            let _ = proxy.same_host_socket.set(name);
+            Some(listener)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no same-host socket; clients send arrays by gRPC");
+            None
+        }
+    }
 }
 
 /// Starts journaling at `url`, with what the journal holds from the proxy's previous life
@@ -816,11 +847,13 @@ impl Running {
 /// Serves the proxy on `listener` until `shutdown` completes.
 async fn run(
     listener: TcpListener,
+    same_host: Option<tokio::net::UnixListener>,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let mut builder = ninf_proto::net::server(proxy.tls.as_ref())?;
     let probes = spawn_probes(proxy.clone());
+    let same_host = same_host.map(|l| tokio::spawn(proxy.shared_regions.clone().serve(l)));
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<v1::proxy_server::ProxyServer<service::ProxyService>>()
@@ -837,5 +870,8 @@ async fn run(
         .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
     probes.abort();
+    if let Some(task) = same_host {
+        task.abort();
+    }
     result
 }

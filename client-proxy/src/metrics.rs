@@ -14,6 +14,8 @@ pub struct ReasonLabels {
 pub struct BytesLabels {
     /// `in` (graphs and their inputs from clients) or `out` (replies to them).
     pub direction: &'static str,
+    /// `client` (through gRPC) or `shared` (arrays in memory a client on the proxy's host
+    /// shared with it).
     pub path: &'static str,
 }
 
@@ -46,6 +48,15 @@ impl ProxyMetrics {
 
     pub fn retry(&self, reason: &'static str) {
         self.retries.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// Array bytes a client on the proxy's host passed in shared memory.
+    pub fn shared_bytes(&self, bytes: u64) {
+        let labels = BytesLabels {
+            direction: "in",
+            path: "shared",
+        };
+        self.bytes.get_or_create(&labels).inc_by(bytes);
     }
 
     /// One transaction's request and reply sizes.

@@ -20,13 +20,43 @@ pub struct ProxyService(pub Arc<Proxy>);
 /// Updates a followed run sends: progress, then the reply or the error.
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<v1::RunUpdate, Status>> + Send>>;
 
+/// A run request whose shared arrays are resolved, and how many bytes they held.
+struct Shared {
+    request: v1::RunRequest,
+    shared: u64,
+}
+
+impl Shared {
+    fn of(request: Request<(v1::RunRequest, u64)>) -> Shared {
+        let (request, shared) = request.into_inner();
+        Shared { request, shared }
+    }
+}
+
 impl ProxyService {
+    /// The request with its shared arrays in place (their regions leased until it is
+    /// dropped), keeping its metadata for admission.
+    #[allow(clippy::result_large_err)]
+    fn resolve(
+        &self,
+        request: Request<v1::RunRequest>,
+    ) -> Result<Request<(v1::RunRequest, u64)>, Status> {
+        let (metadata, extensions, mut message) = request.into_parts();
+        let shared = self
+            .0
+            .shared_regions
+            .resolve(&mut message)
+            .map_err(answer)?;
+        Ok(Request::from_parts(metadata, extensions, (message, shared)))
+    }
+
     /// Admits a run request from its client (its limits), waiting in the proxy's queue
     /// while the client's running transactions hold them, or says why not.
-    async fn admit(&self, request: &Request<v1::RunRequest>) -> Result<Admitted, Status> {
+    async fn admit(&self, request: &Request<(v1::RunRequest, u64)>) -> Result<Admitted, Status> {
         let client = client_of(request);
         let stored = request
             .get_ref()
+            .0
             .graph
             .as_ref()
             .map_or(0, crate::admission::stored_bytes);
@@ -80,12 +110,14 @@ fn graph_span() -> tracing::Span {
 /// Runs an admitted graph, counting the client's bytes and logging a failure.
 async fn run_admitted(
     proxy: &Proxy,
-    request: v1::RunRequest,
+    request: Shared,
     mut admitted: Admitted,
     progress: &ProgressSink,
     cancel: &CancellationToken,
 ) -> Result<v1::RunReply, Status> {
-    let bytes_in = prost::Message::encoded_len(&request) as u64;
+    let Shared { request, shared } = request;
+    let bytes_in = (prost::Message::encoded_len(&request) as u64).saturating_sub(shared);
+    proxy.metrics.shared_bytes(shared);
     let result = proxy
         .run_graph(request, &mut admitted, progress, cancel)
         .instrument(graph_span())
@@ -104,7 +136,7 @@ async fn run_admitted(
 /// future dropped) cancels it and its clean-up still runs to the end.
 async fn run_detached(
     proxy: Arc<Proxy>,
-    request: v1::RunRequest,
+    request: Shared,
     admitted: Admitted,
 ) -> Result<v1::RunReply, Status> {
     let cancel = CancellationToken::new();
@@ -124,7 +156,7 @@ async fn run_detached(
 /// away cancels the run, as it does a unary `Run`.
 async fn follow(
     proxy: Arc<Proxy>,
-    request: v1::RunRequest,
+    request: Shared,
     admitted: Admitted,
     updates: mpsc::Sender<Result<v1::RunUpdate, Status>>,
 ) {
@@ -159,8 +191,9 @@ impl v1::proxy_server::Proxy for ProxyService {
         &self,
         request: Request<v1::RunRequest>,
     ) -> Result<Response<v1::RunReply>, Status> {
+        let request = self.resolve(request)?;
         let admitted = self.admit(&request).await.map_err(answer)?;
-        let reply = run_detached(self.0.clone(), request.into_inner(), admitted)
+        let reply = run_detached(self.0.clone(), Shared::of(request), admitted)
             .await
             .map_err(answer)?;
         Ok(Response::new(reply))
@@ -172,10 +205,11 @@ impl v1::proxy_server::Proxy for ProxyService {
         &self,
         request: Request<v1::RunRequest>,
     ) -> Result<Response<UpdateStream>, Status> {
+        let request = self.resolve(request)?;
         let admitted = self.admit(&request).await.map_err(answer)?;
         let (updates, received) = mpsc::channel(4);
         tokio::spawn(
-            follow(self.0.clone(), request.into_inner(), admitted, updates).in_current_span(),
+            follow(self.0.clone(), Shared::of(request), admitted, updates).in_current_span(),
         );
         let stream = tokio_stream::wrappers::ReceiverStream::new(received);
         Ok(Response::new(Box::pin(stream)))
@@ -188,6 +222,15 @@ impl v1::proxy_server::Proxy for ProxyService {
         Ok(Response::new(
             self.0.describe(request.into_inner().function).await?,
         ))
+    }
+
+    async fn same_host(
+        &self,
+        _request: Request<v1::SameHostRequest>,
+    ) -> Result<Response<v1::SameHostReply>, Status> {
+        Ok(Response::new(v1::SameHostReply {
+            socket: self.0.same_host_socket().unwrap_or_default().to_string(),
+        }))
     }
 
     async fn functions(

@@ -134,6 +134,12 @@ pub async fn resolve(
                 parameter.name, function.name
             )));
         }
+        Some(Source::Shared(_)) => {
+            return Err(bad(format!(
+                "argument `{}` of `{}` names a region shared with a proxy, which only that proxy reads",
+                parameter.name, function.name
+            )));
+        }
         Some(Source::Object(object)) => {
             if !parameter.is_array() || !parameter.mode.is_input() {
                 return Err(bad(format!(

@@ -52,6 +52,9 @@ pub struct GridOptions {
     /// Whether the proxy sends calls with large arrays to the servers' bulk ports (its
     /// `bulk_calls`).
     pub bulk_calls: bool,
+    /// Whether a client on this host may pass its large arrays to the proxy in shared
+    /// memory (the proxy's `same_host_uploads`).
+    pub same_host_uploads: bool,
     /// Run every connection over TLS: a new certificate authority and certificates in
     /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
     /// certificates, the proxy accepts clients without (they present the token).
@@ -79,6 +82,7 @@ impl GridOptions {
             max_transactions_per_client: ProxyConfig::new("").max_transactions_per_client,
             max_queued_transactions: ProxyConfig::new("").max_queued_transactions,
             bulk_calls: true,
+            same_host_uploads: true,
             tls: false,
         }
     }
@@ -320,6 +324,7 @@ impl EmbeddedGrid {
             max_transactions_per_client: options.max_transactions_per_client,
             max_queued_transactions: options.max_queued_transactions,
             bulk_calls: options.bulk_calls,
+            same_host_uploads: options.same_host_uploads,
             tls: component_tls(&options, "proxy"),
             ..ProxyConfig::new(metaserver_address.clone())
         })

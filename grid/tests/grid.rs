@@ -1115,6 +1115,58 @@ fn calls_with_large_arrays_go_to_the_bulk_ports_unless_the_proxy_is_told_not_to(
 }
 
 #[test]
+fn large_arrays_from_a_client_on_the_proxys_host_come_in_shared_memory_unless_turned_off() {
+    for same_host_uploads in [true, false] {
+        let grid = TestGrid::start(vec![1, 1], |o| o.same_host_uploads = same_host_uploads);
+        let metrics = grid.grid().endpoints.metrics.clone();
+        let client = grid.client("round-robin");
+        // 200 x 200 doubles: 320,000 bytes per array, over the 256 KiB the client shares.
+        // Three threads run three transactions each, every one with inputs of its own: a
+        // region written again before the proxy released it would give some run another's
+        // inputs.
+        let n = 200usize;
+        std::thread::scope(|scope| {
+            for thread in 0..3u64 {
+                let client = client.clone();
+                scope.spawn(move || {
+                    for run in 0..3u64 {
+                        let (a, b) = (matrix(n, 10 * thread + run), matrix(n, 100 + run));
+                        let mut c = vec![0.0; n * n];
+                        client
+                            .transaction(|tx| {
+                                let [ha, hb] = [&a, &b].map(|m| tx.input(m));
+                                let hc = tx.buffer(&mut c);
+                                let n = TxArg::from(n as i64);
+                                tx.call("mmul", &[n, ha.into(), hb.into(), hc.into()])
+                            })
+                            .unwrap();
+                        assert_eq!(c, local_mmul(n, &a, &b), "thread {thread}, run {run}");
+                    }
+                });
+            }
+        });
+        let received = |path: &str| {
+            let text = scrape(&metrics["proxy"]);
+            let labels = ["direction=\"in\"", &format!("path=\"{path}\"")];
+            sample_sum(&text, "ninf_bytes_total", &labels)
+        };
+        let arrays = 9.0 * 2.0 * (8 * n * n) as f64;
+        let (shared, sent) = (received("shared"), received("client"));
+        if same_host_uploads {
+            assert_eq!(shared, arrays);
+            assert!(sent < arrays / 10.0, "{sent} bytes sent by gRPC");
+        } else {
+            assert_eq!(shared, 0.0);
+            assert!(sent >= arrays, "{sent} bytes sent by gRPC");
+        }
+        // Arrays under the threshold go in the request either way.
+        four_products(&client, 16);
+        assert_eq!(received("shared"), shared);
+        grid.assert_no_leftovers();
+    }
+}
+
+#[test]
 fn every_service_serves_metrics_that_count_what_the_grid_did() {
     let grid = TestGrid::start(vec![1, 1], |_| {});
     let metrics = grid.grid().endpoints.metrics.clone();

@@ -33,6 +33,8 @@ pub struct AsyncGridClient {
     identity: tonic::metadata::AsciiMetadataValue,
     /// How long a transaction is sent again while the proxy is unreachable.
     reconnect: std::time::Duration,
+    /// Memory shared with a proxy on this host, for runs' large arrays.
+    uploads: Arc<super::same_host::SharedUploads>,
 }
 
 /// A new transaction id, unique to this client: its identity, a number, the time (so a
@@ -128,6 +130,7 @@ impl AsyncGridClient {
             progress: None,
             identity: new_identity(),
             reconnect: crate::environment::reconnect_from_env()?,
+            uploads: Arc::new(super::same_host::SharedUploads::from_env()?),
         })
     }
 
@@ -212,6 +215,15 @@ impl AsyncGridClient {
         let mut cache = ninf_proto::sync::lock(&self.descriptors);
         cache.insert(function.to_string(), interface.clone());
         Ok(interface)
+    }
+
+    /// The proxy's socket for shared regions, if it offers one (an older proxy does not).
+    pub(crate) async fn same_host_socket(&self) -> Result<Option<String>, tonic::Status> {
+        match self.proxy().same_host(v1::SameHostRequest {}).await {
+            Ok(reply) => Ok(Some(reply.into_inner().socket).filter(|s| !s.is_empty())),
+            Err(status) if status.code() == tonic::Code::Unimplemented => Ok(None),
+            Err(status) => Err(status),
+        }
     }
 
     /// The routines some server that is up serves, sorted.
@@ -313,8 +325,26 @@ impl AsyncGridClient {
         }
     }
 
-    /// One attempt: the proxy's refusal as it came, or the run's outcome.
+    /// One attempt: the proxy's refusal as it came, or the run's outcome. Large arrays go
+    /// in memory shared with a proxy on this host when it offers that; a proxy that no
+    /// longer knows the region (it restarted) gets them in the request.
     async fn run_once(
+        &self,
+        request: v1::RunRequest,
+    ) -> Result<Result<v1::RunReply, CallError>, tonic::Status> {
+        let mut shared = request.clone();
+        if self.uploads.share(self, &mut shared).await {
+            match self.send_run(shared).await {
+                Err(status) if super::same_host::region_unknown(&status) => {
+                    self.uploads.reconnect().await;
+                }
+                outcome => return outcome,
+            }
+        }
+        self.send_run(request).await
+    }
+
+    async fn send_run(
         &self,
         request: v1::RunRequest,
     ) -> Result<Result<v1::RunReply, CallError>, tonic::Status> {

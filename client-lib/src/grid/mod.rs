@@ -46,11 +46,12 @@ mod grid_file;
 mod plan;
 mod progress;
 mod recording;
+mod same_host;
 mod transaction;
 
 pub use crate::environment::{
-    DEFAULT_RECONNECT_SECONDS, RECONNECT_SECONDS_ENV, TLS_CA_ENV, TLS_CERTIFICATE_ENV, TLS_KEY_ENV,
-    TOKEN_FILE_ENV,
+    DEFAULT_RECONNECT_SECONDS, RECONNECT_SECONDS_ENV, SAME_HOST_UPLOADS_ENV, TLS_CA_ENV,
+    TLS_CERTIFICATE_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV,
 };
 pub use async_client::AsyncGridClient;
 pub use blocking::GridClient;

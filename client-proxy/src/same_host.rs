@@ -1,0 +1,462 @@
+//! Arrays from a client on the proxy's host, passed in memory instead of bytes
+//! (docs/bulk-protocol.md, "From a client on the proxy's host").
+//!
+//! The proxy listens on a Unix socket in the abstract namespace under a random name it tells
+//! clients (`Proxy.SameHost`). A client there hands over memory files (`memfd`, sealed
+//! against shrinking) under names of its choosing, writes a run's large arrays into one, and
+//! names them in its `RunRequest` as `SharedArray { region, offset, bytes }` instead of
+//! sending their bytes. Before anything else sees the request, [`SharedRegions::resolve`]
+//! turns each into an ordinary array value whose bytes are the region's memory: no copy at
+//! the proxy, and none through a socket.
+//!
+//! A region is lent to one run at a time. The lease ends when the last of the run's arrays
+//! is dropped (the run is over and nothing keeps its inputs), and the proxy then says
+//! `released` on the socket: only from then on may the client write the region again. A
+//! client that dies or closes the socket takes its regions with it; runs still reading one
+//! keep its mapping until they end.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use ninf_proto::net::local::{self, SharedRegion};
+use ninf_proto::v1;
+use ninf_proto::v1::call_argument::Source;
+use ninf_proto::v1::shared_region_message::Message;
+use prost::Message as _;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// Regions one connection may have at once; a client needs one per run in flight.
+pub const MAX_REGIONS_PER_CONNECTION: usize = 16;
+
+/// The longest frame either side sends: the messages are names.
+const MAX_FRAME: usize = 4096;
+
+/// Every region clients on this host have handed over, by name.
+#[derive(Default)]
+pub struct SharedRegions {
+    regions: Mutex<HashMap<String, Arc<Region>>>,
+    next_connection: AtomicU64,
+}
+
+/// A handed-over region, and the connection that says when it is free again.
+struct Region {
+    name: String,
+    memory: SharedRegion,
+    connection: u64,
+    leased: AtomicBool,
+    to_client: mpsc::UnboundedSender<v1::SharedRegionMessage>,
+}
+
+/// One run's use of a region: while it lives, the client leaves the region alone.
+struct Lease(Arc<Region>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.leased.store(false, Ordering::Release);
+        // A client that went away has nothing to hear.
+        let _ = self
+            .0
+            .to_client
+            .send(message(Message::Released(self.0.name.clone())));
+    }
+}
+
+/// An array's bytes inside a leased region.
+struct LeasedBytes {
+    lease: Arc<Lease>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for LeasedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.lease.0.memory.bytes()[self.start..self.end]
+    }
+}
+
+fn message(message: Message) -> v1::SharedRegionMessage {
+    v1::SharedRegionMessage {
+        message: Some(message),
+    }
+}
+
+impl SharedRegions {
+    /// Replaces every shared array of `request` by its value in the region it names,
+    /// leasing each region the request names; the bytes so resolved. A refused request
+    /// gives back at once whatever it had leased.
+    pub fn resolve(&self, request: &mut v1::RunRequest) -> Result<u64, Status> {
+        let mut leases: HashMap<String, Arc<Lease>> = HashMap::new();
+        let mut total = 0u64;
+        for (task, arguments) in request.arguments.iter_mut().enumerate() {
+            for (parameter, argument) in arguments.arguments.iter_mut().enumerate() {
+                let Some(Source::Shared(shared)) = &argument.source else {
+                    continue;
+                };
+                let lease = match leases.get(&shared.region) {
+                    Some(lease) => lease.clone(),
+                    None => {
+                        let lease = Arc::new(self.lease(&shared.region)?);
+                        leases.insert(shared.region.clone(), lease.clone());
+                        lease
+                    }
+                };
+                let array = slice(lease, shared).map_err(|e| {
+                    Status::invalid_argument(format!(
+                        "task {task}, argument {parameter}: the shared array {e}"
+                    ))
+                })?;
+                total += shared.bytes;
+                argument.source = Some(Source::Value(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::Array(array)),
+                }));
+            }
+        }
+        Ok(total)
+    }
+
+    fn lease(&self, name: &str) -> Result<Lease, Status> {
+        let regions = ninf_proto::sync::lock(&self.regions);
+        let region = regions.get(name).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "no shared region `{name}`: its client never handed it to this proxy, or left"
+            ))
+        })?;
+        if region.leased.swap(true, Ordering::AcqRel) {
+            return Err(Status::invalid_argument(format!(
+                "the shared region `{name}` is still read by another run"
+            )));
+        }
+        Ok(Lease(region.clone()))
+    }
+
+    /// Serves clients on `listener` (until the task running it is aborted).
+    pub async fn serve(self: Arc<Self>, listener: UnixListener) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(self.clone().connection(stream));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "same-host socket: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// One client's connection: takes its offers and forgets, and tells it of each
+    /// region's release, until it closes.
+    async fn connection(self: Arc<Self>, stream: UnixStream) {
+        let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
+        let stream = Arc::new(stream);
+        let (to_client, mut outbox) = mpsc::unbounded_channel::<v1::SharedRegionMessage>();
+        let writer = {
+            let stream = stream.clone();
+            tokio::spawn(async move {
+                while let Some(message) = outbox.recv().await {
+                    let body = message.encode_to_vec();
+                    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+                    frame.extend_from_slice(&body);
+                    if local::send(&stream, &frame, None).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        if let Err(e) = self.take_messages(id, &stream, &to_client).await {
+            tracing::debug!(error = %e, "same-host connection closed");
+        }
+        ninf_proto::sync::lock(&self.regions).retain(|_, region| region.connection != id);
+        drop(to_client);
+        writer.abort();
+    }
+
+    async fn take_messages(
+        &self,
+        id: u64,
+        stream: &UnixStream,
+        to_client: &mpsc::UnboundedSender<v1::SharedRegionMessage>,
+    ) -> std::io::Result<()> {
+        loop {
+            let mut header = [0u8; 4];
+            let mut file = local::receive(stream, &mut header).await?;
+            let length = u32::from_le_bytes(header) as usize;
+            if length > MAX_FRAME {
+                return Err(std::io::Error::other(format!("a frame of {length} bytes")));
+            }
+            let mut body = vec![0u8; length];
+            if let Some(later) = local::receive(stream, &mut body).await? {
+                file = Some(later);
+            }
+            let received = v1::SharedRegionMessage::decode(body.as_slice())
+                .map_err(|e| std::io::Error::other(format!("an unreadable frame: {e}")))?;
+            let answer = match received.message {
+                Some(Message::Offer(name)) => Some(self.offered(id, name, file, to_client)),
+                Some(Message::Forget(name)) => {
+                    let mut regions = ninf_proto::sync::lock(&self.regions);
+                    if regions.get(&name).is_some_and(|r| r.connection == id) {
+                        regions.remove(&name);
+                    }
+                    None
+                }
+                _ => None,
+            };
+            if let Some(answer) = answer {
+                let _ = to_client.send(message(answer));
+            }
+        }
+    }
+
+    /// Takes the region `name` with its memory file, or says why not.
+    fn offered(
+        &self,
+        id: u64,
+        name: String,
+        file: Option<std::os::fd::OwnedFd>,
+        to_client: &mpsc::UnboundedSender<v1::SharedRegionMessage>,
+    ) -> Message {
+        let refused = |reason: String| {
+            Message::Refused(v1::RegionRefused {
+                region: name.clone(),
+                reason,
+            })
+        };
+        if name.is_empty() || name.len() > 128 || !name.chars().all(|c| c.is_ascii_graphic()) {
+            return refused("a region's name is 1 to 128 visible ASCII characters".into());
+        }
+        let Some(file) = file else {
+            return refused("the offer came without its memory file".into());
+        };
+        let memory = match SharedRegion::adopt(file) {
+            Ok(memory) => memory,
+            Err(e) => return refused(e),
+        };
+        let mut regions = ninf_proto::sync::lock(&self.regions);
+        if regions.values().filter(|r| r.connection == id).count() >= MAX_REGIONS_PER_CONNECTION {
+            return refused(format!(
+                "a connection holds at most {MAX_REGIONS_PER_CONNECTION} regions"
+            ));
+        }
+        if regions.contains_key(&name) {
+            return refused("a region of that name is already shared".into());
+        }
+        let region = Region {
+            name: name.clone(),
+            memory,
+            connection: id,
+            leased: AtomicBool::new(false),
+            to_client: to_client.clone(),
+        };
+        regions.insert(name.clone(), Arc::new(region));
+        Message::Accepted(name)
+    }
+}
+
+/// The array `shared` names, its bytes borrowed from the leased region.
+fn slice(lease: Arc<Lease>, shared: &v1::SharedArray) -> Result<v1::Array, String> {
+    let len = lease.0.memory.len() as u64;
+    let end = shared
+        .offset
+        .checked_add(shared.bytes)
+        .filter(|&end| end <= len);
+    let Some(end) = end else {
+        return Err(format!(
+            "at bytes {}..{}+{} lies outside its region of {len} bytes",
+            shared.offset, shared.offset, shared.bytes
+        ));
+    };
+    let data = Bytes::from_owner(LeasedBytes {
+        lease,
+        start: shared.offset as usize,
+        end: end as usize,
+    });
+    Ok(v1::Array {
+        element_type: shared.element_type,
+        data,
+    })
+}
+
+/// Starts listening for this host's clients under a fresh name.
+pub fn listen() -> std::io::Result<(String, UnixListener)> {
+    let name = local::socket_name()?.replacen("ninf-bulk-", "ninf-proxy-", 1);
+    let listener = local::listen(&name)?;
+    Ok((name, listener))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use rustix::fs::MemfdFlags;
+    use std::os::fd::AsFd;
+
+    /// A client's end: its connection and a sender of frames.
+    struct TestClient {
+        stream: UnixStream,
+    }
+
+    impl TestClient {
+        async fn send(&self, message: Message, file: Option<std::os::fd::BorrowedFd<'_>>) {
+            let body = v1::SharedRegionMessage {
+                message: Some(message),
+            }
+            .encode_to_vec();
+            let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+            frame.extend_from_slice(&body);
+            local::send(&self.stream, &frame, file).await.unwrap();
+        }
+
+        async fn next(&self) -> Message {
+            let mut header = [0u8; 4];
+            local::receive(&self.stream, &mut header).await.unwrap();
+            let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+            local::receive(&self.stream, &mut body).await.unwrap();
+            v1::SharedRegionMessage::decode(body.as_slice())
+                .unwrap()
+                .message
+                .unwrap()
+        }
+    }
+
+    async fn serving() -> (Arc<SharedRegions>, TestClient) {
+        let regions = Arc::new(SharedRegions::default());
+        let (name, listener) = listen().unwrap();
+        tokio::spawn(regions.clone().serve(listener));
+        let stream = local::connect(&name).unwrap();
+        (regions, TestClient { stream })
+    }
+
+    fn request(region: &str, offset: u64, bytes: u64) -> v1::RunRequest {
+        let shared = v1::CallArgument {
+            source: Some(Source::Shared(v1::SharedArray {
+                element_type: v1::ElementType::Double.into(),
+                region: region.into(),
+                offset,
+                bytes,
+            })),
+        };
+        v1::RunRequest {
+            arguments: vec![v1::TaskArguments {
+                arguments: vec![v1::CallArgument::default(), shared],
+                returns: vec![],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn array(request: &v1::RunRequest) -> &[u8] {
+        match &request.arguments[0].arguments[1].source {
+            Some(Source::Value(v1::ArgumentValue {
+                value: Some(v1::argument_value::Value::Array(array)),
+            })) => &array.data,
+            other => panic!("not resolved: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shared_array_is_the_regions_memory_lent_to_one_run_at_a_time() {
+        let (regions, client) = serving().await;
+        let mut memory = SharedRegion::create(1 << 20).unwrap();
+        memory.bytes_mut()[64..72].copy_from_slice(&2.5f64.to_le_bytes());
+        client
+            .send(Message::Offer("r1".into()), Some(memory.fd()))
+            .await;
+        assert_eq!(client.next().await, Message::Accepted("r1".into()));
+
+        let mut first = request("r1", 64, 8);
+        assert_eq!(regions.resolve(&mut first).unwrap(), 8);
+        assert_eq!(array(&first), 2.5f64.to_le_bytes());
+
+        // While the first run holds it, no other run may name the region.
+        let e = regions.resolve(&mut request("r1", 0, 8)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("still read by another run"), "{e}");
+
+        // Once the run's arrays are gone, the client hears so and may use it again.
+        drop(first);
+        assert_eq!(client.next().await, Message::Released("r1".into()));
+        let mut again = request("r1", 64, 8);
+        regions.resolve(&mut again).unwrap();
+        drop(again);
+        assert_eq!(client.next().await, Message::Released("r1".into()));
+    }
+
+    #[tokio::test]
+    async fn a_bad_offer_or_a_bad_reference_is_refused_by_name() {
+        let (regions, client) = serving().await;
+        let plain = rustix::fs::memfd_create("plain", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&plain, 4096).unwrap();
+        client
+            .send(Message::Offer("plain".into()), Some(plain.as_fd()))
+            .await;
+        match client.next().await {
+            Message::Refused(r) => {
+                assert_eq!(r.region, "plain");
+                assert!(r.reason.contains("not sealed against shrinking"), "{r:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        client.send(Message::Offer("nofile".into()), None).await;
+        match client.next().await {
+            Message::Refused(r) => assert!(r.reason.contains("without its memory file"), "{r:?}"),
+            other => panic!("{other:?}"),
+        }
+
+        let e = regions.resolve(&mut request("plain", 0, 8)).unwrap_err();
+        assert!(e.message().contains("no shared region `plain`"), "{e}");
+
+        let memory = SharedRegion::create(1 << 20).unwrap();
+        client
+            .send(Message::Offer("r".into()), Some(memory.fd()))
+            .await;
+        assert_eq!(client.next().await, Message::Accepted("r".into()));
+        let e = regions
+            .resolve(&mut request("r", (1 << 20) - 4, 8))
+            .unwrap_err();
+        assert!(
+            e.message()
+                .contains("task 0, argument 1: the shared array at bytes 1048572..1048572+8 lies outside its region of 1048576 bytes"),
+            "{e}"
+        );
+        // A refused request gives the region back at once.
+        assert_eq!(client.next().await, Message::Released("r".into()));
+        let mut fine = request("r", 0, 8);
+        regions.resolve(&mut fine).unwrap();
+        drop(fine);
+        assert_eq!(client.next().await, Message::Released("r".into()));
+    }
+
+    #[tokio::test]
+    async fn a_region_goes_when_its_client_forgets_it_or_leaves_but_a_run_keeps_its_bytes() {
+        let (regions, client) = serving().await;
+        let mut memory = SharedRegion::create(1 << 20).unwrap();
+        memory.bytes_mut()[..4].copy_from_slice(b"ninf");
+        for name in ["a", "b"] {
+            client
+                .send(Message::Offer(name.into()), Some(memory.fd()))
+                .await;
+            assert_eq!(client.next().await, Message::Accepted(name.into()));
+        }
+        client.send(Message::Forget("a".into()), None).await;
+        let mut running = request("b", 0, 4);
+        regions.resolve(&mut running).unwrap();
+        drop(client);
+        drop(memory);
+        // The connection's end removes its regions; the proxy notices it soon.
+        for _ in 0..100 {
+            if ninf_proto::sync::lock(&regions.regions).is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        for name in ["a", "b"] {
+            let e = regions.resolve(&mut request(name, 0, 4)).unwrap_err();
+            assert!(e.message().contains("no shared region"), "{e}");
+        }
+        assert_eq!(array(&running), b"ninf");
+    }
+}
