@@ -306,6 +306,8 @@ impl Proxy {
             scheduler,
             label,
             transaction_id,
+            // Taken by the gRPC shell before the run (`service.rs`).
+            output_region: _,
         } = request;
         let graph = graph.unwrap_or_default();
         let n = graph.tasks.len();

@@ -50,10 +50,11 @@ impl ProxyMetrics {
         self.retries.get_or_create(&ReasonLabels { reason }).inc();
     }
 
-    /// Array bytes a client on the proxy's host passed in shared memory.
-    pub fn shared_bytes(&self, bytes: u64) {
+    /// Array bytes a client on the proxy's host passed in shared memory (`direction` `in`)
+    /// or was answered in (`out`).
+    pub fn shared_bytes(&self, direction: &'static str, bytes: u64) {
         let labels = BytesLabels {
-            direction: "in",
+            direction,
             path: "shared",
         };
         self.bytes.get_or_create(&labels).inc_by(bytes);

@@ -32,6 +32,9 @@ use tonic::Status;
 /// Regions one connection may have at once; a client needs one per run in flight.
 pub const MAX_REGIONS_PER_CONNECTION: usize = 16;
 
+/// Outputs smaller than this stay in the reply (the client shares arrays from the same size).
+pub const MIN_SHARED_OUTPUT: usize = 256 * 1024;
+
 /// The longest frame either side sends: the messages are names.
 const MAX_FRAME: usize = 4096;
 
@@ -116,6 +119,17 @@ impl SharedRegions {
             }
         }
         Ok(total)
+    }
+
+    /// The region `request` names for its reply's large arrays, held for the run.
+    pub fn lease_output(&self, request: &v1::RunRequest) -> Result<Option<OutputRegion>, Status> {
+        if request.output_region.is_empty() {
+            return Ok(None);
+        }
+        let lease = self.lease(&request.output_region).map_err(|status| {
+            Status::invalid_argument(format!("output region: {}", status.message()))
+        })?;
+        Ok(Some(OutputRegion(lease)))
     }
 
     fn lease(&self, name: &str) -> Result<Lease, Status> {
@@ -253,6 +267,43 @@ impl SharedRegions {
         };
         regions.insert(name.clone(), Arc::new(region));
         Message::Accepted(name)
+    }
+}
+
+/// The region a run writes its reply's large arrays into: the client reads them once the
+/// reply arrives, and the proxy releases the region as it builds the reply.
+pub struct OutputRegion(Lease);
+
+impl OutputRegion {
+    /// Moves each output of [`MIN_SHARED_OUTPUT`] bytes or more that still fits into the
+    /// region, naming it there instead; the bytes moved. Ends the lease.
+    pub fn write_outputs(self, reply: &mut v1::RunReply) -> u64 {
+        use v1::call_output::Result as Output;
+        let region = &self.0.0;
+        let mut offset = 0usize;
+        let mut moved = 0u64;
+        for output in reply.tasks.iter_mut().flat_map(|t| t.outputs.iter_mut()) {
+            let Some(Output::Array(array)) = &output.result else {
+                continue;
+            };
+            if array.data.len() < MIN_SHARED_OUTPUT {
+                continue;
+            }
+            // SAFETY: the lease keeps every other run, and the client, off the region.
+            if !unsafe { region.memory.write_at(offset, &array.data) } {
+                continue;
+            }
+            let bytes = array.data.len();
+            output.result = Some(Output::Shared(v1::SharedArray {
+                element_type: array.element_type,
+                region: region.name.clone(),
+                offset: offset as u64,
+                bytes: bytes as u64,
+            }));
+            offset = (offset + bytes).next_multiple_of(64);
+            moved += bytes as u64;
+        }
+        moved
     }
 }
 
@@ -458,5 +509,82 @@ mod tests {
             assert!(e.message().contains("no shared region"), "{e}");
         }
         assert_eq!(array(&running), b"ninf");
+    }
+
+    #[tokio::test]
+    async fn a_runs_large_outputs_go_into_its_output_region_and_small_ones_stay_in_the_reply() {
+        use v1::call_output::Result as Output;
+        let (regions, client) = serving().await;
+        let memory = SharedRegion::create(1 << 20).unwrap();
+        client
+            .send(Message::Offer("out".into()), Some(memory.fd()))
+            .await;
+        assert_eq!(client.next().await, Message::Accepted("out".into()));
+        let output = |parameter: u32, bytes: usize, fill: u8| v1::CallOutput {
+            parameter,
+            result: Some(Output::Array(v1::Array {
+                element_type: v1::ElementType::Char.into(),
+                data: Bytes::from(vec![fill; bytes]),
+            })),
+        };
+        let mut reply = v1::RunReply {
+            tasks: vec![v1::TaskReport {
+                outputs: vec![
+                    output(0, 300_000, 1),
+                    output(1, 1000, 2),
+                    output(2, 600_000, 3),
+                    // No longer fits after the other two.
+                    output(3, 300_000, 4),
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let request = v1::RunRequest {
+            output_region: "out".into(),
+            ..Default::default()
+        };
+        let held = regions.lease_output(&request).unwrap().unwrap();
+        // Another run cannot name it meanwhile.
+        let e = regions.lease_output(&request).err().unwrap();
+        assert!(
+            e.message()
+                .contains("output region: the shared region `out` is still read"),
+            "{e}"
+        );
+        assert_eq!(held.write_outputs(&mut reply), 900_000);
+        assert_eq!(client.next().await, Message::Released("out".into()));
+
+        let results: Vec<_> = reply.tasks[0]
+            .outputs
+            .iter()
+            .map(|o| o.result.clone())
+            .collect();
+        let shared = |offset: u64, bytes: u64| {
+            Some(Output::Shared(v1::SharedArray {
+                element_type: v1::ElementType::Char.into(),
+                region: "out".into(),
+                offset,
+                bytes,
+            }))
+        };
+        assert_eq!(results[0], shared(0, 300_000));
+        assert!(matches!(&results[1], Some(Output::Array(a)) if a.data.len() == 1000));
+        // 300,000 rounded up to a 64-byte boundary.
+        assert_eq!(results[2], shared(300_032, 600_000));
+        assert!(matches!(&results[3], Some(Output::Array(a)) if a.data.len() == 300_000));
+        assert!(memory.bytes()[..300_000].iter().all(|&b| b == 1));
+        assert!(memory.bytes()[300_032..900_032].iter().all(|&b| b == 3));
+
+        let unknown = v1::RunRequest {
+            output_region: "gone".into(),
+            ..Default::default()
+        };
+        let e = regions.lease_output(&unknown).err().unwrap();
+        assert!(
+            e.message()
+                .starts_with("output region: no shared region `gone`"),
+            "{e}"
+        );
     }
 }

@@ -14,22 +14,24 @@ use tracing::Instrument;
 use crate::Proxy;
 use crate::admission::Admitted;
 use crate::progress::ProgressSink;
+use crate::same_host::OutputRegion;
 
 pub struct ProxyService(pub Arc<Proxy>);
 
 /// Updates a followed run sends: progress, then the reply or the error.
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<v1::RunUpdate, Status>> + Send>>;
 
-/// A run request whose shared arrays are resolved, and how many bytes they held.
+/// A run request whose shared arrays are resolved, how many bytes they held, and the
+/// region its reply's large arrays go into, if the client gave one.
 struct Shared {
     request: v1::RunRequest,
     shared: u64,
+    output: Option<OutputRegion>,
 }
 
 impl Shared {
-    fn of(request: Request<(v1::RunRequest, u64)>) -> Shared {
-        let (request, shared) = request.into_inner();
-        Shared { request, shared }
+    fn of(request: Request<Shared>) -> Shared {
+        request.into_inner()
     }
 }
 
@@ -37,26 +39,26 @@ impl ProxyService {
     /// The request with its shared arrays in place (their regions leased until it is
     /// dropped), keeping its metadata for admission.
     #[allow(clippy::result_large_err)]
-    fn resolve(
-        &self,
-        request: Request<v1::RunRequest>,
-    ) -> Result<Request<(v1::RunRequest, u64)>, Status> {
-        let (metadata, extensions, mut message) = request.into_parts();
-        let shared = self
-            .0
-            .shared_regions
-            .resolve(&mut message)
-            .map_err(answer)?;
-        Ok(Request::from_parts(metadata, extensions, (message, shared)))
+    fn resolve(&self, request: Request<v1::RunRequest>) -> Result<Request<Shared>, Status> {
+        let (metadata, extensions, mut request) = request.into_parts();
+        let regions = &self.0.shared_regions;
+        let shared = regions.resolve(&mut request).map_err(answer)?;
+        let output = regions.lease_output(&request).map_err(answer)?;
+        let shared = Shared {
+            request,
+            shared,
+            output,
+        };
+        Ok(Request::from_parts(metadata, extensions, shared))
     }
 
     /// Admits a run request from its client (its limits), waiting in the proxy's queue
     /// while the client's running transactions hold them, or says why not.
-    async fn admit(&self, request: &Request<(v1::RunRequest, u64)>) -> Result<Admitted, Status> {
+    async fn admit(&self, request: &Request<Shared>) -> Result<Admitted, Status> {
         let client = client_of(request);
         let stored = request
             .get_ref()
-            .0
+            .request
             .graph
             .as_ref()
             .map_or(0, crate::admission::stored_bytes);
@@ -115,13 +117,22 @@ async fn run_admitted(
     progress: &ProgressSink,
     cancel: &CancellationToken,
 ) -> Result<v1::RunReply, Status> {
-    let Shared { request, shared } = request;
+    let Shared {
+        request,
+        shared,
+        output,
+    } = request;
     let bytes_in = (prost::Message::encoded_len(&request) as u64).saturating_sub(shared);
-    proxy.metrics.shared_bytes(shared);
-    let result = proxy
+    proxy.metrics.shared_bytes("in", shared);
+    let mut result = proxy
         .run_graph(request, &mut admitted, progress, cancel)
         .instrument(graph_span())
         .await;
+    if let (Ok(reply), Some(output)) = (&mut result, output) {
+        proxy
+            .metrics
+            .shared_bytes("out", output.write_outputs(reply));
+    }
     let bytes_out = result
         .as_ref()
         .map_or(0, |reply| prost::Message::encoded_len(reply) as u64);

@@ -1115,7 +1115,7 @@ fn calls_with_large_arrays_go_to_the_bulk_ports_unless_the_proxy_is_told_not_to(
 }
 
 #[test]
-fn large_arrays_from_a_client_on_the_proxys_host_come_in_shared_memory_unless_turned_off() {
+fn large_arrays_between_a_client_and_the_proxy_on_its_host_go_in_shared_memory_unless_turned_off() {
     for same_host_uploads in [true, false] {
         let grid = TestGrid::start(vec![1, 1], |o| o.same_host_uploads = same_host_uploads);
         let metrics = grid.grid().endpoints.metrics.clone();
@@ -1145,23 +1145,33 @@ fn large_arrays_from_a_client_on_the_proxys_host_come_in_shared_memory_unless_tu
                 });
             }
         });
-        let received = |path: &str| {
+        let counted = |direction: &str, path: &str| {
             let text = scrape(&metrics["proxy"]);
-            let labels = ["direction=\"in\"", &format!("path=\"{path}\"")];
+            let labels = [
+                format!("direction=\"{direction}\""),
+                format!("path=\"{path}\""),
+            ];
+            let labels = [labels[0].as_str(), labels[1].as_str()];
             sample_sum(&text, "ninf_bytes_total", &labels)
         };
-        let arrays = 9.0 * 2.0 * (8 * n * n) as f64;
-        let (shared, sent) = (received("shared"), received("client"));
+        // Two inputs and one output per transaction.
+        let inputs = 9.0 * 2.0 * (8 * n * n) as f64;
+        let outputs = 9.0 * (8 * n * n) as f64;
+        let (shared_in, sent) = (counted("in", "shared"), counted("in", "client"));
+        let (shared_out, replied) = (counted("out", "shared"), counted("out", "client"));
         if same_host_uploads {
-            assert_eq!(shared, arrays);
-            assert!(sent < arrays / 10.0, "{sent} bytes sent by gRPC");
+            assert_eq!((shared_in, shared_out), (inputs, outputs));
+            assert!(sent < inputs / 10.0, "{sent} bytes sent by gRPC");
+            assert!(replied < outputs / 10.0, "{replied} bytes answered by gRPC");
         } else {
-            assert_eq!(shared, 0.0);
-            assert!(sent >= arrays, "{sent} bytes sent by gRPC");
+            assert_eq!((shared_in, shared_out), (0.0, 0.0));
+            assert!(sent >= inputs, "{sent} bytes sent by gRPC");
+            assert!(replied >= outputs, "{replied} bytes answered by gRPC");
         }
-        // Arrays under the threshold go in the request either way.
+        // Arrays under the threshold go in the request and the reply either way.
         four_products(&client, 16);
-        assert_eq!(received("shared"), shared);
+        assert_eq!(counted("in", "shared"), shared_in);
+        assert_eq!(counted("out", "shared"), shared_out);
         grid.assert_no_leftovers();
     }
 }

@@ -333,11 +333,12 @@ impl AsyncGridClient {
         request: v1::RunRequest,
     ) -> Result<Result<v1::RunReply, CallError>, tonic::Status> {
         let mut shared = request.clone();
-        if self.uploads.share(self, &mut shared).await {
+        if let Some(run) = self.uploads.share(self, &mut shared).await {
             match self.send_run(shared).await {
                 Err(status) if super::same_host::region_unknown(&status) => {
                     self.uploads.reconnect().await;
                 }
+                Ok(Ok(reply)) => return Ok(run.receive(reply)),
                 outcome => return outcome,
             }
         }

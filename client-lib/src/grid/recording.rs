@@ -258,6 +258,7 @@ impl Recording {
             label: label.to_string(),
             // Given when the client sends it.
             transaction_id: String::new(),
+            output_region: String::new(),
         }
     }
 }

@@ -8,8 +8,10 @@
 //! reads, copies the large arrays into it, and names them in the request instead of
 //! carrying their bytes. The proxy says when the run no longer reads the region
 //! (`released`); until then the client never writes it again, so a run's inputs cannot
-//! change under it. Whenever any of this is not possible, the arrays go in the request as
-//! before.
+//! change under it. A run whose wanted outputs include arrays that large also lends the
+//! proxy a region for them (`output_region`); the proxy writes them there and the client
+//! reads them from it, holding the region until it has. Whenever any of this is not
+//! possible, the arrays go in the request and the reply as before.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +25,8 @@ use ninf_proto::v1::shared_region_message::Message;
 use prost::Message as _;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
+
+use crate::CallError;
 
 /// Arrays smaller than this go in the request: copying them twice costs less than the
 /// bookkeeping.
@@ -67,11 +71,51 @@ struct Connection {
 
 struct Slot {
     name: String,
-    /// `None` while a run's arrays are being copied in.
-    memory: Option<SharedRegion>,
-    len: usize,
+    memory: Arc<SharedRegion>,
     /// Named by a run the proxy has not released yet.
-    lent: bool,
+    proxy_holds: bool,
+    /// A reply's outputs in it are still being read.
+    client_reads: bool,
+}
+
+impl Slot {
+    fn free(&self) -> bool {
+        !self.proxy_holds && !self.client_reads
+    }
+}
+
+/// What one attempt of a run shares: for its reply's outputs, the region they may come in.
+pub(crate) struct SharedRun {
+    output: Option<Arc<OutputHold>>,
+}
+
+/// The client's hold on an output region while a reply's arrays in it are read.
+struct OutputHold {
+    connection: Arc<Connection>,
+    name: String,
+    memory: Arc<SharedRegion>,
+}
+
+impl Drop for OutputHold {
+    fn drop(&mut self) {
+        let mut regions = ninf_proto::sync::lock(&self.connection.regions);
+        if let Some(slot) = regions.iter_mut().find(|s| s.name == self.name) {
+            slot.client_reads = false;
+        }
+    }
+}
+
+/// An output's bytes in an output region; the region stays held while they live.
+struct OutputBytes {
+    hold: Arc<OutputHold>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for OutputBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.hold.memory.bytes()[self.start..self.end]
+    }
 }
 
 /// Where one array goes in the region.
@@ -94,33 +138,46 @@ impl SharedUploads {
         })
     }
 
-    /// Moves `request`'s large arrays into a region shared with the proxy, if the proxy
-    /// offers one; leaves the request as it was otherwise. Whether it moved any.
+    /// Moves `request`'s large arrays into a region shared with the proxy, and lends it a
+    /// region for the reply's, if the proxy offers that; leaves the request as it was
+    /// otherwise (`None`).
     pub(crate) async fn share(
         &self,
         client: &super::AsyncGridClient,
         request: &mut v1::RunRequest,
-    ) -> bool {
+    ) -> Option<SharedRun> {
         let (placements, total) = plan(request);
-        if placements.is_empty() {
-            return false;
+        let outputs = output_bytes(request);
+        if placements.is_empty() && outputs == 0 {
+            return None;
         }
-        let Some(connection) = self.connection(client).await else {
-            return false;
+        let connection = self.connection(client).await?;
+        let inputs_shared = !placements.is_empty()
+            && match connection.lend(total, false).await {
+                Ok(Some((name, memory))) => {
+                    write(request, &placements, &name, &memory);
+                    true
+                }
+                Ok(None) => false,
+                Err(e) => return connection.failed(e),
+            };
+        let output = if outputs == 0 {
+            None
+        } else {
+            match connection.lend(outputs, true).await {
+                Ok(Some((name, memory))) => {
+                    request.output_region = name.clone();
+                    Some(Arc::new(OutputHold {
+                        connection: connection.clone(),
+                        name,
+                        memory,
+                    }))
+                }
+                Ok(None) => None,
+                Err(e) => return connection.failed(e),
+            }
         };
-        match connection.lend(total).await {
-            Ok(Some((name, mut memory))) => {
-                write(request, &placements, &name, memory.bytes_mut());
-                connection.give_back(&name, memory);
-                true
-            }
-            Ok(None) => false,
-            Err(e) => {
-                tracing::debug!(error = %e, "no shared region; the arrays go in the request");
-                connection.alive.store(false, Ordering::Release);
-                false
-            }
-        }
+        (inputs_shared || output.is_some()).then_some(SharedRun { output })
     }
 
     /// Drops the connection (the proxy did not know a region: it restarted); the next run
@@ -171,6 +228,64 @@ pub(crate) fn region_unknown(status: &tonic::Status) -> bool {
         && status.message().starts_with("no shared region")
 }
 
+/// Bytes a region needs for the reply's large outputs: those of the tasks whose wanted
+/// outputs reach the size the proxy shares (each may start on the next 64-byte boundary).
+fn output_bytes(request: &v1::RunRequest) -> usize {
+    let graph = request.graph.as_ref().map_or(&[][..], |g| &g.tasks[..]);
+    graph
+        .iter()
+        .zip(&request.arguments)
+        .map(|(task, arguments)| task.client_out_bytes as usize + ALIGN * arguments.returns.len())
+        .filter(|&bytes| bytes >= MIN_SHARED_ARRAY)
+        .sum()
+}
+
+impl SharedRun {
+    /// The reply with each output the proxy put in the output region read from there
+    /// (the region held until the reply's arrays are dropped).
+    pub(crate) fn receive(self, mut reply: v1::RunReply) -> Result<v1::RunReply, CallError> {
+        use v1::call_output::Result as Output;
+        for output in reply.tasks.iter_mut().flat_map(|t| t.outputs.iter_mut()) {
+            let Some(Output::Shared(shared)) = &output.result else {
+                continue;
+            };
+            let hold = self
+                .output
+                .as_ref()
+                .filter(|hold| hold.name == shared.region)
+                .ok_or_else(|| bad_reply(format!("names region `{}`", shared.region)))?;
+            let len = hold.memory.len() as u64;
+            let end = shared
+                .offset
+                .checked_add(shared.bytes)
+                .filter(|&e| e <= len);
+            let Some(end) = end else {
+                return Err(bad_reply(format!(
+                    "names bytes {}..{}+{} of a region of {len}",
+                    shared.offset, shared.offset, shared.bytes
+                )));
+            };
+            let data = bytes::Bytes::from_owner(OutputBytes {
+                hold: hold.clone(),
+                start: shared.offset as usize,
+                end: end as usize,
+            });
+            output.result = Some(Output::Array(v1::Array {
+                element_type: shared.element_type,
+                data,
+            }));
+        }
+        Ok(reply)
+    }
+}
+
+fn bad_reply(what: String) -> CallError {
+    CallError::new(
+        crate::ErrorKind::CommunicationFailed,
+        format!("the proxy's reply {what}, not the output region this client lent it"),
+    )
+}
+
 /// The arrays worth sharing, where each goes, and the bytes the region needs.
 fn plan(request: &v1::RunRequest) -> (Vec<Placement>, usize) {
     let mut placements = Vec::new();
@@ -203,14 +318,23 @@ fn array_of(argument: &v1::CallArgument) -> Option<&v1::Array> {
 }
 
 /// Copies the planned arrays into `memory` and names them in the request instead.
-fn write(request: &mut v1::RunRequest, placements: &[Placement], region: &str, memory: &mut [u8]) {
+fn write(
+    request: &mut v1::RunRequest,
+    placements: &[Placement],
+    region: &str,
+    memory: &SharedRegion,
+) {
     for placement in placements {
         let argument = &mut request.arguments[placement.task].arguments[placement.argument];
         let Some(array) = array_of(argument) else {
             continue;
         };
         let bytes = array.data.len();
-        memory[placement.offset..placement.offset + bytes].copy_from_slice(&array.data);
+        // SAFETY: the slot is marked held by the proxy, so no other run takes the region,
+        // and the proxy reads it only once the request names it. `plan` sized it.
+        if !unsafe { memory.write_at(placement.offset, &array.data) } {
+            continue;
+        }
         argument.source = Some(Source::Shared(v1::SharedArray {
             element_type: array.element_type,
             region: region.to_string(),
@@ -256,7 +380,7 @@ impl Connection {
                 Some(Message::Released(name)) => {
                     let mut regions = ninf_proto::sync::lock(&self.regions);
                     if let Some(slot) = regions.iter_mut().find(|s| s.name == name) {
-                        slot.lent = false;
+                        slot.proxy_holds = false;
                     }
                 }
                 _ => {}
@@ -270,24 +394,24 @@ impl Connection {
         }
     }
 
-    /// A region of at least `bytes` nobody reads, taken out of its slot to be written:
-    /// one kept, or a new one handed over. `None` when every slot is lent.
-    async fn lend(&self, bytes: usize) -> std::io::Result<Option<(String, SharedRegion)>> {
+    /// A region of at least `bytes` nobody uses, marked held by the proxy (and read by the
+    /// client, for outputs): one kept, or a new one handed over. `None` when all are held.
+    async fn lend(
+        &self,
+        bytes: usize,
+        for_outputs: bool,
+    ) -> std::io::Result<Option<(String, Arc<SharedRegion>)>> {
         let forget = {
             let mut regions = ninf_proto::sync::lock(&self.regions);
-            let free = |s: &Slot| !s.lent && s.memory.is_some();
-            if let Some(index) = regions.iter().position(|s| free(s) && s.len >= bytes) {
-                let slot = &mut regions[index];
-                slot.lent = true;
-                let memory = slot
-                    .memory
-                    .take()
-                    .ok_or_else(|| std::io::Error::other("taken"))?;
-                return Ok(Some((slot.name.clone(), memory)));
+            let fits = |s: &Slot| s.free() && s.memory.len() >= bytes;
+            if let Some(slot) = regions.iter_mut().find(|s| fits(s)) {
+                slot.proxy_holds = true;
+                slot.client_reads = for_outputs;
+                return Ok(Some((slot.name.clone(), slot.memory.clone())));
             }
             if regions.len() >= MAX_REGIONS {
                 // Full: a free region too small for this run makes room for a larger one.
-                match regions.iter().position(free) {
+                match regions.iter().position(Slot::free) {
                     Some(index) => Some(regions.remove(index).name),
                     None => return Ok(None),
                 }
@@ -315,22 +439,21 @@ impl Connection {
             Ok(Ok(Err(reason))) => return Err(std::io::Error::other(reason)),
             _ => return Err(std::io::Error::other("the proxy did not answer the offer")),
         }
-        let mut regions = ninf_proto::sync::lock(&self.regions);
-        regions.push(Slot {
+        let memory = Arc::new(memory);
+        ninf_proto::sync::lock(&self.regions).push(Slot {
             name: name.clone(),
-            memory: None,
-            len: size,
-            lent: true,
+            memory: memory.clone(),
+            proxy_holds: true,
+            client_reads: for_outputs,
         });
         Ok(Some((name, memory)))
     }
 
-    /// Puts a written region back in its slot (still lent, until the proxy releases it).
-    fn give_back(&self, name: &str, memory: SharedRegion) {
-        let mut regions = ninf_proto::sync::lock(&self.regions);
-        if let Some(slot) = regions.iter_mut().find(|s| s.name == name) {
-            slot.memory = Some(memory);
-        }
+    /// Gives up on the connection after a failure: the run sends its arrays in the request.
+    fn failed(&self, e: std::io::Error) -> Option<SharedRun> {
+        tracing::debug!(error = %e, "no shared region; the arrays go in the request");
+        self.alive.store(false, Ordering::Release);
+        None
     }
 
     async fn send(&self, message: Message, region: Option<&SharedRegion>) -> std::io::Result<()> {

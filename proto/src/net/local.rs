@@ -192,6 +192,31 @@ impl SharedRegion {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.map
     }
+
+    /// Copies `bytes` into the region at `offset`, through a shared handle; false (and
+    /// nothing written) when they do not fit.
+    ///
+    /// # Safety
+    /// Nothing in this process may read or write that range meanwhile: the caller holds the
+    /// region exclusively (a lease, or a slot marked in use).
+    pub unsafe fn write_at(&self, offset: usize, bytes: &[u8]) -> bool {
+        if offset
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.map.len())
+        {
+            return false;
+        }
+        // SAFETY: in bounds (checked); the mapping is writable and stays mapped while `self`
+        // lives; the caller guarantees exclusive use of the range.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_ptr().cast_mut().add(offset),
+                bytes.len(),
+            );
+        }
+        true
+    }
 }
 
 #[cfg(test)]
