@@ -65,6 +65,7 @@ pub struct ServerMetrics {
     queue_length: Gauge,
     gang_switches: Counter,
     storage_bytes: Gauge,
+    call_batches: Counter,
     /// Switches already counted, from the agents' reports.
     switches_seen: std::sync::atomic::AtomicU64,
 }
@@ -80,6 +81,7 @@ impl ServerMetrics {
             queue_length: Gauge::default(),
             gang_switches: Counter::default(),
             storage_bytes: Gauge::default(),
+            call_batches: Counter::default(),
             switches_seen: Default::default(),
         };
         let mut registry = Registry::default();
@@ -114,7 +116,17 @@ impl ServerMetrics {
             "Bytes held in storage (memory and spill)",
             metrics.storage_bytes.clone(),
         );
+        r.register(
+            "ninf_call_batches",
+            "CallBatch requests of one call or more received (their calls count in ninf_calls once served)",
+            metrics.call_batches.clone(),
+        );
         (metrics, registry)
+    }
+
+    /// One `CallBatch` request received.
+    pub fn call_batch(&self) {
+        self.call_batches.inc();
     }
 
     /// One call served: its routine, whether it succeeded, how long it took, and the bytes

@@ -82,6 +82,10 @@ impl v1::invoke_server::Invoke for InvokeService {
         request: Request<v1::CallBatchRequest>,
     ) -> Result<Response<v1::CallBatchReply>, Status> {
         let calls = request.into_inner().calls;
+        if !calls.is_empty() {
+            // An empty one only asks whether the server knows batches.
+            self.0.metrics.call_batch();
+        }
         let described: Vec<(String, u64)> = calls
             .iter()
             .map(|c| (c.function.clone(), prost::Message::encoded_len(c) as u64))

@@ -5,26 +5,16 @@ import os
 import subprocess
 import sys
 import threading
-import tomllib
-import urllib.request
 
 import numpy as np
 
-from conftest import fortran
+from conftest import fortran, metric_sum
 
 
 def proxy_bytes(grid, direction, path):
-    """The proxy's `ninf_bytes_total` for one direction and path, from its metrics."""
-    with open(grid.grid_file, "rb") as f:
-        address = tomllib.load(f)["metrics"]["proxy"]
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        text = response.read().decode()
+    """The proxy's `ninf_bytes_total` for one direction and path."""
     labels = (f'direction="{direction}"', f'path="{path}"')
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("ninf_bytes_total{") and all(l in line for l in labels)
-    )
+    return metric_sum(grid, "proxy", "ninf_bytes_total", labels)
 
 
 def products(grid, n, seed):
