@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
@@ -40,6 +40,10 @@ const MIN_REGION: usize = 1 << 20;
 
 /// Arrays start at multiples of this in a region, as a routine would align them.
 const ALIGN: usize = 64;
+
+/// A free region no run has taken for this long is given back (the proxy unmaps it too),
+/// so one large transaction does not pin its memory for the client's life.
+const IDLE_REGION: Duration = Duration::from_secs(60);
 
 /// How long the proxy may take to accept a region.
 const OFFER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -76,6 +80,8 @@ struct Slot {
     proxy_holds: bool,
     /// A reply's outputs in it are still being read.
     client_reads: bool,
+    /// When a run last took it.
+    lent_at: Instant,
 }
 
 impl Slot {
@@ -401,26 +407,17 @@ impl Connection {
         bytes: usize,
         for_outputs: bool,
     ) -> std::io::Result<Option<(String, Arc<SharedRegion>)>> {
-        let forget = {
+        let (taken, forget) = {
             let mut regions = ninf_proto::sync::lock(&self.regions);
-            let fits = |s: &Slot| s.free() && s.memory.len() >= bytes;
-            if let Some(slot) = regions.iter_mut().find(|s| fits(s)) {
-                slot.proxy_holds = true;
-                slot.client_reads = for_outputs;
-                return Ok(Some((slot.name.clone(), slot.memory.clone())));
-            }
-            if regions.len() >= MAX_REGIONS {
-                // Full: a free region too small for this run makes room for a larger one.
-                match regions.iter().position(Slot::free) {
-                    Some(index) => Some(regions.remove(index).name),
-                    None => return Ok(None),
-                }
-            } else {
-                None
-            }
+            choose(&mut regions, bytes, for_outputs, Instant::now())
         };
-        if let Some(name) = forget {
+        for name in forget {
             self.send(Message::Forget(name), None).await?;
+        }
+        match taken {
+            Choice::Taken(name, memory) => return Ok(Some((name, memory))),
+            Choice::AllHeld => return Ok(None),
+            Choice::MakeOne => {}
         }
         let size = bytes
             .checked_next_power_of_two()
@@ -445,6 +442,7 @@ impl Connection {
             memory: memory.clone(),
             proxy_holds: true,
             client_reads: for_outputs,
+            lent_at: Instant::now(),
         });
         Ok(Some((name, memory)))
     }
@@ -467,7 +465,133 @@ impl Connection {
     }
 }
 
+/// What a run gets from the regions kept.
+enum Choice {
+    /// The smallest free region that holds the run's bytes, now marked held.
+    Taken(String, Arc<SharedRegion>),
+    /// None fits, and there is room for a new one.
+    MakeOne,
+    /// None fits and every slot is held: the arrays go in the request.
+    AllHeld,
+}
+
+/// Picks a region for a run of `bytes` at `now`, and the regions to give back: those free
+/// and idle for [`IDLE_REGION`], and when all [`MAX_REGIONS`] are kept and none fits, a free
+/// one to make room. The smallest fit, so that a large region serves only large runs and
+/// can go idle.
+fn choose(
+    regions: &mut Vec<Slot>,
+    bytes: usize,
+    for_outputs: bool,
+    now: Instant,
+) -> (Choice, Vec<String>) {
+    let mut forget = Vec::new();
+    regions.retain(|s| {
+        let idle = s.free() && now.saturating_duration_since(s.lent_at) >= IDLE_REGION;
+        if idle {
+            forget.push(s.name.clone());
+        }
+        !idle
+    });
+    let fitting = regions
+        .iter_mut()
+        .filter(|s| s.free() && s.memory.len() >= bytes)
+        .min_by_key(|s| s.memory.len());
+    if let Some(slot) = fitting {
+        slot.proxy_holds = true;
+        slot.client_reads = for_outputs;
+        slot.lent_at = now;
+        return (
+            Choice::Taken(slot.name.clone(), slot.memory.clone()),
+            forget,
+        );
+    }
+    if regions.len() < MAX_REGIONS {
+        return (Choice::MakeOne, forget);
+    }
+    // Full: a free region too small for this run makes room for a larger one.
+    match regions.iter().position(Slot::free) {
+        Some(index) => {
+            forget.push(regions.remove(index).name);
+            (Choice::MakeOne, forget)
+        }
+        None => (Choice::AllHeld, forget),
+    }
+}
+
 /// A name nobody else's region has: 128 random bits.
 fn region_name() -> std::io::Result<String> {
     Ok(local::socket_name()?.replacen("ninf-bulk-", "region-", 1))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn slot(name: &str, len: usize, held: bool, lent_at: Instant) -> Slot {
+        Slot {
+            name: name.into(),
+            memory: Arc::new(SharedRegion::create(len).unwrap()),
+            proxy_holds: held,
+            client_reads: false,
+            lent_at,
+        }
+    }
+
+    fn taken(choice: &Choice) -> &str {
+        match choice {
+            Choice::Taken(name, _) => name,
+            Choice::MakeOne => "make one",
+            Choice::AllHeld => "all held",
+        }
+    }
+
+    #[test]
+    fn a_run_takes_the_smallest_free_region_that_holds_it() {
+        let now = Instant::now();
+        let mut regions = vec![
+            slot("big", 8 << 20, false, now),
+            slot("held", 2 << 20, true, now),
+            slot("small", 2 << 20, false, now),
+            slot("tiny", 1 << 20, false, now),
+        ];
+        let (choice, forget) = choose(&mut regions, 1_500_000, true, now);
+        assert_eq!((taken(&choice), forget.len()), ("small", 0));
+        let small = regions.iter().find(|s| s.name == "small").unwrap();
+        assert!(small.proxy_holds && small.client_reads && !small.free());
+        // Now only the big one fits; then nothing free fits and there is room for one more.
+        assert_eq!(taken(&choose(&mut regions, 1_500_000, false, now).0), "big");
+        assert_eq!(
+            taken(&choose(&mut regions, 1_500_000, false, now).0),
+            "make one"
+        );
+    }
+
+    #[test]
+    fn idle_free_regions_are_given_back_and_a_full_set_makes_room_or_says_all_held() {
+        let start = Instant::now();
+        let later = start + IDLE_REGION;
+        let mut regions = vec![
+            slot("idle", 1 << 20, false, start),
+            slot("idle but held", 1 << 20, true, start),
+        ];
+        let (choice, forget) = choose(&mut regions, 1 << 20, false, later);
+        assert_eq!(forget, ["idle"]);
+        assert_eq!(taken(&choice), "make one");
+        assert_eq!(regions.len(), 1);
+
+        let mut full: Vec<Slot> = (0..MAX_REGIONS)
+            .map(|i| slot(&format!("r{i}"), 1 << 20, i != 3, later))
+            .collect();
+        let (choice, forget) = choose(&mut full, 4 << 20, false, later);
+        assert_eq!(
+            (taken(&choice), forget),
+            ("make one", vec!["r3".to_string()])
+        );
+        assert_eq!(full.len(), MAX_REGIONS - 1);
+        full.push(slot("new", 4 << 20, true, later));
+        let (choice, forget) = choose(&mut full, 4 << 20, false, later);
+        assert_eq!((taken(&choice), forget.len()), ("all held", 0));
+    }
 }
