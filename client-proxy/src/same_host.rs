@@ -90,8 +90,26 @@ fn message(message: Message) -> v1::SharedRegionMessage {
 impl SharedRegions {
     /// Replaces every shared array of `request` by its value in the region it names,
     /// leasing each region the request names; the bytes so resolved. A refused request
-    /// gives back at once whatever it had leased.
-    pub fn resolve(&self, request: &mut v1::RunRequest) -> Result<u64, Status> {
+    /// gives back at once whatever it had leased. The request with its shared arrays may
+    /// hold at most `limit` bytes, as one sent whole through gRPC may.
+    pub fn resolve(&self, request: &mut v1::RunRequest, limit: usize) -> Result<u64, Status> {
+        let sent = prost::Message::encoded_len(request) as u64;
+        let shared: u64 = request
+            .arguments
+            .iter()
+            .flat_map(|a| &a.arguments)
+            .filter_map(|a| match &a.source {
+                Some(Source::Shared(shared)) => Some(shared.bytes),
+                _ => None,
+            })
+            .fold(0u64, u64::saturating_add);
+        if sent.saturating_add(shared) > limit as u64 {
+            return Err(Status::resource_exhausted(format!(
+                "the request holds {} bytes ({shared} of them in shared memory), over the \
+                 proxy's max_request_bytes of {limit}",
+                sent.saturating_add(shared)
+            )));
+        }
         let mut leases: HashMap<String, Arc<Lease>> = HashMap::new();
         let mut total = 0u64;
         for (task, arguments) in request.arguments.iter_mut().enumerate() {
@@ -419,11 +437,13 @@ mod tests {
         assert_eq!(client.next().await, Message::Accepted("r1".into()));
 
         let mut first = request("r1", 64, 8);
-        assert_eq!(regions.resolve(&mut first).unwrap(), 8);
+        assert_eq!(regions.resolve(&mut first, usize::MAX).unwrap(), 8);
         assert_eq!(array(&first), 2.5f64.to_le_bytes());
 
         // While the first run holds it, no other run may name the region.
-        let e = regions.resolve(&mut request("r1", 0, 8)).unwrap_err();
+        let e = regions
+            .resolve(&mut request("r1", 0, 8), usize::MAX)
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         assert!(e.message().contains("still read by another run"), "{e}");
 
@@ -431,7 +451,7 @@ mod tests {
         drop(first);
         assert_eq!(client.next().await, Message::Released("r1".into()));
         let mut again = request("r1", 64, 8);
-        regions.resolve(&mut again).unwrap();
+        regions.resolve(&mut again, usize::MAX).unwrap();
         drop(again);
         assert_eq!(client.next().await, Message::Released("r1".into()));
     }
@@ -457,7 +477,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
 
-        let e = regions.resolve(&mut request("plain", 0, 8)).unwrap_err();
+        let e = regions
+            .resolve(&mut request("plain", 0, 8), usize::MAX)
+            .unwrap_err();
         assert!(e.message().contains("no shared region `plain`"), "{e}");
 
         let memory = SharedRegion::create(1 << 20).unwrap();
@@ -466,7 +488,7 @@ mod tests {
             .await;
         assert_eq!(client.next().await, Message::Accepted("r".into()));
         let e = regions
-            .resolve(&mut request("r", (1 << 20) - 4, 8))
+            .resolve(&mut request("r", (1 << 20) - 4, 8), usize::MAX)
             .unwrap_err();
         assert!(
             e.message()
@@ -475,8 +497,21 @@ mod tests {
         );
         // A refused request gives the region back at once.
         assert_eq!(client.next().await, Message::Released("r".into()));
+        // Shared bytes count against the proxy's request limit, as sent ones do.
+        let mut large = request("r", 0, 1 << 20);
+        let limit = prost::Message::encoded_len(&large) + (1 << 20) - 1;
+        let e = regions.resolve(&mut large, limit).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            e.message()
+                .contains("(1048576 of them in shared memory), over the proxy's max_request_bytes"),
+            "{e}"
+        );
+        regions.resolve(&mut large, limit + 1).unwrap();
+        drop(large);
+        assert_eq!(client.next().await, Message::Released("r".into()));
         let mut fine = request("r", 0, 8);
-        regions.resolve(&mut fine).unwrap();
+        regions.resolve(&mut fine, usize::MAX).unwrap();
         drop(fine);
         assert_eq!(client.next().await, Message::Released("r".into()));
     }
@@ -494,7 +529,7 @@ mod tests {
         }
         client.send(Message::Forget("a".into()), None).await;
         let mut running = request("b", 0, 4);
-        regions.resolve(&mut running).unwrap();
+        regions.resolve(&mut running, usize::MAX).unwrap();
         drop(client);
         drop(memory);
         // The connection's end removes its regions; the proxy notices it soon.
@@ -505,7 +540,9 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         for name in ["a", "b"] {
-            let e = regions.resolve(&mut request(name, 0, 4)).unwrap_err();
+            let e = regions
+                .resolve(&mut request(name, 0, 4), usize::MAX)
+                .unwrap_err();
             assert!(e.message().contains("no shared region"), "{e}");
         }
         assert_eq!(array(&running), b"ninf");

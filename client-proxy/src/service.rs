@@ -42,7 +42,8 @@ impl ProxyService {
     fn resolve(&self, request: Request<v1::RunRequest>) -> Result<Request<Shared>, Status> {
         let (metadata, extensions, mut request) = request.into_parts();
         let regions = &self.0.shared_regions;
-        let shared = regions.resolve(&mut request).map_err(answer)?;
+        let limit = self.0.config.max_request_bytes;
+        let shared = regions.resolve(&mut request, limit).map_err(answer)?;
         let output = regions.lease_output(&request).map_err(answer)?;
         let shared = Shared {
             request,
