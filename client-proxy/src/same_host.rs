@@ -24,7 +24,6 @@ use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
 use ninf_proto::v1::call_argument::Source;
 use ninf_proto::v1::shared_region_message::Message;
-use prost::Message as _;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -111,7 +110,6 @@ impl SharedRegions {
             )));
         }
         let mut leases: HashMap<String, Arc<Lease>> = HashMap::new();
-        let mut total = 0u64;
         for (task, arguments) in request.arguments.iter_mut().enumerate() {
             for (parameter, argument) in arguments.arguments.iter_mut().enumerate() {
                 let Some(Source::Shared(shared)) = &argument.source else {
@@ -130,13 +128,12 @@ impl SharedRegions {
                         "task {task}, argument {parameter}: the shared array {e}"
                     ))
                 })?;
-                total += shared.bytes;
                 argument.source = Some(Source::Value(v1::ArgumentValue {
                     value: Some(v1::argument_value::Value::Array(array)),
                 }));
             }
         }
-        Ok(total)
+        Ok(shared)
     }
 
     /// The region `request` names for its reply's large arrays, held for the run.
@@ -145,7 +142,10 @@ impl SharedRegions {
             return Ok(None);
         }
         let lease = self.lease(&request.output_region).map_err(|status| {
-            Status::invalid_argument(format!("output region: {}", status.message()))
+            let mut named =
+                Status::invalid_argument(format!("output region: {}", status.message()));
+            *named.metadata_mut() = status.metadata().clone();
+            named
         })?;
         Ok(Some(OutputRegion(lease)))
     }
@@ -153,9 +153,14 @@ impl SharedRegions {
     fn lease(&self, name: &str) -> Result<Lease, Status> {
         let regions = ninf_proto::sync::lock(&self.regions);
         let region = regions.get(name).ok_or_else(|| {
-            Status::invalid_argument(format!(
+            let mut status = Status::invalid_argument(format!(
                 "no shared region `{name}`: its client never handed it to this proxy, or left"
-            ))
+            ));
+            status.metadata_mut().insert(
+                ninf_proto::net::REGION_UNKNOWN_METADATA,
+                tonic::metadata::MetadataValue::from_static("1"),
+            );
+            status
         })?;
         if region.leased.swap(true, Ordering::AcqRel) {
             return Err(Status::invalid_argument(format!(
@@ -190,10 +195,7 @@ impl SharedRegions {
             let stream = stream.clone();
             tokio::spawn(async move {
                 while let Some(message) = outbox.recv().await {
-                    let body = message.encode_to_vec();
-                    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-                    frame.extend_from_slice(&body);
-                    if local::send(&stream, &frame, None).await.is_err() {
+                    if local::send_message(&stream, &message, None).await.is_err() {
                         return;
                     }
                 }
@@ -214,18 +216,8 @@ impl SharedRegions {
         to_client: &mpsc::UnboundedSender<v1::SharedRegionMessage>,
     ) -> std::io::Result<()> {
         loop {
-            let mut header = [0u8; 4];
-            let mut file = local::receive(stream, &mut header).await?;
-            let length = u32::from_le_bytes(header) as usize;
-            if length > MAX_FRAME {
-                return Err(std::io::Error::other(format!("a frame of {length} bytes")));
-            }
-            let mut body = vec![0u8; length];
-            if let Some(later) = local::receive(stream, &mut body).await? {
-                file = Some(later);
-            }
-            let received = v1::SharedRegionMessage::decode(body.as_slice())
-                .map_err(|e| std::io::Error::other(format!("an unreadable frame: {e}")))?;
+            let (received, file) =
+                local::receive_message::<v1::SharedRegionMessage>(stream, MAX_FRAME).await?;
             let answer = match received.message {
                 Some(Message::Offer(name)) => Some(self.offered(id, name, file, to_client)),
                 Some(Message::Forget(name)) => {
@@ -351,7 +343,7 @@ fn slice(lease: Arc<Lease>, shared: &v1::SharedArray) -> Result<v1::Array, Strin
 
 /// Starts listening for this host's clients under a fresh name.
 pub fn listen() -> std::io::Result<(String, UnixListener)> {
-    let name = local::socket_name()?.replacen("ninf-bulk-", "ninf-proxy-", 1);
+    let name = local::random_name("ninf-proxy-")?;
     let listener = local::listen(&name)?;
     Ok((name, listener))
 }
@@ -370,24 +362,24 @@ mod tests {
 
     impl TestClient {
         async fn send(&self, message: Message, file: Option<std::os::fd::BorrowedFd<'_>>) {
-            let body = v1::SharedRegionMessage {
-                message: Some(message),
-            }
-            .encode_to_vec();
-            let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-            frame.extend_from_slice(&body);
-            local::send(&self.stream, &frame, file).await.unwrap();
+            local::send_message(&self.stream, &super::message(message), file)
+                .await
+                .unwrap();
         }
 
         async fn next(&self) -> Message {
-            let mut header = [0u8; 4];
-            local::receive(&self.stream, &mut header).await.unwrap();
-            let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
-            local::receive(&self.stream, &mut body).await.unwrap();
-            v1::SharedRegionMessage::decode(body.as_slice())
-                .unwrap()
-                .message
-                .unwrap()
+            let (received, _) =
+                local::receive_message::<v1::SharedRegionMessage>(&self.stream, MAX_FRAME)
+                    .await
+                    .unwrap();
+            received.message.unwrap()
+        }
+
+        /// Hands `memory` over as `name` and expects it accepted.
+        async fn offer(&self, name: &str, memory: &SharedRegion) {
+            self.send(Message::Offer(name.into()), Some(memory.fd()))
+                .await;
+            assert_eq!(self.next().await, Message::Accepted(name.into()));
         }
     }
 
@@ -431,10 +423,7 @@ mod tests {
         let (regions, client) = serving().await;
         let mut memory = SharedRegion::create(1 << 20).unwrap();
         memory.bytes_mut()[64..72].copy_from_slice(&2.5f64.to_le_bytes());
-        client
-            .send(Message::Offer("r1".into()), Some(memory.fd()))
-            .await;
-        assert_eq!(client.next().await, Message::Accepted("r1".into()));
+        client.offer("r1", &memory).await;
 
         let mut first = request("r1", 64, 8);
         assert_eq!(regions.resolve(&mut first, usize::MAX).unwrap(), 8);
@@ -481,12 +470,14 @@ mod tests {
             .resolve(&mut request("plain", 0, 8), usize::MAX)
             .unwrap_err();
         assert!(e.message().contains("no shared region `plain`"), "{e}");
+        // Marked, so that a client of a restarted proxy knows to connect again.
+        assert!(
+            e.metadata()
+                .contains_key(ninf_proto::net::REGION_UNKNOWN_METADATA)
+        );
 
         let memory = SharedRegion::create(1 << 20).unwrap();
-        client
-            .send(Message::Offer("r".into()), Some(memory.fd()))
-            .await;
-        assert_eq!(client.next().await, Message::Accepted("r".into()));
+        client.offer("r", &memory).await;
         let e = regions
             .resolve(&mut request("r", (1 << 20) - 4, 8), usize::MAX)
             .unwrap_err();
@@ -522,10 +513,7 @@ mod tests {
         let mut memory = SharedRegion::create(1 << 20).unwrap();
         memory.bytes_mut()[..4].copy_from_slice(b"ninf");
         for name in ["a", "b"] {
-            client
-                .send(Message::Offer(name.into()), Some(memory.fd()))
-                .await;
-            assert_eq!(client.next().await, Message::Accepted(name.into()));
+            client.offer(name, &memory).await;
         }
         client.send(Message::Forget("a".into()), None).await;
         let mut running = request("b", 0, 4);
@@ -553,10 +541,7 @@ mod tests {
         use v1::call_output::Result as Output;
         let (regions, client) = serving().await;
         let memory = SharedRegion::create(1 << 20).unwrap();
-        client
-            .send(Message::Offer("out".into()), Some(memory.fd()))
-            .await;
-        assert_eq!(client.next().await, Message::Accepted("out".into()));
+        client.offer("out", &memory).await;
         let output = |parameter: u32, bytes: usize, fill: u8| v1::CallOutput {
             parameter,
             result: Some(Output::Array(v1::Array {

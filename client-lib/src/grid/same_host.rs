@@ -22,7 +22,6 @@ use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
 use ninf_proto::v1::call_argument::Source;
 use ninf_proto::v1::shared_region_message::Message;
-use prost::Message as _;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
@@ -44,6 +43,9 @@ const ALIGN: usize = 64;
 /// A free region no run has taken for this long is given back (the proxy unmaps it too),
 /// so one large transaction does not pin its memory for the client's life.
 const IDLE_REGION: Duration = Duration::from_secs(60);
+
+/// The longest frame the proxy sends on its socket: the messages are names.
+const MAX_FRAME: usize = 4096;
 
 /// How long the proxy may take to accept a region.
 const OFFER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -227,11 +229,11 @@ impl SharedUploads {
     }
 }
 
-/// Whether the proxy refused a run for naming a region it does not hold (its words in
-/// `ninf_client_proxy::same_host`).
+/// Whether the proxy refused a run for naming a region it does not hold.
 pub(crate) fn region_unknown(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::InvalidArgument
-        && status.message().starts_with("no shared region")
+    status
+        .metadata()
+        .contains_key(ninf_proto::net::REGION_UNKNOWN_METADATA)
 }
 
 /// Bytes a region needs for the reply's large outputs: those of the tasks whose wanted
@@ -372,12 +374,8 @@ impl Connection {
     /// The proxy's answers and releases, until the socket closes.
     async fn read_answers(&self) -> std::io::Result<()> {
         loop {
-            let mut header = [0u8; 4];
-            local::receive(&self.stream, &mut header).await?;
-            let mut body = vec![0u8; u32::from_le_bytes(header).min(1 << 16) as usize];
-            local::receive(&self.stream, &mut body).await?;
-            let message = v1::SharedRegionMessage::decode(body.as_slice())
-                .map_err(|e| std::io::Error::other(format!("an unreadable frame: {e}")))?;
+            let (message, _) =
+                local::receive_message::<v1::SharedRegionMessage>(&self.stream, MAX_FRAME).await?;
             match message.message {
                 Some(Message::Accepted(name)) => self.answered(&name, Ok(())),
                 Some(Message::Refused(refused)) => {
@@ -455,13 +453,10 @@ impl Connection {
     }
 
     async fn send(&self, message: Message, region: Option<&SharedRegion>) -> std::io::Result<()> {
-        let body = v1::SharedRegionMessage {
+        let message = v1::SharedRegionMessage {
             message: Some(message),
-        }
-        .encode_to_vec();
-        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-        frame.extend_from_slice(&body);
-        local::send(&self.stream, &frame, region.map(SharedRegion::fd)).await
+        };
+        local::send_message(&self.stream, &message, region.map(SharedRegion::fd)).await
     }
 }
 
@@ -521,7 +516,7 @@ fn choose(
 
 /// A name nobody else's region has: 128 random bits.
 fn region_name() -> std::io::Result<String> {
-    Ok(local::socket_name()?.replacen("ninf-bulk-", "region-", 1))
+    local::random_name("region-")
 }
 
 #[cfg(test)]

@@ -29,6 +29,11 @@ use tokio::net::{UnixListener, UnixStream};
 /// A fresh abstract socket name: random, so a name advertised by a server on another host
 /// can never reach a different server on this one.
 pub fn socket_name() -> io::Result<String> {
+    random_name("ninf-bulk-")
+}
+
+/// `prefix` and 128 random bits in hex: a name nobody else picks.
+pub fn random_name(prefix: &str) -> io::Result<String> {
     let mut bytes = [0u8; 16];
     let mut filled = 0;
     while filled < bytes.len() {
@@ -36,7 +41,46 @@ pub fn socket_name() -> io::Result<String> {
             rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty())?;
     }
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("ninf-bulk-{hex}"))
+    Ok(format!("{prefix}{hex}"))
+}
+
+/// Sends `message` as one frame (a 4-byte little-endian length, then the message), handing
+/// `file` over with it when given.
+pub async fn send_message(
+    stream: &UnixStream,
+    message: &impl prost::Message,
+    file: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    let body = message.encode_to_vec();
+    let length = u32::try_from(body.len()).map_err(io::Error::other)?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&length.to_le_bytes());
+    frame.extend_from_slice(&body);
+    send(stream, &frame, file).await
+}
+
+/// Receives one frame of [`send_message`] of at most `max` bytes, with the file handed over
+/// with it, if any. A longer frame, or one that does not decode, is an error: the stream is
+/// out of step.
+pub async fn receive_message<M: prost::Message + Default>(
+    stream: &UnixStream,
+    max: usize,
+) -> io::Result<(M, Option<OwnedFd>)> {
+    let mut header = [0u8; 4];
+    let mut file = receive(stream, &mut header).await?;
+    let length = u32::from_le_bytes(header) as usize;
+    if length > max {
+        return Err(io::Error::other(format!(
+            "a frame of {length} bytes, over {max}"
+        )));
+    }
+    let mut body = vec![0u8; length];
+    if let Some(later) = receive(stream, &mut body).await? {
+        file = Some(later);
+    }
+    let message = M::decode(body.as_slice())
+        .map_err(|e| io::Error::other(format!("an unreadable frame: {e}")))?;
+    Ok((message, file))
 }
 
 /// Listens on the abstract socket `name`.

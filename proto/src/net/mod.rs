@@ -174,6 +174,10 @@ pub fn server(tls: Option<&GridTls>) -> Result<Server, tonic::transport::Error> 
 /// sends the graph again.
 pub const BUSY_METADATA: &str = "ninf-busy";
 
+/// Metadata a proxy sets on a refusal of a run naming a shared region it does not hold (it
+/// restarted since the client handed it over): the client connects again and resends.
+pub const REGION_UNKNOWN_METADATA: &str = "ninf-region-unknown";
+
 /// Metadata naming the client program a request comes from (its library makes one identity
 /// per client it opens): the proxy counts its per-client limits by it, on the caller's
 /// address, so programs sharing a host are counted apart.
