@@ -303,8 +303,11 @@ mod tests {
         let defaults: ProxyConfig = toml::from_str("metaserver = \"m:1\"").unwrap();
         assert_eq!(defaults.idle_connection_seconds, 5);
         assert!(defaults.bulk_calls);
-        let text = "metaserver = \"m:1\"\nidle_connection_seconds = 0\nbulk_calls = false\n";
+        assert!(defaults.same_host_uploads);
+        let text = "metaserver = \"m:1\"\nidle_connection_seconds = 0\nbulk_calls = false\n\
+                    same_host_uploads = false\n";
         let set: ProxyConfig = toml::from_str(text).unwrap();
+        assert!(!set.same_host_uploads);
         assert_eq!(set.idle_connection_seconds, 0);
         assert!(!set.bulk_calls);
         let error = toml::from_str::<ProxyConfig>("metaserver = \"m:1\"\nbulk_call = false\n")
