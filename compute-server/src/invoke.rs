@@ -321,7 +321,7 @@ pub async fn run_job(
             call_id: 0,
             function: name.clone(),
             arguments,
-            spmd: None,
+            ..Default::default()
         };
         let mut checkout = checkouts
             .pop()
@@ -408,6 +408,7 @@ fn rank_request(
             size,
             broker: brokers.get(rank as usize).cloned().unwrap_or_default(),
         }),
+        region_arrays: Vec::new(),
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ninf_executable::frame::SHARED_MARKER;
 use ninf_executable::rlimits::ProcessLimits;
-use ninf_executable::shared::{HostRegions, SHARED_THRESHOLD};
+use ninf_executable::shared::{HostRegions, SHARED_THRESHOLD, restore_reply_outputs};
 use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -85,9 +85,9 @@ impl Process {
     }
 
     /// Sends a request: through the shared region when large, inline otherwise.
-    async fn send(&mut self, request: &v1::ExecRequest) -> std::io::Result<()> {
+    async fn send(&mut self, request: &mut v1::ExecRequest) -> std::io::Result<()> {
         if request.encoded_len() >= SHARED_THRESHOLD {
-            let len = self.regions.requests.write(request)?;
+            let len = self.regions.requests.write_request(request)?;
             return self.send_prepared(len).await;
         }
         let body = request.encode_to_vec();
@@ -444,7 +444,7 @@ impl Checkout<'_> {
             match request {
                 Outgoing::Message(mut m) => {
                     m.call_id = call_id;
-                    process.send(&m).await?
+                    process.send(&mut m).await?
                 }
                 Outgoing::Prepared { len, .. } => process.send_prepared(len).await?,
             }
@@ -468,13 +468,21 @@ impl Checkout<'_> {
             }
             Ok(Ok(body)) => body,
         };
-        let reply = v1::ExecReply::decode(body).map_err(|e| {
+        let mut reply = v1::ExecReply::decode(body).map_err(|e| {
             let _ = process.child.start_kill();
             PoolError::Crashed {
                 module: module.clone(),
                 reason: format!("undecodable reply: {e}"),
             }
         })?;
+        let replies = &mut process.regions.replies;
+        if let Err(e) = restore_reply_outputs(replies, &mut reply, in_place) {
+            let _ = process.child.start_kill();
+            return Err(PoolError::Crashed {
+                module,
+                reason: format!("bad region output: {e}"),
+            });
+        }
         if reply.call_id != call_id {
             let _ = process.child.start_kill();
             return Err(PoolError::Crashed {

@@ -11,9 +11,8 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use ninf_executable::runtime::c_string;
-use ninf_executable::{CallArgs, RoutineError};
+use ninf_executable::{ArrayStorage, CallArgs, RoutineError};
 use ninf_idl::{ElementType, FunctionInterface, ModuleInterface, SourceFile};
-use ninf_proto::ArrayData;
 use ninf_proto::v1::ExecErrorKind;
 use num_complex::{Complex32, Complex64};
 
@@ -83,7 +82,7 @@ fn failed(message: String) -> RoutineError {
 
 /// One argument laid out for C: the storage a pointer in `args` points into.
 enum Held {
-    Array(ArrayData),
+    Array(ArrayStorage),
     Char(i8),
     Short(i16),
     Int(i32),
@@ -98,7 +97,8 @@ enum Held {
 impl Held {
     fn pointer(&mut self) -> *mut c_void {
         match self {
-            Held::Array(data) => array_pointer(data),
+            // OUT and INOUT arrays are always writable; an IN array may be read-only memory.
+            Held::Array(data) => data.pointer(false),
             Held::Char(v) => std::ptr::from_mut(v).cast(),
             Held::Short(v) => std::ptr::from_mut(v).cast(),
             Held::Int(v) => std::ptr::from_mut(v).cast(),
@@ -112,55 +112,11 @@ impl Held {
     }
 }
 
-fn array_pointer(data: &mut ArrayData) -> *mut c_void {
-    match data {
-        ArrayData::Char(v) => v.as_mut_ptr().cast(),
-        ArrayData::Short(v) => v.as_mut_ptr().cast(),
-        ArrayData::Int(v) => v.as_mut_ptr().cast(),
-        ArrayData::Long(v) => v.as_mut_ptr().cast(),
-        ArrayData::Float(v) => v.as_mut_ptr().cast(),
-        ArrayData::Double(v) => v.as_mut_ptr().cast(),
-        ArrayData::Scomplex(v) => v.as_mut_ptr().cast(),
-        ArrayData::Dcomplex(v) => v.as_mut_ptr().cast(),
-    }
-}
-
-/// Takes argument `index`, an array of `t`, out of `args`.
-fn take_array(
-    args: &mut CallArgs,
-    index: usize,
-    t: ElementType,
-) -> Result<ArrayData, RoutineError> {
-    Ok(match t {
-        ElementType::Char => ArrayData::Char(args.take_array::<u8>(index)?),
-        ElementType::Short => ArrayData::Short(args.take_array::<i16>(index)?),
-        ElementType::Int => ArrayData::Int(args.take_array::<i32>(index)?),
-        ElementType::Long => ArrayData::Long(args.take_array::<i64>(index)?),
-        ElementType::Float => ArrayData::Float(args.take_array::<f32>(index)?),
-        ElementType::Scomplex => ArrayData::Scomplex(args.take_array::<Complex32>(index)?),
-        ElementType::Dcomplex => ArrayData::Dcomplex(args.take_array::<Complex64>(index)?),
-        _ => ArrayData::Double(args.take_array::<f64>(index)?),
-    })
-}
-
-fn put_array(args: &mut CallArgs, index: usize, data: ArrayData) {
-    match data {
-        ArrayData::Char(v) => args.put_array(index, v),
-        ArrayData::Short(v) => args.put_array(index, v),
-        ArrayData::Int(v) => args.put_array(index, v),
-        ArrayData::Long(v) => args.put_array(index, v),
-        ArrayData::Float(v) => args.put_array(index, v),
-        ArrayData::Double(v) => args.put_array(index, v),
-        ArrayData::Scomplex(v) => args.put_array(index, v),
-        ArrayData::Dcomplex(v) => args.put_array(index, v),
-    }
-}
-
 /// Parameter `index` of `f` laid out for C.
 fn hold(f: &FunctionInterface, args: &mut CallArgs, index: usize) -> Result<Held, RoutineError> {
     let p = &f.parameters[index];
     if p.is_array() {
-        return take_array(args, index, p.element_type).map(Held::Array);
+        return args.take_raw_array(index).map(Held::Array);
     }
     Ok(match p.element_type {
         ElementType::Char => Held::Char(args.scalar::<u8>(index)? as i8),
@@ -208,7 +164,7 @@ fn dispatch(name: &str, args: &mut CallArgs) -> Result<i64, RoutineError> {
         if let Held::Array(data) = held
             && f.parameters[index].mode.is_output()
         {
-            put_array(args, index, data);
+            args.put_raw_array(index, data);
         }
     }
     Ok(status)

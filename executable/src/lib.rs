@@ -5,7 +5,9 @@
 //! The protocol is `ninf.v1.ExecRequest` / `ExecReply` messages in length-prefixed frames on
 //! the executable's standard input and output (see `proto/proto/ninf/v1/executable.proto`).
 
+pub mod arrays;
 pub mod frame;
+pub mod layout;
 pub mod parent;
 pub mod process;
 pub mod rlimits;
@@ -14,6 +16,7 @@ pub mod shared;
 pub mod slowdown;
 pub mod spmd;
 
+pub use arrays::{ArrayBuf, ArrayStorage};
 pub use num_complex;
 pub use process::{CallFailure, ExecutableProcess, widen_pipe};
 pub use runtime::{

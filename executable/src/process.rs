@@ -9,7 +9,7 @@ use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 
 use crate::frame::{self, DEFAULT_MAX_FRAME, Frame, FrameError};
-use crate::shared::{HostRegions, SHARED_THRESHOLD};
+use crate::shared::{HostRegions, SHARED_THRESHOLD, restore_reply_outputs};
 
 /// Why a call through an executable failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,14 +67,14 @@ impl ExecutableProcess {
     ) -> Result<v1::ExecSuccess, CallFailure> {
         let call_id = self.next_call_id;
         self.next_call_id += 1;
-        let request = v1::ExecRequest {
+        let mut request = v1::ExecRequest {
             call_id,
             function: function.to_string(),
             arguments,
-            spmd: None,
+            ..Default::default()
         };
         if request.encoded_len() >= SHARED_THRESHOLD {
-            let written = self.regions.requests.write(&request);
+            let written = self.regions.requests.write_request(&mut request);
             let sent = written
                 .map_err(FrameError::Io)
                 .and_then(|len| frame::write_shared_header(&mut self.stdin, len));
@@ -118,8 +118,13 @@ impl ExecutableProcess {
             }
             Err(e) => return Err(self.crashed(e.to_string())),
         };
-        v1::ExecReply::decode(body)
-            .map_err(|e| self.crashed(format!("sent an undecodable reply: {e}")))
+        let mut reply = v1::ExecReply::decode(body)
+            .map_err(|e| self.crashed(format!("sent an undecodable reply: {e}")))?;
+        // Copied out: the region is rewritten by the next reply.
+        match restore_reply_outputs(&mut self.regions.replies, &mut reply, false) {
+            Ok(()) => Ok(reply),
+            Err(e) => Err(self.crashed(format!("sent a bad region output: {e}"))),
+        }
     }
 
     /// Describes a broken executable, with its exit status when it has exited.

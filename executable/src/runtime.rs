@@ -12,13 +12,15 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ninf_idl::{ElementType, FunctionInterface, Mode, ModuleInterface, Parameter, SourceFile};
+use ninf_proto::Element;
 use ninf_proto::v1::{self, ExecErrorKind, argument_value::Value as WireValue};
-use ninf_proto::{ArrayData, Element};
 use num_complex::{Complex32, Complex64};
 use prost::Message;
 
+use crate::arrays::{ArrayBuf, ArrayStorage};
 use crate::frame::{self, DEFAULT_MAX_FRAME, Frame, FrameError};
-use crate::shared::{ExecutableRegions, SHARED_THRESHOLD};
+use crate::layout::OutputLayout;
+use crate::shared::{ExecutableRegions, RegionWriter, SHARED_THRESHOLD};
 
 /// Largest array an executable allocates for one OUT or WORK parameter unless
 /// `NINF_EXEC_MAX_ARRAY_BYTES` says otherwise (1 GiB).
@@ -99,7 +101,7 @@ pub enum Slot {
     Complex(Complex64),
     Text(String),
     File(PathBuf),
-    Array(ArrayData),
+    Array(ArrayStorage),
     /// Moved out by the dispatcher and not (yet) put back.
     Taken,
 }
@@ -180,16 +182,28 @@ impl CallArgs {
             .ok_or_else(|| self.mismatch(index, std::any::type_name::<T>()))
     }
 
-    pub fn take_array<T: Element>(&mut self, index: usize) -> Result<Vec<T>, RoutineError> {
+    /// Moves array argument `index` out, as `T`s, wherever its elements lie.
+    pub fn take_array<T: Element>(&mut self, index: usize) -> Result<ArrayBuf<T>, RoutineError> {
+        let storage = self.take_raw_array(index)?;
+        ArrayBuf::from_storage(storage).map_err(|storage| {
+            self.slots[index] = Slot::Array(storage);
+            self.mismatch(index, T::TYPE.keyword())
+        })
+    }
+
+    /// Puts an OUT or INOUT array back after the routine ran.
+    pub fn put_array<T: Element>(&mut self, index: usize, values: impl Into<ArrayBuf<T>>) {
+        self.put_raw_array(index, values.into().into_storage());
+    }
+
+    /// Moves array argument `index` out, of whatever element type (for C glue).
+    pub fn take_raw_array(&mut self, index: usize) -> Result<ArrayStorage, RoutineError> {
         match self
             .slots
             .get_mut(index)
             .map(|s| std::mem::replace(s, Slot::Taken))
         {
-            Some(Slot::Array(array)) => T::from_array(array).map_err(|array| {
-                self.slots[index] = Slot::Array(array);
-                self.mismatch(index, T::TYPE.keyword())
-            }),
+            Some(Slot::Array(array)) => Ok(array),
             Some(other) => {
                 self.slots[index] = other;
                 Err(self.mismatch(index, "an array"))
@@ -198,9 +212,9 @@ impl CallArgs {
         }
     }
 
-    pub fn put_array<T: Element>(&mut self, index: usize, values: Vec<T>) {
+    pub fn put_raw_array(&mut self, index: usize, array: ArrayStorage) {
         if let Some(slot) = self.slots.get_mut(index) {
-            *slot = Slot::Array(T::into_array(values));
+            *slot = Slot::Array(array);
         }
     }
 
@@ -245,30 +259,25 @@ fn type_of(value: &WireValue) -> &'static str {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Checks a request's arguments against the routine's interface and decodes them.
+/// Checks a request's arguments against the routine's interface and decodes them; large
+/// outputs take their places in `layout`.
 pub fn decode_arguments(
     function: &FunctionInterface,
     arguments: Vec<v1::ArgumentValue>,
     max_array_bytes: u64,
+    layout: &OutputLayout,
 ) -> Result<CallArgs, RoutineError> {
-    let name = &function.name;
-    if arguments.len() != function.parameters.len() {
-        return Err(RoutineError::bad_argument(format!(
-            "`{name}` takes {} arguments, got {}",
-            function.parameters.len(),
-            arguments.len()
-        )));
-    }
-    let bindings = integer_bindings(function, &arguments)?;
+    let bindings = checked_bindings(function, &arguments)?;
     let mut call = CallArgs {
-        function: name.clone(),
+        function: function.name.clone(),
         slots: Vec::with_capacity(arguments.len()),
         temp_files: Vec::new(),
     };
     for (index, (parameter, argument)) in function.parameters.iter().zip(arguments).enumerate() {
         let slot = if parameter.is_array() {
             let limits = (&bindings, max_array_bytes);
-            array_slot(function, parameter, argument.value, limits)?
+            let place = layout.place(index);
+            array_slot(function, parameter, argument.value, limits, place)?
         } else {
             scalar_slot(function, parameter, argument.value, &mut call.temp_files)?
         };
@@ -276,6 +285,23 @@ pub fn decode_arguments(
         call.slots.push(slot);
     }
     Ok(call)
+}
+
+/// The argument count checked, and the IN integer scalars by name: array sizes depend on
+/// them.
+fn checked_bindings(
+    function: &FunctionInterface,
+    arguments: &[v1::ArgumentValue],
+) -> Result<BTreeMap<String, i64>, RoutineError> {
+    if arguments.len() != function.parameters.len() {
+        return Err(RoutineError::bad_argument(format!(
+            "`{}` takes {} arguments, got {}",
+            function.name,
+            function.parameters.len(),
+            arguments.len()
+        )));
+    }
+    integer_bindings(function, arguments)
 }
 
 /// The IN integer scalars by name, checked first: array sizes depend on them.
@@ -356,12 +382,14 @@ fn scalar_slot(
 }
 
 /// An array argument: an IN or INOUT array checked against its type and element count, or
-/// a zeroed OUT or WORK array of the size the IDL gives (at most `max_array_bytes`).
+/// a zeroed OUT or WORK array of the size the IDL gives (at most `max_array_bytes`). An IN
+/// array stays where the request left it; an output with a `place` is put there.
 fn array_slot(
     function: &FunctionInterface,
     parameter: &Parameter,
     value: Option<WireValue>,
     (bindings, max_array_bytes): (&BTreeMap<String, i64>, u64),
+    place: Option<crate::arrays::RegionPlace>,
 ) -> Result<Slot, RoutineError> {
     let (name, pname) = (&function.name, &parameter.name);
     let dims = function.dimensions_of(parameter, bindings).map_err(|e| {
@@ -379,7 +407,8 @@ fn array_slot(
     let shape = parameter.shape(&dims);
     Ok(match (parameter.mode, value) {
         (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
-            let data = ArrayData::from_proto(&array).map_err(|e| {
+            let in_place = parameter.mode == Mode::In;
+            let data = ArrayStorage::from_wire(&array, in_place).map_err(|e| {
                 RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
             })?;
             if data.element_type() != parameter.element_type {
@@ -395,7 +424,12 @@ fn array_slot(
                     data.len()
                 )));
             }
-            Slot::Array(data)
+            match place {
+                Some(place) if !in_place => {
+                    Slot::Array(ArrayStorage::placed(place, Some(&array.data)))
+                }
+                _ => Slot::Array(data),
+            }
         }
         (Mode::Out | Mode::Work, None) => {
             let bytes = function.byte_size(parameter, bindings).map_err(|e| {
@@ -414,9 +448,13 @@ fn array_slot(
                     "argument `{pname}` of `{name}` is too large ({shape})"
                 ))
             })?;
-            Slot::Array(ArrayData::zeroed(parameter.element_type, len).map_err(|e| {
+            if let (Mode::Out, Some(place)) = (parameter.mode, place) {
+                return Ok(Slot::Array(ArrayStorage::placed(place, None)));
+            }
+            let zeroed = ninf_proto::ArrayData::zeroed(parameter.element_type, len);
+            Slot::Array(ArrayStorage::Owned(zeroed.map_err(|e| {
                 RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
-            })?)
+            })?))
         }
         (Mode::Out | Mode::Work, Some(_)) => {
             return Err(RoutineError::bad_argument(format!(
@@ -434,12 +472,17 @@ fn array_slot(
     })
 }
 
-/// Encodes the OUT and INOUT arrays after the routine ran.
+/// Encodes the OUT and INOUT arrays after the routine ran: those in the reply region as
+/// region arrays, the others in the message.
 fn encode_outputs(
     function: &FunctionInterface,
     call: &mut CallArgs,
-) -> Result<Vec<v1::ExecOutput>, RoutineError> {
-    let mut outputs = Vec::new();
+    status: i64,
+) -> Result<v1::ExecSuccess, RoutineError> {
+    let mut success = v1::ExecSuccess {
+        status,
+        ..Default::default()
+    };
     for (index, parameter) in function.parameters.iter().enumerate() {
         if !parameter.mode.is_output() {
             continue;
@@ -449,10 +492,19 @@ fn encode_outputs(
             .get_mut(index)
             .map(|slot| std::mem::replace(slot, Slot::Taken))
         {
-            Some(Slot::Array(array)) => outputs.push(v1::ExecOutput {
+            Some(Slot::Array(ArrayStorage::Region(place))) => {
+                success.region_outputs.push(v1::RegionArray {
+                    parameter: index as u32,
+                    element_type: ninf_proto::descriptor::element_type_to_proto(place.element_type)
+                        .into(),
+                    offset: place.offset as u64,
+                    bytes: place.bytes as u64,
+                })
+            }
+            Some(Slot::Array(array)) => success.outputs.push(v1::ExecOutput {
                 parameter: index as u32,
                 value: Some(v1::ArgumentValue {
-                    value: Some(WireValue::Array(array.into_proto())),
+                    value: Some(WireValue::Array(wire_array(array))),
                 }),
             }),
             _ => {
@@ -466,15 +518,35 @@ fn encode_outputs(
             }
         }
     }
-    Ok(outputs)
+    Ok(success)
 }
 
-/// Runs one request to completion; never panics.
+fn wire_array(array: ArrayStorage) -> v1::Array {
+    match array {
+        ArrayStorage::Owned(data) => data.into_proto(),
+        ArrayStorage::Shared {
+            element_type,
+            bytes,
+        } => v1::Array {
+            element_type: ninf_proto::descriptor::element_type_to_proto(element_type).into(),
+            data: bytes,
+        },
+        // Handled by the caller; an empty array never reaches a reply.
+        ArrayStorage::Region(place) => v1::Array {
+            element_type: ninf_proto::descriptor::element_type_to_proto(place.element_type).into(),
+            data: bytes::Bytes::new(),
+        },
+    }
+}
+
+/// Runs one request to completion; never panics. With `replies`, large outputs are written
+/// straight into that region (see [`crate::layout`]).
 pub fn handle(
     module: &ModuleInterface,
     dispatch: Dispatch,
     request: v1::ExecRequest,
     limits: &Limits,
+    replies: Option<&mut RegionWriter>,
 ) -> v1::ExecReply {
     let max_array_bytes = limits.max_array_bytes;
     let call_id = request.call_id;
@@ -499,7 +571,16 @@ pub fn handle(
         let function = module
             .function(&request.function)
             .ok_or_else(|| RoutineError::function_not_found(&request.function))?;
-        let mut call = decode_arguments(function, request.arguments, max_array_bytes)?;
+        let layout = match replies {
+            Some(region) => plan_outputs(
+                function,
+                &request.arguments,
+                (call_id, max_array_bytes),
+                region,
+            )?,
+            None => OutputLayout::default(),
+        };
+        let mut call = decode_arguments(function, request.arguments, max_array_bytes, &layout)?;
         if let Some(budget) = limits.cpu_seconds_per_call {
             crate::rlimits::arm_cpu_budget(budget);
         }
@@ -526,20 +607,52 @@ pub fn handle(
                 ));
             }
         };
-        let outputs = encode_outputs(function, &mut call)?;
-        Ok(v1::ExecSuccess { outputs, status })
+        let success = encode_outputs(function, &mut call, status)?;
+        Ok((success, layout))
     })();
     crate::spmd::enter(None);
-    v1::ExecReply {
+    let reply = |result| v1::ExecReply {
         call_id,
-        result: Some(match result {
-            Ok(success) => v1::exec_reply::Result::Success(success),
-            Err(e) => v1::exec_reply::Result::Error(v1::ExecError {
-                kind: e.kind.into(),
-                message: e.message,
-            }),
-        }),
+        result: Some(result),
+    };
+    let error = |e: RoutineError| {
+        v1::exec_reply::Result::Error(v1::ExecError {
+            kind: e.kind.into(),
+            message: e.message,
+        })
+    };
+    match result {
+        Ok((success, layout)) => {
+            let success = reply(v1::exec_reply::Result::Success(success));
+            if layout.fits(&success) {
+                return success;
+            }
+            reply(error(RoutineError::new(
+                ExecErrorKind::RoutineFailed,
+                "the reply outgrew the room planned for it before its outputs",
+            )))
+        }
+        Err(e) => reply(error(e)),
     }
+}
+
+/// The reply region's plan for a call whose arguments check out so far; the arguments'
+/// own errors are left for `decode_arguments` to report.
+fn plan_outputs(
+    function: &FunctionInterface,
+    arguments: &[v1::ArgumentValue],
+    limits: (u64, u64),
+    region: &mut RegionWriter,
+) -> Result<OutputLayout, RoutineError> {
+    let Ok(bindings) = checked_bindings(function, arguments) else {
+        return Ok(OutputLayout::default());
+    };
+    OutputLayout::plan(function, arguments, &bindings, limits, region).map_err(|e| {
+        RoutineError::new(
+            ExecErrorKind::RoutineFailed,
+            format!("cannot make room for the outputs in the shared reply region: {e}"),
+        )
+    })
 }
 
 fn error_reply(kind: ExecErrorKind, message: String) -> v1::ExecReply {
@@ -621,24 +734,44 @@ pub fn serve(
             }
             Err(e) => return Err(e),
         };
-        let reply = match decoded {
-            Ok(body) => match v1::ExecRequest::decode(body) {
-                Ok(request) => handle(module, dispatch, request, &limits),
-                Err(e) => error_reply(
-                    ExecErrorKind::MalformedRequest,
-                    format!("malformed request: {e}"),
-                ),
-            },
+        let request = decoded.and_then(|body| {
+            let mut request =
+                v1::ExecRequest::decode(body).map_err(|e| format!("malformed request: {e}"))?;
+            restore_arrays(regions.as_deref_mut(), &mut request)?;
+            Ok(request)
+        });
+        let reply = match request {
+            Ok(request) => {
+                let replies = regions.as_deref_mut().map(|r| &mut r.replies);
+                handle(module, dispatch, request, &limits, replies)
+            }
             Err(message) => error_reply(ExecErrorKind::MalformedRequest, message),
         };
+        let in_region = matches!(&reply.result,
+            Some(v1::exec_reply::Result::Success(s)) if !s.region_outputs.is_empty());
         match regions.as_deref_mut() {
-            Some(r) if reply.encoded_len() >= SHARED_THRESHOLD => {
+            Some(r) if in_region || reply.encoded_len() >= SHARED_THRESHOLD => {
                 let len = r.replies.write(&reply)?;
                 frame::write_shared_header(&mut writer, len)?;
             }
             _ => frame::write_frame(&mut writer, &reply.encode_to_vec())?,
         }
     }
+}
+
+/// Puts a request's region arrays back among its arguments, read where they lie.
+fn restore_arrays(
+    regions: Option<&mut ExecutableRegions>,
+    request: &mut v1::ExecRequest,
+) -> Result<(), String> {
+    if request.region_arrays.is_empty() {
+        return Ok(());
+    }
+    let Some(regions) = regions else {
+        return Err("the request has region arrays, but no shared region was set up".into());
+    };
+    crate::shared::restore_request_arrays(&mut regions.requests, request)
+        .map_err(|e| format!("malformed request: {e}"))
 }
 
 /// The `main` of a generated executable: compile the embedded IDL, then serve standard input.

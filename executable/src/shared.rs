@@ -17,10 +17,28 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use memmap2::{Mmap, MmapMut};
+use ninf_proto::v1;
 use prost::Message;
 
 /// Frames at least this large go through shared memory.
 pub const SHARED_THRESHOLD: usize = 256 << 10;
+
+/// Arrays at least this large travel beside the message, as `RegionArray`s, where the
+/// receiver can use them in place.
+pub const REGION_ARRAY_THRESHOLD: usize = 64 << 10;
+
+/// Where region arrays start: a cache line, so every element type is aligned.
+pub const REGION_ALIGN: usize = 64;
+
+/// The offset of a region array not placed yet. A zero would not be encoded at all; this
+/// takes the same 9 bytes as any real offset, so a message's length can be measured before
+/// its arrays are placed after it.
+pub const UNPLACED: u64 = u64::MAX;
+
+/// `offset` rounded up to the next multiple of [`REGION_ALIGN`].
+pub fn region_align(offset: usize) -> usize {
+    offset.div_ceil(REGION_ALIGN) * REGION_ALIGN
+}
 
 /// The environment variable that tells an executable its regions' descriptors.
 pub const SHARED_ENV: &str = "NINF_EXEC_SHARED";
@@ -81,17 +99,72 @@ impl RegionWriter {
         message.encode(&mut target).map_err(io::Error::other)?;
         Ok(len)
     }
+
+    /// Writes `request` with its large arrays moved beside the message (`region_arrays`,
+    /// 64-byte aligned, so the executable reads them in place); returns the message's length,
+    /// the frame's. Each array is copied once, as encoding it inline would copy it.
+    pub fn write_request(&mut self, request: &mut v1::ExecRequest) -> io::Result<usize> {
+        let moved = move_out_large_arrays(request);
+        let len = request.encoded_len();
+        let end = place_region_arrays(len, &mut request.region_arrays);
+        let region = self.reserve(end)?;
+        for (array, data) in request.region_arrays.iter().zip(&moved) {
+            region[array.offset as usize..][..data.len()].copy_from_slice(data);
+        }
+        request
+            .encode(&mut &mut region[..len])
+            .map_err(io::Error::other)?;
+        Ok(len)
+    }
+}
+
+/// Takes the data of every array argument of at least [`REGION_ARRAY_THRESHOLD`] bytes out
+/// of `request`, describing each in `region_arrays` (offsets still to be placed).
+fn move_out_large_arrays(request: &mut v1::ExecRequest) -> Vec<Bytes> {
+    use v1::argument_value::Value;
+    let mut moved = Vec::new();
+    request.region_arrays.clear();
+    for (index, argument) in request.arguments.iter_mut().enumerate() {
+        let large = matches!(&argument.value,
+            Some(Value::Array(a)) if a.data.len() >= REGION_ARRAY_THRESHOLD);
+        if !large {
+            continue;
+        }
+        if let Some(Value::Array(array)) = argument.value.take() {
+            request.region_arrays.push(v1::RegionArray {
+                parameter: index as u32,
+                element_type: array.element_type,
+                offset: UNPLACED,
+                bytes: array.data.len() as u64,
+            });
+            moved.push(array.data);
+        }
+    }
+    moved
+}
+
+/// Gives each array an aligned offset after a message of `message_len` bytes (measured with
+/// the arrays' offsets [`UNPLACED`]), in order; returns where the last one ends.
+pub fn place_region_arrays(message_len: usize, arrays: &mut [v1::RegionArray]) -> usize {
+    let mut end = message_len;
+    for array in arrays {
+        let offset = region_align(end);
+        array.offset = offset as u64;
+        end = offset + array.bytes as usize;
+    }
+    end
 }
 
 /// A view of a region's bytes that keeps the mapping alive.
 struct RegionView {
     map: Arc<Mmap>,
-    len: usize,
+    start: usize,
+    end: usize,
 }
 
 impl AsRef<[u8]> for RegionView {
     fn as_ref(&self) -> &[u8] {
-        &self.map[..self.len]
+        &self.map[self.start..self.end]
     }
 }
 
@@ -133,7 +206,32 @@ impl RegionReader {
     /// The frame's bytes without copying them; valid until the writer's next frame.
     pub fn view(&mut self, len: usize) -> io::Result<Bytes> {
         let map = self.mapped(len)?;
-        Ok(Bytes::from_owner(RegionView { map, len }))
+        Ok(Bytes::from_owner(RegionView {
+            map,
+            start: 0,
+            end: len,
+        }))
+    }
+
+    /// The `bytes` bytes at `offset`, in place, or copied out unless `in_place`; an error
+    /// names a span outside the region.
+    pub fn span(&mut self, offset: u64, bytes: u64, in_place: bool) -> io::Result<Bytes> {
+        let outside = || {
+            io::Error::other(format!(
+                "bytes {offset}..{} lie outside the shared region",
+                offset.saturating_add(bytes)
+            ))
+        };
+        let end = offset.checked_add(bytes).ok_or_else(outside)?;
+        let (start, end) = (
+            usize::try_from(offset).map_err(|_| outside())?,
+            usize::try_from(end).map_err(|_| outside())?,
+        );
+        let map = self.mapped(end).map_err(|_| outside())?;
+        if !in_place {
+            return Ok(Bytes::copy_from_slice(&map[start..end]));
+        }
+        Ok(Bytes::from_owner(RegionView { map, start, end }))
     }
 
     /// A private copy of the frame's bytes, safe to keep after the writer's next frame.
@@ -213,5 +311,147 @@ impl ExecutableRegions {
             requests: RegionReader::new(requests),
             replies: RegionWriter::new(replies),
         })
+    }
+}
+
+/// Puts the bytes of the `region` arrays back into `arguments` (as the arrays they describe),
+/// read from `region` in place or copied out. Used by an executable on its requests
+/// (`region_arrays`) and by a host on its replies (`region_outputs`).
+pub fn restore_region_arrays(
+    region: &mut RegionReader,
+    arrays: Vec<v1::RegionArray>,
+    in_place: bool,
+    mut restore: impl FnMut(u32, v1::Array),
+) -> Result<(), String> {
+    for array in arrays {
+        let data = region
+            .span(array.offset, array.bytes, in_place)
+            .map_err(|e| format!("array of parameter {}: {e}", array.parameter))?;
+        let value = v1::Array {
+            element_type: array.element_type,
+            data,
+        };
+        restore(array.parameter, value);
+    }
+    Ok(())
+}
+
+/// A request's region arrays back in its arguments, in place (for an executable). Each must
+/// name an argument that carries no value.
+pub fn restore_request_arrays(
+    region: &mut RegionReader,
+    request: &mut v1::ExecRequest,
+) -> Result<(), String> {
+    let arrays = std::mem::take(&mut request.region_arrays);
+    let arguments = &mut request.arguments;
+    for array in &arrays {
+        let parameter = array.parameter;
+        match arguments.get(parameter as usize) {
+            Some(argument) if argument.value.is_none() => {}
+            Some(_) => {
+                return Err(format!(
+                    "argument {parameter} has a value and a region array"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "a region array names argument {parameter} of {}",
+                    arguments.len()
+                ));
+            }
+        }
+    }
+    restore_region_arrays(region, arrays, true, |parameter, array| {
+        if let Some(argument) = arguments.get_mut(parameter as usize) {
+            argument.value = Some(v1::argument_value::Value::Array(array));
+        }
+    })
+}
+
+/// A reply's region outputs back among its outputs, in parameter order (for a host).
+pub fn restore_reply_outputs(
+    region: &mut RegionReader,
+    reply: &mut v1::ExecReply,
+    in_place: bool,
+) -> Result<(), String> {
+    let Some(v1::exec_reply::Result::Success(success)) = reply.result.as_mut() else {
+        return Ok(());
+    };
+    if success.region_outputs.is_empty() {
+        return Ok(());
+    }
+    let arrays = std::mem::take(&mut success.region_outputs);
+    let outputs = &mut success.outputs;
+    restore_region_arrays(region, arrays, in_place, |parameter, array| {
+        outputs.push(v1::ExecOutput {
+            parameter,
+            value: Some(v1::ArgumentValue {
+                value: Some(v1::argument_value::Value::Array(array)),
+            }),
+        });
+    })?;
+    outputs.sort_by_key(|o| o.parameter);
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use v1::argument_value::Value;
+
+    fn array(bytes: usize, seed: u8) -> v1::ArgumentValue {
+        let data: Vec<u8> = (0..bytes).map(|i| (i as u8).wrapping_mul(seed)).collect();
+        v1::ArgumentValue {
+            value: Some(Value::Array(v1::Array {
+                element_type: v1::ElementType::Double as i32,
+                data: data.into(),
+            })),
+        }
+    }
+
+    #[test]
+    fn large_arrays_go_beside_the_message_aligned_and_come_back_whole() {
+        let file = memory_file("test").unwrap();
+        let mut writer = RegionWriter::new(file.try_clone().unwrap());
+        let mut reader = RegionReader::new(file);
+        let arguments = vec![
+            array(REGION_ARRAY_THRESHOLD + 8, 3),
+            v1::ArgumentValue {
+                value: Some(Value::IntValue(7)),
+            },
+            array(64, 5),
+            array(3 * REGION_ARRAY_THRESHOLD, 11),
+        ];
+        let mut request = v1::ExecRequest {
+            call_id: 9,
+            function: "f".into(),
+            arguments: arguments.clone(),
+            ..Default::default()
+        };
+        let len = writer.write_request(&mut request).unwrap();
+
+        let mut received = v1::ExecRequest::decode(reader.view(len).unwrap()).unwrap();
+        let placed: Vec<(u32, u64)> = received
+            .region_arrays
+            .iter()
+            .map(|a| (a.parameter, a.offset))
+            .collect();
+        assert_eq!(placed.len(), 2, "only the two large arrays go beside");
+        assert_eq!((placed[0].0, placed[1].0), (0, 3));
+        assert!(
+            placed[0].1 >= len as u64,
+            "the first array starts after the message"
+        );
+        assert!(
+            placed
+                .iter()
+                .all(|(_, offset)| offset % REGION_ALIGN as u64 == 0)
+        );
+        restore_request_arrays(&mut reader, &mut received).unwrap();
+        for (index, (got, sent)) in received.arguments.iter().zip(&arguments).enumerate() {
+            assert!(got == sent, "argument {index} came back different");
+        }
+        assert_eq!(received.arguments.len(), arguments.len());
     }
 }

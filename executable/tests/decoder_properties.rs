@@ -60,7 +60,12 @@ fn decode(request: v1::ExecRequest) {
     let Some(function) = modules().iter().find_map(|m| m.function(&request.function)) else {
         return;
     };
-    if let Err(e) = ninf_executable::runtime::decode_arguments(function, request.arguments, LIMIT) {
+    if let Err(e) = ninf_executable::runtime::decode_arguments(
+        function,
+        request.arguments,
+        LIMIT,
+        &Default::default(),
+    ) {
         assert!(!e.to_string().is_empty());
     }
 }

@@ -248,6 +248,11 @@ impl ArrayData {
         })
     }
 
+    /// The first element's address, for handing the array to C.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        each_array!(self, v => v.as_mut_ptr().cast())
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         each_array!(self, v => encode(v))
     }

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use ninf_executable::shared::{UNPLACED, place_region_arrays};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use prost::Message;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -238,88 +238,53 @@ enum Part {
     Bulk { element_type: i32, bytes: usize },
 }
 
-impl Part {
-    /// Length of the ArgumentValue message body.
-    fn body_len(&self) -> usize {
-        match self {
-            Part::Encoded(v) => v.encoded_len(),
+/// The executable's request: bulk arguments as region arrays (their bytes still to come),
+/// placed after the message. Returns it with the bytes it takes in the region.
+fn region_request(call_id: u64, function: &str, parts: Vec<Part>) -> (v1::ExecRequest, usize) {
+    let mut request = v1::ExecRequest {
+        call_id,
+        function: function.to_string(),
+        ..Default::default()
+    };
+    for (index, part) in parts.into_iter().enumerate() {
+        let value = match part {
+            Part::Encoded(value) => value,
             Part::Bulk {
                 element_type,
                 bytes,
             } => {
-                let array = array_len(*element_type, *bytes);
-                1 + encoded_len_varint(array as u64) + array
+                request.region_arrays.push(v1::RegionArray {
+                    parameter: index as u32,
+                    element_type,
+                    offset: UNPLACED,
+                    bytes: bytes as u64,
+                });
+                v1::ArgumentValue::default()
             }
-        }
+        };
+        request.arguments.push(value);
     }
+    let len = request.encoded_len();
+    let end = place_region_arrays(len, &mut request.region_arrays);
+    (request, end)
 }
 
-/// Length of an `Array { element_type, data }` message body holding `bytes` bytes.
-fn array_len(element_type: i32, bytes: usize) -> usize {
-    let type_len = if element_type != 0 {
-        1 + encoded_len_varint(element_type as u64)
-    } else {
-        0
-    };
-    type_len + 1 + encoded_len_varint(bytes as u64) + bytes
-}
-
-/// Lays out an `ExecRequest` in the region, reading bulk arrays from the socket straight
-/// into their place. Field numbers follow executable.proto and interface.proto.
+/// Writes the request's message at the start of the region and reads its bulk arrays from
+/// the socket straight into their places; returns the message's length, the frame's.
 async fn write_request(
     region: &mut [u8],
-    call_id: u64,
-    function: &str,
-    parts: &[Part],
+    request: &v1::ExecRequest,
     io: &mut impl BulkIo,
-) -> std::io::Result<()> {
-    let mut cursor: &mut [u8] = region;
-    if call_id != 0 {
-        encode_key(1, WireType::Varint, &mut cursor);
-        encode_varint(call_id, &mut cursor);
+) -> std::io::Result<usize> {
+    let len = request.encoded_len();
+    request
+        .encode(&mut &mut region[..len])
+        .map_err(std::io::Error::other)?;
+    for array in &request.region_arrays {
+        let place = &mut region[array.offset as usize..][..array.bytes as usize];
+        io.read_input(place).await?;
     }
-    prost::encoding::string::encode(2, &function.to_string(), &mut cursor);
-    for part in parts {
-        encode_key(3, WireType::LengthDelimited, &mut cursor);
-        encode_varint(part.body_len() as u64, &mut cursor);
-        match part {
-            Part::Encoded(value) => value.encode_raw(&mut cursor),
-            Part::Bulk {
-                element_type,
-                bytes,
-            } => {
-                encode_key(6, WireType::LengthDelimited, &mut cursor);
-                encode_varint(array_len(*element_type, *bytes) as u64, &mut cursor);
-                if *element_type != 0 {
-                    encode_key(1, WireType::Varint, &mut cursor);
-                    encode_varint(*element_type as u64, &mut cursor);
-                }
-                encode_key(2, WireType::LengthDelimited, &mut cursor);
-                encode_varint(*bytes as u64, &mut cursor);
-                let (data, rest) = std::mem::take(&mut cursor).split_at_mut(*bytes);
-                io.read_input(data).await?;
-                cursor = rest;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn request_len(call_id: u64, function: &str, parts: &[Part]) -> usize {
-    let id = if call_id != 0 {
-        1 + encoded_len_varint(call_id)
-    } else {
-        0
-    };
-    let name = 1 + encoded_len_varint(function.len() as u64) + function.len();
-    let arguments: usize = parts
-        .iter()
-        .map(|p| {
-            let body = p.body_len();
-            1 + encoded_len_varint(body as u64) + body
-        })
-        .sum();
-    id + name + arguments
+    Ok(len)
 }
 
 /// How long a job may wait for its bulk input before it counts as idle.
@@ -371,12 +336,12 @@ async fn call(
         .attach(checkout.pid().into_iter().collect(), true)
         .await;
     let call_id = checkout.next_call_id();
-    let len = request_len(call_id, &name, &parts);
-    let written = match checkout.request_region(len) {
+    let (exec_request, region_len) = region_request(call_id, &name, parts);
+    let written = match checkout.request_region(region_len) {
         Ok(region) => {
             // The executable waits for this input. If it is slow to come, the job is idle
             // (seed 000): it gives its slots away until the input is complete.
-            let write = write_request(region, call_id, &name, &parts, io);
+            let write = write_request(region, &exec_request, io);
             tokio::pin!(write);
             match tokio::time::timeout(IDLE_AFTER, &mut write).await {
                 Ok(written) => written,
@@ -391,14 +356,17 @@ async fn call(
         }
         Err(e) => Err(e),
     };
-    if let Err(e) = written {
-        // Nothing was sent to the executable: it goes back as it was.
-        checkout.release_unused();
-        return Err(Failure::Broken(e));
-    }
+    let len = match written {
+        Ok(len) => len,
+        Err(e) => {
+            // Nothing was sent to the executable: it goes back as it was.
+            checkout.release_unused();
+            return Err(Failure::Broken(e));
+        }
+    };
     let fetch_seconds = fetch_start.elapsed().as_secs_f64() - queued.as_secs_f64();
 
-    let cold = checkout.note_call(&name, len);
+    let cold = checkout.note_call(&name, region_len);
     let compute_start = Instant::now();
     let reply = checkout
         .exchange(Outgoing::Prepared { len, call_id }, true, prepared.timeout)
@@ -438,8 +406,8 @@ async fn call(
     let _ = checkout.finish(v1::ExecReply {
         call_id,
         result: Some(v1::exec_reply::Result::Success(v1::ExecSuccess {
-            outputs: Vec::new(),
             status: success.status,
+            ..Default::default()
         })),
     });
     sent.map(|()| bytes_out).map_err(Failure::Broken)

@@ -1,0 +1,146 @@
+//! Where a call's large outputs go, decided before its routine runs. Every OUT and INOUT
+//! array's size is known from the IDL and the request, so the executable lays the reply out
+//! in advance: the message first (its largest possible length), then each large output at a
+//! 64-byte boundary. The routine then writes those outputs where the reply carries them, and
+//! nothing is copied to encode it.
+
+use bytes::Bytes;
+use ninf_idl::{FunctionInterface, Mode};
+use ninf_proto::descriptor::element_type_to_proto;
+use ninf_proto::v1::{self, argument_value::Value};
+use prost::Message;
+
+use crate::arrays::RegionPlace;
+use crate::shared::{REGION_ARRAY_THRESHOLD, RegionWriter, UNPLACED, place_region_arrays};
+
+/// The reply region's plan for one call.
+#[derive(Debug, Default)]
+pub struct OutputLayout {
+    /// By parameter index: the place of a large output, if it has one.
+    places: Vec<Option<RegionPlace>>,
+    /// Bytes below the first place: the most the reply's message can take.
+    message_room: usize,
+}
+
+impl OutputLayout {
+    pub fn place(&self, index: usize) -> Option<RegionPlace> {
+        self.places.get(index).copied().flatten()
+    }
+
+    /// Whether `reply` can be written below the places.
+    pub fn fits(&self, reply: &v1::ExecReply) -> bool {
+        self.places.iter().all(Option::is_none) || reply.encoded_len() <= self.message_room
+    }
+
+    /// Plans the reply of `function` called with `arguments`; `bindings` are its IN
+    /// integers. Outputs whose size cannot be known or is over `max_array_bytes` get no
+    /// place: checking the arguments reports them.
+    pub fn plan(
+        function: &FunctionInterface,
+        arguments: &[v1::ArgumentValue],
+        bindings: &std::collections::BTreeMap<String, i64>,
+        (call_id, max_array_bytes): (u64, u64),
+        region: &mut RegionWriter,
+    ) -> std::io::Result<OutputLayout> {
+        let sizes = output_sizes(function, arguments, bindings, max_array_bytes);
+        if sizes
+            .iter()
+            .all(|&(_, bytes)| bytes < REGION_ARRAY_THRESHOLD)
+        {
+            return Ok(OutputLayout::default());
+        }
+        let mut skeleton = skeleton_reply(function, &sizes, call_id);
+        let message_room = skeleton.encoded_len();
+        let Some(v1::exec_reply::Result::Success(success)) = skeleton.result.as_mut() else {
+            return Ok(OutputLayout::default());
+        };
+        let end = place_region_arrays(message_room, &mut success.region_outputs);
+        let start = region.reserve(end)?.as_mut_ptr();
+        let mut places = vec![None; function.parameters.len()];
+        for array in &success.region_outputs {
+            let index = array.parameter as usize;
+            let offset = array.offset as usize;
+            // The region holds `end` bytes, and every place ends at or before `end`.
+            let Some(place_start) = std::ptr::NonNull::new(start.wrapping_add(offset)) else {
+                continue;
+            };
+            places[index] = Some(RegionPlace {
+                element_type: function.parameters[index].element_type,
+                offset,
+                start: place_start,
+                bytes: array.bytes as usize,
+            });
+        }
+        Ok(OutputLayout {
+            places,
+            message_room,
+        })
+    }
+}
+
+/// (parameter index, bytes) of each OUT and INOUT array whose size is known and allowed.
+fn output_sizes(
+    function: &FunctionInterface,
+    arguments: &[v1::ArgumentValue],
+    bindings: &std::collections::BTreeMap<String, i64>,
+    max_array_bytes: u64,
+) -> Vec<(usize, usize)> {
+    let mut sizes = Vec::new();
+    for (index, parameter) in function.parameters.iter().enumerate() {
+        if !parameter.is_array() || !parameter.mode.is_output() {
+            continue;
+        }
+        let bytes = match parameter.mode {
+            Mode::Out => function
+                .byte_size(parameter, bindings)
+                .ok()
+                .filter(|&b| b <= max_array_bytes),
+            _ => match arguments.get(index).and_then(|a| a.value.as_ref()) {
+                Some(Value::Array(array)) => Some(array.data.len() as u64),
+                _ => None,
+            },
+        };
+        if let Some(bytes) = bytes.and_then(|b| usize::try_from(b).ok()) {
+            sizes.push((index, bytes));
+        }
+    }
+    sizes
+}
+
+/// The longest success reply the call can have: its small outputs inline at their sizes,
+/// its large ones as region arrays, and a status of the longest encoding.
+fn skeleton_reply(
+    function: &FunctionInterface,
+    sizes: &[(usize, usize)],
+    call_id: u64,
+) -> v1::ExecReply {
+    let mut success = v1::ExecSuccess {
+        status: i64::MIN,
+        ..Default::default()
+    };
+    for &(index, bytes) in sizes {
+        let element_type = element_type_to_proto(function.parameters[index].element_type).into();
+        if bytes >= REGION_ARRAY_THRESHOLD {
+            success.region_outputs.push(v1::RegionArray {
+                parameter: index as u32,
+                element_type,
+                offset: UNPLACED,
+                bytes: bytes as u64,
+            });
+        } else {
+            success.outputs.push(v1::ExecOutput {
+                parameter: index as u32,
+                value: Some(v1::ArgumentValue {
+                    value: Some(Value::Array(v1::Array {
+                        element_type,
+                        data: Bytes::from(vec![0u8; bytes]),
+                    })),
+                }),
+            });
+        }
+    }
+    v1::ExecReply {
+        call_id,
+        result: Some(v1::exec_reply::Result::Success(success)),
+    }
+}
