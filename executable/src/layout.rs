@@ -144,3 +144,123 @@ fn skeleton_reply(
         result: Some(v1::exec_reply::Result::Success(success)),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::runtime::{CallArgs, Limits, RoutineError, handle};
+    use crate::shared::{REGION_ALIGN, RegionReader, memory_file, restore_reply_outputs};
+
+    const IDL: &str = r#"Module t;
+Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT double small[4])
+    Calls "Rust" t::f(n, x, y, z, small);
+"#;
+
+    /// y = 2x, z += 1, small = [n, status...]; returns the most negative status, whose
+    /// encoding is the longest.
+    fn dispatch(_: &str, args: &mut CallArgs) -> Result<i64, RoutineError> {
+        let x = args.take_array::<f64>(1)?;
+        let mut y = args.take_array::<f64>(2)?;
+        let mut z = args.take_array::<f64>(3)?;
+        let mut small = args.take_array::<f64>(4)?;
+        for ((y, z), x) in y.iter_mut().zip(z.iter_mut()).zip(x.iter()) {
+            *y = 2.0 * x;
+            *z += 1.0;
+        }
+        small[0] = x.len() as f64;
+        args.put_array(2, y);
+        args.put_array(3, z);
+        args.put_array(4, small);
+        Ok(i64::MIN)
+    }
+
+    fn doubles(values: impl Iterator<Item = f64>) -> v1::ArgumentValue {
+        let data: Vec<u8> = values.flat_map(f64::to_le_bytes).collect();
+        v1::ArgumentValue {
+            value: Some(Value::Array(v1::Array {
+                element_type: v1::ElementType::Double as i32,
+                data: data.into(),
+            })),
+        }
+    }
+
+    #[test]
+    fn large_outputs_are_written_in_place_after_the_message_and_come_back_exact() {
+        let module = ninf_idl::compile(&ninf_idl::SourceFile::new("t.idl", IDL)).unwrap();
+        let file = memory_file("replies").unwrap();
+        let mut writer = RegionWriter::new(file.try_clone().unwrap());
+        let mut reader = RegionReader::new(file);
+        let n = 20_000usize; // 160,000 bytes per array: over the region-array threshold
+        let request = v1::ExecRequest {
+            call_id: u64::MAX,
+            function: "f".into(),
+            arguments: vec![
+                v1::ArgumentValue {
+                    value: Some(Value::IntValue(n as i64)),
+                },
+                doubles((0..n).map(|i| i as f64)),
+                v1::ArgumentValue::default(),
+                doubles((0..n).map(|i| -(i as f64))),
+                v1::ArgumentValue::default(),
+            ],
+            ..Default::default()
+        };
+        let mut reply = handle(
+            &module,
+            dispatch,
+            request,
+            &Limits::default(),
+            Some(&mut writer),
+        );
+
+        let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
+            panic!("expected a success, got {reply:?}");
+        };
+        assert_eq!(success.status, i64::MIN);
+        let placed: Vec<(u32, u64)> = success
+            .region_outputs
+            .iter()
+            .map(|a| (a.parameter, a.offset))
+            .collect();
+        assert_eq!(placed.iter().map(|p| p.0).collect::<Vec<_>>(), vec![2, 3]);
+        let message_len = reply.encoded_len() as u64;
+        assert!(
+            placed[0].1 >= message_len,
+            "the message stays below the outputs"
+        );
+        assert!(
+            placed[1].1 >= placed[0].1 + 8 * n as u64,
+            "the outputs do not overlap"
+        );
+        assert!(placed.iter().all(|p| p.1 % REGION_ALIGN as u64 == 0));
+
+        restore_reply_outputs(&mut reader, &mut reply, false).unwrap();
+        let Some(v1::exec_reply::Result::Success(success)) = reply.result else {
+            panic!("still a success");
+        };
+        let values = |index: usize| -> Vec<f64> {
+            match &success.outputs[index].value {
+                Some(v1::ArgumentValue {
+                    value: Some(Value::Array(array)),
+                }) => ninf_proto::values::decode(&array.data).unwrap(),
+                other => panic!("output {index} is not an array: {other:?}"),
+            }
+        };
+        let parameters: Vec<u32> = success.outputs.iter().map(|o| o.parameter).collect();
+        assert_eq!(parameters, vec![2, 3, 4]);
+        assert!(
+            values(0)
+                .iter()
+                .enumerate()
+                .all(|(i, &y)| y == 2.0 * i as f64)
+        );
+        assert!(
+            values(1)
+                .iter()
+                .enumerate()
+                .all(|(i, &z)| z == 1.0 - i as f64)
+        );
+        assert_eq!(values(2), vec![n as f64, 0.0, 0.0, 0.0]);
+    }
+}
