@@ -407,7 +407,9 @@ fn array_slot(
     let shape = parameter.shape(&dims);
     Ok(match (parameter.mode, value) {
         (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
-            let in_place = parameter.mode == Mode::In;
+            // An INOUT array with a place in the reply is checked where it lies and copied
+            // once, into that place; without one, the routine gets its own vector.
+            let in_place = parameter.mode == Mode::In || place.is_some();
             let data = ArrayStorage::from_wire(&array, in_place).map_err(|e| {
                 RoutineError::bad_argument(format!("argument `{pname}` of `{name}`: {e}"))
             })?;
@@ -425,7 +427,7 @@ fn array_slot(
                 )));
             }
             match place {
-                Some(place) if !in_place => {
+                Some(place) if parameter.mode == Mode::InOut => {
                     Slot::Array(ArrayStorage::placed(place, Some(&array.data)))
                 }
                 _ => Slot::Array(data),
