@@ -64,12 +64,7 @@ impl ArrayStorage {
     /// An array from its wire form. With `in_place`, bytes aligned for their element type
     /// are kept where they lie (read-only); otherwise they are decoded into a vector.
     pub fn from_wire(array: &v1::Array, in_place: bool) -> Result<ArrayStorage, ValueError> {
-        let owned = ArrayData::from_proto(array);
-        let element_type = match &owned {
-            // Decoding is only wasted when it would succeed and the bytes can stay put.
-            Ok(data) => data.element_type(),
-            Err(_) => return owned.map(ArrayStorage::Owned),
-        };
+        let element_type = ninf_proto::values::checked_element_type(array)?;
         let aligned = (array.data.as_ptr() as usize).is_multiple_of(element_align(element_type));
         if in_place && aligned {
             return Ok(ArrayStorage::Shared {
@@ -77,7 +72,7 @@ impl ArrayStorage {
                 bytes: array.data.clone(),
             });
         }
-        owned.map(ArrayStorage::Owned)
+        ArrayData::decode(element_type, &array.data).map(ArrayStorage::Owned)
     }
 
     /// An output array in its reserved place: zeroed, or holding `input` (an INOUT array's

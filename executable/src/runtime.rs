@@ -268,6 +268,16 @@ pub fn decode_arguments(
     layout: &OutputLayout,
 ) -> Result<CallArgs, RoutineError> {
     let bindings = checked_bindings(function, &arguments)?;
+    decode_checked(function, arguments, (&bindings, max_array_bytes), layout)
+}
+
+/// [`decode_arguments`] once the argument count and IN integers (`bindings`) are checked.
+fn decode_checked(
+    function: &FunctionInterface,
+    arguments: Vec<v1::ArgumentValue>,
+    (bindings, max_array_bytes): (&BTreeMap<String, i64>, u64),
+    layout: &OutputLayout,
+) -> Result<CallArgs, RoutineError> {
     let mut call = CallArgs {
         function: function.name.clone(),
         slots: Vec::with_capacity(arguments.len()),
@@ -275,7 +285,7 @@ pub fn decode_arguments(
     };
     for (index, (parameter, argument)) in function.parameters.iter().zip(arguments).enumerate() {
         let slot = if parameter.is_array() {
-            let limits = (&bindings, max_array_bytes);
+            let limits = (bindings, max_array_bytes);
             let place = layout.place(index);
             array_slot(function, parameter, argument.value, limits, place)?
         } else {
@@ -573,16 +583,20 @@ pub fn handle(
         let function = module
             .function(&request.function)
             .ok_or_else(|| RoutineError::function_not_found(&request.function))?;
+        let arguments = request.arguments;
+        let bindings = checked_bindings(function, &arguments)?;
         let layout = match replies {
             Some(region) => plan_outputs(
                 function,
-                &request.arguments,
+                &arguments,
+                &bindings,
                 (call_id, max_array_bytes),
                 region,
             )?,
             None => OutputLayout::default(),
         };
-        let mut call = decode_arguments(function, request.arguments, max_array_bytes, &layout)?;
+        let checked = (&bindings, max_array_bytes);
+        let mut call = decode_checked(function, arguments, checked, &layout)?;
         if let Some(budget) = limits.cpu_seconds_per_call {
             crate::rlimits::arm_cpu_budget(budget);
         }
@@ -638,18 +652,16 @@ pub fn handle(
     }
 }
 
-/// The reply region's plan for a call whose arguments check out so far; the arguments'
-/// own errors are left for `decode_arguments` to report.
+/// The reply region's plan for a call whose count and integers check out; the arrays' own
+/// errors are left for `decode_checked` to report.
 fn plan_outputs(
     function: &FunctionInterface,
     arguments: &[v1::ArgumentValue],
+    bindings: &BTreeMap<String, i64>,
     limits: (u64, u64),
     region: &mut RegionWriter,
 ) -> Result<OutputLayout, RoutineError> {
-    let Ok(bindings) = checked_bindings(function, arguments) else {
-        return Ok(OutputLayout::default());
-    };
-    OutputLayout::plan(function, arguments, &bindings, limits, region).map_err(|e| {
+    OutputLayout::plan(function, arguments, bindings, limits, region).map_err(|e| {
         RoutineError::new(
             ExecErrorKind::RoutineFailed,
             format!("cannot make room for the outputs in the shared reply region: {e}"),

@@ -159,6 +159,26 @@ fn check_whole<T: Element>(bytes: &[u8]) -> Result<(), ValueError> {
     }
 }
 
+/// The element type of a wire array, checked as decoding it would check it (a known type
+/// that arrays hold, and a whole number of elements) without touching its elements.
+pub fn checked_element_type(array: &v1::Array) -> Result<ElementType, ValueError> {
+    let element_type = v1::ElementType::try_from(array.element_type)
+        .ok()
+        .and_then(element_type_from_proto)
+        .ok_or(ValueError::UnknownElementType)?;
+    let size = element_type
+        .size_bytes()
+        .ok_or(ValueError::UnsupportedElementType(element_type.keyword()))? as usize;
+    if !array.data.len().is_multiple_of(size) {
+        return Err(ValueError::RaggedArray {
+            len: array.data.len(),
+            element: element_type.keyword(),
+            size,
+        });
+    }
+    Ok(element_type)
+}
+
 /// A vector seen as its bytes, so `Bytes` can own it without a copy.
 struct LittleEndianArray<T>(Vec<T>);
 
@@ -258,11 +278,7 @@ impl ArrayData {
     }
 
     pub fn from_proto(array: &v1::Array) -> Result<ArrayData, ValueError> {
-        let element_type = v1::ElementType::try_from(array.element_type)
-            .ok()
-            .and_then(element_type_from_proto)
-            .ok_or(ValueError::UnknownElementType)?;
-        ArrayData::decode(element_type, &array.data)
+        ArrayData::decode(checked_element_type(array)?, &array.data)
     }
 
     pub fn to_proto(&self) -> v1::Array {
