@@ -603,6 +603,12 @@ pub(crate) fn reply_length(header: [u8; 4]) -> Result<usize, BulkFailure> {
 
 /// A bulk reply frame's body: the call's reply, or the server's error as a call error.
 pub(crate) fn parse_reply(body: &[u8]) -> Result<v1::CallReply, BulkFailure> {
+    parse_bulk_reply(body).map(|(reply, _)| reply)
+}
+
+/// [`parse_reply`], and whether the outputs follow the frame on the socket rather than lie
+/// in the shared region (`BulkReply.outputs_follow`, same-host connections only).
+pub(crate) fn parse_bulk_reply(body: &[u8]) -> Result<(v1::CallReply, bool), BulkFailure> {
     use prost::Message;
     let reply = v1::BulkReply::decode(body).map_err(|e| {
         BulkFailure::Call(CallError::new(
@@ -611,7 +617,7 @@ pub(crate) fn parse_reply(body: &[u8]) -> Result<v1::CallReply, BulkFailure> {
         ))
     })?;
     match reply.result {
-        Some(v1::bulk_reply::Result::Reply(r)) => Ok(r),
+        Some(v1::bulk_reply::Result::Reply(r)) => Ok((r, reply.outputs_follow)),
         Some(v1::bulk_reply::Result::Error(e)) => Err(BulkFailure::Call(CallError::from(
             tonic::Status::new(tonic::Code::from(e.code), e.message),
         ))),

@@ -13,7 +13,7 @@ use prost::Message;
 use tokio::net::UnixStream;
 
 use crate::args::Encoded;
-use crate::remote::{BulkFailure, OutputBytes, parse_reply, receive_outputs, reply_length};
+use crate::remote::{BulkFailure, OutputBytes, parse_bulk_reply, receive_outputs, reply_length};
 use crate::{Arg, CallOutcome};
 
 /// The smallest region made: calls below it (the bulk threshold is 1 MiB) share one size.
@@ -58,7 +58,11 @@ impl SameHostConnection {
         local::receive(&self.stream, &mut header).await?;
         let mut body = vec![0u8; reply_length(header)?];
         local::receive(&self.stream, &mut body).await?;
-        let reply = parse_reply(&body)?;
+        let (reply, outputs_follow) = parse_bulk_reply(&body)?;
+        if outputs_follow {
+            let mut outputs = SocketOutputs(&self.stream);
+            return receive_outputs(interface, reply, args, &mut outputs).await;
+        }
         let mut outputs = RegionOutputs {
             bytes: region.bytes(),
             offset: 0,
@@ -123,6 +127,15 @@ fn write_inputs(region: &mut [u8], args: &[Arg<'_>], encoded: &[Encoded]) {
             region[offset..offset + bytes.len()].copy_from_slice(&bytes);
             offset += bytes.len();
         }
+    }
+}
+
+/// A reply's outputs that did not fit the region: they follow the frame on the socket.
+struct SocketOutputs<'a>(&'a UnixStream);
+
+impl OutputBytes for SocketOutputs<'_> {
+    async fn fill(&mut self, into: &mut [u8]) -> io::Result<()> {
+        local::receive(self.0, into).await.map(|_| ())
     }
 }
 

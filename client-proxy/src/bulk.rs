@@ -4,16 +4,23 @@
 //! times on each side (encoding, HTTP/2 framing, reassembly); on the bulk port the server
 //! reads the arrays straight into the executable's region and writes the outputs straight
 //! from it. Each connection carries one call at a time; idle ones wait in a pool per server.
+//!
+//! A server on the proxy's host gets those calls on its same-host socket instead
+//! ([`LocalConnection`]): the proxy copies the arrays into a memory file it shares with the
+//! server, and the outputs come back through it, so no array crosses a socket. The proxy
+//! cannot size the file for outputs it does not know: a call whose outputs do not fit gets
+//! them after the reply frame on the socket, and the file grows for the next call.
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tonic::Status;
 
 use crate::cluster::CALL_LIMIT;
@@ -44,15 +51,29 @@ pub(crate) enum BulkFailure {
     Call(Status),
 }
 
-/// Each server's bulk port, as the metaserver lists it, and idle connections to it.
+/// Each server's bulk port and same-host socket, as the metaserver lists them, and idle
+/// connections to them.
 #[derive(Default)]
 pub(crate) struct BulkPorts {
     /// gRPC address to bulk address; empty: the server has none.
     routes: Mutex<HashMap<String, String>>,
+    /// gRPC address to same-host socket name; empty: none, or it cannot be reached from here.
+    local_routes: Mutex<HashMap<String, String>>,
+    /// Whether calls may take the same-host sockets (`same_host_calls`).
+    same_host: bool,
     idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    idle_local: Mutex<HashMap<String, Vec<LocalConnection>>>,
 }
 
 impl BulkPorts {
+    /// Bulk ports, and same-host sockets too when `same_host`.
+    pub(crate) fn new(same_host: bool) -> BulkPorts {
+        BulkPorts {
+            same_host,
+            ..BulkPorts::default()
+        }
+    }
+
     /// The bulk address of `server`; `None` when it is not known yet.
     pub(crate) fn route(&self, server: &str) -> Option<String> {
         ninf_proto::sync::lock(&self.routes).get(server).cloned()
@@ -61,21 +82,34 @@ impl BulkPorts {
     /// Learns the servers' bulk ports from the metaserver's status, and returns `server`'s
     /// (empty, and recorded so, when the status does not list it).
     pub(crate) fn learn(&self, status: &[v1::ServerStatus], server: &str) -> String {
+        let mut local_routes = ninf_proto::sync::lock(&self.local_routes);
         let mut routes = ninf_proto::sync::lock(&self.routes);
         for s in status {
             routes.insert(s.address.clone(), s.bulk_address.clone());
+            local_routes.insert(s.address.clone(), s.bulk_local.clone());
         }
         routes.entry(server.to_string()).or_default().clone()
+    }
+
+    /// `server`'s same-host socket, if calls may take it and it is not known unreachable.
+    fn local_route(&self, server: &str) -> Option<String> {
+        if !self.same_host {
+            return None;
+        }
+        let routes = ninf_proto::sync::lock(&self.local_routes);
+        routes.get(server).filter(|name| !name.is_empty()).cloned()
     }
 
     /// Forgets a route that no longer answers: the next call asks the metaserver again.
     fn forget(&self, server: &str) {
         ninf_proto::sync::lock(&self.routes).remove(server);
+        ninf_proto::sync::lock(&self.local_routes).remove(server);
     }
 
     /// Closes every idle connection.
     pub(crate) fn release(&self) {
         ninf_proto::sync::lock(&self.idle).clear();
+        ninf_proto::sync::lock(&self.idle_local).clear();
     }
 
     /// Runs `call` on `server`'s bulk port at `address`, presenting `authorization`.
@@ -87,6 +121,16 @@ impl BulkPorts {
         authorization: String,
     ) -> Result<v1::CallReply, BulkFailure> {
         call.authorization = authorization;
+        if let Some(name) = self.local_route(server) {
+            match self.call_local(server, &name, call.clone()).await {
+                Err(BulkFailure::Connect(e)) => {
+                    // Another host or network namespace: its TCP port from now on.
+                    tracing::debug!(server, error = %e, "same-host socket unreachable");
+                    ninf_proto::sync::lock(&self.local_routes).insert(server.into(), String::new());
+                }
+                answer => return answer,
+            }
+        }
         let pooled = ninf_proto::sync::lock(&self.idle)
             .get_mut(server)
             .and_then(Vec::pop);
@@ -106,6 +150,46 @@ impl BulkPorts {
             .await
             .map_err(|e| BulkFailure::Call(e.status(server)))?;
         self.finish(server, stream, answer)
+    }
+
+    /// Runs `call` on `server`'s same-host socket `name`.
+    async fn call_local(
+        &self,
+        server: &str,
+        name: &str,
+        call: v1::CallRequest,
+    ) -> Result<v1::CallReply, BulkFailure> {
+        let pooled = ninf_proto::sync::lock(&self.idle_local)
+            .get_mut(server)
+            .and_then(Vec::pop);
+        if let Some(mut connection) = pooled {
+            match connection.exchange(call.clone()).await {
+                Ok(answer) => return self.finish_local(server, connection, answer),
+                Err(Broken::Io(_)) => {}
+                Err(broken) => return Err(BulkFailure::Call(broken.status(server))),
+            }
+        }
+        let mut connection = LocalConnection::connect(name).map_err(BulkFailure::Connect)?;
+        let answer = connection
+            .exchange(call)
+            .await
+            .map_err(|e| BulkFailure::Call(e.status(server)))?;
+        self.finish_local(server, connection, answer)
+    }
+
+    fn finish_local(
+        &self,
+        server: &str,
+        connection: LocalConnection,
+        answer: Result<v1::CallReply, Status>,
+    ) -> Result<v1::CallReply, BulkFailure> {
+        if answer.is_ok() {
+            ninf_proto::sync::lock(&self.idle_local)
+                .entry(server.to_string())
+                .or_default()
+                .push(connection);
+        }
+        answer.map_err(BulkFailure::Call)
     }
 
     /// Keeps the connection for the next call, unless the server answered with an error
@@ -177,6 +261,17 @@ async fn exchange(
 
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).await?;
+    let mut body = vec![0u8; frame_length(header)?];
+    stream.read_exact(&mut body).await?;
+    let mut reply = match parse_reply(&body)? {
+        Ok((reply, _)) => reply,
+        Err(status) => return Ok(Err(status)),
+    };
+    read_outputs(&mut TcpOutputs(stream), &mut reply).await?;
+    Ok(Ok(reply))
+}
+
+fn frame_length(header: [u8; 4]) -> Result<usize, Broken> {
     let len = u32::from_le_bytes(header) as usize;
     if len > ninf_proto::net::BULK_MAX_FRAME {
         return Err(Broken::Protocol(format!(
@@ -184,19 +279,208 @@ async fn exchange(
             ninf_proto::net::BULK_MAX_FRAME
         )));
     }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).await?;
-    let reply = v1::BulkReply::decode(&body[..])
-        .map_err(|e| Broken::Protocol(format!("undecodable: {e}")))?;
-    let mut reply = match reply.result {
-        Some(v1::bulk_reply::Result::Reply(reply)) => reply,
+    Ok(len)
+}
+
+/// A reply frame's body: the reply and whether its outputs follow on the socket, or the
+/// server's error.
+fn parse_reply(body: &[u8]) -> Result<Result<(v1::CallReply, bool), Status>, Broken> {
+    let reply =
+        v1::BulkReply::decode(body).map_err(|e| Broken::Protocol(format!("undecodable: {e}")))?;
+    match reply.result {
+        Some(v1::bulk_reply::Result::Reply(r)) => Ok(Ok((r, reply.outputs_follow))),
         Some(v1::bulk_reply::Result::Error(e)) => {
-            return Ok(Err(Status::new(tonic::Code::from(e.code), e.message)));
+            Ok(Err(Status::new(tonic::Code::from(e.code), e.message)))
         }
-        None => return Err(Broken::Protocol("empty".into())),
-    };
-    read_outputs(stream, &mut reply).await?;
-    Ok(Ok(reply))
+        None => Err(Broken::Protocol("empty".into())),
+    }
+}
+
+/// The smallest shared region made: calls below it (the bulk threshold is 1 MiB) share one
+/// size.
+const MIN_REGION: usize = 1 << 20;
+
+/// A connection to a server's same-host socket, and the region it shares with it.
+pub(crate) struct LocalConnection {
+    stream: UnixStream,
+    /// Shared with the outputs of the last call while they live (they are read in place):
+    /// the next call takes a new region rather than write over them.
+    region: Option<Arc<SharedRegion>>,
+    /// The largest outputs a call on it returned: the region grows to hold them, so that
+    /// later calls of the same kind get theirs back through it.
+    largest_outputs: usize,
+}
+
+impl LocalConnection {
+    fn connect(name: &str) -> io::Result<LocalConnection> {
+        Ok(LocalConnection {
+            stream: local::connect(name)?,
+            region: None,
+            largest_outputs: 0,
+        })
+    }
+
+    /// One call, its arrays through the region: `Ok(Err(status))` when the server
+    /// answered with an error and the connection is still in step.
+    async fn exchange(
+        &mut self,
+        mut call: v1::CallRequest,
+    ) -> Result<Result<v1::CallReply, Status>, Broken> {
+        let payloads = take_arrays(&mut call);
+        let inputs: usize = payloads.iter().map(Bytes::len).sum();
+        let handed = self.reserve(inputs.max(self.largest_outputs))?;
+        let region = self
+            .region
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .ok_or_else(|| Broken::Protocol("no shared region".into()))?;
+        let mut offset = 0;
+        for payload in &payloads {
+            region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
+            offset += payload.len();
+        }
+        let body = call.encode_to_vec();
+        let mut frame = Vec::with_capacity(4 + body.len());
+        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&body);
+        local::send(&self.stream, &frame, handed.then(|| region.fd())).await?;
+
+        let mut header = [0u8; 4];
+        local::receive(&self.stream, &mut header).await?;
+        let mut body = vec![0u8; frame_length(header)?];
+        local::receive(&self.stream, &mut body).await?;
+        let (mut reply, outputs_follow) = match parse_reply(&body)? {
+            Ok(answer) => answer,
+            Err(status) => return Ok(Err(status)),
+        };
+        let outputs = match (&self.region, outputs_follow) {
+            (Some(region), false) => {
+                let lend = lend_region(bulk_bytes(&reply), region.len());
+                let mut from_region = RegionOutputs {
+                    region: region.clone(),
+                    offset: 0,
+                    lend,
+                };
+                read_outputs(&mut from_region, &mut reply).await?
+            }
+            _ => read_outputs(&mut SocketOutputs(&self.stream), &mut reply).await?,
+        };
+        self.largest_outputs = self.largest_outputs.max(outputs);
+        Ok(Ok(reply))
+    }
+
+    /// Makes the region hold `bytes` and be this connection's alone; whether it is new
+    /// (and must be handed over).
+    fn reserve(&mut self, bytes: usize) -> io::Result<bool> {
+        if let Some(region) = self.region.as_mut()
+            && region.len() >= bytes
+            && Arc::get_mut(region).is_some()
+        {
+            return Ok(false);
+        }
+        let size = bytes
+            .checked_next_power_of_two()
+            .unwrap_or(bytes)
+            .max(MIN_REGION);
+        self.region = Some(Arc::new(SharedRegion::create(size)?));
+        Ok(true)
+    }
+}
+
+/// Whether outputs of `outputs` bytes are read where they lie in a region of `region`
+/// bytes rather than copied out: when they are large and fill a good part of it, since
+/// they keep the whole region alive.
+fn lend_region(outputs: usize, region: usize) -> bool {
+    outputs >= MIN_REGION && outputs.saturating_mul(4) >= region
+}
+
+/// Bytes of a reply's `bulk` outputs.
+fn bulk_bytes(reply: &v1::CallReply) -> usize {
+    reply
+        .outputs
+        .iter()
+        .map(|o| match &o.result {
+            Some(v1::call_output::Result::Bulk(b)) => b.bytes as usize,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Where a reply's output bytes come from.
+trait OutputSource {
+    /// The next `bytes` bytes of outputs.
+    async fn take(&mut self, bytes: usize) -> Result<Bytes, Broken>;
+}
+
+/// After the frame on a TCP connection.
+struct TcpOutputs<'a>(&'a mut TcpStream);
+
+impl OutputSource for TcpOutputs<'_> {
+    async fn take(&mut self, bytes: usize) -> Result<Bytes, Broken> {
+        let mut data = Vec::with_capacity(bytes);
+        let read = (&mut *self.0)
+            .take(bytes as u64)
+            .read_to_end(&mut data)
+            .await?;
+        if read != bytes {
+            return Err(Broken::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        Ok(data.into())
+    }
+}
+
+/// After the frame on a same-host socket (outputs that did not fit the region).
+struct SocketOutputs<'a>(&'a UnixStream);
+
+impl OutputSource for SocketOutputs<'_> {
+    async fn take(&mut self, bytes: usize) -> Result<Bytes, Broken> {
+        let mut data = vec![0u8; bytes];
+        local::receive(self.0, &mut data).await?;
+        Ok(data.into())
+    }
+}
+
+/// One after another from the start of the shared region: copied out, or read in place
+/// (`lend`).
+struct RegionOutputs {
+    region: Arc<SharedRegion>,
+    offset: usize,
+    lend: bool,
+}
+
+impl OutputSource for RegionOutputs {
+    async fn take(&mut self, bytes: usize) -> Result<Bytes, Broken> {
+        let start = self.offset;
+        let end = start.saturating_add(bytes);
+        if end > self.region.len() {
+            return Err(Broken::Protocol(
+                "outputs run past the shared region".into(),
+            ));
+        }
+        self.offset = end;
+        Ok(if self.lend {
+            Bytes::from_owner(RegionSlice {
+                region: self.region.clone(),
+                start,
+                end,
+            })
+        } else {
+            Bytes::copy_from_slice(&self.region.bytes()[start..end])
+        })
+    }
+}
+
+/// Output bytes read where the server wrote them.
+struct RegionSlice {
+    region: Arc<SharedRegion>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for RegionSlice {
+    fn as_ref(&self) -> &[u8] {
+        &self.region.bytes()[self.start..self.end]
+    }
 }
 
 /// Replaces each array the call carries by its description, and returns their bytes in
@@ -219,9 +503,12 @@ fn take_arrays(call: &mut v1::CallRequest) -> Vec<Bytes> {
     payloads
 }
 
-/// Reads the raw bytes of each `bulk` output into an array, in order; at most
-/// [`CALL_LIMIT`] bytes in all, as a gRPC reply may carry.
-async fn read_outputs(stream: &mut TcpStream, reply: &mut v1::CallReply) -> Result<(), Broken> {
+/// Takes the raw bytes of each `bulk` output from `source` into an array, in order; at
+/// most [`CALL_LIMIT`] bytes in all, as a gRPC reply may carry. Returns the bytes taken.
+async fn read_outputs(
+    source: &mut impl OutputSource,
+    reply: &mut v1::CallReply,
+) -> Result<usize, Broken> {
     let mut total = 0u64;
     for output in &mut reply.outputs {
         let Some(v1::call_output::Result::Bulk(bulk)) = &output.result else {
@@ -233,20 +520,13 @@ async fn read_outputs(stream: &mut TcpStream, reply: &mut v1::CallReply) -> Resu
                 "outputs of {total} bytes or more exceed {CALL_LIMIT}"
             )));
         }
-        let mut data = Vec::with_capacity(bulk.bytes as usize);
-        let read = (&mut *stream)
-            .take(bulk.bytes)
-            .read_to_end(&mut data)
-            .await?;
-        if read as u64 != bulk.bytes {
-            return Err(Broken::Io(io::ErrorKind::UnexpectedEof.into()));
-        }
+        let data = source.take(bulk.bytes as usize).await?;
         output.result = Some(v1::call_output::Result::Array(v1::Array {
             element_type: bulk.element_type,
-            data: data.into(),
+            data,
         }));
     }
-    Ok(())
+    Ok(total as usize)
 }
 
 #[cfg(test)]
@@ -299,17 +579,173 @@ mod tests {
 
     #[test]
     fn a_route_the_status_does_not_list_is_none_and_a_listed_one_is_learned() {
-        let ports = BulkPorts::default();
+        let ports = BulkPorts::new(true);
         assert_eq!(ports.route("a:1"), None);
         let listed = v1::ServerStatus {
             address: "a:1".into(),
             bulk_address: "a:2".into(),
+            bulk_local: "ninf-bulk-a".into(),
             ..Default::default()
         };
-        assert_eq!(ports.learn(&[listed], "b:1"), "");
+        assert_eq!(ports.learn(std::slice::from_ref(&listed), "b:1"), "");
         assert_eq!(ports.route("a:1").as_deref(), Some("a:2"));
+        assert_eq!(ports.local_route("a:1").as_deref(), Some("ninf-bulk-a"));
         assert_eq!(ports.route("b:1").as_deref(), Some(""));
+        assert_eq!(ports.local_route("b:1"), None);
         ports.forget("a:1");
         assert_eq!(ports.route("a:1"), None);
+        assert_eq!(ports.local_route("a:1"), None);
+        // `same_host_calls = false`: the TCP port only.
+        let tcp_only = BulkPorts::new(false);
+        tcp_only.learn(&[listed], "a:1");
+        assert_eq!(tcp_only.local_route("a:1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_same_host_socket_nobody_listens_on_is_a_connect_failure_and_the_tcp_port_is_next() {
+        let ports = BulkPorts::new(true);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let listed = v1::ServerStatus {
+            address: "a:1".into(),
+            bulk_address: address.clone(),
+            bulk_local: format!("ninf-bulk-nobody-{}", std::process::id()),
+            ..Default::default()
+        };
+        ports.learn(&[listed], "a:1");
+        // A fake TCP bulk port that answers one call with an error frame.
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut header = [0u8; 4];
+            stream.read_exact(&mut header).await.unwrap();
+            let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+            stream.read_exact(&mut body).await.unwrap();
+            let call = v1::CallRequest::decode(&body[..]).unwrap();
+            let reply = v1::BulkReply {
+                result: Some(v1::bulk_reply::Result::Error(v1::BulkError {
+                    code: tonic::Code::NotFound as i32,
+                    message: format!("no `{}` here", call.function),
+                })),
+                outputs_follow: false,
+            };
+            let body = reply.encode_to_vec();
+            stream
+                .write_all(&(body.len() as u32).to_le_bytes())
+                .await
+                .unwrap();
+            stream.write_all(&body).await.unwrap();
+        });
+        let call = v1::CallRequest {
+            function: "mmul".into(),
+            ..Default::default()
+        };
+        let Err(BulkFailure::Call(status)) = ports.call("a:1", &address, call, String::new()).await
+        else {
+            panic!("expected the TCP port's answer");
+        };
+        assert_eq!(status.message(), "no `mmul` here");
+        // The socket is remembered as unreachable.
+        assert_eq!(ports.local_route("a:1"), None);
+        server.await.unwrap();
+    }
+
+    /// A same-host server that answers two echo-like calls of `OUT` bytes each: the first
+    /// with the outputs after the frame (they do not fit the proxy's region), the second
+    /// through the region, which must have grown to hold them.
+    async fn fake_same_host_server(name: &str, out: usize) -> tokio::task::JoinHandle<()> {
+        let listener = local::listen(name).unwrap();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut region: Option<SharedRegion> = None;
+            for round in 0..2u8 {
+                let mut header = [0u8; 4];
+                if let Some(file) = local::receive(&stream, &mut header).await.unwrap() {
+                    region = Some(SharedRegion::adopt(file).unwrap());
+                }
+                let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+                local::receive(&stream, &mut body).await.unwrap();
+                let call = v1::CallRequest::decode(&body[..]).unwrap();
+                let Some(Source::Bulk(input)) = &call.arguments[0].source else {
+                    panic!("expected a bulk input");
+                };
+                let region = region.as_mut().unwrap();
+                assert!(
+                    region.bytes()[..input.bytes as usize]
+                        .iter()
+                        .all(|&b| b == 7)
+                );
+                let output: Vec<u8> = (0..out).map(|i| (i % 251) as u8 ^ round).collect();
+                let follow = round == 0;
+                assert_eq!(region.len() < out, follow, "region of {}", region.len());
+                if !follow {
+                    region.bytes_mut()[..out].copy_from_slice(&output);
+                }
+                let reply = v1::BulkReply {
+                    result: Some(v1::bulk_reply::Result::Reply(v1::CallReply {
+                        outputs: vec![v1::CallOutput {
+                            parameter: 1,
+                            result: Some(v1::call_output::Result::Bulk(v1::BulkArray {
+                                element_type: v1::ElementType::Double.into(),
+                                bytes: out as u64,
+                            })),
+                        }],
+                        ..Default::default()
+                    })),
+                    outputs_follow: follow,
+                };
+                let body = reply.encode_to_vec();
+                let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+                frame.extend_from_slice(&body);
+                local::send(&stream, &frame, None).await.unwrap();
+                if follow {
+                    local::send(&stream, &output, None).await.unwrap();
+                }
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn outputs_too_large_for_the_region_come_after_the_frame_and_the_region_grows() {
+        let name = local::random_name("ninf-bulk-proxy-test-").unwrap();
+        let out = 3 << 20;
+        let server = fake_same_host_server(&name, out).await;
+        let mut connection = LocalConnection::connect(&name).unwrap();
+        let mut outputs = Vec::new();
+        for round in 0..2u8 {
+            let call = v1::CallRequest {
+                function: "echo".into(),
+                arguments: vec![array(1 << 20), v1::CallArgument::default()],
+                ..Default::default()
+            };
+            let reply = connection.exchange(call).await.unwrap().unwrap();
+            let Some(v1::call_output::Result::Array(array)) = &reply.outputs[0].result else {
+                panic!("expected an array");
+            };
+            let expected: Vec<u8> = (0..out).map(|i| (i % 251) as u8 ^ round).collect();
+            assert!(array.data[..] == expected[..], "round {round}");
+            outputs.push((array.data.clone(), expected));
+        }
+        assert_eq!(connection.largest_outputs, out);
+        server.await.unwrap();
+        // The second call's outputs fill most of the region and are read in place: while
+        // they live, the next call gets a new region and they stay as they were.
+        let region = connection.region.clone().unwrap();
+        assert_eq!(outputs[1].0.as_ptr(), region.bytes().as_ptr());
+        assert!(connection.reserve(1 << 20).unwrap());
+        assert!(!Arc::ptr_eq(connection.region.as_ref().unwrap(), &region));
+        for (data, expected) in &outputs {
+            assert!(data[..] == expected[..]);
+        }
+        drop(outputs);
+        // Once nobody reads them, a region is reused.
+        assert!(!connection.reserve(1 << 20).unwrap());
+    }
+
+    #[test]
+    fn outputs_are_read_in_place_only_when_large_and_filling_a_good_part_of_the_region() {
+        assert!(lend_region(3 << 20, 4 << 20));
+        assert!(lend_region(1 << 20, 4 << 20));
+        assert!(!lend_region(1 << 20, 8 << 20));
+        assert!(!lend_region(512 << 10, 1 << 20));
     }
 }

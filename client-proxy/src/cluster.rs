@@ -198,7 +198,8 @@ impl GrpcCluster {
     ) -> Result<GrpcCluster, Status> {
         let settings = connection_settings(config);
         // The bulk port speaks plain TCP: a TLS grid keeps every call on gRPC.
-        let bulk = (config.bulk_calls && tls.is_none()).then(BulkPorts::default);
+        let bulk =
+            (config.bulk_calls && tls.is_none()).then(|| BulkPorts::new(config.same_host_calls));
         Ok(GrpcCluster {
             metaserver: ninf_proto::net::failover::Failover::connect_lazy(
                 &config.metaserver,

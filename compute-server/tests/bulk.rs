@@ -343,19 +343,42 @@ async fn a_same_host_connection_checks_the_shared_region_and_survives_what_does_
         x
     );
 
-    // Inputs, and outputs, larger than the region are refused by name.
+    // Inputs larger than the region are refused by name.
     send_local(&stream, &echo_request(1024, 8192), None).await;
     let e = error_of(receive_local(&stream).await);
     assert_eq!(
         e.message,
         "the call's bulk inputs of 8192 bytes do not fit the shared region of 4096 bytes"
     );
-    send_local(&stream, &inline_echo(&vec![0.5; 1024]), None).await;
-    let e = error_of(receive_local(&stream).await);
-    assert_eq!(e.code, tonic::Code::ResourceExhausted as i32);
+    // Outputs larger than the region follow the frame on the socket, and the region is
+    // left alone.
+    let before = region.bytes()[..32].to_vec();
+    let big: Vec<f64> = (0..1024).map(|i| f64::from(i) * 0.5).collect();
+    send_local(&stream, &inline_echo(&big), None).await;
+    let reply = receive_local(&stream).await;
+    assert!(reply.outputs_follow);
+    let Some(v1::bulk_reply::Result::Reply(reply)) = reply.result else {
+        panic!("expected a reply");
+    };
+    assert!(matches!(
+        reply.outputs[0].result,
+        Some(v1::call_output::Result::Bulk(v1::BulkArray {
+            bytes: 8192,
+            ..
+        }))
+    ));
+    let mut following = vec![0u8; 8192];
+    local::receive(&stream, &mut following).await.unwrap();
+    assert_eq!(ninf_proto::values::decode::<f64>(&following).unwrap(), big);
+    assert_eq!(region.bytes()[..32], before[..]);
+    // Outputs that fit come back through the region again, on the same connection.
+    let z = vec![4.0, 3.0, 2.0, 1.0];
+    send_local(&stream, &inline_echo(&z), None).await;
+    let reply = receive_local(&stream).await;
+    assert!(!reply.outputs_follow);
     assert_eq!(
-        e.message,
-        "the call's bulk outputs of 8192 bytes do not fit the shared region of 4096 bytes"
+        ninf_proto::values::decode::<f64>(&region.bytes()[..32]).unwrap(),
+        z
     );
 
     // A region that could shrink under the server's mapping is refused, and the connection

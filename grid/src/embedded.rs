@@ -52,6 +52,9 @@ pub struct GridOptions {
     /// Whether the proxy sends calls with large arrays to the servers' bulk ports (its
     /// `bulk_calls`).
     pub bulk_calls: bool,
+    /// Whether those calls go through the servers' same-host sockets, with the arrays in
+    /// shared memory (the proxy's `same_host_calls`); otherwise their TCP bulk ports.
+    pub same_host_calls: bool,
     /// Whether a client on this host may pass its large arrays to the proxy in shared
     /// memory (the proxy's `same_host_uploads`).
     pub same_host_uploads: bool,
@@ -82,6 +85,7 @@ impl GridOptions {
             max_transactions_per_client: ProxyConfig::new("").max_transactions_per_client,
             max_queued_transactions: ProxyConfig::new("").max_queued_transactions,
             bulk_calls: true,
+            same_host_calls: true,
             same_host_uploads: true,
             tls: false,
         }
@@ -324,6 +328,7 @@ impl EmbeddedGrid {
             max_transactions_per_client: options.max_transactions_per_client,
             max_queued_transactions: options.max_queued_transactions,
             bulk_calls: options.bulk_calls,
+            same_host_calls: options.same_host_calls,
             same_host_uploads: options.same_host_uploads,
             tls: component_tls(&options, "proxy"),
             ..ProxyConfig::new(metaserver_address.clone())

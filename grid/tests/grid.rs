@@ -1088,9 +1088,18 @@ fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
 }
 
 #[test]
-fn calls_with_large_arrays_go_to_the_bulk_ports_unless_the_proxy_is_told_not_to() {
-    for bulk_calls in [true, false] {
-        let grid = TestGrid::start(vec![1, 1], |o| o.bulk_calls = bulk_calls);
+fn calls_with_large_arrays_go_to_the_servers_same_host_sockets_or_bulk_ports_as_the_proxy_is_told()
+{
+    // (bulk_calls, same_host_calls, the path the arrays must take)
+    for (bulk_calls, same_host_calls, path) in [
+        (true, true, "local"),
+        (true, false, "bulk"),
+        (false, true, "grpc"),
+    ] {
+        let grid = TestGrid::start(vec![1, 1], |o| {
+            o.bulk_calls = bulk_calls;
+            o.same_host_calls = same_host_calls;
+        });
         let metrics = grid.grid().endpoints.metrics.clone();
         // 400 x 400 doubles: each call carries 2.56 MB, over the 1 MiB threshold.
         four_products(&grid.client("round-robin"), 400);
@@ -1104,11 +1113,16 @@ fn calls_with_large_arrays_go_to_the_bulk_ports_unless_the_proxy_is_told_not_to(
                 .sum()
         };
         let arrays = 4.0 * 2.0 * (8 * 400 * 400) as f64;
-        let (bulk, grpc) = (received("bulk"), received("grpc"));
-        if bulk_calls {
-            assert!(bulk >= arrays && grpc < arrays, "bulk {bulk}, gRPC {grpc}");
-        } else {
-            assert!(bulk == 0.0 && grpc >= arrays, "bulk {bulk}, gRPC {grpc}");
+        let by_path: Vec<(&str, f64)> = ["local", "bulk", "grpc"]
+            .into_iter()
+            .map(|p| (p, received(p)))
+            .collect();
+        for (p, bytes) in &by_path {
+            if *p == path {
+                assert!(*bytes >= arrays, "{path} expected: {by_path:?}");
+            } else {
+                assert!(*bytes < arrays, "{path} expected: {by_path:?}");
+            }
         }
         grid.assert_no_leftovers();
     }

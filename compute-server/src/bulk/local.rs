@@ -2,7 +2,9 @@
 //! frames on an abstract Unix socket, the arrays in a memory file the client shares
 //! ([`ninf_proto::net::local`]). A call's bulk inputs lie one after another from the start of
 //! the client's region, and the server writes its bulk outputs there the same way once the
-//! inputs have gone to the executable, so the region holds the larger of the two.
+//! inputs have gone to the executable. Outputs larger than the region follow the reply
+//! frame on the socket instead (`BulkReply.outputs_follow`): a proxy passing calls on does
+//! not know their outputs' sizes in advance.
 
 use std::sync::Arc;
 
@@ -128,22 +130,26 @@ impl BulkIo for LocalIo {
 
     async fn send(&mut self, reply: &v1::BulkReply, payloads: &[Bytes]) -> std::io::Result<()> {
         let total: usize = payloads.iter().map(Bytes::len).sum();
-        if total > self.region_len() {
-            let status = Status::resource_exhausted(format!(
-                "the call's bulk outputs of {total} bytes do not fit the shared region of {} bytes",
-                self.region_len()
-            ));
-            let frame = super::encode_frame(&super::error_reply(&status));
-            return local::send(&self.socket, &frame, None).await;
-        }
-        if let Some(region) = self.region.as_mut() {
-            let mut offset = 0;
-            for payload in payloads {
-                region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
-                offset += payload.len();
+        match self.region.as_mut() {
+            Some(region) if total <= region.len() => {
+                let mut offset = 0;
+                for payload in payloads {
+                    region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
+                    offset += payload.len();
+                }
+                local::send(&self.socket, &super::encode_frame(reply), None).await
+            }
+            // Outputs larger than the caller's region (it could not know their size, or it
+            // sent its inputs inline): they follow the frame, as on the TCP port.
+            _ => {
+                let mut reply = reply.clone();
+                reply.outputs_follow = !payloads.is_empty();
+                local::send(&self.socket, &super::encode_frame(&reply), None).await?;
+                for payload in payloads {
+                    local::send(&self.socket, payload, None).await?;
+                }
+                Ok(())
             }
         }
-        let frame = super::encode_frame(reply);
-        local::send(&self.socket, &frame, None).await
     }
 }

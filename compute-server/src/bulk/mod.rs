@@ -225,6 +225,7 @@ fn error_reply(status: &Status) -> v1::BulkReply {
             code: status.code() as i32,
             message: status.message().to_string(),
         })),
+        outputs_follow: false,
     }
 }
 
@@ -398,6 +399,7 @@ async fn call(
                 cold,
             }),
         })),
+        outputs_follow: false,
     };
     let sent = io.send(&reply, &payloads).await;
     let bytes_out = prost::Message::encoded_len(&reply) as u64

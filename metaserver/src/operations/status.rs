@@ -25,7 +25,7 @@ impl Metaserver {
                 .map(|s| {
                     server_status(
                         crate::dashboard::views::server_view(&state.registry, s, now),
-                        s.info.bulk_address.clone(),
+                        &s.info,
                     )
                 })
                 .collect();
@@ -54,10 +54,10 @@ impl Metaserver {
 }
 
 /// The status message's row of a server: the dashboard's view of it, its routines by name, and
-/// its bulk-data port (which proxies send calls with large arrays to).
+/// its bulk-data port and same-host socket (where proxies send calls with large arrays).
 fn server_status(
     view: crate::dashboard::views::ServerView,
-    bulk_address: String,
+    info: &v1::ServerInfo,
 ) -> v1::ServerStatus {
     let modules: Vec<String> = view.modules.keys().cloned().collect();
     let mut functions: Vec<String> = view.modules.into_values().flatten().collect();
@@ -81,6 +81,7 @@ fn server_status(
         queued_jobs: view.queued_jobs,
         modules,
         failed_modules,
-        bulk_address,
+        bulk_address: info.bulk_address.clone(),
+        bulk_local: info.bulk_local.clone(),
     }
 }
