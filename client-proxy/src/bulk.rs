@@ -263,7 +263,9 @@ async fn exchange(
     stream.read_exact(&mut header).await?;
     let mut body = vec![0u8; frame_length(header)?];
     stream.read_exact(&mut body).await?;
-    let mut reply = match parse_reply(&body)? {
+    let answer = v1::BulkReply::decode(&body[..])
+        .map_err(|e| Broken::Protocol(format!("undecodable: {e}")))?;
+    let mut reply = match answer_of(answer)? {
         Ok((reply, _)) => reply,
         Err(status) => return Ok(Err(status)),
     };
@@ -282,11 +284,9 @@ fn frame_length(header: [u8; 4]) -> Result<usize, Broken> {
     Ok(len)
 }
 
-/// A reply frame's body: the reply and whether its outputs follow on the socket, or the
+/// A reply frame's answer: the reply and whether its outputs follow on the socket, or the
 /// server's error.
-fn parse_reply(body: &[u8]) -> Result<Result<(v1::CallReply, bool), Status>, Broken> {
-    let reply =
-        v1::BulkReply::decode(body).map_err(|e| Broken::Protocol(format!("undecodable: {e}")))?;
+fn answer_of(reply: v1::BulkReply) -> Result<Result<(v1::CallReply, bool), Status>, Broken> {
     match reply.result {
         Some(v1::bulk_reply::Result::Reply(r)) => Ok(Ok((r, reply.outputs_follow))),
         Some(v1::bulk_reply::Result::Error(e)) => {
@@ -339,17 +339,10 @@ impl LocalConnection {
             region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
             offset += payload.len();
         }
-        let body = call.encode_to_vec();
-        let mut frame = Vec::with_capacity(4 + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&body);
-        local::send(&self.stream, &frame, handed.then(|| region.fd())).await?;
-
-        let mut header = [0u8; 4];
-        local::receive(&self.stream, &mut header).await?;
-        let mut body = vec![0u8; frame_length(header)?];
-        local::receive(&self.stream, &mut body).await?;
-        let (mut reply, outputs_follow) = match parse_reply(&body)? {
+        local::send_message(&self.stream, &call, handed.then(|| region.fd())).await?;
+        let (answer, _) =
+            local::receive_message(&self.stream, ninf_proto::net::BULK_MAX_FRAME).await?;
+        let (mut reply, outputs_follow) = match answer_of(answer)? {
             Ok(answer) => answer,
             Err(status) => return Ok(Err(status)),
         };
