@@ -99,16 +99,18 @@ class Grid:
         0
         """
         tx = self._native.transaction()
-        tx.call(name, *args)
+        # Sent at once and waited for: its arrays are read when sent, not copied first.
+        tx.call_sent_at_once(name, *args)
         run = tx.start()
         _wait_interruptibly(run)
         return _status(run.result())
 
     def call_async(self, name: str, *args: Any) -> "Future":
         """Starts ``call(name, *args)`` and returns at once with its :class:`Future`.
-        The arrays must stay untouched until it ends; the future keeps them alive."""
+        The arrays must stay untouched until it ends (they are read as it is sent, not
+        copied first); the future keeps them alive."""
         tx = self._native.transaction()
-        tx.call(name, *args)
+        tx.call_sent_at_once(name, *args)
         return Future(name, tx.start())
 
     def transaction(

@@ -163,6 +163,29 @@ impl Transaction {
         Ok(())
     }
 
+    /// Records a call that is sent at once (`Grid.call`, `Grid.call_async`), without copying
+    /// its input arrays: they are read where they are when the run is sent, and the caller
+    /// leaves them untouched until it ends.
+    #[pyo3(signature = (name, *args))]
+    fn call_sent_at_once(
+        &mut self,
+        py: Python<'_>,
+        name: &str,
+        args: &Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        let interface = self.client.get().interface(py, name)?;
+        let (converted, arrays) = convert(&interface, args)?;
+        let recording = self.recording.as_mut().ok_or_else(already_sent)?;
+        let keep_alive: Arc<dyn Send + Sync> =
+            Arc::new(arrays.iter().map(|a| a.clone_ref(py)).collect::<Vec<_>>());
+        // SAFETY: the request's bytes keep the arrays alive through `keep_alive`, and the
+        // Python API's contract for these calls is that nobody writes them until they end.
+        unsafe { recording.call_reading_when_sent(&interface, &converted, keep_alive) }
+            .map_err(to_py)?;
+        self.arrays.extend(arrays);
+        Ok(())
+    }
+
     /// Keeps `array`'s final value on the grid: calls write it and read it there, and it is
     /// never written back (see `Transaction.scratch`). Returns the array.
     fn scratch<'py>(&mut self, array: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {

@@ -86,3 +86,30 @@ def test_a_bad_sharing_setting_is_named(grid):
     )
     assert done.returncode != 0
     assert "NINF_SAME_HOST_UPLOADS is `maybe`; it must be `on` or `off`" in done.stderr
+
+
+def test_a_call_sent_at_once_reads_its_arrays_when_sent_and_a_transaction_when_recorded(grid):
+    """`Grid.call` copies nothing when it records its call (it is sent at once and waited
+    for); a transaction's call copies its inputs as it is recorded, so changing an array
+    afterwards, inside the block, changes nothing that was recorded."""
+    n = 1 << 16  # 512 KiB: shared with the proxy, and over the proxy's bulk threshold below
+    x = np.arange(n, dtype=np.float64)
+    y = np.zeros(n)
+    for size in (n, 1 << 18):  # 512 KiB, then 2 MiB (the proxy's bulk calls)
+        x = np.arange(size, dtype=np.float64)
+        y = np.zeros(size)
+        grid.call("echo", size, x, y)
+        np.testing.assert_array_equal(y, x)
+        # The future keeps its arrays alive; they stay untouched until it ends.
+        z = np.zeros(size)
+        grid.call_async("echo", size, x * 2, z).result()
+        np.testing.assert_array_equal(z, 2 * x)
+
+    x = np.arange(n, dtype=np.float64)
+    first, second = np.zeros(n), np.zeros(n)
+    with grid.transaction() as tx:
+        tx.call("echo", n, x, first)
+        x[:] = -1.0
+        tx.call("echo", n, x, second)
+    np.testing.assert_array_equal(first, np.arange(n, dtype=np.float64))
+    np.testing.assert_array_equal(second, np.full(n, -1.0))

@@ -122,6 +122,15 @@ impl ForeignArray {
         by_element_type!(self.element_type, slice)
     }
 
+    /// The array's memory as bytes that `keep_alive` keeps valid.
+    fn lent(&self, keep_alive: Arc<dyn Send + Sync>) -> LentMemory {
+        LentMemory {
+            address: self.address,
+            bytes: self.bytes(),
+            _keep_alive: keep_alive,
+        }
+    }
+
     /// The elements, to write the run's results into.
     ///
     /// # Safety
@@ -138,6 +147,24 @@ impl ForeignArray {
             };
         }
         by_element_type!(self.element_type, slice)
+    }
+}
+
+/// An array's memory lent to a request ([`ForeignTransaction::call_reading_when_sent`]).
+struct LentMemory {
+    address: usize,
+    bytes: usize,
+    _keep_alive: Arc<dyn Send + Sync>,
+}
+
+impl AsRef<[u8]> for LentMemory {
+    fn as_ref(&self) -> &[u8] {
+        if self.bytes == 0 {
+            return &[];
+        }
+        // SAFETY: `ForeignArray::new`'s and `call_reading_when_sent`'s contracts: the memory
+        // is alive while `_keep_alive` is, and nobody writes it while the run reads it.
+        unsafe { std::slice::from_raw_parts(self.address as *const u8, self.bytes) }
     }
 }
 
@@ -203,10 +230,36 @@ impl ForeignTransaction {
 
     /// Records a call of `interface`. Checked now (count, types, sizes, writability, arrays
     /// that partly overlap another of the transaction's); a refused call records nothing.
+    /// Its input arrays are copied now: the caller may change them once this returns.
     pub fn call(
         &mut self,
         interface: &Arc<FunctionInterface>,
         args: &[ForeignArg],
+    ) -> Result<(), CallError> {
+        self.record_call(interface, args, None)
+    }
+
+    /// [`ForeignTransaction::call`] without copying its input arrays: the request reads them
+    /// where they are when the run is sent, one copy fewer for a call that is sent at once.
+    /// The request's bytes hold a clone of `keep_alive`, which must keep the arrays' memory
+    /// alive (they may outlive the run inside the transport).
+    ///
+    /// # Safety
+    /// Nobody may write the arrays until the run has ended or been dropped.
+    pub unsafe fn call_reading_when_sent(
+        &mut self,
+        interface: &Arc<FunctionInterface>,
+        args: &[ForeignArg],
+        keep_alive: Arc<dyn Send + Sync>,
+    ) -> Result<(), CallError> {
+        self.record_call(interface, args, Some(keep_alive))
+    }
+
+    fn record_call(
+        &mut self,
+        interface: &Arc<FunctionInterface>,
+        args: &[ForeignArg],
+        keep_alive: Option<Arc<dyn Send + Sync>>,
     ) -> Result<(), CallError> {
         self.check_overlaps(interface, args)?;
         let first_new = self.arrays.len();
@@ -239,9 +292,22 @@ impl ForeignTransaction {
             .iter()
             .map(|a| matches!(a, ForeignArg::Array(array) if array.writable))
             .collect();
+        let borrowed: Vec<Option<bytes::Bytes>> = match &keep_alive {
+            // Elements go on the wire little-endian: memory is the wire form only there.
+            Some(keep) if cfg!(target_endian = "little") => tx_args
+                .iter()
+                .map(|arg| match arg {
+                    TxArg::Buffer(Buffer(b)) => {
+                        Some(bytes::Bytes::from_owner(self.arrays[*b].lent(keep.clone())))
+                    }
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let recorded = self
             .recording
-            .record(interface, &tx_args, &views, &writable);
+            .record_borrowing(interface, &tx_args, &views, &writable, &borrowed);
         if recorded.is_err() {
             self.forget_from(first_new);
         }
@@ -435,6 +501,65 @@ mod tests {
     fn returns(run: &ForeignRun) -> Vec<Vec<u32>> {
         let arguments = run.request.arguments.iter();
         arguments.map(|a| a.returns.clone()).collect()
+    }
+
+    /// The bytes the request carries for argument `parameter` of task `task`.
+    fn sent_bytes(run: &ForeignRun, task: usize, parameter: usize) -> Option<bytes::Bytes> {
+        match &run.request.arguments[task].arguments[parameter].source {
+            Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+                value: Some(v1::argument_value::Value::Array(array)),
+            })) => Some(array.data.clone()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_call_sent_at_once_lends_its_inputs_memory_and_a_recorded_one_copies_it() {
+        let mmul = linpack("mmul");
+        let mut m: [Vec<f64>; 7] = std::array::from_fn(|i| vec![i as f64; 4]);
+        let [a, b, c, d, e, f, g] = m.each_mut().map(|v| array(v));
+        let keep_alive: Arc<dyn Send + Sync> = Arc::new(());
+        let mut tx = ForeignTransaction::new();
+        let n = ForeignArg::Integer(2);
+        tx.call(&mmul, &[n.clone(), a.clone(), b, e.clone()])
+            .unwrap();
+        // SAFETY: the test's vectors outlive the run and nobody writes them.
+        unsafe {
+            tx.call_reading_when_sent(&mmul, &[n.clone(), c, d, f], keep_alive.clone())
+                .unwrap();
+            // A product of the first one's output: an edge, nothing lent for it.
+            tx.call_reading_when_sent(&mmul, &[n, e, a, g], keep_alive.clone())
+                .unwrap();
+        }
+        let run = tx.into_run(None);
+        let address = |v: &Vec<f64>| v.as_ptr() as usize;
+        let recorded = sent_bytes(&run, 0, 1).unwrap();
+        assert_ne!(
+            recorded.as_ptr() as usize,
+            address(&m[0]),
+            "copied when recorded"
+        );
+        assert_eq!(recorded, bytemuck::cast_slice::<f64, u8>(&m[0]));
+        let lent = [
+            sent_bytes(&run, 1, 1).unwrap(),
+            sent_bytes(&run, 1, 2).unwrap(),
+        ];
+        assert_eq!(lent[0].as_ptr() as usize, address(&m[2]));
+        assert_eq!(lent[1].as_ptr() as usize, address(&m[3]));
+        assert_eq!(lent[1], bytemuck::cast_slice::<f64, u8>(&m[3]));
+        assert!(
+            sent_bytes(&run, 2, 1).is_none(),
+            "E flows from the first call"
+        );
+        assert_eq!(
+            sent_bytes(&run, 2, 2).unwrap().as_ptr() as usize,
+            address(&m[0])
+        );
+        // Each lent array holds the keep-alive until the request's bytes are gone.
+        assert_eq!(Arc::strong_count(&keep_alive), 4);
+        drop(lent);
+        drop(run);
+        assert_eq!(Arc::strong_count(&keep_alive), 1);
     }
 
     #[test]

@@ -120,6 +120,20 @@ impl Recording {
         views: &[Arg<'_>],
         writable: &[bool],
     ) -> Result<(), CallError> {
+        self.record_borrowing(interface, args, views, writable, &[])
+    }
+
+    /// [`Recording::record`], where `borrowed[i]`, when given, is argument `i`'s memory as
+    /// bytes that stay valid while the request lives: an input array sent from there instead
+    /// of from a copy made now (checked all the same).
+    pub fn record_borrowing(
+        &mut self,
+        interface: &Arc<FunctionInterface>,
+        args: &[TxArg],
+        views: &[Arg<'_>],
+        writable: &[bool],
+        borrowed: &[Option<bytes::Bytes>],
+    ) -> Result<(), CallError> {
         let function = &interface.name;
         if let Some(b) = args.iter().find_map(|a| match a {
             TxArg::Buffer(Buffer(b)) if *b >= self.writer.len() => Some(*b),
@@ -139,7 +153,13 @@ impl Recording {
                     && p.mode.is_input()
             })
             .collect();
-        let encoded = check_and_encode_with(interface, views, &produced, writable)?;
+        let lent = |i: usize| borrowed.get(i).cloned().flatten();
+        let described: Vec<bool> = produced
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| p || lent(i).is_some())
+            .collect();
+        let encoded = check_and_encode_with(interface, views, &described, writable)?;
         let scalars = integer_scalars(interface, args);
         let index = self.tasks.len();
         let mut call_arguments = Vec::with_capacity(args.len());
@@ -153,9 +173,17 @@ impl Recording {
             .enumerate()
         {
             let parameter = i as u32;
-            let value = match value {
-                Encoded::Value(v) => v,
-                Encoded::Bulk(_) => v1::ArgumentValue { value: None },
+            let value = match (value, lent(i)) {
+                (Encoded::Bulk(b), Some(data)) if !produced[i] && data.len() as u64 == b.bytes => {
+                    v1::ArgumentValue {
+                        value: Some(v1::argument_value::Value::Array(v1::Array {
+                            element_type: b.element_type,
+                            data,
+                        })),
+                    }
+                }
+                (Encoded::Value(v), _) => v,
+                (Encoded::Bulk(_), _) => v1::ArgumentValue { value: None },
             };
             let mut source = value
                 .value
