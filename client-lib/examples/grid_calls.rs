@@ -8,6 +8,8 @@ use ninf::grid::{GridClient, GridFile};
 use ninf::{Arg, ArrayMut, ArrayRef};
 
 fn main() -> anyhow::Result<()> {
+    // As the Python module does when imported: large buffers reused, not faulted in afresh.
+    ninf::memory::keep_freed_buffers();
     let args: Vec<String> = std::env::args().collect();
     let [_, grid_file, calls, mib] = &args[..] else {
         anyhow::bail!("usage: grid_calls GRID_FILE CALLS MIB");
