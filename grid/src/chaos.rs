@@ -51,6 +51,8 @@ pub struct ChaosOptions {
     pub database_url: Option<String>,
     /// The proxy's `suspect_seconds` (0: each graph learns of a failure by itself).
     pub suspect_seconds: f64,
+    /// The proxy's `same_host_calls`.
+    pub same_host_calls: bool,
 }
 
 /// What happened.
@@ -219,8 +221,9 @@ fn run_in(
     write(
         &work.join("proxy.toml"),
         &format!(
-            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 12\nsuspect_seconds = {:?}\njournal = \"{}\"\njournal_wait_seconds = 30.0\n",
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\nprobe_seconds = 2.0\nprobe_bytes = 65536\nretry_backoff_seconds = 0.2\nretry_backoff_max_seconds = 2.0\ntask_retries = 12\nsuspect_seconds = {:?}\nsame_host_calls = {}\njournal = \"{}\"\njournal_wait_seconds = 30.0\n",
             options.suspect_seconds,
+            options.same_host_calls,
             work.join("proxy-journal.sqlite").display()
         ),
     )?;

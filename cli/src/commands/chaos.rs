@@ -53,6 +53,10 @@ pub struct ChaosArgs {
     /// (0: each graph learns of the failure by itself).
     #[arg(long, default_value_t = 30.0)]
     pub suspect_seconds: f64,
+    /// Let the proxy send large calls through the servers' same-host sockets
+    /// (`same_host_calls` in its configuration; off by default).
+    #[arg(long)]
+    pub same_host_calls: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -91,6 +95,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         metaservers,
         database_url,
         suspect_seconds,
+        same_host_calls,
         json,
     } = args;
     let (metaserver_every, proxy_every) = fault_cycle(&kill, metaserver_every, proxy_every)?;
@@ -107,6 +112,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         metaservers,
         database_url,
         suspect_seconds,
+        same_host_calls,
     })?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
