@@ -111,9 +111,11 @@ impl Dataflow {
 struct Faults {
     /// Retries so far, per task.
     attempts: Vec<u32>,
-    /// Servers that failed a call or lost data during this graph: no task moves to them,
-    /// and tasks placed on them move away before they are issued.
-    suspects: HashSet<String>,
+    /// Servers that failed a call or lost data during this graph, with the time (on the
+    /// proxy's clock) of the latest such failure. Until work started after that succeeds on
+    /// one (it restarted, or the fault passed), no task moves to it and tasks placed on it
+    /// move away before they are issued; its staged arrays are never trusted again.
+    suspects: HashMap<String, f64>,
     /// Tasks whose kept outputs are known lost.
     lost: HashSet<usize>,
     retried: u32,
@@ -178,7 +180,9 @@ enum Event {
     Uploaded(Uploaded),
     /// Every upload queue ended without reporting some uploads.
     UploadsGone,
-    /// Nothing is out: no call, no upload.
+    /// A task's back-off after a fault ended: it is placed and issued now.
+    BackedOff(usize),
+    /// Nothing is out: no call, no upload, no task backing off.
     Idle,
 }
 
@@ -199,6 +203,11 @@ struct GraphExecution<'a> {
     progress: Progress,
     staging: Staging,
     calls: JoinSet<Issued>,
+    /// Tasks waiting out their back-off after a fault. They are placed when it ends, not
+    /// before: a server seen failing may have answered again meanwhile.
+    backing_off: JoinSet<usize>,
+    /// Tasks whose back-off ended, to be issued.
+    backed_off: Vec<usize>,
     start: Instant,
     /// The graph's start on the proxy's clock, for the suspect board.
     origin: f64,
@@ -249,6 +258,8 @@ impl Proxy {
             progress,
             staging: Staging::start(self, staging_plan, arguments, owner, used),
             calls: JoinSet::new(),
+            backing_off: JoinSet::new(),
+            backed_off: Vec::new(),
             start,
             origin: self.clock(),
             sink,
@@ -278,7 +289,7 @@ impl Progress {
             sent_bytes: vec![0; n],
             faults: Faults {
                 attempts: vec![0; n],
-                suspects: HashSet::new(),
+                suspects: HashMap::new(),
                 lost: HashSet::new(),
                 retried: 0,
                 regenerated: 0,
@@ -362,6 +373,7 @@ impl GraphExecution<'_> {
                 }
                 Event::Uploaded(uploaded) => self.staging.settle(uploaded),
                 Event::UploadsGone => self.staging.give_up(),
+                Event::BackedOff(task) => self.backed_off.push(task),
                 Event::Idle => break,
             }
         }
@@ -386,6 +398,10 @@ impl GraphExecution<'_> {
                 Some(uploaded) => Event::Uploaded(uploaded),
                 None => Event::UploadsGone,
             },
+            Some(waited) = self.backing_off.join_next() => match waited {
+                Ok(task) => Event::BackedOff(task),
+                Err(e) => Event::CallLost(e.to_string()),
+            },
             else => Event::Idle,
         }
     }
@@ -394,8 +410,17 @@ impl GraphExecution<'_> {
     async fn issue_ready(&mut self) -> Result<(), Status> {
         let mut ready = self.progress.run.take_ready();
         ready.extend(self.staging.take_released());
+        ready.append(&mut self.backed_off);
         for task in ready {
             if self.staging.park(task) {
+                continue;
+            }
+            let delay = std::mem::take(&mut self.progress.delays[task]);
+            if !delay.is_zero() {
+                self.backing_off.spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    task
+                });
                 continue;
             }
             let suspects = self.proxy.suspects_with(&self.progress.faults.suspects);
@@ -410,7 +435,8 @@ impl GraphExecution<'_> {
                     self.progress.note("moved", task, &from, format!("to {to}"));
                 }
             }
-            let call = self.call_for(task, &suspects)?;
+            let distrusted = self.proxy.distrusted(&self.progress.faults.suspects);
+            let call = self.call_for(task, &distrusted)?;
             self.issue(task, call);
         }
         Ok(())
@@ -420,7 +446,7 @@ impl GraphExecution<'_> {
     fn call_for(
         &mut self,
         task: usize,
-        suspects: &HashSet<String>,
+        distrusted: &HashSet<String>,
     ) -> Result<v1::CallRequest, Status> {
         let mut call = build_call(
             self.graph,
@@ -430,7 +456,7 @@ impl GraphExecution<'_> {
             task,
             self.owner,
         )?;
-        for (parameter, object) in self.staging.objects_for(task, suspects) {
+        for (parameter, object) in self.staging.objects_for(task, distrusted) {
             if let Some(slot) = call.arguments.get_mut(parameter as usize) {
                 *slot = v1::CallArgument {
                     source: Some(v1::call_argument::Source::Object(object.clone())),
@@ -451,7 +477,6 @@ impl GraphExecution<'_> {
     /// Sends `task`'s call to its server after its back-off, if it has one.
     fn issue(&mut self, task: usize, call: v1::CallRequest) {
         let cluster = self.proxy.cluster.clone();
-        let delay = std::mem::take(&mut self.progress.delays[task]);
         let server = self.servers[task].clone();
         let start = self.start;
         if self.sink.is_followed() {
@@ -460,9 +485,6 @@ impl GraphExecution<'_> {
         let span = task_span(task, &call.function, &server);
         self.calls.spawn(
             async move {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
                 let started = start.elapsed().as_secs_f64();
                 let result = cluster.invoke(&server, call).await;
                 Issued {
@@ -787,13 +809,13 @@ impl Proxy {
         let attempts = faults.attempts[task];
         if attempts > self.config.task_retries {
             let function = &graph.tasks[task].function;
+            let suspects = self.still_suspect(&faults.suspects);
             let offered = self
                 .candidates()
                 .await
                 .map(|c| {
                     c.iter().any(|c| {
-                        !faults.suspects.contains(&c.address)
-                            && c.functions.iter().any(|f| f == function)
+                        !suspects.contains(&c.address) && c.functions.iter().any(|f| f == function)
                     })
                 })
                 .unwrap_or(false);
@@ -811,7 +833,13 @@ impl Proxy {
         faults.retried += 1;
         for culprit in culprits {
             self.suspect(culprit);
-            if progress.faults.suspects.insert(culprit.clone()) {
+            let failed = self.clock();
+            if progress
+                .faults
+                .suspects
+                .insert(culprit.clone(), failed)
+                .is_none()
+            {
                 progress.note("suspect", task, culprit, status.message().to_string());
             }
             self.find_lost(culprit, &progress.objects, &mut progress.faults.lost)

@@ -24,6 +24,8 @@ pub(crate) struct FakeServer {
     pub loses_objects: bool,
     /// Uploads to it fail.
     pub refuses_uploads: bool,
+    /// Its next this many calls fail as a crash would; it is back at once after each.
+    pub fails_calls: u32,
     pub(crate) objects: HashMap<String, Bytes>,
 }
 
@@ -161,7 +163,13 @@ impl Cluster for FakeCluster {
             server: server.to_string(),
             sources,
         });
-        Self::live(&mut state, server)?;
+        let live = Self::live(&mut state, server)?;
+        if live.fails_calls > 0 {
+            live.fails_calls -= 1;
+            return Err(Status::unavailable(format!(
+                "connection to {server} reset: it restarted"
+            )));
+        }
         let mut sum: Vec<f64> = Vec::new();
         for argument in &call.arguments {
             if let Some(input) = Self::read(&state, argument)? {

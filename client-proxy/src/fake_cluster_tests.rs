@@ -23,12 +23,18 @@ fn server(mflops: f64) -> FakeServer {
 }
 
 fn proxy(cluster: Arc<FakeCluster>) -> Arc<Proxy> {
-    let config = ProxyConfig {
+    proxy_with(cluster, |_| {})
+}
+
+/// A proxy with fast retries, two per task, then as `tune` sets it.
+fn proxy_with(cluster: Arc<FakeCluster>, tune: impl FnOnce(&mut ProxyConfig)) -> Arc<Proxy> {
+    let mut config = ProxyConfig {
         retry_backoff_seconds: 0.001,
         retry_backoff_max_seconds: 0.01,
         task_retries: 2,
         ..ProxyConfig::new("127.0.0.1:1")
     };
+    tune(&mut config);
     Proxy::with_cluster(config, "test".into(), cluster, None, None).unwrap()
 }
 
@@ -264,6 +270,39 @@ async fn a_server_on_the_suspect_board_gets_no_call() {
     assert_eq!(executed.counts.retried, 0);
     assert!(cluster.invocations().iter().all(|i| i.server == "s2"));
     assert_eq!(run.servers, ["s2", "s2"]);
+}
+
+#[tokio::test]
+async fn a_server_the_graph_saw_fail_takes_its_tasks_again_once_it_answers() {
+    // s1 crashes under the call and is back at once; s2 is dead, though the metaserver
+    // still lists it. The health check of s1 (after 0.05 s) comes well before the retry
+    // (after 1 s): the retry stays on s1 rather than going to s2 and failing there until the
+    // retries run out, as when a graph suspected a server for the rest of its run.
+    let restarting = FakeServer {
+        fails_calls: 1,
+        ..server(2000.0)
+    };
+    let dead = FakeServer {
+        dead: true,
+        ..server(1000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[("s1", restarting), ("s2", dead)]));
+    let proxy = proxy_with(cluster.clone(), |config| {
+        config.suspect_recheck_seconds = 0.05;
+        config.retry_backoff_seconds = 1.0;
+        config.retry_backoff_max_seconds = 1.0;
+    });
+    let mut run = Run::single("s1");
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 0), [2.0, 3.0]);
+    assert_eq!(server_of(&executed, 0), "s1");
+    assert_eq!(executed.counts.retried, 1);
+    let servers: Vec<String> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.server)
+        .collect();
+    assert_eq!(servers, ["s1", "s1"], "nothing went to the dead s2");
 }
 
 #[tokio::test]

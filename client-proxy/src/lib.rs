@@ -31,7 +31,7 @@ pub mod service;
 mod staging;
 pub mod suspects;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -198,8 +198,25 @@ impl Proxy {
     }
 
     /// Servers suspect for a graph: those it saw fail itself, and those on the board.
-    fn suspects_with(&self, own: &HashSet<String>) -> HashSet<String> {
-        let mut all = own.clone();
+    fn suspects_with(&self, own: &HashMap<String, f64>) -> HashSet<String> {
+        let mut all = self.still_suspect(own);
+        all.extend(Self::lock(&self.suspects).current(self.clock()));
+        all
+    }
+
+    /// Of the servers a graph saw fail (with when), those not seen working since.
+    fn still_suspect(&self, own: &HashMap<String, f64>) -> HashSet<String> {
+        let board = Self::lock(&self.suspects);
+        own.iter()
+            .filter(|&(server, &failed)| !board.worked_since(server, failed))
+            .map(|(server, _)| server.clone())
+            .collect()
+    }
+
+    /// Servers whose storage a graph must not rely on: every one it saw fail (a restart
+    /// loses what a server held), and those suspect now.
+    fn distrusted(&self, own: &HashMap<String, f64>) -> HashSet<String> {
+        let mut all: HashSet<String> = own.keys().cloned().collect();
         all.extend(Self::lock(&self.suspects).current(self.clock()));
         all
     }

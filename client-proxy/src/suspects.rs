@@ -23,6 +23,10 @@ pub struct SuspectBoard {
     hold: f64,
     /// Server address to the time of its latest failure.
     since: BTreeMap<String, f64>,
+    /// Server address to the start of the latest work that succeeded on it: a graph's own
+    /// suspicion of a server ends when work that started after the graph's failure there
+    /// succeeds.
+    worked_at: BTreeMap<String, f64>,
 }
 
 impl SuspectBoard {
@@ -30,6 +34,7 @@ impl SuspectBoard {
         SuspectBoard {
             hold: hold_seconds.max(0.0),
             since: BTreeMap::new(),
+            worked_at: BTreeMap::new(),
         }
     }
 
@@ -48,6 +53,16 @@ impl SuspectBoard {
         if self.since.get(server).is_some_and(|&since| started > since) {
             self.since.remove(server);
         }
+        let latest = self.worked_at.entry(server.to_string()).or_insert(started);
+        *latest = latest.max(started);
+    }
+
+    /// Whether work that started on `server` after `failed` has succeeded: it works again
+    /// since a failure seen then.
+    pub fn worked_since(&self, server: &str, failed: f64) -> bool {
+        self.worked_at
+            .get(server)
+            .is_some_and(|&started| started > failed)
     }
 
     /// Whether `server` is suspect at `now`.
@@ -119,6 +134,25 @@ mod tests {
         // News about a server never suspected is ignored.
         board.worked("c:1", 11.0);
         assert_eq!(board.current(11.0), vec!["b:1".to_string()]);
+    }
+
+    #[test]
+    fn work_started_after_a_failure_is_remembered_for_graphs_that_saw_it() {
+        let mut board = SuspectBoard::new(0.0);
+        assert!(!board.worked_since("a:1", 5.0), "no news yet");
+        board.worked("a:1", 4.0);
+        assert!(
+            !board.worked_since("a:1", 5.0),
+            "started before the failure"
+        );
+        board.worked("a:1", 7.0);
+        board.worked("a:1", 6.0);
+        assert!(board.worked_since("a:1", 5.0));
+        assert!(
+            !board.worked_since("a:1", 7.0),
+            "the latest start counts, strictly after"
+        );
+        assert!(!board.worked_since("b:1", 0.0));
     }
 
     #[test]
