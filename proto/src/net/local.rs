@@ -91,13 +91,20 @@ pub fn listen(name: &str) -> io::Result<UnixListener> {
     UnixListener::from_std(listener)
 }
 
-/// Connects to the abstract socket `name`; fails at once (connection refused) when no server
-/// of this host listens under it.
+/// Connects to the abstract socket `name`; fails at once when no server of this host listens
+/// under it (connection refused), or when its queue of connections not yet accepted is full
+/// (`WouldBlock`): the socket is non-blocking from the start, so that a server too busy to
+/// accept cannot stall the caller's runtime thread in `connect`.
 pub fn connect(name: &str) -> io::Result<UnixStream> {
-    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    let stream = std::os::unix::net::UnixStream::connect_addr(&address)?;
-    stream.set_nonblocking(true)?;
-    UnixStream::from_std(stream)
+    let address = rustix::net::SocketAddrUnix::new_abstract_name(name.as_bytes())?;
+    let socket = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::connect(&socket, &address)?;
+    UnixStream::from_std(std::os::unix::net::UnixStream::from(socket))
 }
 
 /// Writes all of `bytes`, handing `region` over with the first of them when given.
