@@ -18,7 +18,7 @@
 //! keepalive_timeout_seconds = 10.0
 //! idle_connection_seconds = 5
 //! bulk_calls = true
-//! same_host_calls = false
+//! same_host_calls = true
 //! same_host_uploads = true
 //! journal = "ninf-proxy-journal.sqlite"
 //! journal_wait_seconds = 60.0
@@ -125,11 +125,9 @@ pub struct ProxyConfig {
     /// Those calls, to a server on the proxy's host, go through the server's same-host
     /// socket with their arrays in a memory file the proxy shares with it, instead of its
     /// TCP bulk port (docs/bulk-protocol.md, "From the proxy"). A server the socket does not
-    /// reach (another host, another network namespace) gets them on its TCP port. Off by
-    /// default: with it on, `ninf chaos --transactions 50 --cpu-slowdown 20` (servers
-    /// killed under calls) lost 2 of 50 transactions in each of three runs ("no healthy
-    /// server offers `dgefa` any more"), which the TCP ports do not; not yet understood.
-    #[serde(default)]
+    /// reach (another host, another network namespace) gets them on its TCP port. false:
+    /// always the TCP port.
+    #[serde(default = "default_true")]
     pub same_host_calls: bool,
     /// A client on the proxy's host may pass its large arrays in memory it shares with the
     /// proxy (a sealed memory file handed over on an abstract Unix socket) instead of
@@ -275,7 +273,7 @@ impl ProxyConfig {
             keepalive_timeout_seconds: default_keepalive_timeout(),
             idle_connection_seconds: default_idle_connection_seconds(),
             bulk_calls: true,
-            same_host_calls: false,
+            same_host_calls: true,
             same_host_uploads: true,
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
@@ -315,12 +313,12 @@ mod tests {
         assert_eq!(defaults.idle_connection_seconds, 5);
         assert!(defaults.bulk_calls);
         assert!(defaults.same_host_uploads);
-        assert!(!defaults.same_host_calls);
+        assert!(defaults.same_host_calls);
         let text = "metaserver = \"m:1\"\nidle_connection_seconds = 0\nbulk_calls = false\n\
-                    same_host_uploads = false\nsame_host_calls = true\n";
+                    same_host_uploads = false\nsame_host_calls = false\n";
         let set: ProxyConfig = toml::from_str(text).unwrap();
         assert!(!set.same_host_uploads);
-        assert!(set.same_host_calls);
+        assert!(!set.same_host_calls);
         assert_eq!(set.idle_connection_seconds, 0);
         assert!(!set.bulk_calls);
         let error = toml::from_str::<ProxyConfig>("metaserver = \"m:1\"\nbulk_call = false\n")

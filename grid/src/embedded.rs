@@ -53,8 +53,7 @@ pub struct GridOptions {
     /// `bulk_calls`).
     pub bulk_calls: bool,
     /// Whether those calls go through the servers' same-host sockets, with the arrays in
-    /// shared memory (the proxy's `same_host_calls`, off by default); otherwise their TCP
-    /// bulk ports.
+    /// shared memory (the proxy's `same_host_calls`); otherwise their TCP bulk ports.
     pub same_host_calls: bool,
     /// Whether a client on this host may pass its large arrays to the proxy in shared
     /// memory (the proxy's `same_host_uploads`).
@@ -86,7 +85,7 @@ impl GridOptions {
             max_transactions_per_client: ProxyConfig::new("").max_transactions_per_client,
             max_queued_transactions: ProxyConfig::new("").max_queued_transactions,
             bulk_calls: true,
-            same_host_calls: false,
+            same_host_calls: true,
             same_host_uploads: true,
             tls: false,
         }

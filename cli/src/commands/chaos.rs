@@ -53,9 +53,9 @@ pub struct ChaosArgs {
     /// (0: each graph learns of the failure by itself).
     #[arg(long, default_value_t = 30.0)]
     pub suspect_seconds: f64,
-    /// Let the proxy send large calls through the servers' same-host sockets
-    /// (`same_host_calls` in its configuration; off by default).
-    #[arg(long)]
+    /// Whether the proxy sends large calls through the servers' same-host sockets
+    /// (`same_host_calls` in its configuration); `false`: their TCP bulk ports.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub same_host_calls: bool,
     #[arg(long)]
     pub json: bool,
