@@ -130,3 +130,36 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use clap::Parser;
+
+    use super::ChaosArgs;
+
+    #[derive(Parser)]
+    struct Chaos {
+        #[command(flatten)]
+        args: ChaosArgs,
+    }
+
+    #[test]
+    fn same_host_calls_follows_the_proxy_default_and_takes_false_as_documented() {
+        assert!(
+            Chaos::try_parse_from(["chaos"])
+                .unwrap()
+                .args
+                .same_host_calls
+        );
+        let off = Chaos::try_parse_from(["chaos", "--same-host-calls", "false"]).unwrap();
+        assert!(!off.args.same_host_calls);
+        let error = Chaos::try_parse_from(["chaos", "--same-host-calls", "maybe"])
+            .err()
+            .expect("not a boolean")
+            .to_string();
+        assert!(error.contains("invalid value 'maybe'"), "{error}");
+        assert!(error.contains("--same-host-calls"), "{error}");
+    }
+}
