@@ -19,6 +19,7 @@ use crate::config::{BrokerPlacement, RankPlacement};
 use crate::gang::{GangError, JobTicket};
 use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
 use crate::state::{Routine, ServerState};
+use crate::storage::region::Reservation;
 
 fn bad(message: String) -> Status {
     Status::invalid_argument(message)
@@ -30,6 +31,8 @@ pub struct Prepared<'a> {
     pub pool: &'a ExecutablePool,
     /// OUT/INOUT parameters to keep in this server's storage.
     pub keep: HashSet<u32>,
+    /// (parameter, bytes) of each kept output, as the IDL sizes it for this call.
+    pub kept_sizes: Vec<(u32, u64)>,
     pub timeout: Duration,
     /// Processors (ranks) the job needs: 1, or the IDL's `Parallel` for this call.
     pub processors: u32,
@@ -104,6 +107,13 @@ pub fn prepare<'a>(
         }
     }
     let keep = kept_outputs(function, &request.keep)?;
+    let kept_sizes = keep
+        .iter()
+        .filter_map(|&index| {
+            let parameter = function.parameters.get(index as usize)?;
+            Some((index, function.byte_size(parameter, &bindings).ok()?))
+        })
+        .collect();
     let timeout = if request.timeout_seconds > 0.0 && request.timeout_seconds.is_finite() {
         Duration::from_secs_f64(request.timeout_seconds).min(state.call_timeout)
     } else {
@@ -113,6 +123,7 @@ pub fn prepare<'a>(
         function,
         pool: routine.pool(),
         keep,
+        kept_sizes,
         timeout,
         processors: processors as u32,
     })
@@ -172,11 +183,25 @@ pub fn keep_output(
         .ok()
         .and_then(element_type_from_proto)
         .unwrap_or(ElementType::Char);
-    // A reply read in place from the executable's region must be copied before it is kept.
-    let data = if copy {
-        bytes::Bytes::copy_from_slice(&array.data)
-    } else {
-        array.data.clone()
+    // A reply read in place from the executable's region must be copied before it is kept:
+    // into the store region when it is large and there is room, where later calls on this
+    // server read it without another copy.
+    // An output the routine wrote into the store region is there already.
+    let large = array.data.len() >= ninf_executable::shared::REGION_ARRAY_THRESHOLD;
+    let stored = state
+        .store_region
+        .as_ref()
+        .is_some_and(|region| region.window().offset_of(&array.data).is_some());
+    let data = match &state.store_region {
+        _ if stored || !copy => array.data.clone(),
+        Some(region) if large => match region.copy_in(&array.data) {
+            Some(data) => {
+                state.metrics.store_region("copied_in", data.len() as u64);
+                data
+            }
+            None => bytes::Bytes::copy_from_slice(&array.data),
+        },
+        _ => bytes::Bytes::copy_from_slice(&array.data),
     };
     let info = state
         .store
@@ -187,6 +212,157 @@ pub fn keep_output(
         server: state.advertise.clone(),
         object_id: info.id,
     })
+}
+
+/// Room reserved in the store region for a call's large kept outputs, which the routine
+/// then writes there itself (`ExecRequest.store_outputs`): kept without a copy. Room not
+/// used is given back on drop: at once after a reply (the executable placed the output
+/// elsewhere), a moment later when the call ended without one.
+#[derive(Default)]
+pub struct StoreOutputs {
+    reserved: Vec<(u32, i32, Reservation)>,
+    /// The call's reply came: its executable writes no more.
+    settled: bool,
+}
+
+/// How long the room of a call that ended without its reply stays reserved: its executable
+/// was killed, and a killed process may run for a moment after the signal.
+const KILLED_GRACE: Duration = Duration::from_secs(1);
+
+impl Drop for StoreOutputs {
+    fn drop(&mut self) {
+        if self.settled || self.reserved.is_empty() {
+            return;
+        }
+        let rooms = std::mem::take(&mut self.reserved);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(KILLED_GRACE).await;
+                    drop(rooms);
+                });
+            }
+            // No runtime to wait on: the room stays reserved rather than risk a late write.
+            Err(_) => std::mem::forget(rooms),
+        }
+    }
+}
+
+impl StoreOutputs {
+    /// Reserves room for each kept output large enough to travel beside a message; none
+    /// without a store region, or where it has no room left.
+    pub fn reserve(state: &ServerState, prepared: &Prepared<'_>) -> StoreOutputs {
+        let Some(region) = &state.store_region else {
+            return StoreOutputs::default();
+        };
+        let mut reserved = Vec::new();
+        for &(index, bytes) in &prepared.kept_sizes {
+            let Ok(bytes) = usize::try_from(bytes) else {
+                continue;
+            };
+            let Some(parameter) = prepared.function.parameters.get(index as usize) else {
+                continue;
+            };
+            if bytes < ninf_executable::shared::REGION_ARRAY_THRESHOLD {
+                continue;
+            }
+            if let Some(room) = region.reserve(bytes) {
+                let element_type = element_type_to_proto(parameter.element_type).into();
+                reserved.push((index, element_type, room));
+            }
+        }
+        StoreOutputs {
+            reserved,
+            settled: false,
+        }
+    }
+
+    /// The room reserved for `parameter`'s output, if any.
+    pub fn room_for(&mut self, parameter: u32) -> Option<&mut Reservation> {
+        self.reserved
+            .iter_mut()
+            .find(|(p, _, _)| *p == parameter)
+            .map(|(_, _, room)| room)
+    }
+
+    /// The request's `store_outputs`.
+    pub fn requested(&self) -> Vec<v1::RegionArray> {
+        self.reserved
+            .iter()
+            .map(|(parameter, element_type, room)| v1::RegionArray {
+                parameter: *parameter,
+                element_type: *element_type,
+                offset: room.offset(),
+                bytes: room.bytes() as u64,
+                region: v1::ArrayRegion::Store.into(),
+            })
+            .collect()
+    }
+
+    /// Puts the outputs the executable wrote into the store region among the reply's
+    /// outputs, their bytes the reserved room itself. An output there that this call did not
+    /// reserve is refused: the executable broke the protocol.
+    pub fn claim(
+        mut self,
+        state: &ServerState,
+        success: &mut v1::ExecSuccess,
+        name: &str,
+    ) -> Result<(), Status> {
+        self.settled = true;
+        for stored in std::mem::take(&mut success.region_outputs) {
+            let found = self.reserved.iter().position(|(parameter, _, room)| {
+                *parameter == stored.parameter
+                    && room.offset() == stored.offset
+                    && room.bytes() as u64 == stored.bytes
+            });
+            let Some(found) = found else {
+                return Err(Status::internal(format!(
+                    "`{name}` put output {} in the store region at bytes {}..{}, which the call did not reserve",
+                    stored.parameter,
+                    stored.offset,
+                    stored.offset.saturating_add(stored.bytes)
+                )));
+            };
+            let (_, element_type, room) = self.reserved.swap_remove(found);
+            state
+                .metrics
+                .store_region("written_in_place", room.bytes() as u64);
+            success.outputs.push(v1::ExecOutput {
+                parameter: stored.parameter,
+                value: Some(v1::ArgumentValue {
+                    value: Some(WireValue::Array(v1::Array {
+                        element_type,
+                        data: room.into_bytes(),
+                    })),
+                }),
+            });
+        }
+        success.outputs.sort_by_key(|o| o.parameter);
+        Ok(())
+    }
+}
+
+/// Bytes of `request`'s arrays that its executable will read from the store region: the
+/// large ones lying there, in a request large enough to go through shared memory (see
+/// `RegionWriter::write_request_with_store`).
+fn stored_input_bytes(state: &ServerState, request: &v1::ExecRequest) -> u64 {
+    let Some(window) = state.store_region.as_ref().map(|r| r.window()) else {
+        return 0;
+    };
+    if request.encoded_len() < ninf_executable::shared::SHARED_THRESHOLD {
+        return 0;
+    }
+    request
+        .arguments
+        .iter()
+        .filter_map(|a| match &a.value {
+            Some(WireValue::Array(array)) => Some(&array.data),
+            _ => None,
+        })
+        .filter(|data| data.len() >= ninf_executable::shared::REGION_ARRAY_THRESHOLD)
+        .filter(|data| window.offset_of(data).is_some())
+        .map(|data| data.len() as u64)
+        .sum()
 }
 
 /// Runs a call request from the gRPC service to completion.
@@ -317,21 +493,26 @@ pub async fn run_job(
     let pids: Vec<u32> = checkouts.iter().filter_map(Checkout::pid).collect();
     ticket.attach(pids, true).await;
     if ranks == 1 && !parallel {
+        let store_outputs = StoreOutputs::reserve(state, prepared);
         let request = v1::ExecRequest {
             call_id: 0,
             function: name.clone(),
             arguments,
+            store_outputs: store_outputs.requested(),
             ..Default::default()
         };
         let mut checkout = checkouts
             .pop()
             .ok_or_else(|| Status::internal("no process"))?;
         let cold = checkout.note_call(name, request.encoded_len());
+        let read_in_place = stored_input_bytes(state, &request);
         let reply = checkout
             .exchange(Outgoing::Message(request), false, prepared.timeout)
             .await
             .map_err(|e| pool_status(name, e))?;
-        let success = checkout.finish(reply).map_err(|e| pool_status(name, e))?;
+        let mut success = checkout.finish(reply).map_err(|e| pool_status(name, e))?;
+        store_outputs.claim(state, &mut success, name)?;
+        state.metrics.store_region("read_in_place", read_in_place);
         return Ok(Ran { success, cold });
     }
     let spread = state.gang.settings.broker == BrokerPlacement::Nodes;
@@ -409,6 +590,8 @@ fn rank_request(
             broker: brokers.get(rank as usize).cloned().unwrap_or_default(),
         }),
         region_arrays: Vec::new(),
+        // Rank 0's outputs come back in its reply region.
+        store_outputs: Vec::new(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The compute server's metrics (served at `metrics_listen`, see `ninf-telemetry`): calls by
 //! routine and outcome, their durations, bytes in and out by path, the gang scheduler's
-//! queue and switches, and what storage holds.
+//! queue and switches, what storage holds, and the stored arrays that skipped a copy.
 
 use ninf_telemetry::{
     Counter, EncodeLabelSet, EncodeLabelValue, Family, Gauge, Histogram, Registry, seconds_buckets,
@@ -45,6 +45,14 @@ pub struct RoutineLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreRegionLabels {
+    /// `written_in_place` (kept outputs the routine wrote into the store region),
+    /// `copied_in` (kept outputs the server copied there) or `read_in_place` (stored inputs
+    /// an executable read where they lie).
+    pub array: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BytesLabels {
     /// `in` (arguments received) or `out` (results sent).
     pub direction: &'static str,
@@ -65,6 +73,7 @@ pub struct ServerMetrics {
     queue_length: Gauge,
     gang_switches: Counter,
     storage_bytes: Gauge,
+    store_region: Family<StoreRegionLabels, Counter>,
     call_batches: Counter,
     /// Switches already counted, from the agents' reports.
     switches_seen: std::sync::atomic::AtomicU64,
@@ -81,6 +90,7 @@ impl ServerMetrics {
             queue_length: Gauge::default(),
             gang_switches: Counter::default(),
             storage_bytes: Gauge::default(),
+            store_region: Family::default(),
             call_batches: Counter::default(),
             switches_seen: Default::default(),
         };
@@ -117,11 +127,30 @@ impl ServerMetrics {
             metrics.storage_bytes.clone(),
         );
         r.register(
+            "ninf_store_region_bytes",
+            "Bytes of stored arrays the routines wrote into the store region, the server copied there, and the routines read from it in place",
+            metrics.store_region.clone(),
+        );
+        r.register(
             "ninf_call_batches",
             "CallBatch requests of one call or more received (their calls count in ninf_calls once served)",
             metrics.call_batches.clone(),
         );
         (metrics, registry)
+    }
+
+    /// `bytes` of stored arrays that went `array` (see [`StoreRegionLabels`]).
+    pub fn store_region(&self, array: &'static str, bytes: u64) {
+        self.store_region
+            .get_or_create(&StoreRegionLabels { array })
+            .inc_by(bytes);
+    }
+
+    /// Bytes counted so far under `array` (see [`StoreRegionLabels`]).
+    pub fn store_region_bytes(&self, array: &'static str) -> u64 {
+        self.store_region
+            .get_or_create(&StoreRegionLabels { array })
+            .get()
     }
 
     /// One `CallBatch` request received.

@@ -12,11 +12,13 @@ use std::time::Duration;
 
 use ninf_executable::frame::SHARED_MARKER;
 use ninf_executable::rlimits::ProcessLimits;
-use ninf_executable::shared::{HostRegions, SHARED_THRESHOLD, restore_reply_outputs};
+use ninf_executable::shared::{HostRegions, SHARED_THRESHOLD, StoreWindow, restore_reply_outputs};
 use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::storage::region::StoreRegion;
 
 /// Why a call through the pool failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +49,11 @@ struct Process {
     stdout: BufReader<ChildStdout>,
     /// Shared memory for large requests and replies.
     regions: HostRegions,
+    /// Where the server's store region lies here, to name stored arguments by offset.
+    store: Option<StoreWindow>,
+    /// Stored arrays the request in flight names in the store region: held until the next
+    /// request, so that none is freed (and its room reused) while the executable reads it.
+    pinned: Vec<bytes::Bytes>,
     next_call_id: u64,
     /// The largest request sent for each routine it has run (bytes).
     largest_request: HashMap<String, usize>,
@@ -56,7 +63,7 @@ const MAX_REPLY_FRAME: usize = 2 << 30;
 
 impl Process {
     fn spawn(path: &Path, options: &PoolOptions) -> std::io::Result<Process> {
-        let regions = HostRegions::create()?;
+        let regions = HostRegions::create_with_store(options.store.as_ref().map(|s| s.file()))?;
         let mut command = ninf_executable::process::executable_command(path, &regions);
         if let Some(socket) = &options.spmd_socket {
             command.env(ninf_executable::spmd::SOCKET_ENV, socket);
@@ -79,6 +86,8 @@ impl Process {
             stdin: BufWriter::with_capacity(1 << 20, stdin),
             stdout: BufReader::with_capacity(1 << 20, stdout),
             regions,
+            store: options.store.as_ref().map(|s| s.window()),
+            pinned: Vec::new(),
             next_call_id: 1,
             largest_request: HashMap::new(),
         })
@@ -86,8 +95,11 @@ impl Process {
 
     /// Sends a request: through the shared region when large, inline otherwise.
     async fn send(&mut self, request: &mut v1::ExecRequest) -> std::io::Result<()> {
+        self.pinned.clear();
         if request.encoded_len() >= SHARED_THRESHOLD {
-            let len = self.regions.requests.write_request(request)?;
+            let requests = &mut self.regions.requests;
+            let (len, pinned) = requests.write_request_with_store(request, self.store.as_ref())?;
+            self.pinned = pinned;
             return self.send_prepared(len).await;
         }
         let body = request.encode_to_vec();
@@ -198,6 +210,8 @@ pub struct PoolOptions {
     /// Kill each executable when its starter dies: a node agent's ranks, which would
     /// otherwise stay stopped for ever once the agent that stopped them is gone.
     pub die_with_parent: bool,
+    /// The server's store region, which every executable gets as descriptor 5.
+    pub store: Option<Arc<StoreRegion>>,
 }
 
 /// The pool of one module.
@@ -468,6 +482,8 @@ impl Checkout<'_> {
             }
             Ok(Ok(body)) => body,
         };
+        // The executable has read its inputs: stored ones may go.
+        process.pinned.clear();
         let mut reply = v1::ExecReply::decode(body).map_err(|e| {
             let _ = process.child.start_kill();
             PoolError::Crashed {

@@ -19,6 +19,7 @@ use crate::gang::{GangMaster, SpmdBroker};
 use crate::peers::Peers;
 use crate::pool::{ExecutablePool, PoolOptions};
 use crate::storage::ObjectStore;
+use crate::storage::region::StoreRegion;
 
 /// A module this server serves.
 pub struct ServedModule {
@@ -97,6 +98,8 @@ pub struct ServerState {
     /// Told after a reload, so that the registration task registers the new catalog.
     pub reregister: tokio::sync::Notify,
     pub store: ObjectStore,
+    /// Where large stored arrays live, shared with the executables (`None` without memfd).
+    pub store_region: Option<Arc<StoreRegion>>,
     pub info: v1::ServerInfo,
     pub max_request_bytes: u64,
     pub call_timeout: Duration,
@@ -172,12 +175,22 @@ impl ServerState {
         let processors = config.processors();
         let gang = GangMaster::new(config.gang.clone(), processors as u32);
         let broker = SpmdBroker::start(gang.clone()).map_err(StartError::Broker)?;
+        // Without a store region (no memfd) stored arrays stay on the heap and are copied
+        // into each call's request region, as before there was one.
+        let store_region = match StoreRegion::create(config.storage.memory_limit_bytes) {
+            Ok(region) => Some(region),
+            Err(e) => {
+                tracing::warn!(error = %e, "no store region: stored arrays are copied for each call");
+                None
+            }
+        };
         let pool_settings = PoolSettings {
             processors,
             keep: processors * config.gang.max_rows.max(1),
             broker: broker.path().to_path_buf(),
             cpu_slowdown: config.cpu_slowdown,
             limits: config.executable_limits.process_limits(),
+            store: store_region.clone(),
         };
         let catalog = Catalog::build(sources, &pool_settings, &Catalog::default()).await?;
         let spill_dir = config.storage.spill_dir.clone().unwrap_or_else(|| {
@@ -193,6 +206,7 @@ impl ServerState {
             pool_settings,
             reregister: tokio::sync::Notify::new(),
             store,
+            store_region,
             info,
             max_request_bytes: config.max_request_bytes,
             call_timeout: Duration::from_secs_f64(config.call_timeout_seconds.max(0.001)),
@@ -316,6 +330,7 @@ struct PoolSettings {
     broker: PathBuf,
     cpu_slowdown: f64,
     limits: ProcessLimits,
+    store: Option<Arc<StoreRegion>>,
 }
 
 /// The modules `config` names: the standard ones when it names none, then its own, then
@@ -374,6 +389,7 @@ impl Catalog {
                 cpu_slowdown: settings.cpu_slowdown,
                 limits: settings.limits,
                 die_with_parent: false,
+                store: settings.store.clone(),
             };
             let pool = ExecutablePool::start(&interface.module, &source.executable, options).await;
             match pool {

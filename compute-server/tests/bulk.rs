@@ -516,3 +516,120 @@ async fn a_server_with_a_grid_token_refuses_requests_without_it_on_grpc_and_bulk
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A large output kept by a bulk call is written by the routine straight into the server's
+/// store region, and a later bulk call naming it reads it there; a kept INOUT array arrives
+/// in its room and is updated there. The values are exact, and the room goes back once the
+/// owner's objects are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_outputs_live_in_the_store_region_and_feed_later_calls_in_place() {
+    let server = TestServer::start(|_| {}).await;
+    let region = server.state.store_region.clone().expect("a store region");
+    let mut stream = TcpStream::connect(&server.state.info.bulk_address)
+        .await
+        .unwrap();
+    let n = 20_000usize; // 160,000 bytes: over the 64 KiB of an array beside the message
+    let x = random(n, 7);
+
+    let mut keep = echo_request(n as i64, 8 * n as u64);
+    keep.keep = vec![2];
+    keep.owner = "store-test".into();
+    send(&mut stream, &keep, &ninf_proto::values::encode(&x)).await;
+    let reply = match receive(&mut stream).await.result {
+        Some(v1::bulk_reply::Result::Reply(r)) => r,
+        other => panic!("expected a reply, got {other:?}"),
+    };
+    let Some(v1::call_output::Result::Object(kept)) = reply.outputs[0].result.clone() else {
+        panic!("expected an object, got {:?}", reply.outputs[0]);
+    };
+    let (_, data) = server.state.store.get(&kept.object_id).unwrap();
+    assert!(
+        region.window().offset_of(&data).is_some(),
+        "the kept output lies in the store region"
+    );
+    assert_eq!(ninf_proto::values::decode::<f64>(&data).unwrap(), x);
+    assert_eq!(region.reserved(), (8 * n as u64).div_ceil(4096) * 4096);
+    let metrics = &server.state.metrics;
+    assert_eq!(
+        (
+            metrics.store_region_bytes("written_in_place"),
+            metrics.store_region_bytes("copied_in")
+        ),
+        (8 * n as u64, 0),
+        "the routine wrote the output there; the server copied nothing"
+    );
+    drop(data);
+
+    // echo(x = the kept object): its bytes go to the executable by their place in the region.
+    let mut again = echo_request(n as i64, 0);
+    again.arguments[1].source = Some(v1::call_argument::Source::Object(kept.clone()));
+    again.owner = "store-test".into();
+    send(&mut stream, &again, &[]).await;
+    let reply = match receive(&mut stream).await.result {
+        Some(v1::bulk_reply::Result::Reply(r)) => r,
+        other => panic!("expected a reply, got {other:?}"),
+    };
+    assert!(matches!(
+        reply.outputs[0].result,
+        Some(v1::call_output::Result::Bulk(_))
+    ));
+    let mut raw = vec![0u8; 8 * n];
+    stream.read_exact(&mut raw).await.unwrap();
+    assert_eq!(ninf_proto::values::decode::<f64>(&raw).unwrap(), x);
+    assert_eq!(metrics.store_region_bytes("read_in_place"), 8 * n as u64);
+
+    // dgefa(a) keeping a: the matrix arrives straight in the room kept for the factors, and
+    // the routine factors it there.
+    let m = 120usize;
+    let mut a = random(m * m, 9);
+    for i in 0..m {
+        a[i + i * m] += m as f64;
+    }
+    let dgefa = v1::CallRequest {
+        function: "dgefa".into(),
+        arguments: vec![
+            v1::CallArgument {
+                source: Some(v1::call_argument::Source::Bulk(v1::BulkArray {
+                    element_type: v1::ElementType::Double as i32,
+                    bytes: 8 * (m * m) as u64,
+                })),
+            },
+            v1::CallArgument {
+                source: Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::IntValue(m as i64)),
+                })),
+            },
+            v1::CallArgument { source: None },
+        ],
+        keep: vec![0],
+        owner: "store-test".into(),
+        ..Default::default()
+    };
+    send(&mut stream, &dgefa, &ninf_proto::values::encode(&a)).await;
+    let reply = match receive(&mut stream).await.result {
+        Some(v1::bulk_reply::Result::Reply(r)) => r,
+        other => panic!("expected a reply, got {other:?}"),
+    };
+    let Some(v1::call_output::Result::Object(factors)) = reply.outputs[0].result.clone() else {
+        panic!("expected an object, got {:?}", reply.outputs[0]);
+    };
+    let mut pivots = vec![0u8; 4 * m];
+    stream.read_exact(&mut pivots).await.unwrap();
+    let (_, data) = server.state.store.get(&factors.object_id).unwrap();
+    let (mut here, mut ipvt) = (a.clone(), vec![0i32; m]);
+    ninf_routines::linpack::dgefa(&mut here, m as i32, &mut ipvt).unwrap();
+    assert!(ninf_proto::values::decode::<f64>(&data).unwrap() == here);
+    assert_eq!(ninf_proto::values::decode::<i32>(&pivots).unwrap(), ipvt);
+    assert_eq!(
+        metrics.store_region_bytes("written_in_place"),
+        8 * (n + m * m) as u64
+    );
+    drop(data);
+
+    assert_eq!(
+        server.state.store.delete_owner("store-test"),
+        (2, 8 * (n + m * m) as u64)
+    );
+    assert_eq!(region.reserved(), 0, "the room went back with the objects");
+    server.stop().await;
+}

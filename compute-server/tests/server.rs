@@ -773,3 +773,79 @@ async fn a_batch_runs_as_one_job_and_answers_each_call_on_its_own() {
     assert_eq!(admitted(&server).await - before, 3);
     server.stop().await;
 }
+
+/// Through `Invoke.Call`: dgefa keeps its factors (320 KB) in the store region, written there
+/// by the routine itself, and dgesl reads them from it in place; the solution is the one the
+/// routines give in this process, bit for bit, and the room goes back with the objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn factors_kept_in_the_store_region_solve_the_system_exactly() {
+    let server = TestServer::start(|_| {}).await;
+    let region = server.state.store_region.clone().expect("a store region");
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let n = 200usize;
+    let matrix: Vec<f64> = (0..n * n)
+        .map(|i| {
+            ((i * 7919) % 1000) as f64 / 1000.0 + if i % (n + 1) == 0 { n as f64 } else { 0.0 }
+        })
+        .collect();
+    let rhs: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 3.0).collect();
+
+    let mut req = request("dgefa", vec![doubles(&matrix), int(n as i64), none()]);
+    req.keep = vec![0, 2];
+    req.owner = "t-store".into();
+    let reply = client.call_request(req).await.unwrap();
+    let refs: Vec<v1::ObjectRef> = reply
+        .outputs
+        .iter()
+        .map(|o| match &o.result {
+            Some(v1::call_output::Result::Object(r)) => r.clone(),
+            other => panic!("expected an object, got {other:?}"),
+        })
+        .collect();
+    let (_, factors) = server.state.store.get(&refs[0].object_id).unwrap();
+    let (_, pivots) = server.state.store.get(&refs[1].object_id).unwrap();
+    let window = region.window();
+    assert!(
+        window.offset_of(&factors).is_some(),
+        "the factors lie in the region"
+    );
+    assert!(
+        window.offset_of(&pivots).is_none(),
+        "800 bytes of pivots stay on the heap"
+    );
+
+    let mut req = request(
+        "dgesl",
+        vec![
+            object(&refs[0].server, &refs[0].object_id),
+            int(n as i64),
+            object(&refs[1].server, &refs[1].object_id),
+            doubles(&rhs),
+        ],
+    );
+    req.owner = "t-store".into();
+    let reply = client.call_request(req).await.unwrap();
+    let Some(v1::call_output::Result::Array(x)) = &reply.outputs[0].result else {
+        panic!("expected the solution, got {:?}", reply.outputs[0]);
+    };
+    let (mut a, mut ipvt, mut b) = (matrix.clone(), vec![0i32; n], rhs.clone());
+    ninf_routines::linpack::dgesv(&mut a, n as i32, &mut ipvt, &mut b).unwrap();
+    assert!(ninf_proto::values::decode::<f64>(&factors).unwrap() == a);
+    assert!(ninf_proto::values::decode::<f64>(&x.data).unwrap() == b);
+    let metrics = &server.state.metrics;
+    let moved = |array| metrics.store_region_bytes(array);
+    assert_eq!(
+        (
+            moved("written_in_place"),
+            moved("copied_in"),
+            moved("read_in_place")
+        ),
+        (8 * (n * n) as u64, 0, 8 * (n * n) as u64),
+        "dgefa wrote the factors into the region and dgesl read them there"
+    );
+
+    drop((factors, pivots));
+    server.state.store.delete_owner("t-store");
+    assert_eq!(region.reserved(), 0);
+    server.stop().await;
+}

@@ -25,14 +25,21 @@ pub enum ArrayStorage {
     Region(RegionPlace),
 }
 
-/// A place in the reply region reserved for one output array.
+/// A place reserved for one output array: in the reply region, or in the host's store
+/// region when the host asked for the output there.
 #[derive(Debug, Clone, Copy)]
 pub struct RegionPlace {
     pub element_type: ElementType,
+    /// Bytes from the start of its region.
     pub offset: usize,
+    /// In the host's store region rather than the reply region.
+    pub in_store: bool,
+    /// Already holds the INOUT array's input: the host wrote it there.
+    pub holds_input: bool,
     /// The place's first byte. It stays valid while the reply region is neither grown nor
     /// rewritten: the runtime reserves the region before it lays the places out and writes
-    /// the reply's message only below them.
+    /// the reply's message only below them. A place in the store region lies in a mapping the
+    /// executable keeps for its life.
     pub start: NonNull<u8>,
     pub bytes: usize,
 }

@@ -2,7 +2,8 @@
 //! array's size is known from the IDL and the request, so the executable lays the reply out
 //! in advance: the message first (its largest possible length), then each large output at a
 //! 64-byte boundary. The routine then writes those outputs where the reply carries them, and
-//! nothing is copied to encode it.
+//! nothing is copied to encode it. An output the host asked for in its store region is
+//! written there instead, where the host keeps it.
 
 use bytes::Bytes;
 use ninf_idl::{FunctionInterface, Mode};
@@ -11,9 +12,11 @@ use ninf_proto::v1::{self, argument_value::Value};
 use prost::Message;
 
 use crate::arrays::RegionPlace;
-use crate::shared::{REGION_ARRAY_THRESHOLD, RegionWriter, UNPLACED, place_region_arrays};
+use crate::shared::{
+    REGION_ARRAY_THRESHOLD, RegionWriter, StoreMapper, UNPLACED, in_store, place_region_arrays,
+};
 
-/// The reply region's plan for one call.
+/// The reply region's plan for one call, and the store region's places it uses.
 #[derive(Debug, Default)]
 pub struct OutputLayout {
     /// By parameter index: the place of a large output, if it has one.
@@ -34,13 +37,22 @@ impl OutputLayout {
 
     /// Plans the reply of `function` called with `arguments`; `bindings` are its IN
     /// integers. Outputs whose size cannot be known or is over `max_array_bytes` get no
-    /// place: checking the arguments reports them.
+    /// place: checking the arguments reports them. An output the host asked for in its
+    /// store region (`wanted`), at the size computed here, is placed there when `store` maps
+    /// it; any other large output goes into the reply region.
     pub fn plan(
         function: &FunctionInterface,
-        arguments: &[v1::ArgumentValue],
-        bindings: &std::collections::BTreeMap<String, i64>,
+        (arguments, bindings): (
+            &[v1::ArgumentValue],
+            &std::collections::BTreeMap<String, i64>,
+        ),
         (call_id, max_array_bytes): (u64, u64),
         region: &mut RegionWriter,
+        (store, wanted, in_place): (
+            Option<&mut StoreMapper>,
+            &[v1::RegionArray],
+            &[v1::RegionArray],
+        ),
     ) -> std::io::Result<OutputLayout> {
         let sizes = output_sizes(function, arguments, bindings, max_array_bytes);
         if sizes
@@ -49,15 +61,21 @@ impl OutputLayout {
         {
             return Ok(OutputLayout::default());
         }
-        let mut skeleton = skeleton_reply(function, &sizes, call_id);
+        let mut places = vec![None; function.parameters.len()];
+        if let Some(store) = store {
+            for (index, mut place) in store_places(function, &sizes, store, wanted) {
+                place.holds_input = in_place.iter().any(|a| a.parameter as usize == index);
+                places[index] = Some(place);
+            }
+        }
+        let mut skeleton = skeleton_reply(function, &sizes, call_id, &places);
         let message_room = skeleton.encoded_len();
         let Some(v1::exec_reply::Result::Success(success)) = skeleton.result.as_mut() else {
             return Ok(OutputLayout::default());
         };
         let end = place_region_arrays(message_room, &mut success.region_outputs);
         let start = region.reserve(end)?.as_mut_ptr();
-        let mut places = vec![None; function.parameters.len()];
-        for array in &success.region_outputs {
+        for array in success.region_outputs.iter().filter(|a| !in_store(a)) {
             let index = array.parameter as usize;
             let offset = array.offset as usize;
             // The region holds `end` bytes, and every place ends at or before `end`.
@@ -67,6 +85,8 @@ impl OutputLayout {
             places[index] = Some(RegionPlace {
                 element_type: function.parameters[index].element_type,
                 offset,
+                in_store: false,
+                holds_input: false,
                 start: place_start,
                 bytes: array.bytes as usize,
             });
@@ -76,6 +96,45 @@ impl OutputLayout {
             message_room,
         })
     }
+}
+
+/// The outputs the host wants in its store region that `store` could place at the size the
+/// call gives them: (parameter index, place). A request the executable cannot follow
+/// (another size, a range outside the region) leaves that output in the reply.
+fn store_places(
+    function: &FunctionInterface,
+    sizes: &[(usize, usize)],
+    store: &mut StoreMapper,
+    wanted: &[v1::RegionArray],
+) -> Vec<(usize, RegionPlace)> {
+    let mut placed = Vec::new();
+    for &(index, bytes) in sizes {
+        let Some(want) = wanted
+            .iter()
+            .find(|w| w.parameter as usize == index && w.bytes == bytes as u64)
+        else {
+            continue;
+        };
+        if bytes < REGION_ARRAY_THRESHOLD {
+            continue;
+        }
+        let (Ok(offset), Ok(start)) = (
+            usize::try_from(want.offset),
+            store.output(want.offset, want.bytes),
+        ) else {
+            continue;
+        };
+        let place = RegionPlace {
+            element_type: function.parameters[index].element_type,
+            offset,
+            in_store: true,
+            holds_input: false,
+            start,
+            bytes,
+        };
+        placed.push((index, place));
+    }
+    placed
 }
 
 /// (parameter index, bytes) of each OUT and INOUT array whose size is known and allowed.
@@ -90,15 +149,18 @@ fn output_sizes(
         if !parameter.is_array() || !parameter.mode.is_output() {
             continue;
         }
-        let bytes = match parameter.mode {
-            Mode::Out => function
+        let from_idl = || {
+            function
                 .byte_size(parameter, bindings)
                 .ok()
-                .filter(|&b| b <= max_array_bytes),
-            _ => match arguments.get(index).and_then(|a| a.value.as_ref()) {
-                Some(Value::Array(array)) => Some(array.data.len() as u64),
-                _ => None,
-            },
+                .filter(|&b| b <= max_array_bytes)
+        };
+        let bytes = match (parameter.mode, arguments.get(index).map(|a| &a.value)) {
+            (Mode::Out, _) => from_idl(),
+            (_, Some(Some(Value::Array(array)))) => Some(array.data.len() as u64),
+            // An INOUT input left in its place in the store region.
+            (_, Some(None)) => from_idl(),
+            _ => None,
         };
         if let Some(bytes) = bytes.and_then(|b| usize::try_from(b).ok()) {
             sizes.push((index, bytes));
@@ -113,6 +175,7 @@ fn skeleton_reply(
     function: &FunctionInterface,
     sizes: &[(usize, usize)],
     call_id: u64,
+    stored: &[Option<RegionPlace>],
 ) -> v1::ExecReply {
     let mut success = v1::ExecSuccess {
         status: i64::MIN,
@@ -120,12 +183,21 @@ fn skeleton_reply(
     };
     for &(index, bytes) in sizes {
         let element_type = element_type_to_proto(function.parameters[index].element_type).into();
-        if bytes >= REGION_ARRAY_THRESHOLD {
+        if let Some(Some(place)) = stored.get(index) {
+            success.region_outputs.push(v1::RegionArray {
+                parameter: index as u32,
+                element_type,
+                offset: place.offset as u64,
+                bytes: bytes as u64,
+                region: v1::ArrayRegion::Store.into(),
+            });
+        } else if bytes >= REGION_ARRAY_THRESHOLD {
             success.region_outputs.push(v1::RegionArray {
                 parameter: index as u32,
                 element_type,
                 offset: UNPLACED,
                 bytes: bytes as u64,
+                region: v1::ArrayRegion::Own.into(),
             });
         } else {
             success.outputs.push(v1::ExecOutput {
@@ -150,7 +222,9 @@ fn skeleton_reply(
 mod tests {
     use super::*;
     use crate::runtime::{CallArgs, Limits, RoutineError, handle};
-    use crate::shared::{REGION_ALIGN, RegionReader, memory_file, restore_reply_outputs};
+    use crate::shared::{
+        REGION_ALIGN, RegionReader, StoreMapper, memory_file, restore_reply_outputs,
+    };
 
     const IDL: &str = r#"Module t;
 Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT double small[4])
@@ -211,7 +285,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
             dispatch,
             request,
             &Limits::default(),
-            Some(&mut writer),
+            (Some(&mut writer), None),
         );
 
         let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
@@ -262,5 +336,129 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
                 .all(|(i, &z)| z == 1.0 - i as f64)
         );
         assert_eq!(values(2), vec![n as f64, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn outputs_asked_for_in_the_store_are_written_there_and_an_impossible_place_falls_back() {
+        let module = ninf_idl::compile(&ninf_idl::SourceFile::new("t.idl", IDL)).unwrap();
+        let replies = memory_file("replies").unwrap();
+        let mut writer = RegionWriter::new(replies.try_clone().unwrap());
+        let store_file = memory_file("store").unwrap();
+        store_file.set_len(1 << 20).unwrap();
+        let mut store = StoreMapper::new(store_file.try_clone().unwrap()).unwrap();
+        let n = 20_000usize;
+        let wanted = |parameter: u32, offset: u64| v1::RegionArray {
+            parameter,
+            element_type: v1::ElementType::Double as i32,
+            offset,
+            bytes: 8 * n as u64,
+            region: v1::ArrayRegion::Store.into(),
+        };
+        let request = v1::ExecRequest {
+            call_id: 1,
+            function: "f".into(),
+            arguments: vec![
+                v1::ArgumentValue {
+                    value: Some(Value::IntValue(n as i64)),
+                },
+                doubles((0..n).map(|i| i as f64)),
+                v1::ArgumentValue::default(),
+                doubles((0..n).map(|i| -(i as f64))),
+                v1::ArgumentValue::default(),
+            ],
+            // y at page 1 of the store; z past its end, which the executable cannot map.
+            store_outputs: vec![wanted(2, 4096), wanted(3, 1 << 20)],
+            ..Default::default()
+        };
+        let reply = handle(
+            &module,
+            dispatch,
+            request,
+            &Limits::default(),
+            (Some(&mut writer), Some(&mut store)),
+        );
+        let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
+            panic!("expected a success, got {reply:?}");
+        };
+        let placed: Vec<(u32, i32)> = success
+            .region_outputs
+            .iter()
+            .map(|a| (a.parameter, a.region))
+            .collect();
+        let (own, in_store) = (v1::ArrayRegion::Own as i32, v1::ArrayRegion::Store as i32);
+        assert_eq!(placed, vec![(2, in_store), (3, own)]);
+        assert_eq!(success.region_outputs[0].offset, 4096);
+        let y = store.input(4096, 8 * n as u64).unwrap();
+        let y: Vec<f64> = ninf_proto::values::decode(&y).unwrap();
+        assert!(y.iter().enumerate().all(|(i, &y)| y == 2.0 * i as f64));
+    }
+
+    #[test]
+    fn an_inout_input_the_host_wrote_into_the_store_is_updated_where_it_lies() {
+        let module = ninf_idl::compile(&ninf_idl::SourceFile::new("t.idl", IDL)).unwrap();
+        let replies = memory_file("replies").unwrap();
+        let mut writer = RegionWriter::new(replies);
+        let store_file = memory_file("store").unwrap();
+        store_file.set_len(1 << 20).unwrap();
+        let n = 20_000usize;
+        let z: Vec<f64> = (0..n).map(|i| i as f64 * 0.25).collect();
+        let offset = 8192u64;
+        {
+            use std::os::unix::fs::FileExt;
+            store_file
+                .write_all_at(&ninf_proto::values::encode(&z), offset)
+                .unwrap();
+        }
+        let mut store = StoreMapper::new(store_file).unwrap();
+        let in_store = v1::RegionArray {
+            parameter: 3,
+            element_type: v1::ElementType::Double as i32,
+            offset,
+            bytes: 8 * n as u64,
+            region: v1::ArrayRegion::Store.into(),
+        };
+        let mut request = v1::ExecRequest {
+            call_id: 1,
+            function: "f".into(),
+            arguments: vec![
+                v1::ArgumentValue {
+                    value: Some(Value::IntValue(n as i64)),
+                },
+                doubles((0..n).map(|i| i as f64)),
+                v1::ArgumentValue::default(),
+                v1::ArgumentValue::default(),
+                v1::ArgumentValue::default(),
+            ],
+            region_arrays: vec![in_store],
+            store_outputs: vec![in_store],
+            ..Default::default()
+        };
+        let mut requests = RegionReader::new(memory_file("requests").unwrap());
+        crate::shared::restore_request_arrays(&mut requests, Some(&mut store), &mut request)
+            .unwrap();
+        assert_eq!(request.region_arrays, vec![in_store], "left for the layout");
+        assert!(
+            request.arguments[3].value.is_none(),
+            "not read out of its place"
+        );
+        let reply = handle(
+            &module,
+            dispatch,
+            request,
+            &Limits::default(),
+            (Some(&mut writer), Some(&mut store)),
+        );
+        let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
+            panic!("expected a success, got {reply:?}");
+        };
+        let z_out = success
+            .region_outputs
+            .iter()
+            .find(|a| a.parameter == 3)
+            .unwrap();
+        assert_eq!(z_out, &in_store, "z comes back where it went in");
+        let updated: Vec<f64> =
+            ninf_proto::values::decode(&store.input(offset, 8 * n as u64).unwrap()).unwrap();
+        assert!(updated.iter().zip(&z).all(|(u, z)| *u == z + 1.0));
     }
 }

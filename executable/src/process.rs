@@ -122,6 +122,10 @@ impl ExecutableProcess {
             .map_err(|e| self.crashed(format!("sent an undecodable reply: {e}")))?;
         // Copied out: the region is rewritten by the next reply.
         match restore_reply_outputs(&mut self.regions.replies, &mut reply, false) {
+            // This host gives no store region, so asks for no output there.
+            Ok(()) if stored_outputs(&reply) => {
+                Err(self.crashed("sent an output in a store region it was not given".to_string()))
+            }
             Ok(()) => Ok(reply),
             Err(e) => Err(self.crashed(format!("sent a bad region output: {e}"))),
         }
@@ -155,6 +159,12 @@ impl ExecutableProcess {
         self.child.kill()?;
         self.child.wait().map(|_| ())
     }
+}
+
+/// Whether a reply still describes outputs in a store region after its own were restored.
+fn stored_outputs(reply: &v1::ExecReply) -> bool {
+    matches!(&reply.result,
+        Some(v1::exec_reply::Result::Success(s)) if !s.region_outputs.is_empty())
 }
 
 /// The command that starts an executable: frames on piped standard input and output,

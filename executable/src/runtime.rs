@@ -20,7 +20,7 @@ use prost::Message;
 use crate::arrays::{ArrayBuf, ArrayStorage};
 use crate::frame::{self, DEFAULT_MAX_FRAME, Frame, FrameError};
 use crate::layout::OutputLayout;
-use crate::shared::{ExecutableRegions, RegionWriter, SHARED_THRESHOLD};
+use crate::shared::{ExecutableRegions, RegionWriter, SHARED_THRESHOLD, StoreMapper};
 
 /// Largest array an executable allocates for one OUT or WORK parameter unless
 /// `NINF_EXEC_MAX_ARRAY_BYTES` says otherwise (1 GiB).
@@ -416,6 +416,17 @@ fn array_slot(
     })?;
     let shape = parameter.shape(&dims);
     Ok(match (parameter.mode, value) {
+        (Mode::InOut, None) if place.is_some_and(|p| p.holds_input) => {
+            let place = place.ok_or_else(|| RoutineError::bad_argument("no place"))?;
+            let size = parameter.element_type.size_bytes().unwrap_or(1).max(1);
+            if place.bytes as u64 != expected.saturating_mul(size) {
+                return Err(RoutineError::bad_argument(format!(
+                    "argument `{pname}` of `{name}` has {} bytes in the store region, expected {expected} elements ({shape})",
+                    place.bytes
+                )));
+            }
+            Slot::Array(ArrayStorage::Region(place))
+        }
         (Mode::In | Mode::InOut, Some(WireValue::Array(array))) => {
             // An INOUT array with a place in the reply is checked where it lies and copied
             // once, into that place; without one, the routine gets its own vector.
@@ -511,6 +522,12 @@ fn encode_outputs(
                         .into(),
                     offset: place.offset as u64,
                     bytes: place.bytes as u64,
+                    region: if place.in_store {
+                        v1::ArrayRegion::Store
+                    } else {
+                        v1::ArrayRegion::Own
+                    }
+                    .into(),
                 })
             }
             Some(Slot::Array(array)) => success.outputs.push(v1::ExecOutput {
@@ -552,13 +569,14 @@ fn wire_array(array: ArrayStorage) -> v1::Array {
 }
 
 /// Runs one request to completion; never panics. With `replies`, large outputs are written
-/// straight into that region (see [`crate::layout`]).
+/// straight into that region, or into the host's store region (`store`) where the request
+/// asks for them there (see [`crate::layout`]).
 pub fn handle(
     module: &ModuleInterface,
     dispatch: Dispatch,
     request: v1::ExecRequest,
     limits: &Limits,
-    replies: Option<&mut RegionWriter>,
+    (replies, store): (Option<&mut RegionWriter>, Option<&mut StoreMapper>),
 ) -> v1::ExecReply {
     let max_array_bytes = limits.max_array_bytes;
     let call_id = request.call_id;
@@ -583,18 +601,21 @@ pub fn handle(
         let function = module
             .function(&request.function)
             .ok_or_else(|| RoutineError::function_not_found(&request.function))?;
-        let arguments = request.arguments;
+        let mut arguments = request.arguments;
         let bindings = checked_bindings(function, &arguments)?;
+        let in_place = &request.region_arrays;
+        let mut store = store;
         let layout = match replies {
             Some(region) => plan_outputs(
                 function,
-                &arguments,
-                &bindings,
+                (&arguments, &bindings),
                 (call_id, max_array_bytes),
                 region,
+                (store.as_deref_mut(), &request.store_outputs, in_place),
             )?,
             None => OutputLayout::default(),
         };
+        restore_unplaced_inputs(&mut arguments, in_place, &layout, store)?;
         let checked = (&bindings, max_array_bytes);
         let mut call = decode_checked(function, arguments, checked, &layout)?;
         if let Some(budget) = limits.cpu_seconds_per_call {
@@ -656,17 +677,65 @@ pub fn handle(
 /// errors are left for `decode_checked` to report.
 fn plan_outputs(
     function: &FunctionInterface,
-    arguments: &[v1::ArgumentValue],
-    bindings: &BTreeMap<String, i64>,
+    call: (&[v1::ArgumentValue], &BTreeMap<String, i64>),
     limits: (u64, u64),
     region: &mut RegionWriter,
+    store: (
+        Option<&mut StoreMapper>,
+        &[v1::RegionArray],
+        &[v1::RegionArray],
+    ),
 ) -> Result<OutputLayout, RoutineError> {
-    OutputLayout::plan(function, arguments, bindings, limits, region).map_err(|e| {
+    OutputLayout::plan(function, call, limits, region, store).map_err(|e| {
         RoutineError::new(
             ExecErrorKind::RoutineFailed,
             format!("cannot make room for the outputs in the shared reply region: {e}"),
         )
     })
+}
+
+/// INOUT inputs the host left in the store region for outputs the layout could not place
+/// there after all: read from the store, to be copied into their place like any other.
+fn restore_unplaced_inputs(
+    arguments: &mut [v1::ArgumentValue],
+    in_place: &[v1::RegionArray],
+    layout: &OutputLayout,
+    store: Option<&mut StoreMapper>,
+) -> Result<(), RoutineError> {
+    let mut store = store;
+    for array in in_place {
+        let index = array.parameter as usize;
+        if layout.place(index).is_some_and(|p| p.holds_input) {
+            continue;
+        }
+        let read = store
+            .as_deref_mut()
+            .map(|s| s.input(array.offset, array.bytes));
+        let data = match read {
+            Some(Ok(data)) => data,
+            Some(Err(e)) => {
+                return Err(RoutineError::new(
+                    ExecErrorKind::MalformedRequest,
+                    format!("array of parameter {index}: {e}"),
+                ));
+            }
+            None => {
+                return Err(RoutineError::new(
+                    ExecErrorKind::MalformedRequest,
+                    format!(
+                        "array of parameter {index} lies in the host's store region, which this executable was not given"
+                    ),
+                ));
+            }
+        };
+        if let Some(argument) = arguments.get_mut(index) {
+            argument.value = Some(WireValue::Array(v1::Array {
+                element_type: array.element_type,
+                data,
+            }));
+        }
+    }
+    Ok(())
 }
 
 fn error_reply(kind: ExecErrorKind, message: String) -> v1::ExecReply {
@@ -755,10 +824,16 @@ pub fn serve(
             Ok(request)
         });
         let reply = match request {
-            Ok(request) => {
-                let replies = regions.as_deref_mut().map(|r| &mut r.replies);
-                handle(module, dispatch, request, &limits, replies)
-            }
+            Ok(request) => match regions.as_deref_mut() {
+                Some(r) => handle(
+                    module,
+                    dispatch,
+                    request,
+                    &limits,
+                    (Some(&mut r.replies), r.store.as_mut()),
+                ),
+                None => handle(module, dispatch, request, &limits, (None, None)),
+            },
             Err(message) => error_reply(ExecErrorKind::MalformedRequest, message),
         };
         let in_region = matches!(&reply.result,
@@ -784,7 +859,7 @@ fn restore_arrays(
     let Some(regions) = regions else {
         return Err("the request has region arrays, but no shared region was set up".into());
     };
-    crate::shared::restore_request_arrays(&mut regions.requests, request)
+    crate::shared::restore_request_arrays(&mut regions.requests, regions.store.as_mut(), request)
         .map_err(|e| format!("malformed request: {e}"))
 }
 

@@ -47,6 +47,102 @@ pub const SHARED_ENV: &str = "NINF_EXEC_SHARED";
 pub const REQUEST_FD: i32 = 3;
 pub const REPLY_FD: i32 = 4;
 
+/// Descriptor number of the host's store region in the executable, when the host has one
+/// (`NINF_EXEC_SHARED=3,4,5`).
+pub const STORE_FD: i32 = 5;
+
+/// Where a host's store region is mapped in the host. An array whose bytes lie inside it is
+/// named to the executable by its offset there (`ArrayRegion::Store`) instead of being copied
+/// into the request region; the executable maps those pages itself.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreWindow {
+    base: usize,
+    len: usize,
+}
+
+impl StoreWindow {
+    /// The window of a mapping of the store region's file from its start: `len` bytes at
+    /// `base`. Only addresses are compared with it; nothing is read through it.
+    pub fn new(base: *const u8, len: usize) -> StoreWindow {
+        StoreWindow {
+            base: base as usize,
+            len,
+        }
+    }
+
+    /// The offset in the store region of `data`, if all of it lies there.
+    pub fn offset_of(&self, data: &[u8]) -> Option<u64> {
+        let start = data.as_ptr() as usize;
+        let end = start.checked_add(data.len())?;
+        let inside = !data.is_empty() && start >= self.base && end <= self.base + self.len;
+        inside.then(|| (start - self.base) as u64)
+    }
+}
+
+/// The executable's view of its host's store region: one read-only mapping of the whole
+/// region for inputs and one writable mapping for the outputs the host asks for there, each
+/// made at its first use and kept. Mapping arrays call by call would cost more page-table
+/// work than the copies it saves (about 1 ms to map 8 MB, against 0.5 ms to copy it), while
+/// kept mappings touch each page once. A routine that writes into an input still meets
+/// read-only pages; one that writes past the end of an output can reach other stored
+/// arrays, as it can reach its own memory: module executables are the server's own code.
+#[derive(Debug)]
+pub struct StoreMapper {
+    file: File,
+    inputs: RegionReader,
+    outputs: Option<MmapMut>,
+}
+
+impl StoreMapper {
+    pub fn new(file: File) -> io::Result<StoreMapper> {
+        Ok(StoreMapper {
+            inputs: RegionReader::new(file.try_clone()?),
+            file,
+            outputs: None,
+        })
+    }
+
+    fn checked(&self, offset: u64, bytes: u64) -> io::Result<()> {
+        let size = self.file.metadata()?.len();
+        match offset.checked_add(bytes) {
+            Some(end) if end <= size && bytes > 0 => Ok(()),
+            _ => Err(io::Error::other(format!(
+                "bytes {offset}..{} lie outside the store region of {size} bytes",
+                offset.saturating_add(bytes)
+            ))),
+        }
+    }
+
+    /// An input array's bytes, read-only where they lie. (The host does not change a
+    /// stored array while a call that reads it runs: it keeps the array alive and never
+    /// writes stored arrays in place.)
+    pub fn input(&mut self, offset: u64, bytes: u64) -> io::Result<Bytes> {
+        self.checked(offset, bytes)?;
+        self.inputs.span(offset, bytes, true)
+    }
+
+    /// The first byte of the place the host reserved for an output, writable.
+    pub fn output(&mut self, offset: u64, bytes: u64) -> io::Result<std::ptr::NonNull<u8>> {
+        self.checked(offset, bytes)?;
+        let size = self.file.metadata()?.len();
+        if self
+            .outputs
+            .as_ref()
+            .is_none_or(|m| (m.len() as u64) < size)
+        {
+            // SAFETY: the host reserves each output's bytes for one call alone and reads
+            // them only after its reply; nothing else writes them meanwhile.
+            self.outputs = Some(unsafe { MmapMut::map_mut(&self.file)? });
+        }
+        let map = self
+            .outputs
+            .as_mut()
+            .ok_or_else(|| io::Error::other("store region not mapped"))?;
+        let start = map.as_mut_ptr().wrapping_add(offset as usize);
+        std::ptr::NonNull::new(start).ok_or_else(|| io::Error::other("null mapping"))
+    }
+}
+
 /// An anonymous memory file.
 pub fn memory_file(name: &str) -> io::Result<File> {
     let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
@@ -104,25 +200,49 @@ impl RegionWriter {
     /// 64-byte aligned, so the executable reads them in place); returns the message's length,
     /// the frame's. Each array is copied once, as encoding it inline would copy it.
     pub fn write_request(&mut self, request: &mut v1::ExecRequest) -> io::Result<usize> {
-        let moved = move_out_large_arrays(request);
+        self.write_request_with_store(request, None)
+            .map(|(len, _)| len)
+    }
+
+    /// As [`RegionWriter::write_request`], but an array whose bytes lie in the host's store
+    /// region (`store`) is named there by its offset, not copied. Returns the frame's length
+    /// and those arrays' bytes, which the caller keeps until the reply has come back: the
+    /// executable reads them where they are.
+    pub fn write_request_with_store(
+        &mut self,
+        request: &mut v1::ExecRequest,
+        store: Option<&StoreWindow>,
+    ) -> io::Result<(usize, Vec<Bytes>)> {
+        let (moved, pinned) = move_out_large_arrays(request, store);
         let len = request.encoded_len();
         let end = place_region_arrays(len, &mut request.region_arrays);
         let region = self.reserve(end)?;
-        for (array, data) in request.region_arrays.iter().zip(&moved) {
+        let own = request.region_arrays.iter().filter(|a| !in_store(a));
+        for (array, data) in own.zip(&moved) {
             region[array.offset as usize..][..data.len()].copy_from_slice(data);
         }
         request
             .encode(&mut &mut region[..len])
             .map_err(io::Error::other)?;
-        Ok(len)
+        Ok((len, pinned))
     }
 }
 
+/// Whether a region array lies in the host's store region rather than the sender's own.
+pub fn in_store(array: &v1::RegionArray) -> bool {
+    array.region == v1::ArrayRegion::Store as i32
+}
+
 /// Takes the data of every array argument of at least [`REGION_ARRAY_THRESHOLD`] bytes out
-/// of `request`, describing each in `region_arrays` (offsets still to be placed).
-fn move_out_large_arrays(request: &mut v1::ExecRequest) -> Vec<Bytes> {
+/// of `request`, describing each in `region_arrays`: those in `store` at their offset there
+/// (returned second, to be kept alive), the others with offsets still to be placed in the
+/// request region (returned first, to be copied there).
+fn move_out_large_arrays(
+    request: &mut v1::ExecRequest,
+    store: Option<&StoreWindow>,
+) -> (Vec<Bytes>, Vec<Bytes>) {
     use v1::argument_value::Value;
-    let mut moved = Vec::new();
+    let (mut moved, mut pinned) = (Vec::new(), Vec::new());
     request.region_arrays.clear();
     for (index, argument) in request.arguments.iter_mut().enumerate() {
         let large = matches!(&argument.value,
@@ -131,23 +251,35 @@ fn move_out_large_arrays(request: &mut v1::ExecRequest) -> Vec<Bytes> {
             continue;
         }
         if let Some(Value::Array(array)) = argument.value.take() {
+            let stored = store.and_then(|s| s.offset_of(&array.data));
             request.region_arrays.push(v1::RegionArray {
                 parameter: index as u32,
                 element_type: array.element_type,
-                offset: UNPLACED,
+                offset: stored.unwrap_or(UNPLACED),
                 bytes: array.data.len() as u64,
+                region: if stored.is_some() {
+                    v1::ArrayRegion::Store
+                } else {
+                    v1::ArrayRegion::Own
+                }
+                .into(),
             });
-            moved.push(array.data);
+            if stored.is_some() {
+                pinned.push(array.data);
+            } else {
+                moved.push(array.data);
+            }
         }
     }
-    moved
+    (moved, pinned)
 }
 
 /// Gives each array an aligned offset after a message of `message_len` bytes (measured with
-/// the arrays' offsets [`UNPLACED`]), in order; returns where the last one ends.
+/// the arrays' offsets [`UNPLACED`]), in order; returns where the last one ends. Arrays in
+/// the store region keep the offsets they have there.
 pub fn place_region_arrays(message_len: usize, arrays: &mut [v1::RegionArray]) -> usize {
     let mut end = message_len;
-    for array in arrays {
+    for array in arrays.iter_mut().filter(|a| !in_store(a)) {
         let offset = region_align(end);
         array.offset = offset as u64;
         end = offset + array.bytes as usize;
@@ -241,48 +373,60 @@ impl RegionReader {
     }
 }
 
-/// The host's ends of a new executable's two regions.
+/// The host's ends of a new executable's regions, and its store region if it has one.
 pub struct HostRegions {
     pub requests: RegionWriter,
     pub replies: RegionReader,
+    store: Option<File>,
 }
 
 impl HostRegions {
     pub fn create() -> io::Result<HostRegions> {
+        Self::create_with_store(None)
+    }
+
+    /// Regions for an executable that also gets `store` (the host's store region) as
+    /// descriptor 5.
+    pub fn create_with_store(store: Option<&File>) -> io::Result<HostRegions> {
         Ok(HostRegions {
             requests: RegionWriter::new(memory_file("ninf-requests")?),
             replies: RegionReader::new(memory_file("ninf-replies")?),
+            store: store.map(File::try_clone).transpose()?,
         })
     }
 
-    /// Makes the child inherit the regions as descriptors 3 and 4 and announces them.
+    /// Makes the child inherit the regions as descriptors 3 and 4 (and the store region as
+    /// 5) and announces them.
     pub fn attach(&self, command: &mut std::process::Command) {
         use std::os::unix::process::CommandExt;
-        let request = self.requests.file().as_raw_fd();
-        let reply = self.replies.file().as_raw_fd();
-        command.env(SHARED_ENV, format!("{REQUEST_FD},{REPLY_FD}"));
-        // SAFETY: the closure runs in the child between fork and exec and calls only dup2
-        // and fcntl, which are async-signal-safe. The reply descriptor is first moved out of
-        // the way if it happens to be number 3.
+        let mut sources = vec![
+            self.requests.file().as_raw_fd(),
+            self.replies.file().as_raw_fd(),
+        ];
+        sources.extend(self.store.as_ref().map(File::as_raw_fd));
+        let targets = [REQUEST_FD, REPLY_FD, STORE_FD];
+        let announced: Vec<String> = targets[..sources.len()]
+            .iter()
+            .map(i32::to_string)
+            .collect();
+        command.env(SHARED_ENV, announced.join(","));
+        // SAFETY: the closure runs in the child between fork and exec and calls only fcntl,
+        // dup2 and close, which are async-signal-safe. Every source is first copied above the
+        // targets, so that no dup2 overwrites a source not yet moved.
         unsafe {
             command.pre_exec(move || {
-                let mut reply = reply;
-                if reply == REQUEST_FD {
-                    reply = libc::fcntl(reply, libc::F_DUPFD_CLOEXEC, 10);
-                    if reply < 0 {
+                let mut high = [0; 3];
+                for (slot, &source) in high.iter_mut().zip(&sources) {
+                    *slot = libc::fcntl(source, libc::F_DUPFD_CLOEXEC, 10);
+                    if *slot < 0 {
                         return Err(io::Error::last_os_error());
                     }
                 }
-                for (from, to) in [(request, REQUEST_FD), (reply, REPLY_FD)] {
-                    let result = if from == to {
-                        // dup2 onto itself keeps close-on-exec: clear it instead.
-                        libc::fcntl(to, libc::F_SETFD, 0)
-                    } else {
-                        libc::dup2(from, to)
-                    };
-                    if result < 0 {
+                for (&from, &to) in high.iter().zip(&targets).take(sources.len()) {
+                    if libc::dup2(from, to) < 0 {
                         return Err(io::Error::last_os_error());
                     }
+                    libc::close(from);
                 }
                 Ok(())
             });
@@ -294,22 +438,33 @@ impl HostRegions {
 pub struct ExecutableRegions {
     pub requests: RegionReader,
     pub replies: RegionWriter,
+    /// The host's store region, when it has one.
+    pub store: Option<StoreMapper>,
 }
 
 impl ExecutableRegions {
-    /// Takes descriptors 3 and 4 if `NINF_EXEC_SHARED` announces them.
+    /// Takes descriptors 3 and 4 (and 5) if `NINF_EXEC_SHARED` announces them.
     pub fn from_env() -> Option<ExecutableRegions> {
         let announced = std::env::var(SHARED_ENV).ok()?;
-        if announced != format!("{REQUEST_FD},{REPLY_FD}") {
+        let with_store = if announced == format!("{REQUEST_FD},{REPLY_FD}") {
+            false
+        } else if announced == format!("{REQUEST_FD},{REPLY_FD},{STORE_FD}") {
+            true
+        } else {
             return None;
-        }
+        };
         // SAFETY: the host created these descriptors for this process alone and announced
         // them; this is the only place that takes ownership of them, once at start-up.
         let (requests, replies) =
             unsafe { (File::from_raw_fd(REQUEST_FD), File::from_raw_fd(REPLY_FD)) };
+        // SAFETY: as above, for the store region's descriptor.
+        let store = with_store
+            .then(|| StoreMapper::new(unsafe { File::from_raw_fd(STORE_FD) }).ok())
+            .flatten();
         Some(ExecutableRegions {
             requests: RegionReader::new(requests),
             replies: RegionWriter::new(replies),
+            store,
         })
     }
 }
@@ -336,10 +491,13 @@ pub fn restore_region_arrays(
     Ok(())
 }
 
-/// A request's region arrays back in its arguments, in place (for an executable). Each must
-/// name an argument that carries no value.
+/// A request's region arrays back in its arguments, in place (for an executable); those in
+/// the store region are read from `store`, except an INOUT input the host wrote where the
+/// request asks for its output (the same entry in `store_outputs`): that one stays in
+/// `region_arrays`, for the call's layout. Each must name an argument that carries no value.
 pub fn restore_request_arrays(
     region: &mut RegionReader,
+    store: Option<&mut StoreMapper>,
     request: &mut v1::ExecRequest,
 ) -> Result<(), String> {
     let arrays = std::mem::take(&mut request.region_arrays);
@@ -361,14 +519,43 @@ pub fn restore_request_arrays(
             }
         }
     }
-    restore_region_arrays(region, arrays, true, |parameter, array| {
+    let (stored, own): (Vec<_>, Vec<_>) = arrays.into_iter().partition(in_store);
+    // An input the host wrote where it asked for the same parameter's output stays there:
+    // the routine updates it in place (see `OutputLayout::plan`).
+    let (in_place, stored): (Vec<_>, Vec<_>) = stored
+        .into_iter()
+        .partition(|a| request.store_outputs.contains(a));
+    request.region_arrays = in_place;
+    let mut store = store;
+    for array in stored {
+        let parameter = array.parameter;
+        let data = match store.as_deref_mut() {
+            Some(store) => store
+                .input(array.offset, array.bytes)
+                .map_err(|e| format!("array of parameter {parameter}: {e}"))?,
+            None => {
+                return Err(format!(
+                    "array of parameter {parameter} lies in the host's store region, which this executable was not given"
+                ));
+            }
+        };
+        if let Some(argument) = arguments.get_mut(parameter as usize) {
+            argument.value = Some(v1::argument_value::Value::Array(v1::Array {
+                element_type: array.element_type,
+                data,
+            }));
+        }
+    }
+    restore_region_arrays(region, own, true, |parameter, array| {
         if let Some(argument) = arguments.get_mut(parameter as usize) {
             argument.value = Some(v1::argument_value::Value::Array(array));
         }
     })
 }
 
-/// A reply's region outputs back among its outputs, in parameter order (for a host).
+/// A reply's region outputs back among its outputs, in parameter order (for a host). Those
+/// in the store region are left in `region_outputs`, for the host to match with what it
+/// reserved.
 pub fn restore_reply_outputs(
     region: &mut RegionReader,
     reply: &mut v1::ExecReply,
@@ -380,7 +567,11 @@ pub fn restore_reply_outputs(
     if success.region_outputs.is_empty() {
         return Ok(());
     }
-    let arrays = std::mem::take(&mut success.region_outputs);
+    // Outputs in the store region stay described: only the host knows what it reserved.
+    let (stored, arrays): (Vec<_>, Vec<_>) = std::mem::take(&mut success.region_outputs)
+        .into_iter()
+        .partition(in_store);
+    success.region_outputs = stored;
     let outputs = &mut success.outputs;
     restore_region_arrays(region, arrays, in_place, |parameter, array| {
         outputs.push(v1::ExecOutput {
@@ -448,7 +639,7 @@ mod tests {
                 .iter()
                 .all(|(_, offset)| offset % REGION_ALIGN as u64 == 0)
         );
-        restore_request_arrays(&mut reader, &mut received).unwrap();
+        restore_request_arrays(&mut reader, None, &mut received).unwrap();
         for (index, (got, sent)) in received.arguments.iter().zip(&arguments).enumerate() {
             assert!(got == sent, "argument {index} came back different");
         }

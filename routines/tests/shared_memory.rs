@@ -88,8 +88,9 @@ fn inout_arrays_in_the_reply_region_come_back_exactly_as_the_routine_left_them()
     }
 }
 
-/// A request naming bytes outside the request region, or a region array for an argument
-/// that is not there, is refused by name; the executable goes on serving.
+/// A request naming bytes outside the request region, a region array for an argument that
+/// is not there, or one in a store region the executable was not given, is refused by name;
+/// the executable goes on serving.
 #[test]
 fn region_arrays_outside_the_region_or_the_arguments_are_refused_by_name() {
     use ninf_proto::v1::{self, ExecErrorKind, argument_value::Value};
@@ -102,6 +103,11 @@ fn region_arrays_outside_the_region_or_the_arguments_are_refused_by_name() {
         element_type: v1::ElementType::Double as i32,
         offset,
         bytes,
+        region: v1::ArrayRegion::Own.into(),
+    };
+    let stored = v1::RegionArray {
+        region: v1::ArrayRegion::Store.into(),
+        ..region_array(0, 0, 32)
     };
     let cases = [
         (
@@ -131,6 +137,11 @@ fn region_arrays_outside_the_region_or_the_arguments_are_refused_by_name() {
             region_array(0, 0, 32),
             int(1),
             "malformed request: argument 0 has a value and a region array".to_string(),
+        ),
+        (
+            stored,
+            v1::ArgumentValue::default(),
+            "malformed request: array of parameter 0 lies in the host's store region, which this executable was not given".to_string(),
         ),
     ];
     let process = exec.process();

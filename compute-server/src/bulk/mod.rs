@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use ninf_executable::shared::{UNPLACED, place_region_arrays};
+use ninf_executable::shared::{
+    REGION_ARRAY_THRESHOLD, StoreWindow, UNPLACED, in_store, place_region_arrays,
+};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -240,41 +242,89 @@ enum Part {
 }
 
 /// The executable's request: bulk arguments as region arrays (their bytes still to come),
-/// placed after the message. Returns it with the bytes it takes in the region.
-fn region_request(call_id: u64, function: &str, parts: Vec<Part>) -> (v1::ExecRequest, usize) {
+/// placed after the message, and large arrays from storage that lie in the store region
+/// (`store`) named there. Returns it with the bytes it takes in the region and those stored
+/// arrays, to be kept until the reply: the executable reads them where they are.
+fn region_request(
+    (call_id, function): (u64, &str),
+    parts: Vec<Part>,
+    store: Option<&StoreWindow>,
+    store_outputs: Vec<v1::RegionArray>,
+) -> (v1::ExecRequest, usize, Vec<Bytes>) {
     let mut request = v1::ExecRequest {
         call_id,
         function: function.to_string(),
         ..Default::default()
     };
+    let mut pinned = Vec::new();
     for (index, part) in parts.into_iter().enumerate() {
         let value = match part {
-            Part::Encoded(value) => value,
+            Part::Encoded(value) => match stored_array(value, store) {
+                Ok((array, offset)) => {
+                    request.region_arrays.push(v1::RegionArray {
+                        parameter: index as u32,
+                        element_type: array.element_type,
+                        offset,
+                        bytes: array.data.len() as u64,
+                        region: v1::ArrayRegion::Store.into(),
+                    });
+                    pinned.push(array.data);
+                    v1::ArgumentValue::default()
+                }
+                Err(value) => value,
+            },
             Part::Bulk {
                 element_type,
                 bytes,
             } => {
-                request.region_arrays.push(v1::RegionArray {
+                // An INOUT array whose output is kept in the store region arrives there
+                // directly: the routine then updates it where it is kept.
+                let own = v1::RegionArray {
                     parameter: index as u32,
                     element_type,
                     offset: UNPLACED,
                     bytes: bytes as u64,
-                });
+                    region: v1::ArrayRegion::Own.into(),
+                };
+                let kept = store_outputs
+                    .iter()
+                    .find(|o| o.parameter == own.parameter && o.bytes == own.bytes);
+                request.region_arrays.push(kept.cloned().unwrap_or(own));
                 v1::ArgumentValue::default()
             }
         };
         request.arguments.push(value);
     }
+    request.store_outputs = store_outputs;
     let len = request.encoded_len();
     let end = place_region_arrays(len, &mut request.region_arrays);
-    (request, end)
+    (request, end, pinned)
+}
+
+/// A large array that lies in the store region, with its offset there; any other value back.
+fn stored_array(
+    value: v1::ArgumentValue,
+    store: Option<&StoreWindow>,
+) -> Result<(v1::Array, u64), v1::ArgumentValue> {
+    use v1::argument_value::Value;
+    let offset = match (&value.value, store) {
+        (Some(Value::Array(array)), Some(store)) if array.data.len() >= REGION_ARRAY_THRESHOLD => {
+            store.offset_of(&array.data)
+        }
+        _ => None,
+    };
+    match (value.value, offset) {
+        (Some(Value::Array(array)), Some(offset)) => Ok((array, offset)),
+        (value, _) => Err(v1::ArgumentValue { value }),
+    }
 }
 
 /// Writes the request's message at the start of the region and reads its bulk arrays from
-/// the socket straight into their places; returns the message's length, the frame's.
+/// the socket straight into their places: in the region, or in the store region's room
+/// reserved for the same parameter's output. Returns the message's length, the frame's.
 async fn write_request(
     region: &mut [u8],
-    request: &v1::ExecRequest,
+    (request, store_outputs): (&v1::ExecRequest, &mut invoke::StoreOutputs),
     io: &mut impl BulkIo,
 ) -> std::io::Result<usize> {
     let len = request.encoded_len();
@@ -282,7 +332,15 @@ async fn write_request(
         .encode(&mut &mut region[..len])
         .map_err(std::io::Error::other)?;
     for array in &request.region_arrays {
-        let place = &mut region[array.offset as usize..][..array.bytes as usize];
+        let place = if in_store(array) {
+            match store_outputs.room_for(array.parameter) {
+                Some(room) if room.offset() == array.offset => room.as_mut_slice(),
+                // An input from storage, which the executable reads where it is kept.
+                _ => continue,
+            }
+        } else {
+            &mut region[array.offset as usize..][..array.bytes as usize]
+        };
         io.read_input(place).await?;
     }
     Ok(len)
@@ -337,12 +395,19 @@ async fn call(
         .attach(checkout.pid().into_iter().collect(), true)
         .await;
     let call_id = checkout.next_call_id();
-    let (exec_request, region_len) = region_request(call_id, &name, parts);
+    let mut store_outputs = invoke::StoreOutputs::reserve(state, &prepared);
+    let window = state.store_region.as_ref().map(|r| r.window());
+    let (exec_request, region_len, pinned) = region_request(
+        (call_id, &name),
+        parts,
+        window.as_ref(),
+        store_outputs.requested(),
+    );
     let written = match checkout.request_region(region_len) {
         Ok(region) => {
             // The executable waits for this input. If it is slow to come, the job is idle
             // (seed 000): it gives its slots away until the input is complete.
-            let write = write_request(region, &exec_request, io);
+            let write = write_request(region, (&exec_request, &mut store_outputs), io);
             tokio::pin!(write);
             match tokio::time::timeout(IDLE_AFTER, &mut write).await {
                 Ok(written) => written,
@@ -374,7 +439,11 @@ async fn call(
         .await
         .map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
-    let success = match reply.result {
+    // The executable has read its stored inputs.
+    let read_in_place = pinned.iter().map(|p| p.len() as u64).sum();
+    state.metrics.store_region("read_in_place", read_in_place);
+    drop(pinned);
+    let mut success = match reply.result {
         Some(v1::exec_reply::Result::Success(success)) => success,
         other => {
             return Err(Failure::Answer(failed_reply(
@@ -382,9 +451,12 @@ async fn call(
             )));
         }
     };
+    store_outputs
+        .claim(state, &mut success, &name)
+        .map_err(Failure::Answer)?;
 
-    // Outputs still live in the executable's reply region: keep (copied into storage) or
-    // stream them, then give the executable back.
+    // Outputs still live in the executable's reply region (or, kept ones, in the store
+    // region): keep (copied into storage) or stream them, then give the executable back.
     let kept = (&prepared.keep, request.owner.as_str());
     let (outputs, payloads) =
         split_outputs(state, &name, kept, success.outputs).map_err(Failure::Answer)?;

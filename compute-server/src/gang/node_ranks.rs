@@ -167,6 +167,7 @@ impl NodeRanks {
                 cpu_seconds_per_call: limit(run.cpu_seconds_per_call),
             },
             die_with_parent: true,
+            store: None,
         };
         let pool = ExecutablePool::start(&run.module, &path, options)
             .await

@@ -7,6 +7,11 @@
 //! lease runs out (its proxy or client disappeared) loses every object, so storage never
 //! leaks. Times are seconds on a clock the caller passes in, so the rule is tested without
 //! waiting.
+//!
+//! Large arrays kept in memory live in the server's store region ([`region`]) where there is
+//! room, so that the executables read and write them in place.
+
+pub mod region;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
