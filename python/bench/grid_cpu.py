@@ -8,7 +8,8 @@ time moves with whatever else the machine runs; processor time spent on copies a
 tables does much less, so this compares two builds where the peer benchmark's medians
 cannot tell them apart (docs/performance.md).
 
-    target/peers-venv/bin/python python/bench/grid_cpu.py BIN_DIR [--workload pairs] [--n 1000] [--trials 40]
+    target/peers-venv/bin/python python/bench/grid_cpu.py BIN_DIR [--workload pairs] [--n 1000] \
+        [--trials 40] [--warmup 3]
 """
 
 import argparse
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--workload", choices=["pairs", "cascade"], default="pairs")
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=3, help="runs before the timed ones")
     args = parser.parse_args()
     os.environ["NINF_BIN_DIR"] = args.bin_dir
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -81,7 +83,7 @@ def main() -> None:
     try:
         work = matrices(args.n, 8) if args.workload == "cascade" else systems(args.n)
         run = getattr(side, args.workload)
-        for _ in range(3):
+        for _ in range(args.warmup):
             run(work)
         root = grid_process()
         before, client_before = usage(root), time.process_time()

@@ -6,7 +6,10 @@ client sees, data transfer included; each is the median of the trials. Run by
 scripts/bench-peers, which installs the peers into a virtual environment first.
 
     python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
-                            [--systems ninf,ray,dask,numpy] [--json]
+                            [--systems ninf,ray,dask,numpy] [--json] [--interleave]
+
+With --interleave every system is started at once and each workload's trials alternate
+between them, so that a change in the machine's other load falls on all of them alike.
 
 Where the systems differ: Ninf's pairs are LINPACK's dgefa then dgesl, two tasks per
 system with the factors passed server to server; the peers solve each system with
@@ -218,6 +221,57 @@ def run_side(side, args) -> Dict[str, float]:
     return results
 
 
+def workloads(args):
+    """(name, data, how to run it on a side, how to check a side's answer) for each workload."""
+    out = []
+    for n in args.sizes:
+        m = matrices(n, 8)
+        expected = cascade_expected(m)
+
+        def check_cascade(side, m=m, expected=expected, n=n):
+            got = side.cascade(m)
+            assert np.allclose(got, expected, rtol=1e-8), f"{side.name}: wrong cascade at n={n}"
+
+        out.append((f"cascade n={n}", lambda side, m=m: side.cascade(m), check_cascade))
+        s = systems(n)
+
+        def check_pairs(side, s=s, n=n):
+            for (a, b), x in zip(s, side.pairs(s)):
+                assert np.allclose(a @ x, b, rtol=1e-6), f"{side.name}: wrong pairs at n={n}"
+
+        out.append((f"pairs n={n}", lambda side, s=s: side.pairs(s), check_pairs))
+    out.append(
+        (f"{args.tiny} tiny tasks", lambda side: side.tiny(args.tiny), lambda side: side.tiny(1))
+    )
+    x = np.arange(args.mib * 1024 * 1024 // 8, dtype=np.float64)
+
+    def check_echo(side):
+        assert np.array_equal(side.echo(x), x), f"{side.name}: wrong echo"
+
+    out.append((f"{args.mib} MiB in and out", lambda side: side.echo(x), check_echo))
+    return out
+
+
+def run_interleaved(sides, args) -> Dict[str, Dict[str, float]]:
+    """Every side up at once; each workload's trials alternate between the sides, so a
+    change in the machine's other load falls on all of them alike."""
+    results: Dict[str, Dict[str, float]] = {side.name: {} for side in sides}
+    for name, run, check in workloads(args):
+        taking = [side for side in sides if not (side.name == "numpy" and "tiny" in name)]
+        for side in taking:
+            check(side)
+            run(side)  # warm up
+        times: Dict[str, List[float]] = {side.name: [] for side in taking}
+        for _ in range(args.trials):
+            for side in taking:
+                started = time.perf_counter()
+                run(side)
+                times[side.name].append(time.perf_counter() - started)
+        for side in taking:
+            results[side.name][name] = statistics.median(times[side.name])
+    return results
+
+
 def table(all_results: Dict[str, Dict[str, float]], tiny: int) -> str:
     systems_run = list(all_results)
     workloads = list(next(iter(all_results.values())))
@@ -258,6 +312,11 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--systems", default="ninf,ray,dask,numpy")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="start every system at once and alternate their trials (see run_interleaved)",
+    )
     args = parser.parse_args()
     args.sizes = [int(v) for v in args.sizes.split(",")]
     makers = {
@@ -267,7 +326,16 @@ def main() -> None:
         "numpy": NumpySide,
     }
     all_results: Dict[str, Dict[str, float]] = {}
-    for name in args.systems.split(","):
+    if args.interleave:
+        sides = []
+        try:
+            for name in args.systems.split(","):
+                sides.append(makers[name]())
+            all_results = run_interleaved(sides, args)
+        finally:
+            for side in sides:
+                side.close()
+    for name in [] if args.interleave else args.systems.split(","):
         side = makers[name]()
         try:
             all_results[name] = run_side(side, args)
