@@ -43,6 +43,18 @@ fn object(server: &str, id: &str) -> v1::CallArgument {
     }
 }
 
+/// The objects a reply names for its kept outputs (every output must be kept).
+fn kept_objects(reply: &v1::CallReply) -> Vec<v1::ObjectRef> {
+    reply
+        .outputs
+        .iter()
+        .map(|o| match &o.result {
+            Some(v1::call_output::Result::Object(r)) => r.clone(),
+            other => panic!("expected an object, got {other:?}"),
+        })
+        .collect()
+}
+
 fn request(function: &str, arguments: Vec<v1::CallArgument>) -> v1::CallRequest {
     v1::CallRequest {
         function: function.into(),
@@ -326,14 +338,7 @@ async fn outputs_kept_on_one_server_feed_a_call_on_another() {
     req.keep = vec![0, 2];
     req.owner = "t1".into();
     let reply = client_a.call_request(req).await.unwrap();
-    let refs: Vec<v1::ObjectRef> = reply
-        .outputs
-        .iter()
-        .map(|o| match &o.result {
-            Some(v1::call_output::Result::Object(r)) => r.clone(),
-            other => panic!("expected an object, got {other:?}"),
-        })
-        .collect();
+    let refs = kept_objects(&reply);
     assert!(refs.iter().all(|r| r.server == a.address));
     assert_eq!(a.state.store.len(), 2);
 
@@ -794,14 +799,7 @@ async fn factors_kept_in_the_store_region_solve_the_system_exactly() {
     req.keep = vec![0, 2];
     req.owner = "t-store".into();
     let reply = client.call_request(req).await.unwrap();
-    let refs: Vec<v1::ObjectRef> = reply
-        .outputs
-        .iter()
-        .map(|o| match &o.result {
-            Some(v1::call_output::Result::Object(r)) => r.clone(),
-            other => panic!("expected an object, got {other:?}"),
-        })
-        .collect();
+    let refs = kept_objects(&reply);
     let (_, factors) = server.state.store.get(&refs[0].object_id).unwrap();
     let (_, pivots) = server.state.store.get(&refs[1].object_id).unwrap();
     let window = region.window();

@@ -259,6 +259,19 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
         }
     }
 
+    /// f(n, x = 0, 1, 2 ..., y, z = 0, -1, -2 ..., small).
+    fn f_arguments(n: usize) -> Vec<v1::ArgumentValue> {
+        vec![
+            v1::ArgumentValue {
+                value: Some(Value::IntValue(n as i64)),
+            },
+            doubles((0..n).map(|i| i as f64)),
+            v1::ArgumentValue::default(),
+            doubles((0..n).map(|i| -(i as f64))),
+            v1::ArgumentValue::default(),
+        ]
+    }
+
     #[test]
     fn large_outputs_are_written_in_place_after_the_message_and_come_back_exact() {
         let module = ninf_idl::compile(&ninf_idl::SourceFile::new("t.idl", IDL)).unwrap();
@@ -269,15 +282,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
         let request = v1::ExecRequest {
             call_id: u64::MAX,
             function: "f".into(),
-            arguments: vec![
-                v1::ArgumentValue {
-                    value: Some(Value::IntValue(n as i64)),
-                },
-                doubles((0..n).map(|i| i as f64)),
-                v1::ArgumentValue::default(),
-                doubles((0..n).map(|i| -(i as f64))),
-                v1::ArgumentValue::default(),
-            ],
+            arguments: f_arguments(n),
             ..Default::default()
         };
         let mut reply = handle(
@@ -357,15 +362,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
         let request = v1::ExecRequest {
             call_id: 1,
             function: "f".into(),
-            arguments: vec![
-                v1::ArgumentValue {
-                    value: Some(Value::IntValue(n as i64)),
-                },
-                doubles((0..n).map(|i| i as f64)),
-                v1::ArgumentValue::default(),
-                doubles((0..n).map(|i| -(i as f64))),
-                v1::ArgumentValue::default(),
-            ],
+            arguments: f_arguments(n),
             // y at page 1 of the store; z past its end, which the executable cannot map.
             store_outputs: vec![wanted(2, 4096), wanted(3, 1 << 20)],
             ..Default::default()
