@@ -223,7 +223,7 @@ unsafe fn start(c_handle: usize, handle: Handle, raw: Vec<Raw>) -> Result<i32, F
     let id = match handle.target {
         Target::Placed => {
             let grid = library::grid()?;
-            let mut transaction = ForeignTransaction::new();
+            let mut transaction = ForeignTransaction::for_client(&grid.proxy);
             transaction.call(&interface, &args)?;
             let mut run = transaction.into_run(None);
             spawn_session(&runtime, c_handle, async move {

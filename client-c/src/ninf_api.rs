@@ -138,7 +138,7 @@ pub extern "C" fn Ninf_wait_all() -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn Ninf_transaction_begin() -> c_int {
     status(guard(|| {
-        ensure_grid()?;
+        let grid = ensure_grid()?;
         let mut open = recording();
         if open.is_some() {
             return Err(Failure::new(
@@ -146,7 +146,7 @@ pub extern "C" fn Ninf_transaction_begin() -> c_int {
                 "a transaction is already open; end it with Ninf_transaction_end",
             ));
         }
-        *open = Some(ForeignTransaction::new());
+        *open = Some(ForeignTransaction::for_client(&grid.proxy));
         Ok(())
     }))
 }

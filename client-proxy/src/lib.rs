@@ -378,17 +378,23 @@ impl Proxy {
         };
         renewals.abort();
         // Whatever happened, nothing the graph stored may stay behind, on the servers first
-        // chosen or on those that took over after a fault.
+        // chosen or on those that took over after a fault. The servers are asked at once,
+        // and the metaserver told the outcome meanwhile: the client's reply waits for the
+        // slowest of them, not for their sum.
         let used: Vec<String> = Self::lock(&used).iter().cloned().collect();
-        for server in &used {
-            self.delete_owner(server, &placed.owner).await;
-        }
-        if let Some(key) = &key {
-            self.journal.record(journal::Entry::Finished(key.clone()));
-        }
-        let mut reply = self
-            .report_outcome(&graph, &placed.placement, predicted, outcome)
-            .await?;
+        let clean_up = async {
+            futures_util::future::join_all(
+                used.iter()
+                    .map(|server| self.delete_owner(server, &placed.owner)),
+            )
+            .await;
+            if let Some(key) = &key {
+                self.journal.record(journal::Entry::Finished(key.clone()));
+            }
+        };
+        let report = self.report_outcome(&graph, &placed.placement, predicted, outcome);
+        let ((), reply) = tokio::join!(clean_up, report);
+        let mut reply = reply?;
         reply.schedule_seconds = placed.schedule_seconds;
         Ok(reply)
     }

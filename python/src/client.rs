@@ -103,9 +103,10 @@ impl Client {
 
     /// A new transaction on this grid.
     fn transaction(slf: Bound<'_, Self>) -> Transaction {
+        let recording = ForeignTransaction::for_client(&slf.borrow().inner);
         Transaction {
             client: slf.unbind(),
-            recording: Some(ForeignTransaction::new()),
+            recording: Some(recording),
             arrays: Vec::new(),
         }
     }

@@ -325,6 +325,12 @@ impl AsyncGridClient {
         }
     }
 
+    /// Where a new foreign transaction records its large inputs, if this client shares
+    /// memory with its proxy (docs/bulk-protocol.md, "From a client on the proxy's host").
+    pub(crate) fn recorder(&self) -> Option<super::same_host::Recorder> {
+        self.uploads.recorder()
+    }
+
     /// One attempt: the proxy's refusal as it came, or the run's outcome. Large arrays go
     /// in memory shared with a proxy on this host when it offers that; a proxy that no
     /// longer knows the region (it restarted) gets them in the request.

@@ -19,6 +19,7 @@ use num_complex::{Complex32, Complex64};
 use super::async_client::AsyncGridClient;
 use super::plan::Plan;
 use super::recording::{Buffer, RecordedGraph, Recording, TxArg, final_values};
+use super::same_host::Recorder;
 use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
 
 /// `$make!(Variant, element)` for the array view variant of an element type (`new` admits
@@ -123,6 +124,16 @@ impl ForeignArray {
     }
 
     /// The array's memory as bytes that `keep_alive` keeps valid.
+    /// The array's bytes as they lie in memory.
+    fn memory(&self) -> &[u8] {
+        if self.bytes() == 0 {
+            return &[];
+        }
+        // SAFETY: `new`'s contract: `len` initialised elements, alive and unwritten by
+        // anyone else while the transaction holds the array.
+        unsafe { std::slice::from_raw_parts(self.address as *const u8, self.bytes()) }
+    }
+
     fn lent(&self, keep_alive: Arc<dyn Send + Sync>) -> LentMemory {
         LentMemory {
             address: self.address,
@@ -194,11 +205,24 @@ pub struct ForeignTransaction {
     label: String,
     /// The memory (address, bytes) whose final value stays on the grid.
     scratch: HashSet<(usize, usize)>,
+    /// Where large inputs are copied as calls are recorded: memory shared with the proxy.
+    recorder: Option<Recorder>,
 }
 
 impl ForeignTransaction {
     pub fn new() -> ForeignTransaction {
         ForeignTransaction::default()
+    }
+
+    /// A transaction for `client`: once the client shares memory with a proxy on its host
+    /// (after its first run with large arrays), the copy [`ForeignTransaction::call`]
+    /// makes of each large input goes straight into that memory, and the run names it
+    /// there rather than copying it again.
+    pub fn for_client(client: &AsyncGridClient) -> ForeignTransaction {
+        ForeignTransaction {
+            recorder: client.recorder(),
+            ..ForeignTransaction::default()
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -275,6 +299,20 @@ impl ForeignTransaction {
                 ForeignArg::Work => TxArg::Work,
             });
         }
+        let borrowed: Vec<Option<bytes::Bytes>> = match &keep_alive {
+            // Elements go on the wire little-endian: memory is the wire form only there.
+            Some(keep) if cfg!(target_endian = "little") => tx_args
+                .iter()
+                .map(|arg| match arg {
+                    TxArg::Buffer(Buffer(b)) => {
+                        Some(bytes::Bytes::from_owner(self.arrays[*b].lent(keep.clone())))
+                    }
+                    _ => None,
+                })
+                .collect(),
+            None if cfg!(target_endian = "little") => self.copy_into_recorder(interface, &tx_args),
+            _ => Vec::new(),
+        };
         let views: Vec<Arg<'_>> = args
             .iter()
             .zip(&tx_args)
@@ -292,19 +330,6 @@ impl ForeignTransaction {
             .iter()
             .map(|a| matches!(a, ForeignArg::Array(array) if array.writable))
             .collect();
-        let borrowed: Vec<Option<bytes::Bytes>> = match &keep_alive {
-            // Elements go on the wire little-endian: memory is the wire form only there.
-            Some(keep) if cfg!(target_endian = "little") => tx_args
-                .iter()
-                .map(|arg| match arg {
-                    TxArg::Buffer(Buffer(b)) => {
-                        Some(bytes::Bytes::from_owner(self.arrays[*b].lent(keep.clone())))
-                    }
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
         let recorded = self
             .recording
             .record_borrowing(interface, &tx_args, &views, &writable, &borrowed);
@@ -312,6 +337,34 @@ impl ForeignTransaction {
             self.forget_from(first_new);
         }
         recorded
+    }
+
+    /// Copies of the call's large inputs in the recorder's shared memory, by argument: the
+    /// copy recording makes anyway. None for an argument that is not an input, that an
+    /// earlier call produces (it flows server to server), or that the recorder cannot take.
+    fn copy_into_recorder(
+        &mut self,
+        interface: &FunctionInterface,
+        tx_args: &[TxArg],
+    ) -> Vec<Option<bytes::Bytes>> {
+        let Some(recorder) = self.recorder.as_mut() else {
+            return Vec::new();
+        };
+        let writers = self.recording.writers();
+        interface
+            .parameters
+            .iter()
+            .zip(tx_args)
+            .map(|(parameter, arg)| match arg {
+                TxArg::Buffer(Buffer(b))
+                    if parameter.mode.is_input()
+                        && writers.get(*b).is_some_and(Option::is_none) =>
+                {
+                    recorder.copy(self.arrays[*b].memory())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// The buffer standing for this memory: the same one each time the same memory comes.

@@ -12,6 +12,11 @@
 //! proxy a region for them (`output_region`); the proxy writes them there and the client
 //! reads them from it, holding the region until it has. Whenever any of this is not
 //! possible, the arrays go in the request and the reply as before.
+//!
+//! A foreign transaction (Python's, C's) records its large inputs straight into a region
+//! ([`Recorder`]) once the client has a connection: the copy it must make anyway, so that
+//! later changes to the caller's arrays do not reach the run, lands where the proxy reads
+//! it, and the run names those bytes instead of copying them again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +48,10 @@ const ALIGN: usize = 64;
 /// A free region no run has taken for this long is given back (the proxy unmaps it too),
 /// so one large transaction does not pin its memory for the client's life.
 const IDLE_REGION: Duration = Duration::from_secs(60);
+
+/// A recording region holds this many arrays of the size that made it: a transaction's
+/// inputs usually share a size (the seed's five systems, or the cascade's eight matrices).
+const RECORD_ARRAYS: usize = 4;
 
 /// The longest frame the proxy sends on its socket: the messages are names.
 const MAX_FRAME: usize = 4096;
@@ -82,13 +91,24 @@ struct Slot {
     proxy_holds: bool,
     /// A reply's outputs in it are still being read.
     client_reads: bool,
+    /// A transaction records its inputs into it ([`Recorder`]); no other takes it.
+    recording: bool,
+    /// Handed over to the proxy (a recording region is made before it is offered).
+    offered: bool,
     /// When a run last took it.
     lent_at: Instant,
 }
 
 impl Slot {
     fn free(&self) -> bool {
-        !self.proxy_holds && !self.client_reads
+        !self.proxy_holds && !self.client_reads && !self.recording
+    }
+
+    /// Whether `data` lies in this region.
+    fn holds(&self, data: &[u8]) -> bool {
+        let start = self.memory.bytes().as_ptr() as usize;
+        let address = data.as_ptr() as usize;
+        address >= start && address + data.len() <= start + self.memory.len()
     }
 }
 
@@ -126,6 +146,82 @@ impl AsRef<[u8]> for OutputBytes {
     }
 }
 
+/// A transaction's hold on the region it records into: the region stays its own (no run
+/// or other transaction writes it) until the hold and every recorded array are dropped.
+struct RecordHold {
+    connection: Arc<Connection>,
+    name: String,
+    memory: Arc<SharedRegion>,
+}
+
+impl Drop for RecordHold {
+    fn drop(&mut self) {
+        let mut regions = ninf_proto::sync::lock(&self.connection.regions);
+        if let Some(slot) = regions.iter_mut().find(|s| s.name == self.name) {
+            slot.recording = false;
+        }
+    }
+}
+
+/// A recorded array's bytes in its transaction's region.
+struct RecordedBytes {
+    hold: Arc<RecordHold>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for RecordedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.hold.memory.bytes()[self.start..self.end]
+    }
+}
+
+/// Copies a transaction's large inputs into regions shared with the proxy as the calls are
+/// recorded, one array after another (each region is the transaction's alone). Gone with
+/// the transaction; the regions are free again once its run has ended too.
+pub struct Recorder {
+    connection: Arc<Connection>,
+    /// The region being filled, and its next free byte.
+    current: Option<(Arc<RecordHold>, usize)>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("region", &self.current.as_ref().map(|(hold, _)| &hold.name))
+            .finish()
+    }
+}
+
+impl Recorder {
+    /// A copy of `data` in a shared region, or `None`: too small to share, the connection
+    /// is gone, or every region is taken (the caller copies it as before).
+    pub fn copy(&mut self, data: &[u8]) -> Option<bytes::Bytes> {
+        if data.len() < MIN_SHARED_ARRAY || !self.connection.alive.load(Ordering::Acquire) {
+            return None;
+        }
+        let fits = |(hold, offset): &(Arc<RecordHold>, usize)| {
+            offset.saturating_add(data.len()) <= hold.memory.len()
+        };
+        if !self.current.as_ref().is_some_and(fits) {
+            self.current = Some((self.connection.take_for_recording(data.len())?, 0));
+        }
+        let (hold, offset) = self.current.as_mut()?;
+        let start = *offset;
+        // SAFETY: the slot is marked recording, so no run and no other transaction takes it;
+        // this recorder alone writes it, and only past every array it handed out before.
+        if !unsafe { hold.memory.write_at(start, data) } {
+            return None;
+        }
+        *offset = (start + data.len()).next_multiple_of(ALIGN);
+        Some(bytes::Bytes::from_owner(RecordedBytes {
+            hold: hold.clone(),
+            start,
+            end: start + data.len(),
+        }))
+    }
+}
+
 /// Where one array goes in the region.
 struct Placement {
     task: usize,
@@ -146,6 +242,20 @@ impl SharedUploads {
         })
     }
 
+    /// A recorder for a new transaction, when the client is connected to its proxy's socket
+    /// (after its first run with large arrays); `None` otherwise, and the transaction copies
+    /// its inputs as before.
+    pub(crate) fn recorder(&self) -> Option<Recorder> {
+        let state = self.state.try_lock().ok()?;
+        match &*state {
+            State::On(connection) if connection.alive.load(Ordering::Acquire) => Some(Recorder {
+                connection: connection.clone(),
+                current: None,
+            }),
+            _ => None,
+        }
+    }
+
     /// Moves `request`'s large arrays into a region shared with the proxy, and lends it a
     /// region for the reply's, if the proxy offers that; leaves the request as it was
     /// otherwise (`None`).
@@ -160,7 +270,16 @@ impl SharedUploads {
             return None;
         }
         let connection = self.connection(client).await?;
-        let inputs_shared = !placements.is_empty()
+        let recorded = match connection.adopt_recorded(request).await {
+            Ok(named) => named,
+            Err(e) => return connection.failed(e),
+        };
+        let (placements, total) = if recorded {
+            plan(request)
+        } else {
+            (placements, total)
+        };
+        let copied = !placements.is_empty()
             && match connection.lend(total, false).await {
                 Ok(Some((name, memory))) => {
                     write(request, &placements, &name, &memory);
@@ -169,6 +288,7 @@ impl SharedUploads {
                 Ok(None) => false,
                 Err(e) => return connection.failed(e),
             };
+        let inputs_shared = recorded || copied;
         let output = if outputs == 0 {
             None
         } else {
@@ -398,6 +518,132 @@ impl Connection {
         }
     }
 
+    /// Names in `request` the arrays recorded into this connection's regions, where they
+    /// lie, and leases those regions to the run (offering any the proxy has not seen).
+    /// Whether any was named. A region another run still holds (the same transaction sent
+    /// twice at once) is left alone: its arrays are copied as any others.
+    async fn adopt_recorded(&self, request: &mut v1::RunRequest) -> std::io::Result<bool> {
+        let mut named: Vec<(usize, usize, String, usize)> = Vec::new();
+        let mut to_offer: Vec<(String, Arc<SharedRegion>)> = Vec::new();
+        {
+            let mut regions = ninf_proto::sync::lock(&self.regions);
+            let mut taken: Vec<usize> = Vec::new();
+            for (task, arguments) in request.arguments.iter().enumerate() {
+                for (argument, value) in arguments.arguments.iter().enumerate() {
+                    let Some(array) = array_of(value) else {
+                        continue;
+                    };
+                    let Some(index) = regions
+                        .iter()
+                        .position(|s| s.recording && s.holds(&array.data))
+                    else {
+                        continue;
+                    };
+                    let slot = &regions[index];
+                    if slot.proxy_holds && !taken.contains(&index) {
+                        continue;
+                    }
+                    if !taken.contains(&index) {
+                        taken.push(index);
+                    }
+                    let offset =
+                        array.data.as_ptr() as usize - slot.memory.bytes().as_ptr() as usize;
+                    named.push((task, argument, slot.name.clone(), offset));
+                }
+            }
+            let now = Instant::now();
+            for &index in &taken {
+                let slot = &mut regions[index];
+                slot.proxy_holds = true;
+                slot.lent_at = now;
+                if !slot.offered {
+                    slot.offered = true;
+                    to_offer.push((slot.name.clone(), slot.memory.clone()));
+                }
+            }
+        }
+        for (name, memory) in to_offer {
+            self.offer(&name, &memory).await?;
+        }
+        for (task, argument, region, offset) in &named {
+            let value = &mut request.arguments[*task].arguments[*argument];
+            let Some(array) = array_of(value) else {
+                continue;
+            };
+            value.source = Some(Source::Shared(v1::SharedArray {
+                element_type: array.element_type,
+                region: region.clone(),
+                offset: *offset as u64,
+                bytes: array.data.len() as u64,
+            }));
+        }
+        Ok(!named.is_empty())
+    }
+
+    /// A region of its own for a transaction to record into: a free one large enough for
+    /// [`RECORD_ARRAYS`] arrays of `bytes`, or a new one (not yet offered to the proxy, which
+    /// sees it with the first run that names it). `None` when every slot is taken.
+    fn take_for_recording(self: &Arc<Self>, bytes: usize) -> Option<Arc<RecordHold>> {
+        let wanted = bytes
+            .next_multiple_of(ALIGN)
+            .saturating_mul(RECORD_ARRAYS)
+            .checked_next_power_of_two()?
+            .max(MIN_REGION);
+        let hold = |slot: &mut Slot| {
+            slot.recording = true;
+            Arc::new(RecordHold {
+                connection: self.clone(),
+                name: slot.name.clone(),
+                memory: slot.memory.clone(),
+            })
+        };
+        {
+            let mut regions = ninf_proto::sync::lock(&self.regions);
+            let fitting = regions
+                .iter_mut()
+                .filter(|s| s.free() && s.memory.len() >= wanted)
+                .min_by_key(|s| s.memory.len());
+            if let Some(slot) = fitting {
+                return Some(hold(slot));
+            }
+            if regions.len() >= MAX_REGIONS {
+                return None;
+            }
+        }
+        let mut memory = SharedRegion::create(wanted).ok()?;
+        // Fault the pages in once here, not in every transaction's copies.
+        memory.bytes_mut().fill(0);
+        let mut slot = Slot {
+            name: region_name().ok()?,
+            memory: Arc::new(memory),
+            proxy_holds: false,
+            client_reads: false,
+            recording: false,
+            offered: false,
+            lent_at: Instant::now(),
+        };
+        let recorder = hold(&mut slot);
+        let mut regions = ninf_proto::sync::lock(&self.regions);
+        if regions.len() >= MAX_REGIONS {
+            return None;
+        }
+        regions.push(slot);
+        Some(recorder)
+    }
+
+    /// Hands `memory` over to the proxy under `name` and waits for its answer.
+    async fn offer(&self, name: &str, memory: &SharedRegion) -> std::io::Result<()> {
+        let (answer, answered) = oneshot::channel();
+        ninf_proto::sync::lock(&self.offers).insert(name.to_string(), answer);
+        self.send(Message::Offer(name.to_string()), Some(memory))
+            .await?;
+        match tokio::time::timeout(OFFER_TIMEOUT, answered).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(reason))) => Err(std::io::Error::other(reason)),
+            _ => Err(std::io::Error::other("the proxy did not answer the offer")),
+        }
+    }
+
     /// A region of at least `bytes` nobody uses, marked held by the proxy (and read by the
     /// client, for outputs): one kept, or a new one handed over. `None` when all are held.
     async fn lend(
@@ -425,21 +671,15 @@ impl Connection {
         // Fault the pages in once here, not in every run's copy.
         memory.bytes_mut().fill(0);
         let name = region_name()?;
-        let (answer, answered) = oneshot::channel();
-        ninf_proto::sync::lock(&self.offers).insert(name.clone(), answer);
-        self.send(Message::Offer(name.clone()), Some(&memory))
-            .await?;
-        match tokio::time::timeout(OFFER_TIMEOUT, answered).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(reason))) => return Err(std::io::Error::other(reason)),
-            _ => return Err(std::io::Error::other("the proxy did not answer the offer")),
-        }
+        self.offer(&name, &memory).await?;
         let memory = Arc::new(memory);
         ninf_proto::sync::lock(&self.regions).push(Slot {
             name: name.clone(),
             memory: memory.clone(),
             proxy_holds: true,
             client_reads: for_outputs,
+            recording: false,
+            offered: true,
             lent_at: Instant::now(),
         });
         Ok(Some((name, memory)))
@@ -483,7 +723,7 @@ fn choose(
     let mut forget = Vec::new();
     regions.retain(|s| {
         let idle = s.free() && now.saturating_duration_since(s.lent_at) >= IDLE_REGION;
-        if idle {
+        if idle && s.offered {
             forget.push(s.name.clone());
         }
         !idle
@@ -507,7 +747,10 @@ fn choose(
     // Full: a free region too small for this run makes room for a larger one.
     match regions.iter().position(Slot::free) {
         Some(index) => {
-            forget.push(regions.remove(index).name);
+            let slot = regions.remove(index);
+            if slot.offered {
+                forget.push(slot.name);
+            }
             (Choice::MakeOne, forget)
         }
         None => (Choice::AllHeld, forget),
@@ -530,6 +773,8 @@ mod tests {
             memory: Arc::new(SharedRegion::create(len).unwrap()),
             proxy_holds: held,
             client_reads: false,
+            recording: false,
+            offered: true,
             lent_at,
         }
     }
@@ -540,6 +785,133 @@ mod tests {
             Choice::MakeOne => "make one",
             Choice::AllHeld => "all held",
         }
+    }
+
+    /// A proxy's side of the socket that accepts every offer, noting the regions offered.
+    async fn accepting_proxy(stream: UnixStream, offered: Arc<Mutex<Vec<String>>>) {
+        while let Ok((message, file)) =
+            local::receive_message::<v1::SharedRegionMessage>(&stream, MAX_FRAME).await
+        {
+            if let Some(Message::Offer(name)) = message.message {
+                assert!(
+                    file.is_some(),
+                    "the offer of `{name}` came without its file"
+                );
+                let answer = v1::SharedRegionMessage {
+                    message: Some(Message::Accepted(name.clone())),
+                };
+                local::send_message(&stream, &answer, None).await.unwrap();
+                ninf_proto::sync::lock(&offered).push(name);
+            }
+        }
+    }
+
+    fn call_with(data: bytes::Bytes) -> v1::TaskArguments {
+        v1::TaskArguments {
+            arguments: vec![v1::CallArgument {
+                source: Some(Source::Value(v1::ArgumentValue {
+                    value: Some(v1::argument_value::Value::Array(v1::Array {
+                        element_type: 1,
+                        data,
+                    })),
+                })),
+            }],
+            returns: Vec::new(),
+        }
+    }
+
+    fn shared_of(arguments: &v1::TaskArguments) -> Option<&v1::SharedArray> {
+        match &arguments.arguments[0].source {
+            Some(Source::Shared(shared)) => Some(shared),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn recorded_inputs_are_named_where_they_lie_and_their_region_is_the_transactions_own() {
+        let (client_end, proxy_end) = UnixStream::pair().unwrap();
+        let offered = Arc::new(Mutex::new(Vec::new()));
+        let proxy = tokio::spawn(accepting_proxy(proxy_end, offered.clone()));
+        let connection = Connection::start(client_end);
+        let mut recorder = Recorder {
+            connection: connection.clone(),
+            current: None,
+        };
+        // Too small to share: the caller copies it as before.
+        assert!(recorder.copy(&[7u8; 1000]).is_none());
+        let first: Vec<u8> = (0..MIN_SHARED_ARRAY).map(|i| i as u8).collect();
+        let second = vec![9u8; MIN_SHARED_ARRAY + 1];
+        let a = recorder.copy(&first).unwrap();
+        let b = recorder.copy(&second).unwrap();
+        assert_eq!((&a[..], &b[..]), (&first[..], &second[..]));
+        {
+            let regions = ninf_proto::sync::lock(&connection.regions);
+            assert_eq!(
+                regions.len(),
+                1,
+                "both arrays share the transaction's region"
+            );
+            let slot = &regions[0];
+            assert!(slot.recording && !slot.offered && !slot.free());
+            assert!(slot.holds(&a) && slot.holds(&b));
+        }
+        // Another transaction's recorder gets a region of its own.
+        let mut other = Recorder {
+            connection: connection.clone(),
+            current: None,
+        };
+        let c = other.copy(&first).unwrap();
+        drop(other);
+
+        let mut request = v1::RunRequest {
+            arguments: vec![call_with(a.clone()), call_with(b.clone())],
+            ..Default::default()
+        };
+        assert!(connection.adopt_recorded(&mut request).await.unwrap());
+        let (named_a, named_b) = (
+            shared_of(&request.arguments[0]).unwrap(),
+            shared_of(&request.arguments[1]).unwrap(),
+        );
+        assert_eq!(named_a.region, named_b.region);
+        assert_eq!((named_a.offset, named_a.bytes), (0, first.len() as u64));
+        assert_eq!(named_b.offset, first.len().next_multiple_of(ALIGN) as u64);
+        assert!(plan(&request).0.is_empty(), "nothing is left to copy");
+
+        // The same arrays sent again while that run holds the region are copied instead.
+        let mut again = v1::RunRequest {
+            arguments: vec![call_with(a.clone())],
+            ..Default::default()
+        };
+        assert!(!connection.adopt_recorded(&mut again).await.unwrap());
+        assert!(shared_of(&again.arguments[0]).is_none());
+        assert_eq!(plan(&again).0.len(), 1);
+
+        // Free again only once the run is released and the transaction's arrays are gone.
+        let name = named_a.region.clone();
+        let free = |connection: &Connection| {
+            ninf_proto::sync::lock(&connection.regions)
+                .iter()
+                .find(|s| s.name == name)
+                .is_some_and(Slot::free)
+        };
+        ninf_proto::sync::lock(&connection.regions)
+            .iter_mut()
+            .for_each(|s| s.proxy_holds = false);
+        assert!(!free(&connection));
+        drop((recorder, request, again, a, b));
+        assert!(free(&connection));
+        assert!(
+            ninf_proto::sync::lock(&connection.regions)
+                .iter()
+                .any(|s| s.holds(&c) && s.recording)
+        );
+
+        assert_eq!(
+            *ninf_proto::sync::lock(&offered),
+            [name],
+            "only the region a run named was offered"
+        );
+        proxy.abort();
     }
 
     #[test]
