@@ -19,7 +19,7 @@ use num_complex::{Complex32, Complex64};
 use super::async_client::AsyncGridClient;
 use super::plan::Plan;
 use super::recording::{Buffer, RecordedGraph, Recording, TxArg, final_values};
-use super::same_host::Recorder;
+use super::same_host::{Recorder, recordable_inputs};
 use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
 
 /// `$make!(Variant, element)` for the array view variant of an element type (`new` admits
@@ -340,8 +340,7 @@ impl ForeignTransaction {
     }
 
     /// Copies of the call's large inputs in the recorder's shared memory, by argument: the
-    /// copy recording makes anyway. None for an argument that is not an input, that an
-    /// earlier call produces (it flows server to server), or that the recorder cannot take.
+    /// copy recording makes anyway. None without a recorder.
     fn copy_into_recorder(
         &mut self,
         interface: &FunctionInterface,
@@ -350,20 +349,8 @@ impl ForeignTransaction {
         let Some(recorder) = self.recorder.as_mut() else {
             return Vec::new();
         };
-        let writers = self.recording.writers();
-        interface
-            .parameters
-            .iter()
-            .zip(tx_args)
-            .map(|(parameter, arg)| match arg {
-                TxArg::Buffer(Buffer(b))
-                    if parameter.mode.is_input()
-                        && writers.get(*b).is_some_and(Option::is_none) =>
-                {
-                    recorder.copy(self.arrays[*b].memory())
-                }
-                _ => None,
-            })
+        recordable_inputs(interface, tx_args, self.recording.writers())
+            .map(|b| recorder.copy(self.arrays.get(b?)?.memory()))
             .collect()
     }
 

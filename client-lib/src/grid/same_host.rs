@@ -114,63 +114,47 @@ impl Slot {
 
 /// What one attempt of a run shares: for its reply's outputs, the region they may come in.
 pub(crate) struct SharedRun {
-    output: Option<Arc<OutputHold>>,
+    output: Option<Arc<RegionHold>>,
 }
 
-/// The client's hold on an output region while a reply's arrays in it are read.
-struct OutputHold {
+/// Which of the client's own holds on a region a [`RegionHold`] is.
+#[derive(Clone, Copy)]
+enum Holder {
+    /// A reply's outputs in it are being read.
+    Reader,
+    /// A transaction records its inputs into it.
+    Recorder,
+}
+
+/// The client's hold on a region (a slot's `client_reads` or `recording`), given up when
+/// the last array in it is dropped.
+struct RegionHold {
     connection: Arc<Connection>,
     name: String,
     memory: Arc<SharedRegion>,
+    holder: Holder,
 }
 
-impl Drop for OutputHold {
+impl Drop for RegionHold {
     fn drop(&mut self) {
         let mut regions = ninf_proto::sync::lock(&self.connection.regions);
         if let Some(slot) = regions.iter_mut().find(|s| s.name == self.name) {
-            slot.client_reads = false;
+            match self.holder {
+                Holder::Reader => slot.client_reads = false,
+                Holder::Recorder => slot.recording = false,
+            }
         }
     }
 }
 
-/// An output's bytes in an output region; the region stays held while they live.
-struct OutputBytes {
-    hold: Arc<OutputHold>,
+/// An array's bytes in a region; the region stays held while they live.
+struct HeldBytes {
+    hold: Arc<RegionHold>,
     start: usize,
     end: usize,
 }
 
-impl AsRef<[u8]> for OutputBytes {
-    fn as_ref(&self) -> &[u8] {
-        &self.hold.memory.bytes()[self.start..self.end]
-    }
-}
-
-/// A transaction's hold on the region it records into: the region stays its own (no run
-/// or other transaction writes it) until the hold and every recorded array are dropped.
-struct RecordHold {
-    connection: Arc<Connection>,
-    name: String,
-    memory: Arc<SharedRegion>,
-}
-
-impl Drop for RecordHold {
-    fn drop(&mut self) {
-        let mut regions = ninf_proto::sync::lock(&self.connection.regions);
-        if let Some(slot) = regions.iter_mut().find(|s| s.name == self.name) {
-            slot.recording = false;
-        }
-    }
-}
-
-/// A recorded array's bytes in its transaction's region.
-struct RecordedBytes {
-    hold: Arc<RecordHold>,
-    start: usize,
-    end: usize,
-}
-
-impl AsRef<[u8]> for RecordedBytes {
+impl AsRef<[u8]> for HeldBytes {
     fn as_ref(&self) -> &[u8] {
         &self.hold.memory.bytes()[self.start..self.end]
     }
@@ -182,7 +166,7 @@ impl AsRef<[u8]> for RecordedBytes {
 pub struct Recorder {
     connection: Arc<Connection>,
     /// The region being filled, and its next free byte.
-    current: Option<(Arc<RecordHold>, usize)>,
+    current: Option<(Arc<RegionHold>, usize)>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -200,7 +184,7 @@ impl Recorder {
         if data.len() < MIN_SHARED_ARRAY || !self.connection.alive.load(Ordering::Acquire) {
             return None;
         }
-        let fits = |(hold, offset): &(Arc<RecordHold>, usize)| {
+        let fits = |(hold, offset): &(Arc<RegionHold>, usize)| {
             offset.saturating_add(data.len()) <= hold.memory.len()
         };
         if !self.current.as_ref().is_some_and(fits) {
@@ -214,12 +198,35 @@ impl Recorder {
             return None;
         }
         *offset = (start + data.len()).next_multiple_of(ALIGN);
-        Some(bytes::Bytes::from_owner(RecordedBytes {
+        Some(bytes::Bytes::from_owner(HeldBytes {
             hold: hold.clone(),
             start,
             end: start + data.len(),
         }))
     }
+}
+
+/// For each argument of a call being recorded, the buffer a [`Recorder`] may copy: an
+/// input no earlier call of the transaction produces (those flow server to server, as
+/// `writers` says).
+pub(crate) fn recordable_inputs<'a>(
+    interface: &'a ninf_idl::FunctionInterface,
+    args: &'a [super::recording::TxArg],
+    writers: &'a [Option<(usize, u32)>],
+) -> impl Iterator<Item = Option<usize>> + 'a {
+    use super::recording::{Buffer, TxArg};
+    interface
+        .parameters
+        .iter()
+        .zip(args)
+        .map(move |(parameter, arg)| match arg {
+            TxArg::Buffer(Buffer(b))
+                if parameter.mode.is_input() && writers.get(*b).is_some_and(Option::is_none) =>
+            {
+                Some(*b)
+            }
+            _ => None,
+        })
 }
 
 /// Where one array goes in the region.
@@ -295,10 +302,11 @@ impl SharedUploads {
             match connection.lend(outputs, true).await {
                 Ok(Some((name, memory))) => {
                     request.output_region = name.clone();
-                    Some(Arc::new(OutputHold {
+                    Some(Arc::new(RegionHold {
                         connection: connection.clone(),
                         name,
                         memory,
+                        holder: Holder::Reader,
                     }))
                 }
                 Ok(None) => None,
@@ -393,7 +401,7 @@ impl SharedRun {
                     shared.offset, shared.offset, shared.bytes
                 )));
             };
-            let data = bytes::Bytes::from_owner(OutputBytes {
+            let data = bytes::Bytes::from_owner(HeldBytes {
                 hold: hold.clone(),
                 start: shared.offset as usize,
                 end: end as usize,
@@ -583,7 +591,7 @@ impl Connection {
     /// A region of its own for a transaction to record into: a free one large enough for
     /// [`RECORD_ARRAYS`] arrays of `bytes`, or a new one (not yet offered to the proxy, which
     /// sees it with the first run that names it). `None` when every slot is taken.
-    fn take_for_recording(self: &Arc<Self>, bytes: usize) -> Option<Arc<RecordHold>> {
+    fn take_for_recording(self: &Arc<Self>, bytes: usize) -> Option<Arc<RegionHold>> {
         let wanted = bytes
             .next_multiple_of(ALIGN)
             .saturating_mul(RECORD_ARRAYS)
@@ -591,10 +599,11 @@ impl Connection {
             .max(MIN_REGION);
         let hold = |slot: &mut Slot| {
             slot.recording = true;
-            Arc::new(RecordHold {
+            Arc::new(RegionHold {
                 connection: self.clone(),
                 name: slot.name.clone(),
                 memory: slot.memory.clone(),
+                holder: Holder::Recorder,
             })
         };
         {

@@ -7,6 +7,7 @@ use ninf_proto::v1;
 use super::async_client::AsyncGridClient;
 use super::plan::Plan;
 use super::recording::{Buffer, RecordedGraph, Recording, TxArg, final_values};
+use super::same_host::{Recorder, recordable_inputs};
 use crate::runtime::runtime;
 use crate::{Arg, ArrayMut, ArrayRef, CallError, ErrorKind};
 
@@ -38,15 +39,20 @@ pub struct Transaction<'a> {
     slots: Vec<Slot<'a>>,
     recording: Recording,
     label: String,
+    /// Where large inputs are copied as calls are recorded: memory shared with the proxy
+    /// once the client has some (docs/bulk-protocol.md, "Recording").
+    recorder: Option<Recorder>,
 }
 
 impl<'a> Transaction<'a> {
     pub(crate) fn new(client: AsyncGridClient) -> Transaction<'a> {
+        let recorder = client.recorder();
         Transaction {
             client,
             slots: Vec::new(),
             recording: Recording::default(),
             label: String::new(),
+            recorder,
         }
     }
 
@@ -104,7 +110,15 @@ impl<'a> Transaction<'a> {
             views.push(view);
             writable.push(can_write);
         }
-        self.recording.record(&interface, args, &views, &writable)
+        // The copy recording makes anyway goes into memory shared with the proxy.
+        let copied: Vec<Option<bytes::Bytes>> = match self.recorder.as_mut() {
+            Some(recorder) => recordable_inputs(&interface, args, self.recording.writers())
+                .map(|b| recorder.copy(&self.slots.get(b?)?.view().le_bytes()))
+                .collect(),
+            None => Vec::new(),
+        };
+        self.recording
+            .record_borrowing(&interface, args, &views, &writable, &copied)
     }
 
     /// The graph recorded so far.
@@ -121,6 +135,7 @@ impl<'a> Transaction<'a> {
             mut slots,
             recording,
             label,
+            ..
         } = self;
         if recording.is_empty() {
             return Ok(Plan::default());
