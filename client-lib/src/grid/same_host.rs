@@ -13,7 +13,7 @@
 //! reads them from it, holding the region until it has. Whenever any of this is not
 //! possible, the arrays go in the request and the reply as before.
 //!
-//! A foreign transaction (Python's, C's) records its large inputs straight into a region
+//! A transaction (Rust's, C's, Python's) records its large inputs straight into a region
 //! ([`Recorder`]) once the client has a connection: the copy it must make anyway, so that
 //! later changes to the caller's arrays do not reach the run, lands where the proxy reads
 //! it, and the run names those bytes instead of copying them again.
