@@ -256,6 +256,8 @@ impl NinfClient {
             owner: String::new(),
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
             authorization: String::new(),
+            // A direct call cannot tell what else its caller runs at the same time.
+            alone: false,
         })
     }
 
@@ -350,6 +352,7 @@ impl NinfClient {
             owner: String::new(),
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
             authorization: self.token.header(),
+            alone: false,
         };
         Ok((request, encoded))
     }

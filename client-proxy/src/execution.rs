@@ -411,6 +411,12 @@ impl GraphExecution<'_> {
         let mut ready = self.progress.run.take_ready();
         ready.extend(self.staging.take_released());
         ready.append(&mut self.backed_off);
+        // A lone task (nothing else of the graph running or waiting) may be given cores idle
+        // elsewhere on its server's host: no call of its own graph would wait for them.
+        let alone = ready.len() == 1
+            && self.calls.is_empty()
+            && self.backing_off.is_empty()
+            && !self.staging.holds_tasks();
         for task in ready {
             if self.staging.park(task) {
                 continue;
@@ -436,7 +442,8 @@ impl GraphExecution<'_> {
                 }
             }
             let distrusted = self.proxy.distrusted(&self.progress.faults.suspects);
-            let call = self.call_for(task, &distrusted)?;
+            let mut call = self.call_for(task, &distrusted)?;
+            call.alone = alone;
             self.issue(task, call);
         }
         Ok(())
@@ -960,6 +967,7 @@ fn build_call(
         timeout_seconds: 0.0,
         // gRPC calls carry the token in their metadata.
         authorization: String::new(),
+        alone: false,
     })
 }
 

@@ -125,6 +125,11 @@ impl Staging {
     }
 
     /// Whether any upload is still out.
+    /// Whether any task waits for its uploads.
+    pub(crate) fn holds_tasks(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
     pub(crate) fn uploading(&self) -> bool {
         self.pending.iter().any(|&p| p > 0)
     }

@@ -168,6 +168,13 @@ pub struct GangSettings {
     /// this server may run on, in order. Servers sharing a host need lists that start on
     /// different cores (`ninf up` and the other local grids give each its own).
     pub cores: Vec<u32>,
+    /// A directory every server on this host names, where each claims the cores it computes
+    /// on (a file per core): with it, this server's calls hold its cores, and it may lend
+    /// them to the other servers while it runs nothing (`gang/claims.rs`, docs/gang.md).
+    pub core_claims: Option<PathBuf>,
+    /// Other servers' cores on this host that this server's calls of `Threads` routines may
+    /// compute on while their owners run nothing (needs `core_claims`).
+    pub spare_cores: Vec<u32>,
     /// Run agents as `ninf-gang-agent` processes (found next to this program unless given);
     /// otherwise, or when the program is missing, as threads of the server.
     pub agent_processes: bool,
@@ -244,6 +251,8 @@ impl Default for GangSettings {
             nodes: 1,
             pin: true,
             cores: Vec::new(),
+            core_claims: None,
+            spare_cores: Vec::new(),
             agent_processes: true,
             agent_executable: None,
             agent_clock_offset_ms: 0.0,

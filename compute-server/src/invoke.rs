@@ -16,6 +16,7 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use crate::config::{BrokerPlacement, RankPlacement};
+use crate::gang::claims::Lent;
 use crate::gang::{GangError, JobTicket};
 use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
 use crate::state::{Routine, ServerState};
@@ -36,6 +37,8 @@ pub struct Prepared<'a> {
     pub timeout: Duration,
     /// Processors (ranks) the job needs: 1, or the IDL's `Parallel` for this call.
     pub processors: u32,
+    /// The call's floating-point operations (the IDL's `CalcOrder`; 0 without one).
+    pub flops: f64,
 }
 
 /// The routine `name` as this server serves it now, or NOT_FOUND.
@@ -126,6 +129,7 @@ pub fn prepare<'a>(
         kept_sizes,
         timeout,
         processors: processors as u32,
+        flops: cost.flops,
     })
 }
 
@@ -417,10 +421,14 @@ async fn call_holding(
             .await
             .map_err(|e| gang_status(name, e))?,
     };
+    let own_cores = state.hold_own_cores(name).await?;
     let queue_seconds = queue_start.elapsed().as_secs_f64();
     let compute_start = Instant::now();
-    let Ran { success, cold } = run_job(state, &prepared, &ticket, arguments).await?;
+    let lent = lend_cores(state, &prepared, request.alone);
+    let Ran { success, cold } = run_job(state, &prepared, &ticket, arguments, &lent).await?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
+    let threads = lent.threads;
+    drop((lent, own_cores));
     if shareable {
         *held = Some(ticket);
     } else {
@@ -452,8 +460,24 @@ async fn call_holding(
             queue_seconds,
             compute_seconds,
             cold,
+            threads,
         }),
     })
+}
+
+/// Calls smaller than this many flops are not lent cores: at n = 200 a product (16 Mflop,
+/// about 1 ms here) gained nothing from a second thread, while its neighbour's next call
+/// could wait for the core (docs/performance.md, "Idle cores lent to a lone call").
+pub const LEND_MIN_FLOPS: f64 = 1e8;
+
+/// The cores lent to a call: some only for a large call of a `Threads` routine that runs
+/// alone in its graph, on a server that may borrow (`gang/claims.rs`).
+pub fn lend_cores(state: &ServerState, prepared: &Prepared<'_>, alone: bool) -> Lent {
+    let threaded = prepared.function.parallelism == ninf_idl::Parallelism::Threads;
+    match &state.claims {
+        Some(claims) if alone && threaded && prepared.flops >= LEND_MIN_FLOPS => claims.lend(),
+        _ => Lent::default(),
+    }
 }
 
 /// What a job's processes returned, and whether any of them was cold for it
@@ -471,6 +495,7 @@ pub async fn run_job(
     prepared: &Prepared<'_>,
     ticket: &JobTicket,
     arguments: Vec<v1::ArgumentValue>,
+    lent: &Lent,
 ) -> Result<Ran, Status> {
     let name = &prepared.function.name;
     let ranks = prepared.processors as usize;
@@ -499,6 +524,8 @@ pub async fn run_job(
             function: name.clone(),
             arguments,
             store_outputs: store_outputs.requested(),
+            threads: lent.threads,
+            cores: lent.cores.clone(),
             ..Default::default()
         };
         let mut checkout = checkouts
@@ -592,6 +619,8 @@ fn rank_request(
         region_arrays: Vec::new(),
         // Rank 0's outputs come back in its reply region.
         store_outputs: Vec::new(),
+        threads: 0,
+        cores: Vec::new(),
     }
 }
 

@@ -15,6 +15,7 @@ use ninf_proto::v1;
 use tonic::transport::Channel;
 
 use crate::config::ServerConfig;
+use crate::gang::claims::{CoreClaims, OwnHeld};
 use crate::gang::{GangMaster, SpmdBroker};
 use crate::peers::Peers;
 use crate::pool::{ExecutablePool, PoolOptions};
@@ -108,6 +109,9 @@ pub struct ServerState {
     pub gang: Arc<GangMaster>,
     /// Messages between the ranks of parallel jobs.
     pub broker: Arc<SpmdBroker>,
+    /// The cores this server holds while it computes and may borrow from its host's other
+    /// servers (`[gang] core_claims`); `None`: it neither lends nor borrows.
+    pub claims: Option<CoreClaims>,
     /// Connections to other servers' storage, for arguments held elsewhere.
     peers: Peers,
     /// How long an owner's objects outlive its last touch (see [`ObjectStore::renew`]).
@@ -175,6 +179,7 @@ impl ServerState {
         let processors = config.processors();
         let gang = GangMaster::new(config.gang.clone(), processors as u32);
         let broker = SpmdBroker::start(gang.clone()).map_err(StartError::Broker)?;
+        let claims = core_claims(config, processors).map_err(StartError::Io)?;
         // Without a store region (no memfd) stored arrays stay on the heap and are copied
         // into each call's request region, as before there was one.
         let store_region = match StoreRegion::create(config.storage.memory_limit_bytes) {
@@ -213,6 +218,7 @@ impl ServerState {
             last_load: RwLock::new(crate::monitor::sample(0, 0, 0)),
             gang,
             broker,
+            claims,
             peers: Peers::default(),
             lease: Duration::from_secs_f64(config.storage.lease_seconds.max(0.001)),
             started: std::time::Instant::now(),
@@ -222,6 +228,19 @@ impl ServerState {
             tls_files: config.tls.clone(),
         };
         Ok(Arc::new(state))
+    }
+
+    /// Holds this server's own cores for a call (see [`CoreClaims`]); nothing without
+    /// `[gang] core_claims`.
+    pub async fn hold_own_cores(&self, function: &str) -> Result<OwnHeld, tonic::Status> {
+        match &self.claims {
+            Some(claims) => claims.own().await.map_err(|e| {
+                tonic::Status::unavailable(format!(
+                    "`{function}`: cannot claim this server's cores: {e}"
+                ))
+            }),
+            None => Ok(OwnHeld::default()),
+        }
     }
 
     /// Seconds on the lease clock.
@@ -439,4 +458,23 @@ impl Catalog {
         self.modules.push(module);
         Ok(())
     }
+}
+
+/// The server's core claims, when `[gang] core_claims` names a directory: its own cores are
+/// those its columns are pinned to.
+fn core_claims(config: &ServerConfig, processors: usize) -> std::io::Result<Option<CoreClaims>> {
+    let Some(dir) = &config.gang.core_claims else {
+        return Ok(None);
+    };
+    let cores = if config.gang.cores.is_empty() {
+        crate::gang::cores::allowed()
+    } else {
+        config.gang.cores.clone()
+    };
+    let own = (0..processors as u32)
+        .filter_map(|column| crate::gang::cores::core_of(column, &cores))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    CoreClaims::new(dir, own, config.gang.spare_cores.clone()).map(Some)
 }

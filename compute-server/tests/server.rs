@@ -847,3 +847,100 @@ async fn factors_kept_in_the_store_region_solve_the_system_exactly() {
     assert_eq!(region.reserved(), 0);
     server.stop().await;
 }
+
+/// Calls `function` on `server`, as a proxy would for a task alone in its graph or not.
+async fn call_alone(server: &TestServer, mut call: v1::CallRequest, alone: bool) -> v1::CallReply {
+    let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{}", server.address))
+        .await
+        .unwrap();
+    call.alone = alone;
+    invoke.call(call).await.unwrap().into_inner()
+}
+
+fn product_of(n: usize, reply: &v1::CallReply) -> Vec<f64> {
+    let Some(v1::call_output::Result::Array(array)) = &reply.outputs[0].result else {
+        panic!("no product in {reply:?}");
+    };
+    let values: Vec<f64> = ninf_proto::values::decode(&array.data).unwrap();
+    assert_eq!(values.len(), n * n);
+    values
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_threads_call_computes_on_the_idle_neighbours_core_and_on_its_own_otherwise() {
+    use ninf_compute_server::gang::claims::CoreClaims;
+    let claims = tempfile::tempdir().unwrap();
+    let dir = claims.path().to_path_buf();
+    let server_on = |own: u32, spare: u32| {
+        let dir = dir.clone();
+        move |c: &mut ninf_compute_server::ServerConfig| {
+            c.processors = Some(1);
+            c.gang.cores = vec![own];
+            c.gang.core_claims = Some(dir);
+            c.gang.spare_cores = vec![spare];
+        }
+    };
+    let first = TestServer::start(server_on(0, 1)).await;
+    let second = TestServer::start(server_on(1, 0)).await;
+
+    // Large enough to be lent cores (`LEND_MIN_FLOPS`); B is half the identity, so the
+    // product is exact whatever the order of the sums.
+    let n = 400;
+    let a: Vec<f64> = (0..n * n).map(|i| (i % 17) as f64 - 8.0).collect();
+    let b: Vec<f64> = (0..n * n)
+        .map(|i| if i % n == i / n { 0.5 } else { 0.0 })
+        .collect();
+    let expected: Vec<f64> = a.iter().map(|x| x * 0.5).collect();
+    assert!(2.0 * (n as f64).powi(3) >= ninf_compute_server::invoke::LEND_MIN_FLOPS);
+    let mmul = request(
+        "mmul",
+        vec![int(n as i64), doubles(&a), doubles(&b), none()],
+    );
+    let threads = |reply: &v1::CallReply| reply.timing.as_ref().unwrap().threads;
+
+    // The neighbour runs nothing: a lone call takes its core too.
+    let reply = call_alone(&first, mmul.clone(), true).await;
+    assert_eq!(threads(&reply), 2);
+    assert_eq!(product_of(n, &reply), expected);
+    // A call that is not alone in its graph, or of a routine not declared `Threads`,
+    // computes on its own core.
+    assert_eq!(threads(&call_alone(&first, mmul.clone(), false).await), 0);
+    let sleep = request("sleep_ms", vec![int(1)]);
+    assert_eq!(threads(&call_alone(&first, sleep, true).await), 0);
+    let small = request(
+        "mmul",
+        vec![int(8), doubles(&[1.0; 64]), doubles(&[1.0; 64]), none()],
+    );
+    assert_eq!(threads(&call_alone(&first, small, true).await), 0);
+
+    // While the neighbour computes, its core is not lent.
+    let busy = tokio::spawn({
+        let address = second.address.clone();
+        async move {
+            let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{address}"))
+                .await
+                .unwrap();
+            invoke
+                .call(request("sleep_ms", vec![int(3000)]))
+                .await
+                .unwrap()
+        }
+    });
+    let probe = CoreClaims::new(&dir, vec![], vec![1]).unwrap();
+    for _ in 0..200 {
+        if probe.borrow().cores.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(
+        probe.borrow().cores.is_empty(),
+        "the neighbour never held its core"
+    );
+    let reply = call_alone(&first, mmul.clone(), true).await;
+    assert_eq!(threads(&reply), 0);
+    assert_eq!(product_of(n, &reply), expected);
+    busy.await.unwrap();
+    first.stop().await;
+    second.stop().await;
+}

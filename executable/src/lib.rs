@@ -15,6 +15,7 @@ pub mod runtime;
 pub mod shared;
 pub mod slowdown;
 pub mod spmd;
+pub mod threads;
 
 pub use arrays::{ArrayBuf, ArrayStorage};
 pub use num_complex;

@@ -622,7 +622,10 @@ pub fn handle(
             crate::rlimits::arm_cpu_budget(budget);
         }
         let cpu_before = crate::slowdown::process_cpu_time();
-        let outcome = catch_unwind(AssertUnwindSafe(|| dispatch(&function.name, &mut call)));
+        let routine = crate::threads::Lent::new(|| dispatch(&function.name, &mut call));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            crate::threads::run(request.threads, &request.cores, move || routine.call())
+        }));
         if limits.cpu_slowdown > 1.0 {
             let used = crate::slowdown::process_cpu_time().saturating_sub(cpu_before);
             crate::slowdown::hold(

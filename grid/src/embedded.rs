@@ -58,6 +58,9 @@ pub struct GridOptions {
     /// Whether a client on this host may pass its large arrays to the proxy in shared
     /// memory (the proxy's `same_host_uploads`).
     pub same_host_uploads: bool,
+    /// Whether servers with cores of their own lend them to each other's lone calls while
+    /// they run nothing (`[gang] core_claims`; see [`lending_cores`]).
+    pub lend_cores: bool,
     /// Run every connection over TLS: a new certificate authority and certificates in
     /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
     /// certificates, the proxy accepts clients without (they present the token).
@@ -87,6 +90,7 @@ impl GridOptions {
             bulk_calls: true,
             same_host_calls: true,
             same_host_uploads: true,
+            lend_cores: true,
             tls: false,
         }
     }
@@ -420,6 +424,34 @@ impl EmbeddedGrid {
     }
 }
 
+/// Server `index`'s cores: the servers share this host's cores, each starting after the
+/// ones before it. When each has cores of its own (no more processors in all than cores),
+/// they lend each other the cores they leave idle (`[gang] core_claims`, docs/gang.md).
+fn lending_cores(options: &GridOptions, index: usize) -> GangSettings {
+    let processors: Vec<usize> = options
+        .processors
+        .iter()
+        .map(|&p| p.max(1) as usize)
+        .collect();
+    let host = cores::allowed();
+    let own = cores::spread(processors.iter().take(index).sum());
+    let mine = processors.get(index).copied().unwrap_or(1);
+    let disjoint = processors.iter().sum::<usize>() <= host.len();
+    let (core_claims, spare_cores) = if options.lend_cores && disjoint && processors.len() > 1 {
+        let taken: Vec<u32> = own.iter().take(mine).copied().collect();
+        let spare = host.into_iter().filter(|c| !taken.contains(c)).collect();
+        (Some(options.data_dir.join("cores")), spare)
+    } else {
+        (None, Vec::new())
+    };
+    GangSettings {
+        cores: own,
+        core_claims,
+        spare_cores,
+        ..GangSettings::default()
+    }
+}
+
 async fn start_server(
     options: &GridOptions,
     index: usize,
@@ -441,18 +473,7 @@ async fn start_server(
         metaserver: Some(metaserver.to_string()),
         auth_token_file: options.auth.then(|| token_file(&options.data_dir)),
         tls: component_tls(options, "server"),
-        gang: GangSettings {
-            // The servers share this host's cores: each starts after the ones before it.
-            cores: cores::spread(
-                options
-                    .processors
-                    .iter()
-                    .take(index)
-                    .map(|&p| p.max(1) as usize)
-                    .sum(),
-            ),
-            ..GangSettings::default()
-        },
+        gang: lending_cores(options, index),
         ..ServerConfig::default()
     };
     let info = v1::ServerInfo {

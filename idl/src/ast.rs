@@ -58,6 +58,9 @@ pub enum Clause {
     CalcOrder(Expr),
     /// `Parallel expr`: the routine runs SPMD over this many processors.
     Parallel(Expr),
+    /// `Threads`: one process that computes with as many threads as the call is given
+    /// (cores idle elsewhere on its host; `ninf_executable::threads`).
+    Threads(Span),
 }
 
 impl Clause {
@@ -67,6 +70,7 @@ impl Clause {
             Clause::Backend(_) => "Backend",
             Clause::CalcOrder(_) => "CalcOrder",
             Clause::Parallel(_) => "Parallel",
+            Clause::Threads(_) => "Threads",
         }
     }
 }
@@ -427,6 +431,7 @@ impl fmt::Display for Define {
                 Clause::CalcOrder(e) | Clause::Parallel(e) => {
                     writeln!(f, "    {} {e}", clause.keyword())?
                 }
+                Clause::Threads(_) => writeln!(f, "    {}", clause.keyword())?,
             }
         }
         let path: Vec<&str> = self.calls.path.iter().map(|p| p.name.as_str()).collect();

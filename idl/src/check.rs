@@ -117,12 +117,14 @@ pub fn check_define(define: &Define, module: &str) -> Result<FunctionInterface, 
     let mut calc_order = None;
     let mut processors = None;
     let mut backend: Option<(String, Span)> = None;
+    let mut threads: Option<Span> = None;
     let mut required = Vec::new();
     let mut seen_clauses: HashMap<&str, ()> = HashMap::new();
     for clause in &define.clauses {
         let span = match clause {
             Clause::Required(s) | Clause::Backend(s) => s.span,
             Clause::CalcOrder(e) | Clause::Parallel(e) => e.span,
+            Clause::Threads(span) => *span,
         };
         if !matches!(clause, Clause::Required(_))
             && seen_clauses.insert(clause.keyword(), ()).is_some()
@@ -161,9 +163,23 @@ pub fn check_define(define: &Define, module: &str) -> Result<FunctionInterface, 
                 check_expr(e, ExprUse::Parallel, &by_name, &mut errors);
                 processors = Some(e.clone());
             }
+            Clause::Threads(span) => threads = Some(*span),
         }
     }
     let parallelism = match (processors, backend) {
+        (Some(_), _) if threads.is_some() => {
+            if let Some(span) = threads {
+                errors.push(Diagnostic::new(
+                    span,
+                    format!(
+                        "`{}` has both `Parallel` (SPMD processes) and `Threads` (one process's threads): choose one",
+                        define.name.name
+                    ),
+                ));
+            }
+            Parallelism::Sequential
+        }
+        (None, None) if threads.is_some() => Parallelism::Threads,
         (Some(processors), backend) => Parallelism::Parallel {
             processors,
             backend: backend.map(|(b, _)| b),

@@ -109,7 +109,7 @@ impl FunctionInterface {
     /// Processors one call occupies.
     pub fn processors(&self, bindings: &(impl Bindings + ?Sized)) -> Result<u64, CostError> {
         match &self.parallelism {
-            Parallelism::Sequential => Ok(1),
+            Parallelism::Sequential | Parallelism::Threads => Ok(1),
             Parallelism::Parallel { processors, .. } => {
                 let p = processors
                     .eval_integer(bindings)

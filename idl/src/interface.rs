@@ -53,6 +53,9 @@ impl FunctionInterface {
 pub enum Parallelism {
     /// One process on one processor.
     Sequential,
+    /// One process on one processor that may compute with more threads, on cores idle
+    /// elsewhere on its host, when the call is given them (IDL `Threads`).
+    Threads,
     /// SPMD over `processors` processors, launched through `backend` (for example "MPI").
     Parallel {
         #[serde(serialize_with = "serialize_expr")]
@@ -176,6 +179,9 @@ impl FunctionInterface {
                 clauses.push(Clause::Backend(string(b)));
             }
             clauses.push(Clause::Parallel(processors.clone()));
+        }
+        if self.parallelism == Parallelism::Threads {
+            clauses.push(Clause::Threads(Span::default()));
         }
         if let Some(c) = &self.calc_order {
             clauses.push(Clause::CalcOrder(c.clone()));

@@ -10,7 +10,14 @@ use crate::diagnostic::{Diagnostic, Span};
 use crate::lexer::{Token, TokenKind, lex};
 
 const TOP_LEVEL_KEYWORDS: [&str; 4] = ["Module", "Library", "Required", "Define"];
-const CLAUSE_KEYWORDS: [&str; 5] = ["Required", "Backend", "CalcOrder", "Parallel", "Calls"];
+const CLAUSE_KEYWORDS: [&str; 6] = [
+    "Required",
+    "Backend",
+    "CalcOrder",
+    "Parallel",
+    "Threads",
+    "Calls",
+];
 
 /// Deeper nesting than this is refused, so hostile input cannot overflow the stack.
 const MAX_EXPRESSION_DEPTH: usize = 64;
@@ -280,7 +287,7 @@ impl Parser {
                 TokenKind::Ident(word) => word.clone(),
                 _ => {
                     return self.expected(
-                        "`Required`, `Backend`, `CalcOrder`, `Parallel` or `Calls` after the parameters",
+                        "`Required`, `Backend`, `CalcOrder`, `Parallel`, `Threads` or `Calls` after the parameters",
                     );
                 }
             };
@@ -298,10 +305,12 @@ impl Parser {
                 Clause::CalcOrder(self.expression()?)
             } else if keyword_is(&word, "Parallel") {
                 Clause::Parallel(self.expression()?)
+            } else if keyword_is(&word, "Threads") {
+                Clause::Threads(span)
             } else {
                 let hint = did_you_mean(suggest(&word, CLAUSE_KEYWORDS));
                 let hint = if hint.is_empty() {
-                    " (expected `Required`, `Backend`, `CalcOrder`, `Parallel` or `Calls`)"
+                    " (expected `Required`, `Backend`, `CalcOrder`, `Parallel`, `Threads` or `Calls`)"
                         .to_string()
                 } else {
                     hint

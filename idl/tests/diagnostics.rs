@@ -268,6 +268,39 @@ fn unknown_backend_and_backend_without_parallel() {
 }
 
 #[test]
+fn threads_with_parallel_or_twice() {
+    single(
+        r#"Define f(IN int n) Parallel n Threads Calls "C" f(n);"#,
+        31,
+        "`f` has both `Parallel` (SPMD processes) and `Threads` (one process's threads): choose one",
+    );
+    single(
+        r#"Define f(IN int n) Threads Threads Calls "C" f(n);"#,
+        28,
+        "duplicate `Threads` clause in `f`",
+    );
+    single(
+        r#"Define f(IN int n) Thread Calls "C" f(n);"#,
+        20,
+        "unknown keyword `Thread`; did you mean `Threads`?",
+    );
+}
+
+#[test]
+fn a_threads_routine_is_one_processor_and_says_so_on_the_wire() {
+    let text = "Module m;\nDefine f(IN int n, INOUT double a[n]) Threads Calls \"C\" f(n, a);\n";
+    let module = ninf_idl::compile(&SourceFile::new("t.idl", text)).unwrap();
+    let f = module.function("f").unwrap();
+    assert_eq!(f.parallelism, ninf_idl::Parallelism::Threads);
+    assert_eq!(
+        f.processors(&std::collections::BTreeMap::<String, i64>::new())
+            .unwrap(),
+        1
+    );
+    assert!(f.to_define().to_string().contains("    Threads\n"));
+}
+
+#[test]
 fn duplicate_clause() {
     single(
         r#"Define f(IN int n) CalcOrder n CalcOrder n Calls "C" f(n);"#,

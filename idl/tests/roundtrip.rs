@@ -87,6 +87,7 @@ fn clause() -> impl Strategy<Value = Clause> {
         string_lit().prop_map(Clause::Backend),
         expr().prop_map(Clause::CalcOrder),
         expr().prop_map(Clause::Parallel),
+        Just(Clause::Threads(Span::default())),
     ]
 }
 
@@ -156,7 +157,7 @@ proptest! {
 
     #[test]
     fn compiling_token_soup_never_panics(tokens in prop::collection::vec(prop::sample::select(vec![
-        "Define", "Module", "Library", "Required", "Calls", "CalcOrder", "Parallel", "Backend",
+        "Define", "Module", "Library", "Required", "Calls", "CalcOrder", "Parallel", "Backend", "Threads",
         "IN", "OUT", "INOUT", "WORK", "int", "double", "string", "n", "a", "(", ")", "[", "]",
         ";", ",", "::", "?", ":", "+", "-", "*", "/", "%", "^", "<", "==", "\"C\"", "\"Rust\"",
         "0", "7", "2.5", "/*", "*/", "//", "\n", "\"", "=", "@",

@@ -82,6 +82,8 @@ pub struct TaskOutcome {
     pub queue_seconds: f64,
     /// The server ran it on an executable cold for it (`CallTiming.cold`).
     pub cold: bool,
+    /// The threads it computed with (`CallTiming.threads`).
+    pub threads: u32,
 }
 
 /// How long the placements of ended graphs are kept, at least, to correct load samples taken
@@ -280,6 +282,7 @@ impl Planner {
                             actual_compute: actual.compute_seconds,
                             actual_queue: actual.queue_seconds,
                             cold: actual.cold,
+                            threads: actual.threads,
                         });
                         p.start = p.placed_at + actual.start;
                         p.finish = (p.placed_at + actual.finish).min(now);

@@ -60,7 +60,7 @@ pub fn element_type_from_proto(t: v1::ElementType) -> Option<ElementType> {
 impl From<&FunctionInterface> for v1::FunctionInterface {
     fn from(f: &FunctionInterface) -> Self {
         let (parallelism, backend) = match &f.parallelism {
-            Parallelism::Sequential => (String::new(), String::new()),
+            Parallelism::Sequential | Parallelism::Threads => (String::new(), String::new()),
             Parallelism::Parallel {
                 processors,
                 backend,
@@ -88,6 +88,7 @@ impl From<&FunctionInterface> for v1::FunctionInterface {
             parallelism,
             backend,
             required: f.required.clone(),
+            threads: f.parallelism == Parallelism::Threads,
             callee: Some(v1::Callee {
                 language: match f.callee.language {
                     Language::C => v1::Language::C,
@@ -200,6 +201,9 @@ impl TryFrom<&v1::FunctionInterface> for FunctionInterface {
                 "Parallel",
                 name,
             )?));
+        }
+        if f.threads {
+            clauses.push(Clause::Threads(Span::default()));
         }
         let callee = f
             .callee

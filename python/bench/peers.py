@@ -7,6 +7,7 @@ scripts/bench-peers, which installs the peers into a virtual environment first.
 
     python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
                             [--systems ninf,ray,dask,numpy] [--json] [--interleave]
+                            [--no-lend-cores]
 
 With --interleave every system is started at once and each workload's trials alternate
 between them, so that a change in the machine's other load falls on all of them alike.
@@ -63,11 +64,11 @@ def cascade_expected(m: List[np.ndarray]) -> np.ndarray:
 class NinfSide:
     name = "ninf"
 
-    def __init__(self, bin_dir: str) -> None:
+    def __init__(self, bin_dir: str, lend_cores: bool = True) -> None:
         import ninf
 
         os.environ["NINF_BIN_DIR"] = bin_dir
-        self._grid_cm = ninf.local_grid(servers=2, selftest=True)
+        self._grid_cm = ninf.local_grid(servers=2, selftest=True, lend_cores=lend_cores)
         self.grid = self._grid_cm.__enter__()
 
     def close(self) -> None:
@@ -313,6 +314,11 @@ def main() -> None:
     parser.add_argument("--systems", default="ninf,ray,dask,numpy")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
+        "--no-lend-cores",
+        action="store_true",
+        help="Ninf's servers do not lend each other idle cores (the figures before they did)",
+    )
+    parser.add_argument(
         "--interleave",
         action="store_true",
         help="start every system at once and alternate their trials (see run_interleaved)",
@@ -320,7 +326,7 @@ def main() -> None:
     args = parser.parse_args()
     args.sizes = [int(v) for v in args.sizes.split(",")]
     makers = {
-        "ninf": lambda: NinfSide(args.bin_dir),
+        "ninf": lambda: NinfSide(args.bin_dir, not args.no_lend_cores),
         "ray": RaySide,
         "dask": DaskSide,
         "numpy": NumpySide,

@@ -83,6 +83,7 @@ def local_grid(
     scheduler: str = "flow",
     selftest: bool = False,
     tls: bool = False,
+    lend_cores: bool = True,
     startup_seconds: float = 60.0,
 ) -> Iterator[Grid]:
     """Starts a grid of ``servers`` compute servers on this machine for the block and
@@ -95,7 +96,10 @@ def local_grid(
     ``selftest`` adds the ``selftest`` module (``noop``, ``sleep_ms``, ``fail``, ...) to the
     standard ones, for checking and benchmarking. ``tls`` runs every connection over TLS
     with a certificate authority of the grid's own (the client checks the proxy against
-    it, as ``connect`` does for any grid file naming a TLS folder).
+    it, as ``connect`` does for any grid file naming a TLS folder). With ``lend_cores``
+    (the default) a server running nothing lends its core to another server's call that
+    runs alone in its transaction (a large ``mmul``, ``dgefa`` or ``dgesv``), which then
+    computes with two threads; ``lend_cores=False`` keeps every call on its own core.
     The grid runs with a token, in a temporary data directory removed afterwards; its
     log is ``grid.log`` there while it runs.
     """
@@ -110,6 +114,8 @@ def local_grid(
             command.append("--selftest")
         if tls:
             command.append("--tls")
+        if not lend_cores:
+            command.append("--no-lend-cores")
         if speeds is not None:
             command += ["--speeds", ",".join(str(int(s)) for s in speeds)]
         log = data / "grid.log"

@@ -11,7 +11,7 @@ pub fn mmul(n: i32, a: &[f64], b: &[f64], c: &mut [f64]) -> Result<(), String> {
     let a = MatRef::from_column_major_slice(a, n, n);
     let b = MatRef::from_column_major_slice(b, n, n);
     let c = MatMut::from_column_major_slice_mut(c, n, n);
-    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, 1.0, Par::Seq);
+    faer::linalg::matmul::matmul(c, Accum::Replace, a, b, 1.0, crate::par());
     Ok(())
 }
 

@@ -7,6 +7,15 @@ pub mod blas;
 pub mod linpack;
 pub mod selftest;
 
+/// How faer splits this call's work: over the threads the host gave it (routines declared
+/// `Threads` in the IDL; see `ninf_executable::threads`), or not at all.
+pub(crate) fn par() -> faer::Par {
+    match ninf_executable::threads::count() {
+        0 | 1 => faer::Par::Seq,
+        n => faer::Par::rayon(n),
+    }
+}
+
 /// The IDL of the standard modules, kept beside the routines they describe (`idl/` of this
 /// crate): servers register them, and tests and benchmarks serve them.
 pub mod idl {

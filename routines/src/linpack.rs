@@ -32,12 +32,13 @@ pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
     let n = order(n)?;
     check_len("a", a.len(), n * n)?;
     check_len("ipvt", ipvt.len(), n)?;
+    let par = crate::par();
     let mut perm = vec![0usize; n];
     let mut perm_inv = vec![0usize; n];
     let mut buffer = MemBuffer::new(lu_in_place_scratch::<usize, f64>(
         n,
         n,
-        Par::Seq,
+        par,
         Default::default(),
     ));
     let matrix = MatMut::from_column_major_slice_mut(a, n, n);
@@ -45,7 +46,7 @@ pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
         matrix,
         &mut perm,
         &mut perm_inv,
-        Par::Seq,
+        par,
         MemStack::new(&mut buffer),
         Default::default(),
     );

@@ -219,3 +219,44 @@ fn mmul_matches_the_naive_product() {
         }
     }
 }
+
+#[test]
+fn routines_given_two_threads_compute_what_they_compute_on_one() {
+    use ninf_executable::threads;
+    let n = 300;
+    let a = random_matrix(n, 11);
+    let b = random_matrix(n, 12);
+
+    let (mut one, mut two) = (a.clone(), a.clone());
+    let (mut ipvt_one, mut ipvt_two) = (vec![0; n], vec![0; n]);
+    assert_eq!(dgefa(&mut one, n as i32, &mut ipvt_one).unwrap(), 0);
+    let used = threads::run(2, &[], || {
+        let status = dgefa(&mut two, n as i32, &mut ipvt_two).unwrap();
+        (status, threads::count())
+    });
+    assert_eq!(used, (0, 2));
+    assert_eq!(ipvt_one, ipvt_two, "the same pivots");
+    let scale = norm_inf(n, &a);
+    let worst = one
+        .iter()
+        .zip(&two)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        worst <= 1e3 * n as f64 * EPS * scale,
+        "factors differ by {worst}"
+    );
+
+    let (mut c_one, mut c_two) = (vec![0.0; n * n], vec![0.0; n * n]);
+    mmul(n as i32, &a, &b, &mut c_one).unwrap();
+    threads::run(2, &[], || mmul(n as i32, &a, &b, &mut c_two).unwrap());
+    let worst = c_one
+        .iter()
+        .zip(&c_two)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        worst <= n as f64 * EPS * scale * norm_inf(n, &b),
+        "products differ by {worst}"
+    );
+}

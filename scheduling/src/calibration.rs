@@ -87,6 +87,10 @@ pub struct Observation {
     /// The server ran the call on an executable that had not run the routine on a request
     /// this large: its compute time includes one-off costs (loading, first touches).
     pub cold: bool,
+    /// The threads the call computed with (`CallTiming.threads`; 0 or 1: one). More than one
+    /// when its server was lent idle cores: its compute time then says nothing of the
+    /// routine's speed on the server's own processor, and teaches no factor.
+    pub threads: u32,
 }
 
 /// The last observations of one figure, and their median.
@@ -311,9 +315,11 @@ impl Calibration {
         // flops has no factor to learn: what it holds is overhead.
         let mut held = o.actual_compute + o.actual_queue;
         if o.modelled_compute > 0.0 {
-            let observed =
-                (held / (o.modelled_compute * stretch)).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
-            self.learn_factor(o, observed);
+            if o.threads <= 1 {
+                let observed =
+                    (held / (o.modelled_compute * stretch)).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
+                self.learn_factor(o, observed);
+            }
         } else {
             held = 0.0;
         }
@@ -453,11 +459,25 @@ mod tests {
             actual_compute: compute,
             actual_queue: 0.0,
             cold: false,
+            threads: 0,
         }
     }
 
     fn cold(o: Observation) -> Observation {
         Observation { cold: true, ..o }
+    }
+
+    #[test]
+    fn a_call_lent_more_threads_teaches_no_factor_but_its_overhead_counts() {
+        let mut c = Calibration::default();
+        c.observe(&call(0.010, 0.005, 0.012));
+        assert!((c.factor("s:1", "dgefa").at(0.005) - 2.0).abs() < 1e-9);
+        c.observe(&Observation {
+            threads: 2,
+            ..call(0.004, 0.005, 0.006)
+        });
+        assert!((c.factor("s:1", "dgefa").at(0.005) - 2.0).abs() < 1e-9);
+        assert_eq!(c.observed, 2);
     }
 
     #[test]

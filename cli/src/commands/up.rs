@@ -35,6 +35,10 @@ pub struct UpArgs {
     /// default SQLite in the data directory (docs/metaserver.md).
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Do not let the servers lend each other the cores they leave idle: every call then
+    /// computes on its own server's core alone (docs/gang.md, "Cores lent between servers").
+    #[arg(long)]
+    pub no_lend_cores: bool,
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -48,6 +52,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         selftest,
         modules,
         database_url,
+        no_lend_cores,
     } = args;
     let extra_modules = modules
         .iter()
@@ -76,6 +81,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         }
         options.extra_modules = extra_modules;
         options.database_url = database_url;
+        options.lend_cores = !no_lend_cores;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);

@@ -386,6 +386,10 @@ async fn call(
         Ok(ticket) => ticket,
         Err(e) => return refuse(io, bulk_bytes, invoke::gang_status(&name, e)).await,
     };
+    let own_cores = match state.hold_own_cores(&name).await {
+        Ok(held) => held,
+        Err(status) => return refuse(io, bulk_bytes, status).await,
+    };
     let queued = queue_start.elapsed();
     let mut checkout = match prepared.pool.checkout() {
         Ok(c) => c,
@@ -397,12 +401,15 @@ async fn call(
     let call_id = checkout.next_call_id();
     let mut store_outputs = invoke::StoreOutputs::reserve(state, &prepared);
     let window = state.store_region.as_ref().map(|r| r.window());
-    let (exec_request, region_len, pinned) = region_request(
+    let (mut exec_request, region_len, pinned) = region_request(
         (call_id, &name),
         parts,
         window.as_ref(),
         store_outputs.requested(),
     );
+    let lent = invoke::lend_cores(state, &prepared, request.alone);
+    exec_request.threads = lent.threads;
+    exec_request.cores = lent.cores.clone();
     let written = match checkout.request_region(region_len) {
         Ok(region) => {
             // The executable waits for this input. If it is slow to come, the job is idle
@@ -439,6 +446,8 @@ async fn call(
         .await
         .map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
+    let threads = lent.threads;
+    drop((lent, own_cores));
     // The executable has read its stored inputs.
     let read_in_place = pinned.iter().map(|p| p.len() as u64).sum();
     state.metrics.store_region("read_in_place", read_in_place);
@@ -469,6 +478,7 @@ async fn call(
                 queue_seconds: queued.as_secs_f64(),
                 compute_seconds,
                 cold,
+                threads,
             }),
         })),
         outputs_follow: false,

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod broker;
+pub mod claims;
 pub mod clock;
 pub mod cores;
 mod mailboxes;

@@ -5,6 +5,7 @@ pub const IDL: &str = r#"Module linpack;
 
 Define dgefa(INOUT double a[n][n], IN int n, OUT int ipvt[n])
     "LU factorisation with partial pivoting (LINPACK dgefa)"
+    Threads
     CalcOrder 2 * n ^ 3 / 3
     Calls "Rust" ninf_routines::linpack::dgefa(a, n, ipvt);
 
@@ -15,11 +16,13 @@ Define dgesl(IN double a[n][n], IN int n, IN int ipvt[n], INOUT double b[n])
 
 Define dgesv(INOUT double a[n][n], IN int n, OUT int ipvt[n], INOUT double b[n])
     "factor and solve A x = b in one call"
+    Threads
     CalcOrder 2 * n ^ 3 / 3 + 2 * n ^ 2
     Calls "Rust" ninf_routines::linpack::dgesv(a, n, ipvt, b);
 
 Define mmul(IN int n, IN double A[n][n], IN double B[n][n], OUT double C[n][n])
     "matrix product C = A B"
+    Threads
     CalcOrder 2 * n ^ 3
     Calls "Rust" ninf_routines::blas::mmul(n, A, B, C);
 

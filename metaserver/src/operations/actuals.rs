@@ -42,6 +42,7 @@ impl Metaserver {
                         compute_seconds: timing.compute_seconds,
                         queue_seconds: timing.queue_seconds,
                         cold: timing.cold,
+                        threads: timing.threads,
                     }
                 })
                 .collect();
