@@ -471,11 +471,16 @@ async fn call_holding(
 pub const LEND_MIN_FLOPS: f64 = 1e8;
 
 /// The cores lent to a call: some only for a large call of a `Threads` routine that runs
-/// alone in its graph, on a server that may borrow (`gang/claims.rs`).
+/// alone in its graph and is the only job of its server (another job's slots would stop it
+/// and leave the lent cores idle), on a server that may borrow (`gang/claims.rs`).
 pub fn lend_cores(state: &ServerState, prepared: &Prepared<'_>, alone: bool) -> Lent {
     let threaded = prepared.function.parallelism == ninf_idl::Parallelism::Threads;
     match &state.claims {
-        Some(claims) if alone && threaded && prepared.flops >= LEND_MIN_FLOPS => claims.lend(),
+        Some(claims)
+            if alone && threaded && prepared.flops >= LEND_MIN_FLOPS && state.gang.jobs() == 1 =>
+        {
+            claims.lend()
+        }
         _ => Lent::default(),
     }
 }

@@ -941,6 +941,30 @@ async fn a_lone_threads_call_computes_on_the_idle_neighbours_core_and_on_its_own
     assert_eq!(threads(&reply), 0);
     assert_eq!(product_of(n, &reply), expected);
     busy.await.unwrap();
+
+    // Nor while its own server has another job: that job's slots would stop the call and
+    // leave the lent core idle.
+    let other_job = tokio::spawn({
+        let address = first.address.clone();
+        async move {
+            let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{address}"))
+                .await
+                .unwrap();
+            invoke
+                .call(request("sleep_ms", vec![int(3000)]))
+                .await
+                .unwrap()
+        }
+    });
+    for _ in 0..200 {
+        if first.state.gang.jobs() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(first.state.gang.jobs(), 1, "the other job never started");
+    assert_eq!(threads(&call_alone(&first, mmul, true).await), 0);
+    other_job.await.unwrap();
     first.stop().await;
     second.stop().await;
 }

@@ -815,6 +815,12 @@ impl GangMaster {
         (running, queued, rows, expected_wait(&inner))
     }
 
+    /// Jobs in the table and in the queue.
+    pub fn jobs(&self) -> usize {
+        let inner = self.lock();
+        inner.scheduler.matrix().jobs().count() + inner.scheduler.queue().len()
+    }
+
     /// Slot switches the node agents have reported, summed.
     pub fn switches(&self) -> u64 {
         self.lock().nodes.values().map(|n| n.report.switches).sum()
