@@ -217,9 +217,12 @@ impl NinfClient {
     ) -> Result<CallOutcome, CallError> {
         let interface = self.describe(function).await?;
         // Large arrays go over the server's bulk-data connection when it has one (for
-        // sequential routines: the ranks of a parallel one all need the arguments).
+        // routines of one process: the ranks of a parallel one all need the arguments).
         if array_bytes(args) >= BULK_THRESHOLD
-            && matches!(interface.parallelism, ninf_idl::Parallelism::Sequential)
+            && !matches!(
+                interface.parallelism,
+                ninf_idl::Parallelism::Parallel { .. }
+            )
         {
             let routes = self.bulk_routes().await;
             if let Some(name) = routes.same_host.filter(|_| self.same_host)

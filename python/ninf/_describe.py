@@ -60,7 +60,8 @@ class Function:
     parameters: Tuple[Parameter, ...]
     #: Floating-point operations of one call, as an expression of the parameters.
     calc_order: Optional[str] = None
-    #: ``"sequential"``, or ``"parallel"`` for SPMD routines.
+    #: ``"sequential"``, ``"threads"`` for a routine that may compute with several threads
+    #: (IDL ``Threads``), or ``"parallel"`` for SPMD routines.
     parallelism: str = "sequential"
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
