@@ -465,9 +465,9 @@ async fn call_holding(
     })
 }
 
-/// Calls smaller than this many flops are not lent cores: at n = 200 a product (16 Mflop,
-/// about 1 ms here) gained nothing from a second thread, while its neighbour's next call
-/// could wait for the core (docs/performance.md, "Idle cores lent to a lone call").
+/// Calls smaller than this many flops are not lent cores: under about 7 ms of compute on one
+/// core here (15 Gflop/s), what a second thread could save is small beside the neighbour's
+/// next call waiting for its core. A choice, not a tuned figure (docs/gang.md).
 pub const LEND_MIN_FLOPS: f64 = 1e8;
 
 /// The cores lent to a call: some only for a large call of a `Threads` routine that runs

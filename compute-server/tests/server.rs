@@ -849,12 +849,33 @@ async fn factors_kept_in_the_store_region_solve_the_system_exactly() {
 }
 
 /// Calls `function` on `server`, as a proxy would for a task alone in its graph or not.
-async fn call_alone(server: &TestServer, mut call: v1::CallRequest, alone: bool) -> v1::CallReply {
-    let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{}", server.address))
+async fn call_alone(server: &TestServer, call: v1::CallRequest, alone: bool) -> v1::CallReply {
+    call_at(&server.address, call, alone).await
+}
+
+async fn call_at(address: &str, mut call: v1::CallRequest, alone: bool) -> v1::CallReply {
+    let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{address}"))
         .await
         .unwrap();
     call.alone = alone;
     invoke.call(call).await.unwrap().into_inner()
+}
+
+/// `sleep_ms(ms)` on `server`, running while the test goes on.
+fn sleep_in_background(server: &TestServer, ms: i64) -> tokio::task::JoinHandle<v1::CallReply> {
+    let address = server.address.clone();
+    tokio::spawn(async move { call_at(&address, request("sleep_ms", vec![int(ms)]), false).await })
+}
+
+/// Waits up to 5 s for `done`; whether it came.
+async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    done()
 }
 
 fn product_of(n: usize, reply: &v1::CallReply) -> Vec<f64> {
@@ -914,27 +935,10 @@ async fn a_lone_threads_call_computes_on_the_idle_neighbours_core_and_on_its_own
     assert_eq!(threads(&call_alone(&first, small, true).await), 0);
 
     // While the neighbour computes, its core is not lent.
-    let busy = tokio::spawn({
-        let address = second.address.clone();
-        async move {
-            let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{address}"))
-                .await
-                .unwrap();
-            invoke
-                .call(request("sleep_ms", vec![int(3000)]))
-                .await
-                .unwrap()
-        }
-    });
+    let busy = sleep_in_background(&second, 3000);
     let probe = CoreClaims::new(&dir, vec![], vec![1]).unwrap();
-    for _ in 0..200 {
-        if probe.borrow().cores.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
     assert!(
-        probe.borrow().cores.is_empty(),
+        eventually(|| probe.borrow().cores.is_empty()).await,
         "the neighbour never held its core"
     );
     let reply = call_alone(&first, mmul.clone(), true).await;
@@ -944,25 +948,11 @@ async fn a_lone_threads_call_computes_on_the_idle_neighbours_core_and_on_its_own
 
     // Nor while its own server has another job: that job's slots would stop the call and
     // leave the lent core idle.
-    let other_job = tokio::spawn({
-        let address = first.address.clone();
-        async move {
-            let mut invoke = v1::invoke_client::InvokeClient::connect(format!("http://{address}"))
-                .await
-                .unwrap();
-            invoke
-                .call(request("sleep_ms", vec![int(3000)]))
-                .await
-                .unwrap()
-        }
-    });
-    for _ in 0..200 {
-        if first.state.gang.jobs() == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert_eq!(first.state.gang.jobs(), 1, "the other job never started");
+    let other_job = sleep_in_background(&first, 3000);
+    assert!(
+        eventually(|| first.state.gang.jobs() == 1).await,
+        "the other job never started"
+    );
     assert_eq!(threads(&call_alone(&first, mmul, true).await), 0);
     other_job.await.unwrap();
     first.stop().await;

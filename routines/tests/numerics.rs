@@ -220,6 +220,13 @@ fn mmul_matches_the_naive_product() {
     }
 }
 
+fn max_difference(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
 #[test]
 fn routines_given_two_threads_compute_what_they_compute_on_one() {
     use ninf_executable::threads;
@@ -237,11 +244,7 @@ fn routines_given_two_threads_compute_what_they_compute_on_one() {
     assert_eq!(used, (0, 2));
     assert_eq!(ipvt_one, ipvt_two, "the same pivots");
     let scale = norm_inf(n, &a);
-    let worst = one
-        .iter()
-        .zip(&two)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
+    let worst = max_difference(&one, &two);
     assert!(
         worst <= 1e3 * n as f64 * EPS * scale,
         "factors differ by {worst}"
@@ -250,11 +253,7 @@ fn routines_given_two_threads_compute_what_they_compute_on_one() {
     let (mut c_one, mut c_two) = (vec![0.0; n * n], vec![0.0; n * n]);
     mmul(n as i32, &a, &b, &mut c_one).unwrap();
     threads::run(2, &[], || mmul(n as i32, &a, &b, &mut c_two).unwrap());
-    let worst = c_one
-        .iter()
-        .zip(&c_two)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
+    let worst = max_difference(&c_one, &c_two);
     assert!(
         worst <= n as f64 * EPS * scale * norm_inf(n, &b),
         "products differ by {worst}"
