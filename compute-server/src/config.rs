@@ -175,6 +175,10 @@ pub struct GangSettings {
     /// Other servers' cores on this host that this server's calls of `Threads` routines may
     /// compute on while their owners run nothing (needs `core_claims`).
     pub spare_cores: Vec<u32>,
+    /// Calls of fewer flops (their `CalcOrder`) are not lent cores: under about 7 ms of
+    /// compute on one core (15 Gflop/s), what a second thread could save is small beside
+    /// the neighbour's next call waiting for its core. Chosen, not tuned.
+    pub lend_min_flops: f64,
     /// Run agents as `ninf-gang-agent` processes (found next to this program unless given);
     /// otherwise, or when the program is missing, as threads of the server.
     pub agent_processes: bool,
@@ -253,6 +257,7 @@ impl Default for GangSettings {
             cores: Vec::new(),
             core_claims: None,
             spare_cores: Vec::new(),
+            lend_min_flops: 1e8,
             agent_processes: true,
             agent_executable: None,
             agent_clock_offset_ms: 0.0,

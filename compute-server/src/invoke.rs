@@ -429,6 +429,7 @@ async fn call_holding(
     let compute_seconds = compute_start.elapsed().as_secs_f64();
     let threads = lent.threads;
     drop((lent, own_cores));
+    state.metrics.lent(threads);
     if shareable {
         *held = Some(ticket);
     } else {
@@ -465,11 +466,6 @@ async fn call_holding(
     })
 }
 
-/// Calls smaller than this many flops are not lent cores: under about 7 ms of compute on one
-/// core here (15 Gflop/s), what a second thread could save is small beside the neighbour's
-/// next call waiting for its core. A choice, not a tuned figure (docs/gang.md).
-pub const LEND_MIN_FLOPS: f64 = 1e8;
-
 /// The cores lent to a call: some only for a large call of a `Threads` routine that runs
 /// alone in its graph and is the only job of its server (another job's slots would stop it
 /// and leave the lent cores idle), on a server that may borrow (`gang/claims.rs`).
@@ -477,7 +473,10 @@ pub fn lend_cores(state: &ServerState, prepared: &Prepared<'_>, alone: bool) -> 
     let threaded = prepared.function.parallelism == ninf_idl::Parallelism::Threads;
     match &state.claims {
         Some(claims)
-            if alone && threaded && prepared.flops >= LEND_MIN_FLOPS && state.gang.jobs() == 1 =>
+            if alone
+                && threaded
+                && prepared.flops >= state.gang.settings.lend_min_flops
+                && state.gang.jobs() == 1 =>
         {
             claims.lend()
         }

@@ -75,6 +75,7 @@ pub struct ServerMetrics {
     storage_bytes: Gauge,
     store_region: Family<StoreRegionLabels, Counter>,
     call_batches: Counter,
+    lent_threads: Counter,
     /// Switches already counted, from the agents' reports.
     switches_seen: std::sync::atomic::AtomicU64,
 }
@@ -92,6 +93,7 @@ impl ServerMetrics {
             storage_bytes: Gauge::default(),
             store_region: Family::default(),
             call_batches: Counter::default(),
+            lent_threads: Counter::default(),
             switches_seen: Default::default(),
         };
         let mut registry = Registry::default();
@@ -136,7 +138,23 @@ impl ServerMetrics {
             "CallBatch requests of one call or more received (their calls count in ninf_calls once served)",
             metrics.call_batches.clone(),
         );
+        r.register(
+            "ninf_lent_threads",
+            "Threads calls computed with on cores other servers of this host lent them, one per lent core per call (docs/gang.md)",
+            metrics.lent_threads.clone(),
+        );
         (metrics, registry)
+    }
+
+    /// A call computed with `threads` threads, all but one on lent cores.
+    pub fn lent(&self, threads: u32) {
+        self.lent_threads
+            .inc_by(u64::from(threads.saturating_sub(1)));
+    }
+
+    /// Threads on lent cores so far.
+    pub fn lent_threads(&self) -> u64 {
+        self.lent_threads.get()
     }
 
     /// `bytes` of stored arrays that went `array` (see [`StoreRegionLabels`]).

@@ -61,6 +61,8 @@ pub struct GridOptions {
     /// Whether servers with cores of their own lend them to each other's lone calls while
     /// they run nothing (`[gang] core_claims`; see [`lending_cores`]).
     pub lend_cores: bool,
+    /// The least flops of a call lent cores (the servers' `[gang] lend_min_flops`).
+    pub lend_min_flops: f64,
     /// Run every connection over TLS: a new certificate authority and certificates in
     /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
     /// certificates, the proxy accepts clients without (they present the token).
@@ -91,6 +93,7 @@ impl GridOptions {
             same_host_calls: true,
             same_host_uploads: true,
             lend_cores: true,
+            lend_min_flops: GangSettings::default().lend_min_flops,
             tls: false,
         }
     }
@@ -448,6 +451,7 @@ fn lending_cores(options: &GridOptions, index: usize) -> GangSettings {
         cores: own,
         core_claims,
         spare_cores,
+        lend_min_flops: options.lend_min_flops,
         ..GangSettings::default()
     }
 }

@@ -1347,6 +1347,51 @@ fn the_servers_of_one_grid_run_their_calls_on_different_cores() {
     });
 }
 
+/// A product alone in its transaction computes on the other server's idle core too: the
+/// proxy marks it alone, its arrays come through the same-host socket, and its server
+/// borrows the core. Two products issued together are not alone, and borrow nothing.
+#[test]
+fn a_lone_product_borrows_the_idle_servers_core_and_two_together_do_not() {
+    // Small products are lent cores too (faer is slow unoptimised).
+    let grid = TestGrid::start(vec![1, 1], |o| o.lend_min_flops = 1e5);
+    let lent = || -> u64 {
+        let servers = &grid.grid().servers;
+        servers.iter().map(|s| s.state.metrics.lent_threads()).sum()
+    };
+    // Each server has a core of its own, and lends it, on a host of two cores or more.
+    let lendable = u64::from(ninf_compute_server::gang::cores::allowed().len() >= 2);
+    // Arrays of 256 KiB or more come through the same-host socket.
+    let n = 192;
+    let (a, b) = (matrix(n, 1), matrix(n, 2));
+    let expected = local_mmul(n, &a, &b);
+    let mut c = vec![0.0; n * n];
+    grid.client("flow")
+        .transaction(|tx| {
+            let (ha, hb, hc) = (tx.input(&a), tx.input(&b), tx.buffer(&mut c));
+            tx.call(
+                "mmul",
+                &[TxArg::from(n as i32), ha.into(), hb.into(), hc.into()],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    let worst = c
+        .iter()
+        .zip(&expected)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-9, "the lone product is off by {worst}");
+    assert_eq!(lent(), lendable);
+
+    two_products_of(&grid, n);
+    assert_eq!(
+        lent(),
+        lendable,
+        "two products issued together borrowed a core"
+    );
+    grid.assert_no_leftovers();
+}
+
 /// Hundreds of tiny independent calls in one transaction, more than the proxy's slots on
 /// the one server: they leave in batches (`CallBatch`), each batch one gang job, and every
 /// call's result comes back as its own. A call that fails in a batch fails only the

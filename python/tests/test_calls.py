@@ -59,6 +59,8 @@ def test_describe_and_functions_give_the_interfaces(grid):
         "dgesv(INOUT double a[n][n], IN int n, OUT int ipvt[n], INOUT double b[n])"
     )
     assert [p.name for p in f.outputs] == ["a", "ipvt", "b"]
+    assert f.parallelism == "threads"  # IDL `Threads`: it may be lent idle cores
+    assert grid.describe("dgesl").parallelism == "sequential"
     with pytest.raises(ninf.FunctionNotFound):
         grid.describe("no_such_routine")
 

@@ -448,6 +448,7 @@ async fn call(
     let compute_seconds = compute_start.elapsed().as_secs_f64();
     let threads = lent.threads;
     drop((lent, own_cores));
+    state.metrics.lent(threads);
     // The executable has read its stored inputs.
     let read_in_place = pinned.iter().map(|p| p.len() as u64).sum();
     state.metrics.store_region("read_in_place", read_in_place);
