@@ -175,8 +175,8 @@ pub struct GangSettings {
     /// Other servers' cores on this host that this server's calls of `Threads` routines may
     /// compute on while their owners run nothing (needs `core_claims`).
     pub spare_cores: Vec<u32>,
-    /// Calls of fewer flops (their `CalcOrder`) are not lent cores: under about 7 ms of
-    /// compute on one core (15 Gflop/s), what a second thread could save is small beside
+    /// Calls of fewer flops (their `CalcOrder`) are not lent cores: under about 6 ms of
+    /// compute on one core (16-18 Gflop/s), what a second thread could save is small beside
     /// the neighbour's next call waiting for its core. Chosen, not tuned.
     pub lend_min_flops: f64,
     /// Run agents as `ninf-gang-agent` processes (found next to this program unless given);
