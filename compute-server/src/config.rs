@@ -304,9 +304,10 @@ impl GangSettings {
     }
 
     /// Checks the settings against each other and the processors: ranks on nodes need node
-    /// brokers; the DQT needs a width of 2-64, a known allocation policy, and processors that
-    /// are a power of the width.
+    /// brokers; spare cores need a claims directory; the DQT needs a width of 2-64, a known
+    /// allocation policy, and processors that are a power of the width.
     pub fn check(&self, processors: u32) -> Result<(), String> {
+        self.check_lending()?;
         if self.ranks == RankPlacement::Nodes && self.broker != BrokerPlacement::Nodes {
             return Err(
                 "gang.ranks = \"nodes\" needs gang.broker = \"nodes\": ranks on other hosts \
@@ -324,6 +325,25 @@ impl GangSettings {
         ninf_gang::DqtConfig::for_processors(processors, self.dqt_width, allocation, self.dqt_fair)
             .map(|_| ())
             .map_err(|e| format!("gang.layout = \"dqt\": {e}"))
+    }
+
+    /// Spare cores are borrowed through the claims directory, so without one they would be
+    /// used with nobody's consent; a threshold must be a number a call's flops can meet.
+    fn check_lending(&self) -> Result<(), String> {
+        if !self.spare_cores.is_empty() && self.core_claims.is_none() {
+            return Err(format!(
+                "gang.spare_cores = {:?} needs gang.core_claims: a server borrows another's \
+                 cores only through the claims directory they share",
+                self.spare_cores
+            ));
+        }
+        if !(self.lend_min_flops.is_finite() && self.lend_min_flops >= 0.0) {
+            return Err(format!(
+                "gang.lend_min_flops is {}; it must be a number of flops of at least 0",
+                self.lend_min_flops
+            ));
+        }
+        Ok(())
     }
 
     pub fn sync(&self) -> ninf_gang::SyncConfig {
@@ -562,6 +582,45 @@ mod tests {
         assert_eq!(defaults.gang.broker, BrokerPlacement::Server);
         assert_eq!(defaults.gang.ranks, RankPlacement::Server);
         assert_eq!(defaults.gang.core(3).layout, ninf_gang::Layout::Matrix);
+    }
+
+    #[test]
+    fn the_lending_keys_read_as_the_docs_write_them_and_bad_ones_are_refused_by_name() {
+        let config = parse(
+            "processors = 1\n[gang]\ncores = [1]\ncore_claims = \"/run/ninf/cores\"\n\
+             spare_cores = [0]\nlend_min_flops = 1e8\n",
+        );
+        assert_eq!(config.check(), Ok(()));
+        assert_eq!(
+            config.gang.core_claims.as_deref(),
+            Some(Path::new("/run/ninf/cores"))
+        );
+        assert_eq!(config.gang.spare_cores, vec![0]);
+        assert_eq!(config.gang.lend_min_flops, 1e8);
+        let defaults = parse("");
+        assert_eq!(defaults.gang.core_claims, None);
+        assert!(defaults.gang.spare_cores.is_empty());
+        assert_eq!(defaults.gang.lend_min_flops, 1e8);
+
+        let unclaimed = parse("processors = 1\n[gang]\nspare_cores = [0, 2]\n");
+        assert_eq!(
+            unclaimed.check(),
+            Err(
+                "gang.spare_cores = [0, 2] needs gang.core_claims: a server borrows another's \
+                 cores only through the claims directory they share"
+                    .to_string()
+            )
+        );
+        let negative = parse("processors = 1\n[gang]\nlend_min_flops = -1.0\n");
+        assert_eq!(
+            negative.check(),
+            Err(
+                "gang.lend_min_flops is -1; it must be a number of flops of at least 0".to_string()
+            )
+        );
+        let unknown: Result<ServerConfig, _> = toml::from_str("[gang]\nspare_core = [0]\n");
+        let error = unknown.unwrap_err().to_string();
+        assert!(error.contains("unknown field `spare_core`"), "{error}");
     }
 
     #[test]
