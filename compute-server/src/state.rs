@@ -190,7 +190,6 @@ impl ServerState {
             }
         };
         let pool_settings = PoolSettings {
-            processors,
             keep: processors * config.gang.max_rows.max(1),
             broker: broker.path().to_path_buf(),
             cpu_slowdown: config.cpu_slowdown,
@@ -344,7 +343,11 @@ impl ServerState {
 
 /// What starting a module's warm pool takes.
 struct PoolSettings {
-    processors: usize,
+    /// Executables of each module started with it and kept warm: one for every job the
+    /// time table can hold at once (processors x rows), about 3 MB each while idle. Started
+    /// when a call found none idle, each cost its call 6-8 ms, paid by the first graphs to
+    /// reach each new number of jobs at once (docs/performance.md, "An executable for every
+    /// job the time table holds").
     keep: usize,
     broker: PathBuf,
     cpu_slowdown: f64,
@@ -402,7 +405,7 @@ impl Catalog {
                 continue;
             }
             let options = PoolOptions {
-                warm: settings.processors,
+                warm: settings.keep,
                 size: settings.keep,
                 spmd_socket: Some(settings.broker.clone()),
                 cpu_slowdown: settings.cpu_slowdown,

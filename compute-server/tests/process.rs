@@ -259,11 +259,11 @@ fn sigterm_shuts_down_gracefully_and_stops_the_executables() {
     };
     assert_eq!(
         named("ninf-exec-"),
-        6,
-        "two warm processes for each of three modules"
+        24,
+        "a warm process for each of the 2 processors' 4 rows, for each of three modules"
     );
     assert_eq!(named("ninf-gang-agent"), 1, "one node agent");
-    assert_eq!(children.len(), 7);
+    assert_eq!(children.len(), 25);
     let status = server.terminate();
     assert!(status.success(), "{status:?}");
     for pid in children {
