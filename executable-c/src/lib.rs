@@ -76,6 +76,13 @@ pub unsafe extern "C" fn ninf_exec_main(
     }
 }
 
+/// Threads the call being served may compute with; see `ninf_exec.h`. 1 outside a call,
+/// and for every call of a routine the IDL does not declare `Threads`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ninf_exec_threads() -> c_int {
+    c_int::try_from(ninf_executable::threads::count()).unwrap_or(c_int::MAX)
+}
+
 fn failed(message: String) -> RoutineError {
     RoutineError::new(ExecErrorKind::RoutineFailed, message)
 }

@@ -89,6 +89,22 @@ subroutine twice(n, x, y)
 end subroutine twice
 ";
 
+/// Reads `ninf_exec_threads()` and how many cores the calling thread may run on.
+const LANES_SOURCE: &str = r#"
+#define _GNU_SOURCE
+#include <sched.h>
+
+int ninf_exec_threads(void);
+
+void lanes(int work, int *seen) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    seen[0] = ninf_exec_threads();
+    seen[1] = CPU_COUNT(&set);
+}
+"#;
+
 const MINE_IDL: &str = r#"Module mine;
 Define ramp(IN int n, IN double start, OUT double x[n])
     "x[i] = start + i, in C"
@@ -98,12 +114,19 @@ Define twice(IN int n, IN double x[n], OUT double y[n])
     "y = 2 x, in Fortran"
     Required "twice.f90"
     Calls "Fortran" TWICE(n, x, y);
+Define lanes(IN int work, OUT int seen[2])
+    "the threads a call may compute with and the cores it may run on, in C"
+    CalcOrder work
+    Threads
+    Required "lanes.c"
+    Calls "C" lanes(work, seen);
 "#;
 
 /// The C and Fortran module's IDL and sources, in `dir`.
 fn write_mine(dir: &Path) {
     std::fs::write(dir.join("ramp.c"), C_SOURCE).unwrap();
     std::fs::write(dir.join("twice.f90"), FORTRAN_SOURCE).unwrap();
+    std::fs::write(dir.join("lanes.c"), LANES_SOURCE).unwrap();
     std::fs::write(dir.join("mine.idl"), MINE_IDL).unwrap();
 }
 
@@ -181,6 +204,7 @@ fn c_fortran_and_lapack_routines_are_built_served_and_called() {
     );
     let grid = client(&data_dir);
     c_and_fortran(&grid);
+    c_threads(&grid);
     lapack_against_known_answers_and_faer(&grid);
     factors_stay_on_one_server(&grid);
 }
@@ -213,6 +237,47 @@ fn c_and_fortran(grid: &GridClient) {
         .unwrap();
     assert_eq!(plan.edges, [(0, 1)]);
     assert_eq!(doubled, [3.0, 5.0, 7.0, 9.0, 11.0]);
+}
+
+/// A C routine declared `Threads` reads its thread count with `ninf_exec_threads()`: alone on
+/// `ninf up`'s grid (two servers of one core each, lending each other idle cores) it may use
+/// every core of the host and runs on all of them; two calls issued together get one thread
+/// each.
+fn c_threads(grid: &GridClient) {
+    let host = host_cores();
+    let lendable = if host >= 2 { host } else { 1 };
+    // 10^9 flops: over the servers' lending threshold (`[gang] lend_min_flops`).
+    let work = 1_000_000_000;
+    let mut seen = vec![0i32; 2];
+    grid.call(
+        "lanes",
+        &mut [Arg::Integer(work), Arg::Out((&mut seen[..]).into())],
+    )
+    .unwrap();
+    assert_eq!(
+        seen, [lendable as i32; 2],
+        "threads and cores of a lone call"
+    );
+
+    let (mut first, mut second) = (vec![0i32; 2], vec![0i32; 2]);
+    grid.transaction(|tx| {
+        for seen in [tx.buffer(&mut first), tx.buffer(&mut second)] {
+            tx.call("lanes", &[TxArg::Integer(work), seen.into()])?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((first[0], second[0]), (1, 1), "threads of two calls issued together");
+}
+
+/// The cores this process may run on.
+fn host_cores() -> usize {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        libc::CPU_COUNT(&set) as usize
+    }
 }
 
 /// A diagonally dominant n x n matrix, column-major.
