@@ -267,7 +267,11 @@ fn c_threads(grid: &GridClient) {
         Ok(())
     })
     .unwrap();
-    assert_eq!((first[0], second[0]), (1, 1), "threads of two calls issued together");
+    assert_eq!(
+        (first[0], second[0]),
+        (1, 1),
+        "threads of two calls issued together"
+    );
 }
 
 /// The cores this process may run on.

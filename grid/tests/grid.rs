@@ -1393,6 +1393,45 @@ fn a_lone_product_borrows_the_idle_servers_core_and_two_together_do_not() {
     grid.assert_no_leftovers();
 }
 
+/// A lone `dgefa` whose matrix stays on the grid borrows the idle core too. All its arrays
+/// then lie in the server's store region, so its request region holds the message alone:
+/// the lent threads and cores were once added to the message after its region was sized,
+/// and the server panicked on every such call.
+#[test]
+fn a_lone_factorisation_of_a_stored_matrix_borrows_the_idle_core_and_solves() {
+    let grid = TestGrid::start(vec![1, 1], |o| o.lend_min_flops = 1e5);
+    let lent = || -> u64 {
+        let servers = &grid.grid().servers;
+        servers.iter().map(|s| s.state.metrics.lent_threads()).sum()
+    };
+    let lendable = (ninf_compute_server::gang::cores::allowed().len() as u64).saturating_sub(1);
+    let n = 400;
+    let mut a0 = matrix(n, 3);
+    for i in 0..n {
+        a0[i * n + i] += n as f64;
+    }
+    let b0: Vec<f64> = (0..n).map(|i| i as f64 / n as f64).collect();
+    let (pivots, mut x) = (vec![0i32; n], b0.clone());
+    let order = TxArg::from(n as i32);
+    grid.client("flow")
+        .transaction(|tx| {
+            let (a, ipvt, x) = (tx.scratch(&a0), tx.scratch(&pivots), tx.buffer(&mut x));
+            tx.call("dgefa", &[a.into(), order.clone(), ipvt.into()])?;
+            tx.call("dgesl", &[a.into(), order.clone(), ipvt.into(), x.into()])?;
+            Ok(())
+        })
+        .unwrap();
+    let worst = (0..n)
+        .map(|i| {
+            let ax: f64 = (0..n).map(|j| a0[j * n + i] * x[j]).sum();
+            (ax - b0[i]).abs()
+        })
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-9, "A x is off b by {worst}");
+    assert_eq!(lent(), lendable, "the lone dgefa borrowed the idle cores");
+    grid.assert_no_leftovers();
+}
+
 /// Hundreds of tiny independent calls in one transaction, more than the proxy's slots on
 /// the one server: they leave in batches (`CallBatch`), each batch one gang job, and every
 /// call's result comes back as its own. A call that fails in a batch fails only the

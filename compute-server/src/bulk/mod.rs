@@ -23,6 +23,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Status;
 
+use crate::gang::claims::Lent;
 use crate::invoke;
 use crate::metrics::Path;
 use crate::pool::Outgoing;
@@ -246,14 +247,17 @@ enum Part {
 /// (`store`) named there. Returns it with the bytes it takes in the region and those stored
 /// arrays, to be kept until the reply: the executable reads them where they are.
 fn region_request(
-    (call_id, function): (u64, &str),
+    (call_id, function, lent): (u64, &str, &Lent),
     parts: Vec<Part>,
     store: Option<&StoreWindow>,
     store_outputs: Vec<v1::RegionArray>,
 ) -> (v1::ExecRequest, usize, Vec<Bytes>) {
+    // Every field is set before the message is measured: the arrays are laid out after it.
     let mut request = v1::ExecRequest {
         call_id,
         function: function.to_string(),
+        threads: lent.threads,
+        cores: lent.cores.clone(),
         ..Default::default()
     };
     let mut pinned = Vec::new();
@@ -328,8 +332,14 @@ async fn write_request(
     io: &mut impl BulkIo,
 ) -> std::io::Result<usize> {
     let len = request.encoded_len();
+    let region_len = region.len();
+    let message = region.get_mut(..len).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "a request of {len} bytes does not fit its region of {region_len} bytes"
+        ))
+    })?;
     request
-        .encode(&mut &mut region[..len])
+        .encode(&mut &mut message[..])
         .map_err(std::io::Error::other)?;
     for array in &request.region_arrays {
         let place = if in_store(array) {
@@ -339,7 +349,16 @@ async fn write_request(
                 _ => continue,
             }
         } else {
-            &mut region[array.offset as usize..][..array.bytes as usize]
+            let (start, bytes) = (array.offset as usize, array.bytes as usize);
+            region
+                .get_mut(start..start.saturating_add(bytes))
+                .ok_or_else(|| {
+                    std::io::Error::other(format!(
+                        "parameter {}'s {bytes} bytes at {start} lie outside the region of \
+                         {region_len} bytes",
+                        array.parameter
+                    ))
+                })?
         };
         io.read_input(place).await?;
     }
@@ -401,15 +420,13 @@ async fn call(
     let call_id = checkout.next_call_id();
     let mut store_outputs = invoke::StoreOutputs::reserve(state, &prepared);
     let window = state.store_region.as_ref().map(|r| r.window());
-    let (mut exec_request, region_len, pinned) = region_request(
-        (call_id, &name),
+    let lent = invoke::lend_cores(state, &prepared, request.alone);
+    let (exec_request, region_len, pinned) = region_request(
+        (call_id, &name, &lent),
         parts,
         window.as_ref(),
         store_outputs.requested(),
     );
-    let lent = invoke::lend_cores(state, &prepared, request.alone);
-    exec_request.threads = lent.threads;
-    exec_request.cores = lent.cores.clone();
     let written = match checkout.request_region(region_len) {
         Ok(region) => {
             // The executable waits for this input. If it is slow to come, the job is idle
