@@ -54,3 +54,19 @@ def test_a_grid_started_without_lending_keeps_every_call_on_its_own_core(rng):
         product(own_cores, a, b)
         product(own_cores, b, a)
         assert lent_threads(own_cores) == 0
+
+
+def test_a_lone_factorisation_of_a_matrix_kept_on_the_grid_borrows_and_solves(grid, rng):
+    # 2 n^3 / 3 = 1.4e8 flops, over the threshold. The matrix and pivots stay on the grid,
+    # so the call's every array is stored on its server (this once crashed the server).
+    n = 600
+    a = fortran(rng.random((n, n)) + n * np.eye(n))
+    b = rng.random(n)
+    x = b.copy()
+    before = lent_threads(grid)
+    with grid.transaction("one system") as tx:
+        factors, pivots = tx.scratch(a), tx.scratch(np.empty(n, np.int32))
+        tx.call("dgefa", factors, n, pivots)
+        tx.call("dgesl", factors, n, pivots, x)
+    np.testing.assert_allclose(a @ x, b, rtol=1e-9, atol=1e-12)
+    assert lent_threads(grid) - before == lendable_cores()
