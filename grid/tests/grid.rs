@@ -1347,20 +1347,33 @@ fn the_servers_of_one_grid_run_their_calls_on_different_cores() {
     });
 }
 
+/// Two servers of one core each that lend each other idle cores, small calls included
+/// (faer is slow unoptimised).
+fn lending_grid() -> TestGrid {
+    TestGrid::start(vec![1, 1], |o| o.lend_min_flops = 1e5)
+}
+
+/// Threads the grid's calls computed with on lent cores so far.
+fn lent_threads(grid: &TestGrid) -> u64 {
+    let servers = &grid.grid().servers;
+    servers.iter().map(|s| s.state.metrics.lent_threads()).sum()
+}
+
+/// What a lone call borrows: on a host of two cores or more each server has one of its
+/// own, and an idle server's core and any core no server owns are lent, so all but the
+/// borrower's own.
+fn lendable_cores() -> u64 {
+    (ninf_compute_server::gang::cores::allowed().len() as u64).saturating_sub(1)
+}
+
 /// A product alone in its transaction computes on the other server's idle core too: the
 /// proxy marks it alone, its arrays come through the same-host socket, and its server
 /// borrows the core. Two products issued together are not alone, and borrow nothing.
 #[test]
 fn a_lone_product_borrows_the_idle_servers_core_and_two_together_do_not() {
-    // Small products are lent cores too (faer is slow unoptimised).
-    let grid = TestGrid::start(vec![1, 1], |o| o.lend_min_flops = 1e5);
-    let lent = || -> u64 {
-        let servers = &grid.grid().servers;
-        servers.iter().map(|s| s.state.metrics.lent_threads()).sum()
-    };
-    // On a host of two cores or more each server has one of its own; an idle server's
-    // core and any core no server owns are lent: all but the borrower's own.
-    let lendable = (ninf_compute_server::gang::cores::allowed().len() as u64).saturating_sub(1);
+    let grid = lending_grid();
+    let lent = || lent_threads(&grid);
+    let lendable = lendable_cores();
     // Arrays of 256 KiB or more come through the same-host socket.
     let n = 192;
     let (a, b) = (matrix(n, 1), matrix(n, 2));
@@ -1399,12 +1412,7 @@ fn a_lone_product_borrows_the_idle_servers_core_and_two_together_do_not() {
 /// and the server panicked on every such call.
 #[test]
 fn a_lone_factorisation_of_a_stored_matrix_borrows_the_idle_core_and_solves() {
-    let grid = TestGrid::start(vec![1, 1], |o| o.lend_min_flops = 1e5);
-    let lent = || -> u64 {
-        let servers = &grid.grid().servers;
-        servers.iter().map(|s| s.state.metrics.lent_threads()).sum()
-    };
-    let lendable = (ninf_compute_server::gang::cores::allowed().len() as u64).saturating_sub(1);
+    let grid = lending_grid();
     let n = 400;
     let mut a0 = matrix(n, 3);
     for i in 0..n {
@@ -1428,7 +1436,11 @@ fn a_lone_factorisation_of_a_stored_matrix_borrows_the_idle_core_and_solves() {
         })
         .fold(0.0, f64::max);
     assert!(worst < 1e-9, "A x is off b by {worst}");
-    assert_eq!(lent(), lendable, "the lone dgefa borrowed the idle cores");
+    assert_eq!(
+        lent_threads(&grid),
+        lendable_cores(),
+        "the lone dgefa borrowed the idle cores"
+    );
     grid.assert_no_leftovers();
 }
 
