@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestGrid, binaries, local_mmul, matrix, module};
+use common::{TestGrid, binaries, local_mmul, matrix, max_difference, module};
 use ninf::grid::{GridClient, TxArg};
 use ninf_grid::workloads;
 use ninf_proto::net::tls::GridTls;
@@ -1389,11 +1389,7 @@ fn a_lone_product_borrows_the_idle_servers_core_and_two_together_do_not() {
             Ok(())
         })
         .unwrap();
-    let worst = c
-        .iter()
-        .zip(&expected)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
+    let worst = max_difference(&c, &expected);
     assert!(worst < 1e-9, "the lone product is off by {worst}");
     assert_eq!(lent(), lendable);
 
@@ -1429,12 +1425,10 @@ fn a_lone_factorisation_of_a_stored_matrix_borrows_the_idle_core_and_solves() {
             Ok(())
         })
         .unwrap();
-    let worst = (0..n)
-        .map(|i| {
-            let ax: f64 = (0..n).map(|j| a0[j * n + i] * x[j]).sum();
-            (ax - b0[i]).abs()
-        })
-        .fold(0.0, f64::max);
+    let ax: Vec<f64> = (0..n)
+        .map(|i| (0..n).map(|j| a0[j * n + i] * x[j]).sum())
+        .collect();
+    let worst = max_difference(&ax, &b0);
     assert!(worst < 1e-9, "A x is off b by {worst}");
     assert_eq!(
         lent_threads(&grid),

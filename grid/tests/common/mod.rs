@@ -121,6 +121,14 @@ pub fn matrix(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
+/// The largest |x - y| over two arrays' elements.
+pub fn max_difference(xs: &[f64], ys: &[f64]) -> f64 {
+    xs.iter()
+        .zip(ys)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
 pub fn local_mmul(n: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
     let mut c = vec![0.0; n * n];
     ninf_routines::blas::mmul(n as i32, a, b, &mut c).unwrap();
