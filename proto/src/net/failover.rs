@@ -27,12 +27,21 @@ pub fn addresses(list: &str) -> Vec<String> {
 
 /// Whether a failed request should go to the next address: the metaserver was unreachable,
 /// or it answered as a standby (UNAVAILABLE either way; a broken connection can surface as
-/// UNKNOWN).
+/// UNKNOWN). A metaserver killed while it held the request makes the connection end under
+/// it, which hyper reports as CANCELLED ("operation was canceled") or an h2 INTERNAL: those
+/// count too when they come from the transport, not from a status the metaserver sent.
 pub fn try_next(status: &tonic::Status) -> bool {
-    matches!(
-        status.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown
-    )
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::Unknown => true,
+        tonic::Code::Cancelled | tonic::Code::Internal => from_transport(status),
+        _ => false,
+    }
+}
+
+/// Whether `status` was made on this side from a transport error: a status decoded from the
+/// peer's trailers carries no source error.
+fn from_transport(status: &tonic::Status) -> bool {
+    std::error::Error::source(status).is_some()
 }
 
 impl Failover {
@@ -128,5 +137,42 @@ mod tests {
                 .to_string()
                 .contains("no address in the list")
         );
+    }
+
+    /// An error whose cause is `status`, the way hyper's errors reach tonic.
+    #[derive(Debug)]
+    struct Broken(tonic::Status);
+
+    impl std::fmt::Display for Broken {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "connection broke")
+        }
+    }
+
+    impl std::error::Error for Broken {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_connection_ended_under_a_request_moves_on_and_a_metaservers_own_refusal_does_not() {
+        let broken = |status| tonic::Status::from_error(Box::new(Broken(status)));
+        let canceled = broken(tonic::Status::cancelled("operation was canceled"));
+        assert_eq!(canceled.code(), tonic::Code::Cancelled);
+        assert!(try_next(&canceled));
+        assert!(try_next(&broken(tonic::Status::internal(
+            "h2 protocol error"
+        ))));
+        assert!(try_next(&tonic::Status::unavailable("standby")));
+        assert!(try_next(&tonic::Status::unknown("transport error")));
+        // The same codes sent by a metaserver are its answer, final.
+        assert!(!try_next(&tonic::Status::cancelled(
+            "canceled by the metaserver"
+        )));
+        assert!(!try_next(&tonic::Status::internal("database error")));
+        assert!(!try_next(&tonic::Status::invalid_argument(
+            "no such routine"
+        )));
     }
 }
