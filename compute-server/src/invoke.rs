@@ -424,9 +424,11 @@ async fn call_holding(
     let own_cores = state.hold_own_cores(name).await?;
     let queue_seconds = queue_start.elapsed().as_secs_f64();
     let compute_start = Instant::now();
+    let ran_before = ticket.running_seconds();
     let lent = lend_cores(state, &prepared, request.alone);
     let Ran { success, cold } = run_job(state, &prepared, &ticket, arguments, &lent).await?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
+    let stopped_seconds = stopped(compute_seconds, ticket.running_seconds() - ran_before);
     let threads = lent.threads;
     drop((lent, own_cores));
     state.metrics.lent(threads);
@@ -462,8 +464,14 @@ async fn call_holding(
             compute_seconds,
             cold,
             threads,
+            stopped_seconds,
         }),
     })
+}
+
+/// Of `compute` seconds, those the job did not run (`ran` by its tables).
+pub fn stopped(compute: f64, ran: f64) -> f64 {
+    (compute - ran).clamp(0.0, compute.max(0.0))
 }
 
 /// The cores lent to a call: some only for a large call of a `Threads` routine that runs

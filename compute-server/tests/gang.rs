@@ -725,6 +725,72 @@ async fn the_distributed_queue_tree_lays_out_the_live_table() {
     server.stop().await;
 }
 
+/// A call of `spin(work)`, as the client sends it.
+fn spin_request(work: i64) -> v1::CallRequest {
+    v1::CallRequest {
+        function: "spin".into(),
+        arguments: vec![v1::CallArgument {
+            source: Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+                value: Some(v1::argument_value::Value::IntValue(work)),
+            })),
+        }],
+        ..Default::default()
+    }
+}
+
+/// The stopped time a reply reports, checked to lie within its compute time.
+fn stopped_of(reply: &v1::CallReply) -> f64 {
+    let timing = reply.timing.unwrap();
+    assert!(
+        (0.0..=timing.compute_seconds).contains(&timing.stopped_seconds),
+        "{timing:?}"
+    );
+    timing.stopped_seconds
+}
+
+/// On one processor, a call alone runs in every slot and reports no stopped time; a call
+/// that joins one already running alternates slots with it, and reports at least the
+/// other job's slot it stood stopped through, so that the metaserver does not read that wait
+/// as the routine's speed. The bounds are the table's quantum, not elapsed times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_reports_the_time_its_job_stood_stopped_outside_its_slots() {
+    let quantum = 0.1;
+    let server = TestServer::start(|c| {
+        c.processors = Some(1);
+        c.gang.quantum_ms = quantum * 1000.0;
+        c.gang.max_rows = 2;
+    })
+    .await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let alone = client
+        .call_request(spin_request(LONG_WORK / 20))
+        .await
+        .unwrap();
+    assert!(stopped_of(&alone) < quantum / 2.0, "{:?}", alone.timing);
+
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_request(spin_request(LONG_WORK / 10)).await }
+    });
+    wait_for(&server, "the first spin job running", |s| {
+        jobs_of(s, "spin")
+            .first()
+            .is_some_and(|j| !j.processes.is_empty())
+    })
+    .await;
+    let second = client
+        .call_request(spin_request(LONG_WORK / 10))
+        .await
+        .unwrap();
+    let first = first.await.unwrap().unwrap();
+    // The second joined with most of the first's work still to do: the first ran at least
+    // one whole slot after the second had entered the table, and the second was stopped
+    // through it.
+    assert!(stopped_of(&second) >= quantum * 0.99, "{:?}", second.timing);
+    stopped_of(&first);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_job_mid_slot_frees_its_columns() {
     let server = TestServer::start(|c| c.gang.quantum_ms = 50.0).await;

@@ -20,6 +20,9 @@ class TaskPlan:
     actual_start: float
     actual_finish: float
     compute_seconds: float
+    #: Of ``compute_seconds``, the time the call's gang job stood stopped outside its
+    #: slots (behind other jobs on its server): the routine ran for the rest.
+    stopped_seconds: float
     #: The routine's status (LINPACK's ``info``).
     status: int
 

@@ -209,6 +209,7 @@ fn plan_dict<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyDict>> 
         task.set_item("actual_start", t.actual_start)?;
         task.set_item("actual_finish", t.actual_finish)?;
         task.set_item("compute_seconds", t.compute_seconds)?;
+        task.set_item("stopped_seconds", t.stopped_seconds)?;
         task.set_item("status", t.status)?;
         tasks.append(task)?;
     }

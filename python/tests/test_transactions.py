@@ -25,6 +25,8 @@ def test_the_seeds_cascade_links_calls_by_array_identity_and_matches_numpy(grid,
     assert [t.function for t in plan.tasks] == ["mmul"] * 3
     assert all(t.server for t in plan.tasks)
     assert plan.actual_makespan > 0 and plan.predicted_makespan > 0
+    # The part of a call's compute time its gang job stood stopped is part of it.
+    assert all(0 <= t.stopped_seconds <= t.compute_seconds for t in plan.tasks)
     text = repr(plan)
     assert text.startswith(f"graph {plan.graph_id} (")
     assert "mmul#2" in text and "predicted (s)" in text

@@ -20,6 +20,9 @@ pub struct TaskPlan {
     pub fetch_seconds: f64,
     pub queue_seconds: f64,
     pub compute_seconds: f64,
+    /// Of `compute_seconds`, the time the call's gang job stood stopped outside its slots
+    /// (behind other jobs on its server).
+    pub stopped_seconds: f64,
     /// The routine's status (LINPACK's `info`).
     pub status: i64,
 }
@@ -68,6 +71,7 @@ impl Plan {
                     fetch_seconds: timing.fetch_seconds,
                     queue_seconds: timing.queue_seconds,
                     compute_seconds: timing.compute_seconds,
+                    stopped_seconds: timing.stopped_seconds,
                     status: t.status,
                 };
             }

@@ -458,11 +458,13 @@ async fn call(
 
     let cold = checkout.note_call(&name, region_len);
     let compute_start = Instant::now();
+    let ran_before = ticket.running_seconds();
     let reply = checkout
         .exchange(Outgoing::Prepared { len, call_id }, true, prepared.timeout)
         .await
         .map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
     let compute_seconds = compute_start.elapsed().as_secs_f64();
+    let stopped_seconds = invoke::stopped(compute_seconds, ticket.running_seconds() - ran_before);
     let threads = lent.threads;
     drop((lent, own_cores));
     state.metrics.lent(threads);
@@ -497,6 +499,7 @@ async fn call(
                 compute_seconds,
                 cold,
                 threads,
+                stopped_seconds,
             }),
         })),
         outputs_follow: false,

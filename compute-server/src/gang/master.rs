@@ -62,6 +62,12 @@ impl JobTicket {
         self.master.set_state(self.id, state);
     }
 
+    /// Seconds the job has run so far by the tables issued since it entered: its time in
+    /// the table less the time it stood stopped outside its slots.
+    pub fn running_seconds(&self) -> f64 {
+        self.master.running_seconds(self.id)
+    }
+
     /// Why the server killed the job, if it did.
     pub fn killed(&self) -> Option<String> {
         self.master
@@ -90,6 +96,8 @@ struct JobRecord {
     /// Its processes were started by node agents (`ranks = "nodes"`): their ids mean
     /// something only on their nodes, so only the agents may signal them.
     on_nodes: bool,
+    /// Seconds it ran by the tables replaced so far ([`GangMaster::running_seconds`]).
+    ran_seconds: f64,
 }
 
 struct NodeRecord {
@@ -166,6 +174,9 @@ struct Inner {
     deadlocks_killed: u64,
     /// Mean seconds a job spends in the table (exponentially weighted).
     mean_residence: f64,
+    /// Master time at which the current table was issued: jobs' running time under it
+    /// counts from here.
+    issued_at: f64,
     spread: BTreeMap<JobId, SpreadRecord>,
 }
 
@@ -204,6 +215,7 @@ impl GangMaster {
                 install_skews_us: VecDeque::new(),
                 deadlocks_killed: 0,
                 mean_residence: 0.0,
+                issued_at: MachineClock.now(),
                 spread: BTreeMap::new(),
             }),
             tables,
@@ -242,6 +254,7 @@ impl GangMaster {
                     admitted_at: None,
                     killed: None,
                     on_nodes: false,
+                    ran_seconds: 0.0,
                 },
             );
             notify_started(&mut inner, &started);
@@ -377,6 +390,12 @@ impl GangMaster {
     /// Issues the current table, and the agents' view of it (see [`send_tables`] for when
     /// they get it).
     fn issue(&self, inner: &mut Inner) {
+        let now = MachineClock.now();
+        let replaced = self.current.borrow().clone();
+        for (id, job) in inner.jobs.iter_mut() {
+            job.ran_seconds += replaced.running_seconds(*id, inner.issued_at, now);
+        }
+        inner.issued_at = now;
         let mut table = inner.scheduler.table();
         for (id, job) in table.jobs.iter_mut() {
             if let Some(record) = inner.jobs.get(id) {
@@ -391,6 +410,18 @@ impl GangMaster {
         }
         self.agents_view.send_replace(Arc::new(view));
         self.current.send_replace(Arc::new(table));
+    }
+
+    /// Seconds job `id` has run so far: the slots of each table issued while it was in the
+    /// matrix that ran it. A call's compute time less this is the time its job stood
+    /// stopped (waiting for its first slot, or while other jobs' slots ran).
+    pub fn running_seconds(&self, id: JobId) -> f64 {
+        let inner = self.lock();
+        let Some(job) = inner.jobs.get(&id) else {
+            return 0.0;
+        };
+        let current = self.current.borrow().clone();
+        job.ran_seconds + current.running_seconds(id, inner.issued_at, MachineClock.now())
     }
 
     /// The latest table, for an agent's stream.
