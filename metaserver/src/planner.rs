@@ -84,8 +84,6 @@ pub struct TaskOutcome {
     pub cold: bool,
     /// The threads it computed with (`CallTiming.threads`).
     pub threads: u32,
-    /// Of its compute time, the time its gang job stood stopped (`CallTiming.stopped_seconds`).
-    pub stopped_seconds: f64,
 }
 
 /// How long the placements of ended graphs are kept, at least, to correct load samples taken
@@ -283,7 +281,6 @@ impl Planner {
                             actual_call: actual.finish - actual.start,
                             actual_compute: actual.compute_seconds,
                             actual_queue: actual.queue_seconds,
-                            actual_stopped: actual.stopped_seconds,
                             cold: actual.cold,
                             threads: actual.threads,
                         });

@@ -84,9 +84,6 @@ pub struct Observation {
     /// The server's own account of the call's computing and of its wait for processors.
     pub actual_compute: f64,
     pub actual_queue: f64,
-    /// Of `actual_compute`, the time the call's gang job stood stopped outside its slots
-    /// (`CallTiming.stopped_seconds`): the routine did not run then.
-    pub actual_stopped: f64,
     /// The server ran the call on an executable that had not run the routine on a request
     /// this large: its compute time includes one-off costs (loading, first touches).
     pub cold: bool,
@@ -94,23 +91,6 @@ pub struct Observation {
     /// when its server was lent idle cores: its compute time then says nothing of the
     /// routine's speed on the server's own processor, and teaches no factor.
     pub threads: u32,
-}
-
-/// The factor one call shows: the time it `held` its server, over the model's time for it
-/// stretched by the load the prediction saw. Under gang scheduling part of that load shows
-/// as time the job stood stopped outside its slots, and for a short call behind a long
-/// one's slot that wait is all of it: a 2 ms `dgesl` reported 50-157 ms, read as its
-/// server's speed, and the next graphs' placements swung with it. So a call never shows a
-/// factor above what its running time alone (less the stopped time) says. A report of no
-/// running time at all says nothing of the speed, and leaves the stretched figure.
-fn factor_observed(o: &Observation, held: f64, stretch: f64) -> f64 {
-    let stretched = held / (o.modelled_compute * stretch);
-    let ran = held - o.actual_stopped.clamp(0.0, o.actual_compute);
-    if ran > 0.0 {
-        stretched.min(ran / o.modelled_compute)
-    } else {
-        stretched
-    }
 }
 
 /// The last observations of one figure, and their median.
@@ -318,7 +298,6 @@ impl Calibration {
             o.actual_call,
             o.actual_compute,
             o.actual_queue,
-            o.actual_stopped,
         ];
         // A server always reports some compute time; none means no account at all.
         if figures.iter().any(|f| !f.is_finite()) || o.actual_call <= 0.0 || o.actual_compute <= 0.0
@@ -333,20 +312,18 @@ impl Calibration {
         // The model shares a server's processors among the calls placed on it; the server
         // may instead queue a call until a processor is free. Either way the call holds the
         // server for its wait and its compute, so both count. A routine the model gives no
-        // flops has no factor to learn: what it holds is overhead. What the factor learned
-        // does not explain of the time it held (a wait for its slot behind another job) is
-        // overhead too, which grows with the load the call saw.
-        let mut explained = o.actual_compute + o.actual_queue;
+        // flops has no factor to learn: what it holds is overhead.
+        let mut held = o.actual_compute + o.actual_queue;
         if o.modelled_compute > 0.0 {
             if o.threads <= 1 {
-                let observed = factor_observed(o, explained, stretch);
-                self.learn_factor(o, observed.clamp(FACTOR_RANGE.0, FACTOR_RANGE.1));
-                explained = explained.min(observed * o.modelled_compute * stretch);
+                let observed =
+                    (held / (o.modelled_compute * stretch)).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
+                self.learn_factor(o, observed);
             }
         } else {
-            explained = 0.0;
+            held = 0.0;
         }
-        let overhead = (o.actual_call - explained - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
+        let overhead = (o.actual_call - held - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
         let history = self.overhead_history.entry(o.server.clone()).or_default();
         if history.len() == OVERHEAD_WINDOW {
             history.pop_front();
@@ -481,7 +458,6 @@ mod tests {
             actual_call: call,
             actual_compute: compute,
             actual_queue: 0.0,
-            actual_stopped: 0.0,
             cold: false,
             threads: 0,
         }
@@ -502,48 +478,6 @@ mod tests {
         });
         assert!((c.factor("s:1", "dgefa").at(0.005) - 2.0).abs() < 1e-9);
         assert_eq!(c.observed, 2);
-    }
-
-    #[test]
-    fn a_call_that_waited_behind_another_jobs_slot_teaches_only_what_it_ran() {
-        let mut c = Calibration::default();
-        // 2 ms of work modelled at 1 ms, predicted among one other job (stretch 2), that
-        // waited 98 ms of its 100 ms stopped while the other job's slot ran.
-        c.observe(&Observation {
-            predicted_stretch: 2.0,
-            actual_stopped: 0.098,
-            ..call(0.100, 0.001, 0.102)
-        });
-        assert!((c.factor("s:1", "dgefa").at(0.001) - 2.0).abs() < 1e-9);
-        // The wait is not lost: of the 101 ms past the transfer, the factor explains 4 ms
-        // (2 ms stretched twice); the rest is the server's overhead at that load.
-        let overhead = c.overhead("s:1");
-        assert!((overhead.at(2.0) - 0.097).abs() < 1e-9, "{overhead:?}");
-        // A long call time-shared with one other job stood stopped half its time: the
-        // prediction's stretch already says so, and it teaches what it costs alone.
-        let mut c = Calibration::default();
-        c.observe(&Observation {
-            predicted_stretch: 2.0,
-            actual_stopped: 0.5,
-            ..call(1.0, 0.25, 1.002)
-        });
-        assert!((c.factor("s:1", "dgefa").at(0.25) - 2.0).abs() < 1e-9);
-        // Slowed without being stopped (the operating system shared the processor with
-        // other work), a call teaches as before: its time over the stretched model.
-        let mut c = Calibration::default();
-        c.observe(&Observation {
-            predicted_stretch: 2.0,
-            ..call(1.0, 0.25, 1.002)
-        });
-        assert!((c.factor("s:1", "dgefa").at(0.25) - 2.0).abs() < 1e-9);
-        // A report of no running time at all (stopped for all of its compute time, or
-        // more) says nothing of the speed: the stretched figure stands.
-        let mut c = Calibration::default();
-        c.observe(&Observation {
-            actual_stopped: 5.0,
-            ..call(1.0, 0.25, 1.002)
-        });
-        assert!((c.factor("s:1", "dgefa").at(0.25) - 4.0).abs() < 1e-9);
     }
 
     #[test]

@@ -43,7 +43,6 @@ impl Metaserver {
                         queue_seconds: timing.queue_seconds,
                         cold: timing.cold,
                         threads: timing.threads,
-                        stopped_seconds: timing.stopped_seconds,
                     }
                 })
                 .collect();

@@ -1,0 +1,75 @@
+"""The peer benchmark's pairs (five systems, each `dgefa` then `dgesl` on a matrix kept on the
+grid) on the same two-server local grid, printing where each call ran and for how long: the
+metaserver's prediction against what happened, and the time each call's gang job stood
+stopped outside its slots (docs/gang.md, "A call's life").
+
+    target/peers-venv/bin/python python/bench/pairs_plan.py target/release --n 1000 --trials 9
+
+One line per graph: the client's time, the predicted and actual makespan, then each call as
+`SERVER:ROUTINE predicted/actual (compute, stopped)` in milliseconds: predicted and actual
+from the proxy issuing the call to its reply, then the server's compute time and the part of
+it the call's job stood stopped. SERVER is its port's last two digits. `scripts/bench-peers` installs the package into target/peers-venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+
+def systems(n: int, count: int = 5, seed: int = 7):
+    """Well-conditioned systems (as python/bench/peers.py makes them)."""
+    rng = np.random.default_rng(seed)
+    return [
+        (
+            np.asfortranarray(rng.standard_normal((n, n)) + n * np.eye(n)),
+            rng.standard_normal(n),
+        )
+        for _ in range(count)
+    ]
+
+
+def cell(task) -> str:
+    predicted = (task.predicted_finish - task.predicted_start) * 1000
+    actual = (task.actual_finish - task.actual_start) * 1000
+    stopped = task.stopped_seconds * 1000
+    compute = task.compute_seconds * 1000
+    return f"{task.server[-2:]}:{task.function} {predicted:.0f}/{actual:.0f} ({compute:.0f}, {stopped:.0f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bin_dir")
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--trials", type=int, default=9)
+    args = parser.parse_args()
+    os.environ["NINF_BIN_DIR"] = os.path.abspath(args.bin_dir)
+    import ninf
+
+    s = systems(args.n)
+    with ninf.local_grid(servers=2, selftest=True) as grid:
+        for trial in range(args.trials):
+            started = time.perf_counter()
+            solutions = [b.copy() for _, b in s]
+            with grid.transaction() as tx:
+                factors = [tx.scratch(a.copy(order="F")) for a, _ in s]
+                pivots = [tx.scratch(np.empty(args.n, np.int32)) for _ in s]
+                for a, ipvt, x in zip(factors, pivots, solutions):
+                    tx.call("dgefa", a, args.n, ipvt)
+                    tx.call("dgesl", a, args.n, ipvt, x)
+            seconds = time.perf_counter() - started
+            for (a, b), x in zip(s, solutions):
+                np.testing.assert_allclose(a @ x, b, rtol=1e-8, atol=1e-8)
+            plan = tx.plan
+            print(
+                f"{trial}: {seconds * 1000:.0f} ms, predicted {plan.predicted_makespan * 1000:.0f}"
+                f" actual {plan.actual_makespan * 1000:.0f} | "
+                + "  ".join(cell(t) for t in plan.tasks)
+            )
+
+
+if __name__ == "__main__":
+    main()
