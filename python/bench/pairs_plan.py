@@ -45,31 +45,47 @@ def main() -> None:
     parser.add_argument("bin_dir")
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=9)
+    parser.add_argument(
+        "--check-each-graph",
+        action="store_true",
+        help="check each graph's solutions with NumPy before the next graph starts",
+    )
     args = parser.parse_args()
     os.environ["NINF_BIN_DIR"] = os.path.abspath(args.bin_dir)
     import ninf
 
     s = systems(args.n)
+    answers = []
     with ninf.local_grid(servers=2, selftest=True) as grid:
         for trial in range(args.trials):
             started = time.perf_counter()
             solutions = [b.copy() for _, b in s]
             with grid.transaction() as tx:
-                factors = [tx.scratch(a.copy(order="F")) for a, _ in s]
+                factors = [tx.scratch(a) for a, _ in s]
                 pivots = [tx.scratch(np.empty(args.n, np.int32)) for _ in s]
                 for a, ipvt, x in zip(factors, pivots, solutions):
                     tx.call("dgefa", a, args.n, ipvt)
                     tx.call("dgesl", a, args.n, ipvt, x)
             seconds = time.perf_counter() - started
-            for (a, b), x in zip(s, solutions):
-                np.testing.assert_allclose(a @ x, b, rtol=1e-8, atol=1e-8)
+            answers.append(solutions)
+            if args.check_each_graph:
+                check(s, [answers.pop()])
             plan = tx.plan
             print(
                 f"{trial}: {seconds * 1000:.0f} ms, predicted {plan.predicted_makespan * 1000:.0f}"
                 f" actual {plan.actual_makespan * 1000:.0f} | "
                 + "  ".join(cell(t) for t in plan.tasks)
             )
+    # Checked once the grid is gone: NumPy's BLAS threads spin for a while after each
+    # product, on the grid's cores, and a check between graphs made the next ones 20-40%
+    # slower (docs/performance.md, "A client's own BLAS slows a grid on its host").
+    check(s, answers)
 
+
+def check(s, answers) -> None:
+    for solutions in answers:
+        for (a, b), x in zip(s, solutions):
+            np.testing.assert_allclose(a @ x, b, rtol=1e-8, atol=1e-8)
 
 if __name__ == "__main__":
     main()
