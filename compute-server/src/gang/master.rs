@@ -392,8 +392,12 @@ impl GangMaster {
     fn issue(&self, inner: &mut Inner) {
         let now = MachineClock.now();
         let replaced = self.current.borrow().clone();
-        for (id, job) in inner.jobs.iter_mut() {
-            job.ran_seconds += replaced.running_seconds(*id, inner.issued_at, now);
+        // Only jobs in the replaced table can have run under it, not those still queued.
+        for id in replaced.jobs.keys() {
+            let ran = replaced.running_seconds(*id, inner.issued_at, now);
+            if let Some(job) = inner.jobs.get_mut(id) {
+                job.ran_seconds += ran;
+            }
         }
         inner.issued_at = now;
         let mut table = inner.scheduler.table();
