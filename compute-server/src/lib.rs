@@ -74,6 +74,7 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         processors: config.processors() as u32,
         bulk_address: format!("{bulk_host}:{bulk_port}"),
         bulk_local: local_name,
+        quantum_seconds: config.gang.core(1).quantum,
         ..info
     };
     let state = ServerState::start(config, advertise.clone(), info).await?;

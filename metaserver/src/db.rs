@@ -111,6 +111,8 @@ pub struct ActualRecord {
     pub start: f64,
     pub finish: f64,
     pub compute_seconds: f64,
+    /// Of `compute_seconds`, the time the task's gang job stood stopped.
+    pub stopped_seconds: f64,
 }
 
 /// How much history to keep.
@@ -174,16 +176,18 @@ fn actuals_update(backend: Backend) -> &'static str {
             // Materialized, the rows are the outer loop and each finds its placement by
             // the primary key; joined directly, SQLite scanned the rows once per placement
             // (46 s for 10,000 tasks).
-            "WITH a (task, start, finish, compute) AS MATERIALIZED (
-                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each($2))
+            "WITH a (task, start, finish, compute, stopped) AS MATERIALIZED (
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4
+                 FROM json_each($2))
              UPDATE placements SET actual_start = a.start, actual_finish = a.finish,
-                 compute_seconds = a.compute
+                 compute_seconds = a.compute, stopped_seconds = a.stopped
              FROM a WHERE placements.graph_id = $1 AND placements.task = a.task"
         }
         Backend::Postgres => {
             "UPDATE placements SET actual_start = (a ->> 1)::DOUBLE PRECISION,
                  actual_finish = (a ->> 2)::DOUBLE PRECISION,
-                 compute_seconds = (a ->> 3)::DOUBLE PRECISION
+                 compute_seconds = (a ->> 3)::DOUBLE PRECISION,
+                 stopped_seconds = (a ->> 4)::DOUBLE PRECISION
              FROM jsonb_array_elements($2::JSONB) AS a
              WHERE placements.graph_id = $1 AND placements.task = (a ->> 0)::BIGINT"
         }
@@ -305,6 +309,8 @@ impl ResourceDb {
                 bulk_address: row.try_get(7)?,
                 // Only a client on the server's host can use it, and clients ask the server.
                 bulk_local: String::new(),
+                // Not stored: learned again when the server registers anew.
+                quantum_seconds: 0.0,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",
@@ -528,7 +534,8 @@ impl ResourceDb {
                 a.task,
                 finite(a.start),
                 finite(a.finish),
-                finite(a.compute_seconds)
+                finite(a.compute_seconds),
+                finite(a.stopped_seconds)
             ])
         });
         sqlx::query(actuals_update(self.backend))
@@ -594,7 +601,8 @@ impl ResourceDb {
     pub async fn placements(&self, graph: u64) -> Result<Vec<PlacementRow>, DbError> {
         let rows = sqlx::query(
             "SELECT task, server_address, predicted_start, predicted_finish, actual_start,
-                    actual_finish, label, function, processors
+                    actual_finish, label, function, processors, compute_seconds,
+                    stopped_seconds
              FROM placements WHERE graph_id = $1 ORDER BY task",
         )
         .bind(to_i64(graph))
@@ -612,6 +620,8 @@ impl ResourceDb {
                     label: row.try_get(6)?,
                     function: row.try_get(7)?,
                     processors: u32::try_from(row.try_get::<i64, _>(8)?).unwrap_or(0),
+                    compute_seconds: row.try_get(9)?,
+                    stopped_seconds: row.try_get(10)?,
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
@@ -684,6 +694,10 @@ pub struct PlacementRow {
     pub label: String,
     pub function: String,
     pub processors: u32,
+    /// The server's account of the task's compute time, and the part of it its gang job
+    /// stood stopped, once reported.
+    pub compute_seconds: Option<f64>,
+    pub stopped_seconds: Option<f64>,
 }
 
 /// A `graphs` row (columns as `recent_graphs` selects them) as the status message's summary.

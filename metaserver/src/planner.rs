@@ -80,6 +80,8 @@ pub struct TaskOutcome {
     pub finish: f64,
     pub compute_seconds: f64,
     pub queue_seconds: f64,
+    /// The part of its compute the call's job stood stopped (`CallTiming.stopped_seconds`).
+    pub stopped_seconds: f64,
     /// The server ran it on an executable cold for it (`CallTiming.cold`).
     pub cold: bool,
     /// The threads it computed with (`CallTiming.threads`).
@@ -157,6 +159,7 @@ impl Planner {
         let mut predictor =
             LoadPredictor::from_history(&grid, &history, self.predictor, self.default_link);
         for (index, server) in registry.servers().iter().enumerate() {
+            predictor.set_quantum(index, server.info.quantum_seconds);
             if let Some(sampled) = server.load_sampled_at {
                 // A running graph's placements count as running from their start on, as
                 // the predictor counts them ([`ActivePlacement::still_running`]).
@@ -281,6 +284,7 @@ impl Planner {
                             actual_call: actual.finish - actual.start,
                             actual_compute: actual.compute_seconds,
                             actual_queue: actual.queue_seconds,
+                            actual_stopped: actual.stopped_seconds,
                             cold: actual.cold,
                             threads: actual.threads,
                         });

@@ -8,6 +8,11 @@ use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Scheduler, Task, TaskGraph};
 
 fn registry() -> Registry {
+    registry_with_slots(0.0)
+}
+
+/// Two one-processor servers whose gang slots last `quantum` seconds (0: not registered).
+fn registry_with_slots(quantum: f64) -> Registry {
     let text = include_str!("../../routines/idl/linpack.idl");
     let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
     let routines: Vec<v1::FunctionInterface> = module
@@ -20,6 +25,7 @@ fn registry() -> Registry {
         let info = v1::ServerInfo {
             mflops: 1000.0,
             processors: 1,
+            quantum_seconds: quantum,
             ..Default::default()
         };
         registry.register(id, address, info, &routines, 0.0);
@@ -260,4 +266,34 @@ fn ended_graphs_are_forgotten_once_no_load_sample_can_need_them() {
     run(&mut planner, 1, 1.0);
     run(&mut planner, 2, 2.0 + ENDED_MEMORY_SECONDS);
     assert_eq!(graphs(&planner), [1, 2]);
+}
+
+#[test]
+fn a_short_call_behind_a_long_one_is_predicted_to_wait_for_the_slot_the_server_registered() {
+    let short = |flops: f64| {
+        let mut graph = one_mmul();
+        graph.tasks[0].flops = flops;
+        graph
+    };
+    // A 2 s product runs on server a from 1.0; a 2 ms one comes at 1.5, kept off b.
+    let predicted = |quantum: f64| {
+        let registry = registry_with_slots(quantum);
+        let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+        let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+        let long = one_mmul();
+        let first = planner
+            .plan(&registry, &long, &[], simple.as_mut(), 1.0)
+            .unwrap();
+        planner.record(1, &long, &first, &registry, 1.0);
+        let avoid = ["b:1".to_string()];
+        let second = planner
+            .plan_avoiding(&registry, &short(2e6), &[], &avoid, simple.as_mut(), 1.5)
+            .unwrap();
+        assert_eq!(second.servers, vec![0]);
+        second.timings[0].finish - second.timings[0].start
+    };
+    // Shared with the product: twice its 2 ms.
+    assert!((predicted(0.0) - 0.004).abs() < 1e-9, "{}", predicted(0.0));
+    // Behind the product's 100 ms slot: half of it expected, then 2 ms.
+    assert!((predicted(0.1) - 0.052).abs() < 1e-9, "{}", predicted(0.1));
 }

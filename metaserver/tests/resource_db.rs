@@ -209,6 +209,7 @@ fn registrations_and_history_on(url: &str) {
                 start: 0.1,
                 finish: 0.9,
                 compute_seconds: 0.7,
+                stopped_seconds: 0.0,
             };
             db.record_actuals(graph_id, 0.95, "", &[actual])
                 .await
@@ -297,6 +298,7 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
             start: time(t) * 1.5,
             finish: time(t) * 2.5,
             compute_seconds: 0.1 * f64::from(t),
+            stopped_seconds: 0.01 * f64::from(t),
         })
         .collect();
     db.record_actuals(graph, 9.5, "", &actuals).await.unwrap();
@@ -321,6 +323,7 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
         assert_eq!(row.predicted_finish.to_bits(), finish.to_bits());
         if row.task == 0 {
             assert_eq!((row.actual_start, row.actual_finish), (None, None));
+            assert_eq!((row.compute_seconds, row.stopped_seconds), (None, None));
         } else {
             let actual = &actuals[row.task as usize - 1];
             assert_eq!(
@@ -330,6 +333,10 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
             assert_eq!(
                 row.actual_finish.map(f64::to_bits),
                 Some(actual.finish.to_bits())
+            );
+            assert_eq!(
+                (row.compute_seconds, row.stopped_seconds),
+                (Some(actual.compute_seconds), Some(actual.stopped_seconds))
             );
         }
     }

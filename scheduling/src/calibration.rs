@@ -84,6 +84,9 @@ pub struct Observation {
     /// The server's own account of the call's computing and of its wait for processors.
     pub actual_compute: f64,
     pub actual_queue: f64,
+    /// The part of `actual_compute` the call's gang job stood stopped outside its slots
+    /// (`CallTiming.stopped_seconds`): waiting behind another job, not computing.
+    pub actual_stopped: f64,
     /// The server ran the call on an executable that had not run the routine on a request
     /// this large: its compute time includes one-off costs (loading, first touches).
     pub cold: bool,
@@ -292,6 +295,7 @@ impl Calibration {
     /// reported, nothing modelled, non-finite figures) teach nothing.
     pub fn observe(&mut self, o: &Observation) {
         let figures = [
+            o.actual_stopped,
             o.modelled_compute,
             o.predicted_stretch,
             o.predicted_transfer,
@@ -306,24 +310,30 @@ impl Calibration {
         }
         self.observed += 1;
         self.last_observed.insert(o.server.clone(), self.observed);
-        // The factor is of a call alone: the prediction stretches the compute by the load
-        // it sees, so what it saw is taken out of what happened.
         let stretch = o.predicted_stretch.max(1.0);
-        // The model shares a server's processors among the calls placed on it; the server
-        // may instead queue a call until a processor is free. Either way the call holds the
-        // server for its wait and its compute, so both count. A routine the model gives no
-        // flops has no factor to learn: what it holds is overhead.
-        let mut held = o.actual_compute + o.actual_queue;
+        // The factor is of a call alone: its running time, the compute time less what its
+        // gang job stood stopped behind other jobs' slots. The waits (for a slot, for
+        // admission, for the calls before it on its connection) are the load's doing, which
+        // the predictor counts apart: as the stretch and the slot wait
+        // ([`crate::LoadPredictor::slot_wait`]). Learned as speed, a 2 ms `dgesl` that
+        // waited 45 ms for an LU's slot made the routine look 20 times slower on that
+        // server, and an LU queued behind another looked twice as fast once the predicted
+        // stretch was divided out of a compute time that held none of the wait.
+        let held = o.actual_compute + o.actual_queue;
+        let running = o.actual_compute - o.actual_stopped.clamp(0.0, o.actual_compute);
+        // What the call's server side took as the prediction counts it: the stretched
+        // running time, or what the server held it for, whichever is longer. A routine the
+        // model gives no flops has no factor to learn: what it holds is overhead.
+        let mut computed = held.max(running * stretch);
         if o.modelled_compute > 0.0 {
             if o.threads <= 1 {
-                let observed =
-                    (held / (o.modelled_compute * stretch)).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
+                let observed = (running / o.modelled_compute).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
                 self.learn_factor(o, observed);
             }
         } else {
-            held = 0.0;
+            computed = 0.0;
         }
-        let overhead = (o.actual_call - held - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
+        let overhead = (o.actual_call - computed - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
         let history = self.overhead_history.entry(o.server.clone()).or_default();
         if history.len() == OVERHEAD_WINDOW {
             history.pop_front();
@@ -458,6 +468,7 @@ mod tests {
             actual_call: call,
             actual_compute: compute,
             actual_queue: 0.0,
+            actual_stopped: 0.0,
             cold: false,
             threads: 0,
         }
@@ -604,13 +615,15 @@ mod tests {
     fn a_call_the_prediction_saw_slowed_by_load_teaches_what_it_costs_alone() {
         let mut c = Calibration::default();
         for i in 0..OVERHEAD_WINDOW {
-            // Predicted among 0 to 3 other jobs (1 to 4 times as long as alone): computed
-            // for 2 ms per stretch against 1 ms modelled alone, with 1 ms of transfer and an
-            // overhead of 3 ms fixed and 0.5 ms per stretch.
+            // Predicted among 0 to 3 other jobs (1 to 4 times as long as alone): ran for 2 ms
+            // against 1 ms modelled alone and stood stopped behind the others for the rest
+            // of 2 ms per stretch, with 1 ms of transfer and an overhead of 3 ms fixed and
+            // 0.5 ms per stretch.
             let stretch = 1.0 + (i % 4) as f64;
             let compute = 0.002 * stretch;
             c.observe(&Observation {
                 predicted_stretch: stretch,
+                actual_stopped: compute - 0.002,
                 ..call(compute, 0.001, compute + 0.001 + 0.003 + 0.0005 * stretch)
             });
         }
@@ -618,6 +631,33 @@ mod tests {
         let overhead = c.overhead("s:1");
         assert!((overhead.fixed - 0.003).abs() < 1e-9, "{overhead:?}");
         assert!((overhead.shared - 0.0005).abs() < 1e-9, "{overhead:?}");
+    }
+
+    #[test]
+    fn waits_behind_other_calls_teach_neither_speed_nor_overhead() {
+        let mut c = Calibration::default();
+        for _ in 0..WINDOW {
+            // An LU modelled at 40 ms and predicted behind another (stretch 2): it reached
+            // the server once the first had ended, and computed for 44 ms, never stopped.
+            // Its call took 92 ms with 1 ms of transfer: 3 ms beyond the prediction's
+            // 2 x 44 ms.
+            c.observe(&Observation {
+                predicted_stretch: 2.0,
+                ..call(0.044, 0.040, 0.092)
+            });
+        }
+        assert!((c.factor("s:1", "dgefa").at(0.040) - 1.1).abs() < 1e-9);
+        assert!((c.overhead("s:1").at(2.0) - 0.003).abs() < 1e-9);
+        for _ in 0..WINDOW {
+            // A `dgesl` modelled at 1 ms that waited 45 ms for that LU's slot, then ran 2 ms.
+            c.observe(&Observation {
+                function: "dgesl".into(),
+                actual_stopped: 0.045,
+                ..call(0.047, 0.001, 0.051)
+            });
+        }
+        assert!((c.factor("s:1", "dgesl").at(0.001) - 2.0).abs() < 1e-9);
+        assert!((c.overhead("s:1").at(1.0) - 0.003).abs() < 1e-9);
     }
 
     #[test]

@@ -72,6 +72,11 @@ impl Timeline {
         self.under_way(at).count()
     }
 
+    /// The earliest end of the bookings under way at `at`, if any is.
+    pub fn first_end_after(&self, at: f64) -> Option<f64> {
+        self.under_way(at).map(|b| b.finish).reduce(f64::min)
+    }
+
     fn under_way(&self, at: f64) -> impl Iterator<Item = &Booking> {
         let end = self.by_start.partition_point(|b| b.start <= at);
         let earliest = at - self.longest;

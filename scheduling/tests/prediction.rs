@@ -82,6 +82,48 @@ fn a_calls_compute_and_shared_overhead_stretch_with_the_load_and_its_latency_doe
 }
 
 #[test]
+fn a_short_call_on_a_busy_gang_server_waits_for_the_slot_in_progress() {
+    let one_processor = GridView {
+        servers: vec![ServerView {
+            processors: 1,
+            ..grid().servers[0].clone()
+        }],
+    };
+    let mut p = LoadPredictor::new(&one_processor, vec![0.0], HashMap::new(), megabyte_link());
+    // 2 Mflop on a 1 Gflop/s processor: 2 ms alone.
+    let solve = ninf_scheduling::Task {
+        label: "dgesl#1".into(),
+        function: "dgesl".into(),
+        flops: 2e6,
+        client_in_bytes: 0,
+        client_out_bytes: 0,
+        processors: 1,
+    };
+    // An LU holds the processor from 0 to 45 ms.
+    p.place(0, 1, 0.0, 0.045);
+    // Without a quantum the server is taken to share its processor: twice as long.
+    assert_eq!(p.slot_wait(0, 1, 0.010), 0.0);
+    assert!((p.compute_time(0, &solve, 0.010) - 0.004).abs() < 1e-12);
+    // With 100 ms slots, the LU's slot runs to its end at 45 ms: 35 ms of wait, then 2 ms.
+    p.set_quantum(0, 0.1);
+    assert!((p.slot_wait(0, 1, 0.010) - 0.035).abs() < 1e-12);
+    assert!((p.compute_time(0, &solve, 0.010) - 0.037).abs() < 1e-12);
+    // A job that runs on past the slot leaves it after half a quantum, as expected.
+    p.place(0, 1, 0.050, 1.0);
+    assert!((p.slot_wait(0, 1, 0.060) - 0.05).abs() < 1e-12);
+    // A call of many slots shares the processor instead: 200 ms alone takes 400 ms beside
+    // the other job, longer than 50 ms of wait and 200 ms alone.
+    let long = ninf_scheduling::Task {
+        flops: 2e8,
+        ..solve.clone()
+    };
+    assert!((p.compute_time(0, &long, 0.060) - 0.4).abs() < 1e-12);
+    // With the processor free again, nothing waits.
+    assert_eq!(p.slot_wait(0, 1, 1.5), 0.0);
+    assert!((p.compute_time(0, &solve, 1.5) - 0.002).abs() < 1e-12);
+}
+
+#[test]
 fn links_fall_back_to_the_reverse_direction_then_the_default() {
     let default = megabyte_link();
     let measured = Link {

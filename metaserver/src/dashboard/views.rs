@@ -300,6 +300,8 @@ mod tests {
             label: format!("mmul#{task}"),
             function: "mmul".into(),
             processors: 1,
+            compute_seconds: None,
+            stopped_seconds: None,
         }
     }
 

@@ -41,6 +41,7 @@ impl Metaserver {
                         finish: t.finish,
                         compute_seconds: timing.compute_seconds,
                         queue_seconds: timing.queue_seconds,
+                        stopped_seconds: timing.stopped_seconds,
                         cold: timing.cold,
                         threads: timing.threads,
                     }
@@ -56,6 +57,7 @@ impl Metaserver {
                 start: t.start,
                 finish: t.finish,
                 compute_seconds: t.timing.map_or(0.0, |t| t.compute_seconds),
+                stopped_seconds: t.timing.map_or(0.0, |t| t.stopped_seconds),
             })
             .collect();
         self.db
