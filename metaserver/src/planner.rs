@@ -235,6 +235,9 @@ impl Planner {
             };
             // The prediction was (modelled x factor + shared overhead) x stretch + fixed
             // overhead: the stretch is what is left of it once the call alone is taken out.
+            // A predicted slot wait ([`ninf_scheduling::LoadPredictor::slot_wait`]) comes
+            // out as more stretch, which is what the calibration then takes the call to
+            // have met.
             let stretched = modelled * factor + overhead.shared;
             let stretch = if stretched > 0.0 {
                 ((timing.finish - timing.start - overhead.fixed) / stretched).max(1.0)
