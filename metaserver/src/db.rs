@@ -245,13 +245,14 @@ impl ResourceDb {
         let mut tx = self.pool.begin().await?;
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
-                 bulk_address, registered_at, last_heartbeat, state)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up')
+                 bulk_address, registered_at, last_heartbeat, state, quantum_seconds)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
                  bulk_address = excluded.bulk_address, registered_at = excluded.registered_at,
-                 last_heartbeat = excluded.last_heartbeat, state = 'up'
+                 last_heartbeat = excluded.last_heartbeat, state = 'up',
+                 quantum_seconds = excluded.quantum_seconds
              RETURNING id",
         )
         .bind(address)
@@ -263,6 +264,7 @@ impl ResourceDb {
         .bind(&info.bulk_address)
         .bind(now)
         .bind(now)
+        .bind(finite(info.quantum_seconds))
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -293,7 +295,7 @@ impl ResourceDb {
     pub async fn servers(&self) -> Result<Vec<StoredServer>, DbError> {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
-                    bulk_address, last_heartbeat FROM servers ORDER BY id",
+                    bulk_address, last_heartbeat, quantum_seconds FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -309,8 +311,7 @@ impl ResourceDb {
                 bulk_address: row.try_get(7)?,
                 // Only a client on the server's host can use it, and clients ask the server.
                 bulk_local: String::new(),
-                // Not stored: learned again when the server registers anew.
-                quantum_seconds: 0.0,
+                quantum_seconds: row.try_get(9)?,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

@@ -156,10 +156,12 @@ fn registrations_and_history_on(url: &str) {
             .await
             .unwrap();
         // Registering again replaces, keeping the id.
+        let again = v1::ServerInfo {
+            quantum_seconds: 0.05,
+            ..info(800.0, 2)
+        };
         assert_eq!(
-            db.register("a:1", &info(800.0, 2), &linpack(), 11.0)
-                .await
-                .unwrap(),
+            db.register("a:1", &again, &linpack(), 11.0).await.unwrap(),
             id
         );
         for t in 0..5 {
@@ -223,6 +225,7 @@ fn registrations_and_history_on(url: &str) {
         assert_eq!(servers.len(), 1);
         assert_eq!(servers[0].address, "a:1");
         assert_eq!(servers[0].info.mflops, 800.0);
+        assert_eq!(servers[0].info.quantum_seconds, 0.05);
         assert_eq!(servers[0].last_heartbeat, 24.0);
         assert_eq!(servers[0].routines.len(), linpack().len());
         let recent: Vec<f64> = db
