@@ -254,11 +254,17 @@ impl LoadPredictor {
     /// if that is sooner. Sharing the processors, as [`LoadPredictor::stretch`] models them,
     /// would have a 2 ms `dgesl` behind a 45 ms LU take 4 ms; it takes 45.
     pub fn slot_wait(&self, server: ServerId, processors: u32, at: f64) -> f64 {
+        self.slot_wait_among(server, processors, at, self.load_at(server, at))
+    }
+
+    /// [`LoadPredictor::slot_wait`] with the load at `at` already counted: every prediction
+    /// needs it, and counting it is a pass over the server's timeline.
+    fn slot_wait_among(&self, server: ServerId, processors: u32, at: f64, load: f64) -> f64 {
         let (Some(&quantum), Some(&total)) = (self.quanta.get(server), self.processors.get(server))
         else {
             return 0.0;
         };
-        let demand = self.load_at(server, at) + f64::from(processors.max(1));
+        let demand = load + f64::from(processors.max(1));
         if quantum <= 0.0 || demand <= f64::from(total) {
             return 0.0;
         }
@@ -455,8 +461,9 @@ impl Predictor for LoadPredictor {
     /// processor busy may wait longer than sharing them would take
     /// ([`LoadPredictor::slot_wait`]).
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
-        let wait = self.slot_wait(server, task.processors, at);
-        self.time_among(server, task, self.load_at(server, at), wait)
+        let load = self.load_at(server, at);
+        let wait = self.slot_wait_among(server, task.processors, at, load);
+        self.time_among(server, task, load, wait)
     }
 
     /// [`LoadPredictor::time_among`] at the measured load, as a line in the flops.
