@@ -176,6 +176,40 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
 }
 
 #[test]
+fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
+    let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
+    let ended = |p: &Planner| p.ended().iter().map(|p| p.graph).collect::<Vec<_>>();
+    // No server has sent a sample: no ended placement can correct one.
+    planner.finish(1, 1.6, &[outcome(0, 0.0, 0.5)]);
+    assert!(planner.for_planning(&registry).ended().is_empty());
+    // Graph 2 runs on a:1 from 2.0 to 2.5 and a:1 samples it at 2.2; b:1 samples at 1.8,
+    // after graph 1 ended (1.5): graph 1's placement can no longer correct any sample.
+    let second = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 2.0)
+        .unwrap();
+    assert_eq!(second.servers, vec![0]);
+    planner.record(2, &graph, &second, &registry, 2.0);
+    assert!(registry.heartbeat("b:1", None, 1.8));
+    assert!(registry.heartbeat("a:1", Some(&one_job_running()), 2.2));
+    planner.finish(2, 2.6, &[outcome(0, 0.0, 0.5)]);
+    assert_eq!(ended(&planner), [1, 2]);
+    let copy = planner.for_planning(&registry);
+    assert_eq!(ended(&copy), [2]);
+    // And it places as the planner itself does: a:1's sampled job has ended.
+    let mut flow = ninf_scheduling::by_name("flow", 0).unwrap();
+    for at in [2.6, 2.7] {
+        let theirs = planner
+            .plan(&registry, &graph, &[], flow.as_mut(), at)
+            .unwrap();
+        let ours = copy
+            .plan(&registry, &graph, &[], flow.as_mut(), at)
+            .unwrap();
+        assert_eq!(ours, theirs);
+        assert_eq!(ours.servers, vec![0]);
+    }
+}
+
+#[test]
 fn a_late_graphs_job_in_a_load_sample_is_counted_once() {
     let (mut registry, planner, graph, mut simple) = first_mmul_on_a();
     // Graph 1 was predicted to end near t = 3. At t = 5 it still runs, and a:1 reports its
