@@ -105,7 +105,8 @@ impl Scheduler for Flow {
             }
             paths.remove(&path);
         }
-        for id in tentative {
+        // Newest first: each comes off the end of its server's timeline.
+        for id in tentative.into_iter().rev() {
             predictor.withdraw(id);
         }
         Ok(finish_schedule(graph, order, servers, predictor))

@@ -341,7 +341,8 @@ pub fn evaluate_staged(
         predictor,
         &mut ids,
     );
-    for id in ids {
+    // Newest first: each comes off the end of its timeline.
+    for id in ids.into_iter().rev() {
         predictor.withdraw(id);
     }
     makespan

@@ -105,7 +105,8 @@ impl Scheduler for SeedSimple {
             hints.push(hint(predictor, server, graph.tasks[task].processors));
             servers[task] = server;
         }
-        for id in hints {
+        // Newest first: each comes off the end of its server's timeline.
+        for id in hints.into_iter().rev() {
             predictor.withdraw(id);
         }
         Ok(finish_schedule(graph, &prepared.order, servers, predictor))
@@ -142,7 +143,8 @@ impl Scheduler for SeedFlow {
             }
             paths.remove(&path);
         }
-        for id in hints {
+        // Newest first: each comes off the end of its server's timeline.
+        for id in hints.into_iter().rev() {
             predictor.withdraw(id);
         }
         Ok(finish_schedule(graph, &prepared.order, servers, predictor))
