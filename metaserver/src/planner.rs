@@ -130,15 +130,17 @@ impl Planner {
         &self.calibration
     }
 
-    /// A copy to plan with off the state's lock: the same predictions as from `self`, but
-    /// of the ended graphs' placements only those that can correct a server's present load
-    /// sample (ended after it was taken). Under `ninf load` a whole copy held 30 s of them,
-    /// about 35,000 placements, and copying them for every graph was most of the
-    /// metaserver's time.
-    pub fn for_planning(&self, registry: &Registry) -> Planner {
+    /// A copy to plan with at `now` off the state's lock: the same placements as from
+    /// `self`, but of the ended graphs' placements only those that can correct the present
+    /// load sample of a server that is up (ended after it was taken). Under `ninf load` a
+    /// whole copy held 30 s of them, about 35,000 placements, and copying them for every
+    /// graph was most of the metaserver's time. A server that is down gets no task, and its
+    /// last sample, however old, must not bring the whole copy back.
+    pub fn for_planning(&self, registry: &Registry, now: f64) -> Planner {
         let oldest_sample = registry
             .servers()
             .iter()
+            .filter(|s| registry.is_up(s, now))
             .filter_map(|s| s.load_sampled_at)
             .fold(f64::INFINITY, f64::min);
         Planner {

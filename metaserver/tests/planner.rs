@@ -181,7 +181,7 @@ fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
     let ended = |p: &Planner| p.ended().iter().map(|p| p.graph).collect::<Vec<_>>();
     // No server has sent a sample: no ended placement can correct one.
     planner.finish(1, 1.6, &[outcome(0, 0.0, 0.5)]);
-    assert!(planner.for_planning(&registry).ended().is_empty());
+    assert!(planner.for_planning(&registry, 1.6).ended().is_empty());
     // Graph 2 runs on a:1 from 2.0 to 2.5 and a:1 samples it at 2.2; b:1 samples at 1.8,
     // after graph 1 ended (1.5): graph 1's placement can no longer correct any sample.
     let second = planner
@@ -189,11 +189,12 @@ fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
         .unwrap();
     assert_eq!(second.servers, vec![0]);
     planner.record(2, &graph, &second, &registry, 2.0);
-    assert!(registry.heartbeat("b:1", None, 1.8));
+    let idle = v1::LoadSample::default();
+    assert!(registry.heartbeat("b:1", Some(&idle), 1.8));
     assert!(registry.heartbeat("a:1", Some(&one_job_running()), 2.2));
     planner.finish(2, 2.6, &[outcome(0, 0.0, 0.5)]);
     assert_eq!(ended(&planner), [1, 2]);
-    let copy = planner.for_planning(&registry);
+    let copy = planner.for_planning(&registry, 2.6);
     assert_eq!(ended(&copy), [2]);
     // And it places as the planner itself does: a:1's sampled job has ended.
     let mut flow = ninf_scheduling::by_name("flow", 0).unwrap();
@@ -207,6 +208,11 @@ fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
         assert_eq!(ours, theirs);
         assert_eq!(ours.servers, vec![0]);
     }
+    // Once b:1 is down (silent for more than the 5 s heartbeat timeout), its old sample
+    // no longer keeps graph 2's placement in the copy: a:1's new sample is after its end.
+    assert!(registry.heartbeat("a:1", Some(&idle), 7.0));
+    assert_eq!(ended(&planner), [1, 2], "kept within the 30 s memory");
+    assert!(planner.for_planning(&registry, 7.0).ended().is_empty());
 }
 
 #[test]

@@ -133,7 +133,7 @@ impl Metaserver {
             state.scheduled += 1;
             (
                 state.registry.clone(),
-                state.planner.for_planning(&state.registry),
+                state.planner.for_planning(&state.registry, now),
                 state.scheduled,
             )
         };
