@@ -250,24 +250,28 @@ impl Planner {
                 registry.flops_per_processor(entry),
                 entry.info.processors.max(1),
             );
-            let (factor, overhead) = if self.calibrate {
+            let (alone, overhead) = if self.calibrate {
                 let (factors, overhead) = calibrations.entry(server).or_insert_with(|| {
                     (
                         self.calibration.factors(&entry.address),
                         self.calibration.overhead(&entry.address),
                     )
                 });
-                let factor = factors.get(&t.function).map_or(1.0, |f| f.at(modelled));
-                (factor, *overhead)
+                let alone = factors
+                    .get(&t.function)
+                    .map_or(modelled, |f| f.alone(modelled));
+                (alone, *overhead)
             } else {
-                (1.0, Overhead::default())
+                (modelled, Overhead::default())
             };
-            // The prediction was (modelled x factor + shared overhead) x stretch + fixed
-            // overhead: the stretch is what is left of it once the call alone is taken out.
+            // The prediction was (alone + shared overhead) x stretch + fixed overhead, alone
+            // being the modelled time times its factor (or, for a routine the model gives no
+            // flops, its learned running time): the stretch is what is left of it once the
+            // call alone is taken out.
             // A predicted slot wait ([`ninf_scheduling::LoadPredictor::slot_wait`]) comes
             // out as more stretch, which is what the calibration then takes the call to
             // have met.
-            let stretched = modelled * factor + overhead.shared;
+            let stretched = alone + overhead.shared;
             let stretch = if stretched > 0.0 {
                 ((timing.finish - timing.start - overhead.fixed) / stretched).max(1.0)
             } else {

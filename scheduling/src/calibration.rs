@@ -13,6 +13,11 @@
 //! small looked 4-8 times slower for large ones than its twin that had just run large
 //! ones, and FLOW put 5 to 7 of a cascade's 7 products at n = 1000 on the twin.
 //!
+//! A routine the model gives no flops (`noop`) has no model to put a factor on: what its
+//! calls teach is their running time in seconds, per server, which the predictor then books
+//! on the server's processors as compute ([`Factor::alone`]). So 10,000 of them stack up on
+//! a server as its queue does, and a graph of them is split by what each server can run.
+//!
 //! The overhead has two parts, fitted to how it grew with the load each call was predicted
 //! to meet ([`Overhead`]): a part that waits for the server's processors as the compute does
 //! (decoding, the executable's hand-over, admission), and a part that does not (the RPC and
@@ -56,6 +61,9 @@ const SPREAD: f64 = 0.05;
 const FACTOR_RANGE: (f64, f64) = (1e-3, 1e4);
 /// A per-call overhead stays below this (seconds).
 const MAX_OVERHEAD: f64 = 10.0;
+/// The size band of calls the model gives no flops (LINPACK-less routines such as
+/// `noop`): what they teach is their running time in seconds, not a factor on a model.
+const UNMODELLED: i32 = i32::MIN;
 /// A server's figures are set aside once the grid has made this many observations since
 /// its last one: twenty windows.
 pub const STALE_AFTER: u64 = 20 * WINDOW as u64;
@@ -229,6 +237,8 @@ fn band(modelled: f64) -> i32 {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Factor {
     by_band: BTreeMap<i32, f64>,
+    /// The seconds a call runs when the model gives it no flops (none learned: 0).
+    pub unmodelled: Option<f64>,
 }
 
 impl Factor {
@@ -236,6 +246,15 @@ impl Factor {
     pub fn flat(factor: f64) -> Factor {
         Factor {
             by_band: BTreeMap::from([(0, factor)]),
+            unmodelled: None,
+        }
+    }
+
+    /// A routine the model gives no flops, whose calls run `seconds` each.
+    pub fn without_flops(seconds: f64) -> Factor {
+        Factor {
+            by_band: BTreeMap::new(),
+            unmodelled: Some(seconds),
         }
     }
 
@@ -243,6 +262,7 @@ impl Factor {
     pub fn sized(points: &[(f64, f64)]) -> Factor {
         Factor {
             by_band: points.iter().map(|&(m, f)| (band(m), f)).collect(),
+            unmodelled: None,
         }
     }
 
@@ -262,6 +282,23 @@ impl Factor {
             }
             (Some((_, &f)), None) | (None, Some((_, &f))) => f,
             (None, None) => 1.0,
+        }
+    }
+
+    /// What a call the model gives `modelled` seconds runs alone: that times its factor, or
+    /// for a call the model gives no flops, its learned running time (0 unknown).
+    pub fn alone(&self, modelled: f64) -> f64 {
+        if modelled > 0.0 {
+            let factor = self.at(modelled);
+            if factor.is_finite() && factor > 0.0 {
+                modelled * factor
+            } else {
+                modelled
+            }
+        } else {
+            self.unmodelled
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .unwrap_or(0.0)
         }
     }
 
@@ -324,14 +361,20 @@ impl Calibration {
         // What the call's server side took as the prediction counts it: the stretched
         // running time, or what the server held it for, whichever is longer. A routine the
         // model gives no flops has no factor to learn: what it holds is overhead.
-        let mut computed = held.max(running * stretch);
-        if o.modelled_compute > 0.0 {
-            if o.threads <= 1 {
+        let computed = held.max(running * stretch);
+        if o.threads <= 1 {
+            if o.modelled_compute > 0.0 {
                 let observed = (running / o.modelled_compute).clamp(FACTOR_RANGE.0, FACTOR_RANGE.1);
-                self.learn_factor(o, observed);
+                self.learn(o, band(o.modelled_compute), observed);
+            } else {
+                // A routine the model gives no flops still holds its server's processor
+                // while it runs: learned as seconds, its calls stack up on the server as
+                // compute does, so a graph of 10,000 `noop`s is split by what each server
+                // can run. Learned as overhead alone, all of a call's wait in the queue
+                // (0.2-0.4 s, the whole graph) was taken as a fixed cost the same on every
+                // server, and FLOW put most or all of the next graph on one of two.
+                self.learn(o, UNMODELLED, running.clamp(0.0, MAX_OVERHEAD));
             }
-        } else {
-            computed = 0.0;
         }
         let overhead = (o.actual_call - computed - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
         let history = self.overhead_history.entry(o.server.clone()).or_default();
@@ -343,10 +386,10 @@ impl Calibration {
         self.overheads.insert(o.server.clone(), fitted);
     }
 
-    /// Adds `observed` to the factor of the call's server, routine and band, forgetting
-    /// what that factor knew if it had gone stale.
-    fn learn_factor(&mut self, o: &Observation, observed: f64) {
-        let b = band(o.modelled_compute);
+    /// Adds `observed` to the factor of the call's server, routine and band `b` (for
+    /// [`UNMODELLED`], its running time), forgetting what that figure knew if it had gone
+    /// stale.
+    fn learn(&mut self, o: &Observation, b: i32, observed: f64) {
         let count = self
             .routine_observed
             .entry((o.function.clone(), b))
@@ -401,18 +444,25 @@ impl Calibration {
     /// figure of its own. A band nobody has takes the nearest one's ([`Factor::at`]; 1
     /// when nobody has any).
     pub fn factor(&self, server: &str, function: &str) -> Factor {
+        let learned = |b: i32| {
+            self.own_factor(server, function, b)
+                .or_else(|| self.prior(|s| self.own_factor(s, function, b)))
+        };
         let by_band = self
             .routine_observed
             .keys()
-            .filter(|(f, _)| f == function)
-            .filter_map(|&(_, b)| {
-                let factor = self
-                    .own_factor(server, function, b)
-                    .or_else(|| self.prior(|s| self.own_factor(s, function, b)))?;
-                Some((b, factor))
-            })
+            .filter(|(f, b)| f == function && *b != UNMODELLED)
+            .filter_map(|&(_, b)| Some((b, learned(b)?)))
             .collect();
-        Factor { by_band }
+        let unmodelled = self
+            .routine_observed
+            .contains_key(&(function.to_string(), UNMODELLED))
+            .then(|| learned(UNMODELLED))
+            .flatten();
+        Factor {
+            by_band,
+            unmodelled,
+        }
     }
 
     /// Every routine's factor on `server` ([`Calibration::factor`]), by routine, for every
@@ -609,6 +659,34 @@ mod tests {
         assert!((c.factor("s:2", "dgefa").at(0.001) - 5.0).abs() < 1e-9);
         assert!((c.overhead("s:2").at(1.0) - 0.001).abs() < 1e-9);
         assert_eq!(c.factors("s:2").len(), 1);
+    }
+
+    #[test]
+    fn a_routine_the_model_gives_no_flops_learns_its_running_time_per_server() {
+        let mut c = Calibration::default();
+        for _ in 0..WINDOW {
+            // 10,000 `noop`s in one graph: each ran 40 us on s:1 (50 us on s:2), 2 us of
+            // it stopped, and came back only when its whole queue had, 0.3 s later.
+            for (server, compute) in [("s:1", 0.000_040), ("s:2", 0.000_050)] {
+                c.observe(&Observation {
+                    function: "noop".into(),
+                    actual_stopped: 0.000_002,
+                    ..call_on(server, compute, 0.0, 0.3)
+                });
+            }
+        }
+        let noop = c.factor("s:1", "noop");
+        assert!(
+            (noop.unmodelled.unwrap() - 0.000_038).abs() < 1e-12,
+            "{noop:?}"
+        );
+        assert!((c.factor("s:2", "noop").unmodelled.unwrap() - 0.000_048).abs() < 1e-12);
+        // No factor on a model: calls with flops keep theirs.
+        assert_eq!(noop.at(0.001), 1.0);
+        // A server that never ran it costs what those that did do (their median).
+        let fresh = c.factor("s:3", "noop").unmodelled.unwrap();
+        assert!((fresh - 0.000_043).abs() < 1e-12, "{fresh}");
+        assert_eq!(c.factor("s:1", "dgefa").unmodelled, None);
     }
 
     #[test]

@@ -295,17 +295,6 @@ impl LoadPredictor {
         }
     }
 
-    /// The factor and the per-call overhead `compute_time` applies to `task` on `server`.
-    pub fn calibration_of(&self, server: ServerId, task: &Task) -> (f64, Overhead) {
-        let modelled = seconds_at(task.flops, self.idle_speed(server, task.processors));
-        let factor = self
-            .compute_factor(server, task)
-            .map(|f| f.at(modelled))
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .unwrap_or(1.0);
-        (factor, self.call_overhead(server))
-    }
-
     fn call_overhead(&self, server: ServerId) -> Overhead {
         self.call_overheads.get(server).copied().unwrap_or_default()
     }
@@ -429,8 +418,11 @@ impl LoadPredictor {
     /// first slot ([`LoadPredictor::slot_wait`]): shared with the others, or run alone after
     /// the wait, whichever is longer.
     fn time_among(&self, server: ServerId, task: &Task, load: f64, wait: f64) -> f64 {
-        let (factor, overhead) = self.calibration_of(server, task);
-        let alone = seconds_at(task.flops, self.idle_speed(server, task.processors)) * factor;
+        let modelled = seconds_at(task.flops, self.idle_speed(server, task.processors));
+        let alone = self
+            .compute_factor(server, task)
+            .map_or(modelled, |f| f.alone(modelled));
+        let overhead = self.call_overhead(server);
         let stretch = self.stretch_among(server, task.processors, load);
         (alone * stretch).max(wait + alone) + overhead.at(stretch)
     }

@@ -542,3 +542,44 @@ fn a_task_is_issued_when_its_producers_finish_and_shared_paths_slow_its_inputs()
     assert_eq!(schedule.timings[p1].start, 2.0);
     assert_eq!(schedule.makespan, 5.0);
 }
+
+/// 3,000 independent calls of a routine the model gives no flops (`noop`), on two
+/// one-processor servers that learned it runs 40 us on the first and 80 us on the second,
+/// each call answered 0.3 s after it was sent whatever the server: its running time stacks
+/// on its server as compute does, so both schedulers split the calls by those times, two to
+/// one. Without it every call cost the same 0.3 s wherever it went, and FLOW put all of
+/// them on one server.
+#[test]
+fn calls_without_flops_split_by_their_learned_running_time() {
+    let grid = GridView {
+        servers: vec![
+            server("a", 1e9, 1, &["noop"]),
+            server("b", 1e9, 1, &["noop"]),
+        ],
+    };
+    let mut graph = TaskGraph::default();
+    for i in 0..3000 {
+        graph.add_task(task(&format!("noop#{i}"), "noop", 0.0, 8, 0));
+    }
+    for name in ["flow", "simple"] {
+        let mut p = predictor(&grid, FAST_LINK);
+        for (server, seconds) in [(0, 40e-6), (1, 80e-6)] {
+            let noop = Factor::without_flops(seconds);
+            let overhead = Overhead {
+                fixed: 0.3,
+                shared: 0.0,
+            };
+            p.calibrate(
+                server,
+                HashMap::from([("noop".to_string(), noop)]),
+                overhead,
+            );
+        }
+        let servers = run(name, &graph, &grid, &mut p);
+        let on_first = servers.iter().filter(|&&s| s == 0).count();
+        assert!(
+            (1900..=2100).contains(&on_first),
+            "{name} put {on_first} of 3000 on the faster server"
+        );
+    }
+}
