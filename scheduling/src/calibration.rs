@@ -359,8 +359,7 @@ impl Calibration {
         let held = o.actual_compute + o.actual_queue;
         let running = o.actual_compute - o.actual_stopped.clamp(0.0, o.actual_compute);
         // What the call's server side took as the prediction counts it: the stretched
-        // running time, or what the server held it for, whichever is longer. A routine the
-        // model gives no flops has no factor to learn: what it holds is overhead.
+        // running time, or what the server held it for, whichever is longer.
         let computed = held.max(running * stretch);
         if o.threads <= 1 {
             if o.modelled_compute > 0.0 {

@@ -547,8 +547,8 @@ fn a_task_is_issued_when_its_producers_finish_and_shared_paths_slow_its_inputs()
 /// one-processor servers that learned it runs 40 us on the first and 80 us on the second,
 /// each call answered 0.3 s after it was sent whatever the server: its running time stacks
 /// on its server as compute does, so both schedulers split the calls by those times, two to
-/// one. Without it every call cost the same 0.3 s wherever it went, and FLOW put all of
-/// them on one server.
+/// one. Without it every call costs the same 0.3 s wherever it goes, and the split follows
+/// nothing the servers run (FLOW put 1,500 on each).
 #[test]
 fn calls_without_flops_split_by_their_learned_running_time() {
     let grid = GridView {
