@@ -8,11 +8,13 @@
 //! cluster's ([`crate::cluster::GrpcCluster`]).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use ninf_proto::v1::{self, call_argument::Source};
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 /// Calls whose request is at most this large may wait to leave in a batch.
 pub(crate) const BATCHABLE_BYTES: usize = 64 << 10;
@@ -70,6 +72,52 @@ impl CallQueue {
         let n = batch_size(waiting.len(), free, max);
         waiting.drain(..n).collect()
     }
+}
+
+/// Queues `call` for its server and waits for its answer. The caller that takes one of
+/// the server's `slots` sends the calls that leave on it ([`CallQueue::take`], at most
+/// `max`) with `send`, on a task of its own: the batch carries other graphs' calls, which
+/// must not be lost if this caller's graph is abandoned meanwhile. It goes in the trace of
+/// the call that sent it.
+pub(crate) async fn call_queued<S, F>(
+    queue: &CallQueue,
+    slots: &Arc<Semaphore>,
+    max: usize,
+    call: v1::CallRequest,
+    send: S,
+) -> Answer
+where
+    S: FnOnce(Vec<Waiting>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut answer = queue.push(call);
+    let ended_without = |_| Err(Status::internal("the call's batch ended without it"));
+    // A call that another caller's batch took is answered without a slot of its own.
+    // Waiting for one first held its answer back until the queue had drained: a slot frees
+    // once per batch, and each goes to the oldest waiting caller. Of 10,000 tiny calls, a
+    // tenth had come back when 90% of the graph's time had passed.
+    let slot = tokio::select! {
+        biased;
+        answered = &mut answer => return answered.unwrap_or_else(ended_without),
+        slot = slots.clone().acquire_owned() => {
+            slot.map_err(|_| Status::internal("the server's call slots are closed"))?
+        }
+    };
+    let batch = queue.take(slots.available_permits(), max);
+    if batch.is_empty() {
+        // Its call left in a batch still out: the slot is another caller's to take.
+        drop(slot);
+    } else {
+        let sending = send(batch);
+        tokio::spawn(
+            async move {
+                sending.await;
+                drop(slot);
+            }
+            .in_current_span(),
+        );
+    }
+    answer.await.unwrap_or_else(ended_without)
 }
 
 /// Hands each call of a batch its answer: the server's, in order, or the batch's failure.
@@ -170,6 +218,81 @@ mod tests {
             })),
         });
         assert!(!batchable(&large));
+    }
+
+    type Sending = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// Each batch sent (its calls' owners), and what lets it answer.
+    type Sent = tokio::sync::mpsc::UnboundedReceiver<(Vec<String>, oneshot::Sender<()>)>;
+
+    /// A sender standing in for the server: each batch waits until the test lets it
+    /// answer, and every call's answer carries its `owner` back as its status.
+    fn gated_sender() -> (impl Fn(Vec<Waiting>) -> Sending + Clone, Sent) {
+        let (batches, sent) = tokio::sync::mpsc::unbounded_channel();
+        let send = move |batch: Vec<Waiting>| {
+            let batches = batches.clone();
+            let sending: Sending = Box::pin(async move {
+                let owners = batch.iter().map(|w| w.call.owner.clone()).collect();
+                let (release, released) = oneshot::channel();
+                let _ = batches.send((owners, release));
+                let _ = released.await;
+                for w in batch {
+                    let status = w.call.owner.len() as i64;
+                    let _ = w.answer.send(Ok(v1::CallReply {
+                        status,
+                        ..Default::default()
+                    }));
+                }
+            });
+            sending
+        };
+        (send, sent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_another_callers_batch_took_is_answered_without_waiting_for_a_slot() {
+        let queue = Arc::new(CallQueue::default());
+        let slots = Arc::new(Semaphore::new(1));
+        let (send, mut sent) = gated_sender();
+        let caller = |owner: &str| {
+            let (queue, slots, send) = (queue.clone(), slots.clone(), send.clone());
+            let mut call = noop();
+            call.owner = owner.to_string();
+            tokio::spawn(async move { call_queued(&queue, &slots, 64, call, send).await })
+        };
+        let settle = || async {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        };
+        // One slot: the first call takes it alone; three more wait.
+        let a = caller("a");
+        let (first, release_first) = sent.recv().await.unwrap();
+        assert_eq!(first, ["a"]);
+        let (b, c, d) = (caller("bb"), caller("ccc"), caller("dddd"));
+        settle().await;
+        release_first.send(()).unwrap();
+        assert_eq!(a.await.unwrap().unwrap().status, 1);
+        // The slot freed: its next holder sends all three waiting calls at once.
+        let (second, release_second) = sent.recv().await.unwrap();
+        assert_eq!(second, ["bb", "ccc", "dddd"]);
+        let (e, f) = (caller("eeeee"), caller("ffffff"));
+        settle().await;
+        release_second.send(()).unwrap();
+        // The slot goes to one more caller, who sends the two calls that came since.
+        let (third, release_third) = sent.recv().await.unwrap();
+        assert_eq!(third, ["eeeee", "ffffff"]);
+        // While that batch is out, the calls of the one before have their answers: none
+        // of them waits for the slot the third batch holds.
+        for (caller, status) in [(b, 2), (c, 3), (d, 4)] {
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(60), caller)
+                .await
+                .expect("a call answered in a batch waited for a slot");
+            assert_eq!(answer.unwrap().unwrap().status, status);
+        }
+        release_third.send(()).unwrap();
+        assert_eq!(e.await.unwrap().unwrap().status, 5);
+        assert_eq!(f.await.unwrap().unwrap().status, 6);
+        assert_eq!(slots.available_permits(), 1);
     }
 
     #[tokio::test]

@@ -17,9 +17,8 @@ use tokio::sync::Semaphore;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tracing::Instrument;
 
-use crate::batching::{CallQueue, Waiting, answer_all, batchable};
+use crate::batching::{CallQueue, Waiting, answer_all, batchable, call_queued};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
 use crate::config::ProxyConfig;
 use crate::recovery::Candidate;
@@ -328,33 +327,10 @@ impl GrpcCluster {
         connection: &ServerConnection,
         call: v1::CallRequest,
     ) -> Result<v1::CallReply, Status> {
-        let answer = connection.queue.push(call);
-        let slot = connection
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Status::internal("the server's call slots are closed"))?;
         let max = connection.batch_limit(self.max_calls_per_batch);
-        let batch = connection
-            .queue
-            .take(connection.slots.available_permits(), max);
-        if !batch.is_empty() {
-            // On a task of its own: the batch carries other graphs' calls, which must not be
-            // lost if this caller's graph is abandoned meanwhile. It goes in the trace of
-            // the call that sent it.
-            let connection = connection.clone();
-            tokio::spawn(
-                async move {
-                    connection.send(batch).await;
-                    drop(slot);
-                }
-                .in_current_span(),
-            );
-        }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(Status::internal("the call's batch ended without it")))
+        let sender = connection.clone();
+        let send = move |batch| async move { sender.send(batch).await };
+        call_queued(&connection.queue, &connection.slots, max, call, send).await
     }
 
     /// The servers as the metaserver lists them.

@@ -30,6 +30,9 @@ pub(crate) struct Uploaded {
 pub(crate) struct Staging {
     /// Uploads not yet finished, per task.
     pending: Vec<usize>,
+    /// Their sum: the run loop asks after every event whether any is out, and a graph of
+    /// 10,000 tiny calls would otherwise scan `pending` 10,000 times.
+    outstanding: usize,
     /// Tasks whose producers are done but whose uploads are not.
     parked: HashSet<usize>,
     /// Tasks whose uploads finished since the run loop last asked.
@@ -104,6 +107,7 @@ impl Staging {
             });
         }
         Staging {
+            outstanding: pending.iter().sum(),
             pending,
             parked: HashSet::new(),
             released: Vec::new(),
@@ -131,7 +135,7 @@ impl Staging {
     }
 
     pub(crate) fn uploading(&self) -> bool {
-        self.pending.iter().any(|&p| p > 0)
+        self.outstanding > 0
     }
 
     /// The next finished upload; `None` once every queue has ended.
@@ -147,8 +151,9 @@ impl Staging {
             self.objects.insert((task, uploaded.parameter), object);
             self.uploaded += 1;
         }
-        if let Some(p) = self.pending.get_mut(task) {
-            *p = p.saturating_sub(1);
+        if let Some(p) = self.pending.get_mut(task).filter(|p| **p > 0) {
+            *p -= 1;
+            self.outstanding -= 1;
             if *p == 0 && self.parked.remove(&task) {
                 self.released.push(task);
             }
@@ -159,6 +164,7 @@ impl Staging {
     /// waiting for them send their arrays with their calls.
     pub(crate) fn give_up(&mut self) {
         self.pending.iter_mut().for_each(|p| *p = 0);
+        self.outstanding = 0;
         self.released.extend(self.parked.drain());
     }
 
