@@ -39,6 +39,12 @@ impl JobTicket {
     /// processes have no input yet, so withholding the input until the slot keeps them from
     /// running outside it without any signal; from then on the agents stop and continue them.
     pub async fn attach(&self, processes: Vec<u32>, runnable: bool) {
+        // The next call of a batch on the process the last one used: the agents already
+        // hold it under this job. A new table here would wake every job waiting for its
+        // slot, twice per tiny call.
+        if runnable && self.master.runs_on(self.id, &processes) {
+            return;
+        }
         self.master.attach(self.id, processes, runnable);
         if runnable {
             self.wait_for_slot().await;
@@ -283,6 +289,21 @@ impl GangMaster {
         };
         inner.scheduler.set_state(id, state);
         self.issue(&mut inner);
+    }
+
+    /// Whether job `id` has started, is runnable, and runs on exactly `processes`.
+    fn runs_on(&self, id: JobId, processes: &[u32]) -> bool {
+        let inner = self.lock();
+        let attached = inner
+            .jobs
+            .get(&id)
+            .is_some_and(|job| job.started && job.processes == processes);
+        attached
+            && inner
+                .scheduler
+                .matrix()
+                .placement(id)
+                .is_some_and(|p| p.state.is_runnable())
     }
 
     fn mark_started(&self, id: JobId) {
@@ -1146,4 +1167,36 @@ fn expected_wait(inner: &Inner) -> f64 {
     let capacity = (matrix.columns() as usize * matrix.max_rows()).max(1);
     let ahead = inner.scheduler.queue().len() + 1;
     inner.mean_residence * ahead.div_ceil(capacity) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The calls of a batch run one after another in one job, most on the executable the
+    /// call before used: those issue no table (each would wake every job waiting for its
+    /// slot). A call on another executable tells the agents.
+    #[tokio::test]
+    async fn a_job_attached_again_to_the_processes_it_runs_on_issues_no_table() {
+        let master = GangMaster::new(GangSettings::default(), 1);
+        let ticket = master.admit("noop", 1).await.unwrap();
+        let mut tables = master.current.subscribe();
+        ticket.attach(vec![4242], true).await;
+        assert!(
+            tables.has_changed().unwrap(),
+            "the first call issued no table"
+        );
+        tables.borrow_and_update();
+        ticket.attach(vec![4242], true).await;
+        assert!(
+            !tables.has_changed().unwrap(),
+            "the next call on the same process issued a table"
+        );
+        ticket.attach(vec![4343], true).await;
+        assert!(tables.has_changed().unwrap());
+        let view = master.agents_view.borrow().clone();
+        assert_eq!(view.jobs.get(&ticket.id).unwrap().processes, [4343]);
+    }
 }
