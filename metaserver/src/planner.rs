@@ -307,6 +307,7 @@ impl Planner {
         self.active = active;
         let by_task: std::collections::HashMap<usize, &TaskOutcome> =
             actuals.iter().map(|a| (a.task, a)).rev().collect();
+        let others_ended = first_server_done(graph_id, &ended, &by_task);
         for mut p in ended {
             if p.graph == graph_id {
                 match by_task.get(&p.task) {
@@ -323,6 +324,7 @@ impl Planner {
                             actual_stopped: actual.stopped_seconds,
                             cold: actual.cold,
                             threads: actual.threads,
+                            after_others_ended: actual.finish > others_ended,
                         });
                         p.start = p.placed_at + actual.start;
                         p.finish = (p.placed_at + actual.finish).min(now);
@@ -345,6 +347,26 @@ impl Planner {
     pub fn ended(&self) -> &[ActivePlacement] {
         &self.ended
     }
+}
+
+/// When the first of a graph's servers had answered all its calls (its last finish, counted
+/// from the graph's start); infinite for a graph that ran on one server.
+fn first_server_done(
+    graph_id: u64,
+    placements: &[ActivePlacement],
+    actuals: &std::collections::HashMap<usize, &TaskOutcome>,
+) -> f64 {
+    let mut last: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    for p in placements.iter().filter(|p| p.graph == graph_id) {
+        if let Some(actual) = actuals.get(&p.task) {
+            let latest = last.entry(p.server.as_str()).or_insert(actual.finish);
+            *latest = latest.max(actual.finish);
+        }
+    }
+    if last.len() < 2 {
+        return f64::INFINITY;
+    }
+    last.into_values().fold(f64::INFINITY, f64::min)
 }
 
 /// When the schedule has each task issued: once its last producer is predicted to finish

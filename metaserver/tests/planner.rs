@@ -337,3 +337,62 @@ fn a_short_call_behind_a_long_one_is_predicted_to_wait_for_the_slot_the_server_r
     // Behind the product's 100 ms slot: half of it expected, then 2 ms.
     assert!((predicted(0.1) - 0.052).abs() < 1e-9, "{}", predicted(0.1));
 }
+
+/// A graph of calls the model gives no flops, half on each server. `b:1`'s calls after
+/// `a:1` had answered all of its own ran faster, with the machine to themselves: they
+/// teach nothing, or `b:1` would look the faster and be given more of the next graph.
+#[test]
+fn calls_without_flops_that_end_after_the_other_servers_teach_no_running_time() {
+    let registry = registry();
+    let mut graph = TaskGraph::default();
+    for i in 0..80 {
+        graph.add_task(Task {
+            label: format!("dgesl#{i}"),
+            function: "dgesl".into(),
+            flops: 0.0,
+            client_in_bytes: 100,
+            client_out_bytes: 100,
+            processors: 1,
+        });
+    }
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let mut schedule = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.0)
+        .unwrap();
+    let a = registry
+        .servers()
+        .iter()
+        .position(|s| s.address == "a:1")
+        .unwrap();
+    let b = 1 - a;
+    for (task, server) in schedule.servers.iter_mut().enumerate() {
+        *server = if task % 2 == 0 { a } else { b };
+    }
+    planner.record(1, &graph, &schedule, &registry, 1.0);
+    // a:1's 40 calls end by 0.040 s at 40 us each; b:1's first 10 alongside them, its
+    // other 30 later at 20 us each.
+    let outcomes: Vec<TaskOutcome> = (0..80)
+        .map(|task| {
+            let k = task / 2;
+            let (finish, compute) = if task % 2 == 0 || k < 10 {
+                (0.001 * (k + 1) as f64, 40e-6)
+            } else {
+                (0.040 + 0.0005 * (k + 1) as f64, 20e-6)
+            };
+            TaskOutcome {
+                compute_seconds: compute,
+                ..outcome(task, 0.0, finish)
+            }
+        })
+        .collect();
+    planner.finish(1, 2.0, &outcomes);
+    let calibration = planner.calibration();
+    for server in ["a:1", "b:1"] {
+        let running = calibration.factor(server, "dgesl").unmodelled.unwrap();
+        assert!(
+            (running - 40e-6).abs() < 1e-12,
+            "{server} learned {running}"
+        );
+    }
+}
