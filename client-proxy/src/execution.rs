@@ -490,9 +490,11 @@ impl GraphExecution<'_> {
             self.progress.sent_bytes[task] = prost::Message::encoded_len(&call) as u64;
         }
         let span = task_span(task, &call.function, &server);
+        // Issued now, not when its task first runs: of 10,000 tiny calls issued at once, the
+        // last ran 0.16 s later, and its call looked 0.03 s long when it had waited 0.19 s.
+        let started = start.elapsed().as_secs_f64();
         self.calls.spawn(
             async move {
-                let started = start.elapsed().as_secs_f64();
                 let result = cluster.invoke(&server, call).await;
                 Issued {
                     task,

@@ -14,9 +14,9 @@
 //! faster each routine ran than the model said, and what every call cost beyond its compute
 //! and transfers ([`ninf_scheduling::calibration`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use ninf_scheduling::calibration::{Calibration, Factor, Observation, Overhead};
+use ninf_scheduling::calibration::{Calibration, Factor, OVERHEAD_WINDOW, Observation, Overhead};
 use ninf_scheduling::predictor::modelled_seconds;
 use ninf_scheduling::{
     GraphError, Link, LoadPredictor, Predictor, PredictorKind, Schedule, Scheduler, TaskGraph,
@@ -308,24 +308,27 @@ impl Planner {
         let by_task: std::collections::HashMap<usize, &TaskOutcome> =
             actuals.iter().map(|a| (a.task, a)).rev().collect();
         let others_ended = first_server_done(graph_id, &ended, &by_task);
+        let teaching = teaching_calls(graph_id, &ended);
         for mut p in ended {
             if p.graph == graph_id {
                 match by_task.get(&p.task) {
                     Some(actual) => {
-                        self.calibration.observe(&Observation {
-                            server: p.server.clone(),
-                            function: p.function.clone(),
-                            modelled_compute: p.modelled_compute,
-                            predicted_stretch: p.predicted_stretch,
-                            predicted_transfer: p.predicted_transfer,
-                            actual_call: actual.finish - actual.start,
-                            actual_compute: actual.compute_seconds,
-                            actual_queue: actual.queue_seconds,
-                            actual_stopped: actual.stopped_seconds,
-                            cold: actual.cold,
-                            threads: actual.threads,
-                            after_others_ended: actual.finish > others_ended,
-                        });
+                        if teaching.contains(&p.task) {
+                            self.calibration.observe(&Observation {
+                                server: p.server.clone(),
+                                function: p.function.clone(),
+                                modelled_compute: p.modelled_compute,
+                                predicted_stretch: p.predicted_stretch,
+                                predicted_transfer: p.predicted_transfer,
+                                actual_call: actual.finish - actual.start,
+                                actual_compute: actual.compute_seconds,
+                                actual_queue: actual.queue_seconds,
+                                actual_stopped: actual.stopped_seconds,
+                                cold: actual.cold,
+                                threads: actual.threads,
+                                after_others_ended: actual.finish > others_ended,
+                            });
+                        }
                         p.start = p.placed_at + actual.start;
                         p.finish = (p.placed_at + actual.finish).min(now);
                     }
@@ -347,6 +350,26 @@ impl Planner {
     pub fn ended(&self) -> &[ActivePlacement] {
         &self.ended
     }
+}
+
+/// The graph's calls that teach the calibration: all of them on a server given at most
+/// [`OVERHEAD_WINDOW`] calls, and that many evenly spaced among them on a server given
+/// more. The windows keep only the last calls a server taught: of 10,000 tiny calls, those
+/// were the calls queued last, all predicted about as stretched as each other, and the
+/// overhead's line through them had no slope, so the next graph's queue was predicted at
+/// half its length.
+fn teaching_calls(graph_id: u64, placements: &[ActivePlacement]) -> HashSet<usize> {
+    let mut by_server: HashMap<&str, Vec<usize>> = HashMap::new();
+    for p in placements.iter().filter(|p| p.graph == graph_id) {
+        by_server.entry(p.server.as_str()).or_default().push(p.task);
+    }
+    let mut teaching = HashSet::new();
+    for tasks in by_server.into_values() {
+        let n = tasks.len();
+        let window = OVERHEAD_WINDOW.min(n);
+        teaching.extend((0..window).map(|k| tasks[k * n / window]));
+    }
+    teaching
 }
 
 /// When the first of a graph's servers had answered all its calls (its last finish, counted

@@ -13,6 +13,11 @@ fn registry() -> Registry {
 
 /// Two one-processor servers whose gang slots last `quantum` seconds (0: not registered).
 fn registry_with_slots(quantum: f64) -> Registry {
+    registry_of(&["a:1", "b:1"], quantum)
+}
+
+/// One-processor servers at `addresses` offering LINPACK's routines.
+fn registry_of(addresses: &[&str], quantum: f64) -> Registry {
     let text = include_str!("../../routines/idl/linpack.idl");
     let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
     let routines: Vec<v1::FunctionInterface> = module
@@ -21,7 +26,7 @@ fn registry_with_slots(quantum: f64) -> Registry {
         .map(v1::FunctionInterface::from)
         .collect();
     let mut registry = Registry::new(4, 5.0, 1000.0);
-    for (id, address) in [(1, "a:1"), (2, "b:1")] {
+    for (id, &address) in (1..).zip(addresses) {
         let info = v1::ServerInfo {
             mflops: 1000.0,
             processors: 1,
@@ -344,17 +349,7 @@ fn a_short_call_behind_a_long_one_is_predicted_to_wait_for_the_slot_the_server_r
 #[test]
 fn calls_without_flops_that_end_after_the_other_servers_teach_no_running_time() {
     let registry = registry();
-    let mut graph = TaskGraph::default();
-    for i in 0..80 {
-        graph.add_task(Task {
-            label: format!("dgesl#{i}"),
-            function: "dgesl".into(),
-            flops: 0.0,
-            client_in_bytes: 100,
-            client_out_bytes: 100,
-            processors: 1,
-        });
-    }
+    let graph = flopless_calls(80);
     let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
     let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
     let mut schedule = planner
@@ -395,4 +390,61 @@ fn calls_without_flops_that_end_after_the_other_servers_teach_no_running_time() 
             "{server} learned {running}"
         );
     }
+}
+
+/// `n` calls the model gives no flops, none feeding another.
+fn flopless_calls(n: usize) -> TaskGraph {
+    let mut graph = TaskGraph::default();
+    for i in 0..n {
+        graph.add_task(Task {
+            label: format!("dgesl#{i}"),
+            function: "dgesl".into(),
+            flops: 0.0,
+            client_in_bytes: 100,
+            client_out_bytes: 100,
+            processors: 1,
+        });
+    }
+    graph
+}
+
+/// 3,000 tiny calls queued on one server: the k-th runs 15 us and answers after 40 us x k.
+/// What the queue adds beyond the running times grows with the calls ahead, and is learned
+/// so (from calls spread over the whole queue), not as a cost every call of the server pays.
+#[test]
+fn a_long_queue_of_tiny_calls_teaches_an_overhead_that_grows_along_it() {
+    let mut registry = registry_of(&["a:1"], 0.0);
+    let graph = flopless_calls(3000);
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let outcomes: Vec<TaskOutcome> = (0..3000)
+        .map(|task| TaskOutcome {
+            compute_seconds: 15e-6,
+            ..outcome(task, 0.0, 40e-6 * (task + 1) as f64)
+        })
+        .collect();
+    let mut last_finish = 0.0;
+    for id in 1..=3 {
+        let now = id as f64 * 10.0;
+        assert!(registry.heartbeat("a:1", None, now));
+        let schedule = planner
+            .plan(&registry, &graph, &[], simple.as_mut(), now)
+            .unwrap();
+        last_finish = schedule
+            .timings
+            .iter()
+            .map(|t| t.finish)
+            .fold(0.0, f64::max);
+        planner.record(id, &graph, &schedule, &registry, now);
+        planner.finish(id, now + 1.0, &outcomes);
+    }
+    assert!(
+        (last_finish - 0.120).abs() < 0.024,
+        "the queue of 0.12 s predicted at {last_finish} s"
+    );
+    let overhead = planner.calibration().overhead("a:1");
+    assert!(
+        overhead.at(1.0) < 0.001,
+        "a call alone on the server predicted {overhead:?} beyond its running time"
+    );
 }
