@@ -44,6 +44,9 @@ pub struct ActivePlacement {
     pub predicted_stretch: f64,
     /// Seconds the prediction gave its inputs to arrive after the call could be issued.
     pub predicted_transfer: f64,
+    /// The prediction knew how long the call runs: from the model's flops, or a running
+    /// time learned for a routine the model gives none.
+    pub running_known: bool,
 }
 
 impl ActivePlacement {
@@ -289,6 +292,7 @@ impl Planner {
                 modelled_compute: modelled,
                 predicted_stretch: stretch,
                 predicted_transfer: (timing.start - issued[task]).max(0.0),
+                running_known: alone > 0.0,
             });
         }
     }
@@ -327,6 +331,7 @@ impl Planner {
                                 cold: actual.cold,
                                 threads: actual.threads,
                                 after_others_ended: actual.finish > others_ended,
+                                running_known: p.running_known,
                             });
                         }
                         p.start = p.placed_at + actual.start;

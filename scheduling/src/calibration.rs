@@ -106,6 +106,10 @@ pub struct Observation {
     /// call ended. On one machine this server then ran with the cores to itself, faster
     /// than the plan, which had them all busy at once, could count on.
     pub after_others_ended: bool,
+    /// The prediction knew how long the call runs (from the model's flops, or a running
+    /// time learned for a routine the model gives none). Without, it had no way to tell
+    /// the call's queue from its overhead: the call teaches no overhead.
+    pub running_known: bool,
 }
 
 /// The last observations of one figure, and their median.
@@ -383,6 +387,13 @@ impl Calibration {
                 self.learn(o, UNMODELLED, running.clamp(0.0, MAX_OVERHEAD));
             }
         }
+        if !o.running_known {
+            // The first graph of 10,000 `noop`s was predicted with every call at stretch 1:
+            // each call's wait behind the calls ahead of it was learned as a fixed overhead,
+            // 0.12 s on the server given 7,700 calls and 0.05 s on the one given 2,300, and
+            // the next graph went 1,100 to 8,900 the other way.
+            return;
+        }
         let overhead = (o.actual_call - computed - o.predicted_transfer).clamp(0.0, MAX_OVERHEAD);
         let history = self.overhead_history.entry(o.server.clone()).or_default();
         if history.len() == OVERHEAD_WINDOW {
@@ -529,6 +540,7 @@ mod tests {
             cold: false,
             threads: 0,
             after_others_ended: false,
+            running_known: true,
         }
     }
 
@@ -704,6 +716,27 @@ mod tests {
             });
         }
         assert!((c.factor("s:2", "noop").unmodelled.unwrap() - 0.000_048).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_call_predicted_without_its_running_time_teaches_that_time_and_no_overhead() {
+        let mut c = Calibration::default();
+        // A `noop` nobody had learned yet, answered 0.12 s after it was issued, behind the
+        // thousands of calls queued before it.
+        c.observe(&Observation {
+            function: "noop".into(),
+            running_known: false,
+            ..call_on("s:1", 0.000_015, 0.0, 0.12)
+        });
+        let noop = c.factor("s:1", "noop").unmodelled.unwrap();
+        assert!((noop - 0.000_015).abs() < 1e-12, "{noop}");
+        assert_eq!(c.overhead("s:1"), Overhead::default());
+        // Predicted with it, the next call teaches the overhead too.
+        c.observe(&Observation {
+            function: "noop".into(),
+            ..call_on("s:1", 0.000_015, 0.0, 0.003)
+        });
+        assert!((c.overhead("s:1").at(1.0) - 0.001_985).abs() < 1e-9);
     }
 
     #[test]
