@@ -5,7 +5,7 @@ each one and what it predicted against what happened:
     target/peers-venv/bin/python python/bench/tiny_plan.py target/release --count 10000 --rounds 6
 
 One line per transaction: the rate the client saw, the time to record the calls and to run
-the transaction, the predicted and actual makespan, then per server (its port's last two
+the transaction (and, of that, the proxy's wait for the metaserver's placement), the predicted and actual makespan, then per server (its port's last two
 digits) the calls it got and the 10th, 50th and 90th percentiles and the last of their
 finish times, in milliseconds from the graph's start. `scripts/bench-peers` installs the
 package into target/peers-venv.
@@ -56,7 +56,8 @@ def main() -> None:
             )
             print(
                 f"{trial}: {args.count / (ended - started):,.0f} /s, record"
-                f" {1000 * (recorded - started):.0f} ms, run {1000 * (ended - recorded):.0f} ms,"
+                f" {1000 * (recorded - started):.0f} ms, run {1000 * (ended - recorded):.0f} ms"
+                f" (placing {1000 * plan.schedule_seconds:.0f} ms),"
                 f" predicted {1000 * plan.predicted_makespan:.0f} actual"
                 f" {1000 * plan.actual_makespan:.0f} | {servers}"
             )
