@@ -53,7 +53,7 @@ def _wait_interruptibly(run: "_native.Run") -> None:
 
 def _status(plan: dict) -> int:
     """A one-call run's routine status."""
-    return int(plan["tasks"][0]["status"]) if plan["tasks"] else 0
+    return Plan(plan).tasks[0].status if plan["tasks"] else 0
 
 
 class Grid:

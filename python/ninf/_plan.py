@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,17 @@ class Plan:
         self.tasks_retried: int = data["tasks_retried"]
         self.regenerated: int = data["regenerated"]
         self.edges: List[Tuple[int, int]] = [tuple(e) for e in data["edges"]]
-        self.tasks: List[TaskPlan] = [TaskPlan(**t) for t in data["tasks"]]
+        # One tuple per task in `TaskPlan`'s field order, made into `TaskPlan`s when first
+        # read: for 10,000 tiny calls that took 27-37 ms, on every transaction's exit.
+        self._rows_of_tasks: List[tuple] = data["tasks"]
+        self._tasks: Optional[List[TaskPlan]] = None
+
+    @property
+    def tasks(self) -> List[TaskPlan]:
+        """Every call of the transaction, in the order they were made."""
+        if self._tasks is None:
+            self._tasks = [TaskPlan(*row) for row in self._rows_of_tasks]
+        return self._tasks
 
     @classmethod
     def empty(cls) -> "Plan":

@@ -198,20 +198,23 @@ fn plan_dict<'py>(py: Python<'py>, plan: &Plan) -> PyResult<Bound<'py, PyDict>> 
     dict.set_item("tasks_retried", plan.tasks_retried)?;
     dict.set_item("regenerated", plan.regenerated)?;
     dict.set_item("edges", plan.edges.clone())?;
+    // One tuple per task, in `TaskPlan`'s field order: a transaction of 10,000 calls took
+    // 17-24 ms to hand back as dictionaries.
     let tasks = PyList::empty(py);
     for t in &plan.tasks {
-        let task = PyDict::new(py);
-        task.set_item("label", &t.label)?;
-        task.set_item("function", &t.function)?;
-        task.set_item("server", &t.server)?;
-        task.set_item("predicted_start", t.predicted_start)?;
-        task.set_item("predicted_finish", t.predicted_finish)?;
-        task.set_item("actual_start", t.actual_start)?;
-        task.set_item("actual_finish", t.actual_finish)?;
-        task.set_item("compute_seconds", t.compute_seconds)?;
-        task.set_item("stopped_seconds", t.stopped_seconds)?;
-        task.set_item("status", t.status)?;
-        tasks.append(task)?;
+        let row = (
+            &t.label,
+            &t.function,
+            &t.server,
+            t.predicted_start,
+            t.predicted_finish,
+            t.actual_start,
+            t.actual_finish,
+            t.compute_seconds,
+            t.stopped_seconds,
+            t.status,
+        );
+        tasks.append(row)?;
     }
     dict.set_item("tasks", tasks)?;
     Ok(dict)
