@@ -309,7 +309,7 @@ impl Planner {
             .drain(..)
             .partition(|p| p.graph == graph_id || p.abandoned_at(now));
         self.active = active;
-        let by_task: std::collections::HashMap<usize, &TaskOutcome> =
+        let by_task: HashMap<usize, &TaskOutcome> =
             actuals.iter().map(|a| (a.task, a)).rev().collect();
         let others_ended = first_server_done(graph_id, &ended, &by_task);
         let teaching = teaching_calls(graph_id, &ended);
@@ -382,9 +382,9 @@ fn teaching_calls(graph_id: u64, placements: &[ActivePlacement]) -> HashSet<usiz
 fn first_server_done(
     graph_id: u64,
     placements: &[ActivePlacement],
-    actuals: &std::collections::HashMap<usize, &TaskOutcome>,
+    actuals: &HashMap<usize, &TaskOutcome>,
 ) -> f64 {
-    let mut last: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    let mut last: HashMap<&str, f64> = HashMap::new();
     for p in placements.iter().filter(|p| p.graph == graph_id) {
         if let Some(actual) = actuals.get(&p.task) {
             let latest = last.entry(p.server.as_str()).or_insert(actual.finish);
