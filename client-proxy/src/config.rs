@@ -9,6 +9,7 @@
 //! max_calls_per_batch = 64
 //! max_transactions_per_client = 32
 //! max_queued_transactions = 1024
+//! max_running_transactions = 0
 //! max_stored_bytes_per_client = 8589934592
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
@@ -79,6 +80,11 @@ pub struct ProxyConfig {
     /// (RESOURCE_EXHAUSTED). Each waiting transaction holds its request in memory.
     #[serde(default = "default_queued")]
     pub max_queued_transactions: usize,
+    /// Transactions of all clients placed and running at once; more wait at the proxy,
+    /// admitted, in arrival order, before the metaserver places them (see
+    /// [`crate::admission::RunSlots`]). 0: no limit.
+    #[serde(default)]
+    pub max_running_transactions: usize,
     /// Bytes of intermediate data one client's running transactions may keep on the
     /// servers at once (each transaction counts every output it keeps for a consumer, as
     /// the IDL sizes it); a transaction that would go over is refused before it starts.
@@ -263,6 +269,7 @@ impl ProxyConfig {
             lease_renew_seconds: default_renew_seconds(),
             max_transactions_per_client: default_per_client(),
             max_queued_transactions: default_queued(),
+            max_running_transactions: 0,
             max_stored_bytes_per_client: default_stored_per_client(),
             task_retries: default_task_retries(),
             retry_backoff_seconds: default_retry_backoff(),

@@ -72,6 +72,8 @@ pub struct Proxy {
     metrics_registry: Arc<ninf_telemetry::Registry>,
     /// Transactions running per client.
     pub admission: Arc<admission::ClientAdmission>,
+    /// Graphs placed and running at once, over all clients.
+    run_slots: admission::RunSlots,
     /// The grid's token, if clients must present it (and for the metaserver).
     token: Option<String>,
     /// TLS material, when the grid runs over TLS.
@@ -131,6 +133,10 @@ impl Proxy {
             stored_bytes: config.max_stored_bytes_per_client,
             queued: config.max_queued_transactions,
         });
+        let run_slots = admission::RunSlots::new(
+            config.max_running_transactions,
+            metrics.waiting_to_run.clone(),
+        );
         let idle_cluster = Arc::downgrade(&cluster);
         admission.trimmer().release_connections_after(
             config.idle_connection_seconds,
@@ -155,6 +161,7 @@ impl Proxy {
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
             admission,
+            run_slots,
             config,
             name,
             metaserver,
@@ -308,7 +315,8 @@ impl Proxy {
     /// Steps 3-6 for one graph, admitted for its client as `admitted`. When `cancel` fires
     /// (its client went away) the graph stops where it is and is cleaned up as a failed
     /// one: calls in flight are abandoned (their servers kill the executables), and every
-    /// intermediate it stored is deleted. A transaction its client sends again after the
+    /// intermediate it stored is deleted. With `max_running_transactions` set, the graph
+    /// first waits for a run slot, unplaced. A transaction its client sends again after the
     /// proxy restarted is picked up from the journal where it stopped.
     pub async fn run_graph(
         &self,
@@ -339,6 +347,14 @@ impl Proxy {
         let _exclusive = match &key {
             Some(key) => self.journal.exclusive(key).await,
             None => None,
+        };
+        // Taken after the exclusive hold, so a resend never holds a slot its predecessor
+        // needs to finish.
+        let slot = tokio::select! {
+            slot = self.run_slots.take() => slot,
+            () = cancel.cancelled() => return Err(Status::cancelled(
+                "the client cancelled the transaction while it waited for a run slot",
+            )),
         };
         let placed = self
             .place_or_resume(
@@ -377,6 +393,8 @@ impl Proxy {
             }),
         };
         renewals.abort();
+        // Clean-up and the report need no core: the next graph starts meanwhile.
+        drop(slot);
         // Whatever happened, nothing the graph stored may stay behind, on the servers first
         // chosen or on those that took over after a fault. The servers are asked at once,
         // and the metaserver told the outcome meanwhile: the client's reply waits for the

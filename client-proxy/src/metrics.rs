@@ -1,7 +1,8 @@
 //! The proxy's metrics (served at `metrics_listen`, see `ninf-telemetry`): calls issued again
-//! after a fault, by reason, and the bytes its clients sent and received.
+//! after a fault, by reason, the bytes its clients sent and received, and the transactions
+//! waiting for a run slot.
 
-use ninf_telemetry::{Counter, EncodeLabelSet, Family, Registry};
+use ninf_telemetry::{Counter, EncodeLabelSet, Family, Gauge, Registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -23,6 +24,8 @@ pub struct BytesLabels {
 pub struct ProxyMetrics {
     retries: Family<ReasonLabels, Counter>,
     bytes: Family<BytesLabels, Counter>,
+    /// Admitted transactions waiting for a run slot (`max_running_transactions`).
+    pub waiting_to_run: Gauge,
 }
 
 impl ProxyMetrics {
@@ -31,6 +34,7 @@ impl ProxyMetrics {
         let metrics = ProxyMetrics {
             retries: Family::default(),
             bytes: Family::default(),
+            waiting_to_run: Gauge::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -42,6 +46,12 @@ impl ProxyMetrics {
             "ninf_bytes",
             "Bytes from and to clients",
             metrics.bytes.clone(),
+        );
+        registry.register(
+            "ninf_transactions_waiting_to_run",
+            "Admitted transactions waiting for one of the proxy's run slots \
+             (max_running_transactions)",
+            metrics.waiting_to_run.clone(),
         );
         (metrics, registry)
     }

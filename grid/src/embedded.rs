@@ -49,6 +49,8 @@ pub struct GridOptions {
     /// The proxy's limit of running transactions per client, and its waiting room.
     pub max_transactions_per_client: usize,
     pub max_queued_transactions: usize,
+    /// The proxy's run slots over all clients (`max_running_transactions`; 0: no limit).
+    pub max_running_transactions: usize,
     /// Whether the proxy sends calls with large arrays to the servers' bulk ports (its
     /// `bulk_calls`).
     pub bulk_calls: bool,
@@ -89,6 +91,7 @@ impl GridOptions {
             database_url: None,
             max_transactions_per_client: ProxyConfig::new("").max_transactions_per_client,
             max_queued_transactions: ProxyConfig::new("").max_queued_transactions,
+            max_running_transactions: ProxyConfig::new("").max_running_transactions,
             bulk_calls: true,
             same_host_calls: true,
             same_host_uploads: true,
@@ -334,6 +337,7 @@ impl EmbeddedGrid {
             max_stored_bytes_per_client: options.max_stored_bytes_per_client,
             max_transactions_per_client: options.max_transactions_per_client,
             max_queued_transactions: options.max_queued_transactions,
+            max_running_transactions: options.max_running_transactions,
             bulk_calls: options.bulk_calls,
             same_host_calls: options.same_host_calls,
             same_host_uploads: options.same_host_uploads,

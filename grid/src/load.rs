@@ -45,12 +45,16 @@ pub struct LoadOptions {
     pub proxy_journal: Option<String>,
     /// The metaserver's `calibrate`.
     pub calibrate: bool,
+    /// The proxy's `max_running_transactions` (0: no limit).
+    pub max_running: usize,
 }
 
 /// What happened.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct LoadReport {
     pub clients: usize,
+    /// The proxy's `max_running_transactions` (0: no limit).
+    pub max_running_transactions: usize,
     pub transactions: usize,
     pub completed: usize,
     pub failed: usize,
@@ -107,7 +111,11 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
         .unwrap_or_default();
     write(
         &work.join("proxy.toml"),
-        &format!("listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n{journal}"),
+        &format!(
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n{journal}\
+             max_running_transactions = {}\n",
+            options.max_running
+        ),
     )?;
     let mut command = Command::new(bin("ninf-metaserver")?);
     command.arg("--config").arg(work.join("metaserver.toml"));
@@ -165,6 +173,7 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     report.transactions_per_second = report.completed as f64 / run_seconds.max(1e-9);
     latencies.sort_by(f64::total_cmp);
     report.clients = options.clients.max(1);
+    report.max_running_transactions = options.max_running;
     report.p50_seconds = percentile(&latencies, 0.50);
     report.p99_seconds = percentile(&latencies, 0.99);
     report.max_seconds = latencies.last().copied().unwrap_or(0.0);

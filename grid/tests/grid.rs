@@ -847,6 +847,49 @@ fn transactions_over_the_limit_wait_their_turn_and_all_complete() {
 }
 
 #[test]
+fn past_max_running_transactions_a_graph_waits_at_the_proxy_unplaced_then_runs() {
+    let grid = TestGrid::start(vec![2], |o| o.max_running_transactions = 1);
+    let metrics = grid.grid().endpoints.metrics.clone();
+    let waiting = || {
+        sample_sum(
+            &scrape(&metrics["proxy"]),
+            "ninf_transactions_waiting_to_run",
+            &[],
+        )
+    };
+    let busy = grid.client("flow");
+    let running = std::thread::spawn(move || busy.call("sleep_ms", &mut [4000i32.into()]));
+    while !grid.status().graphs.iter().any(|g| g.state == "running") {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Another client program, well within its own limits: admitted, and held unplaced
+    // while the one slot is taken, although the grid has a free processor.
+    let n = 8usize;
+    let a = matrix(n, 4);
+    let waiter = {
+        let (client, a) = (grid.client("flow"), a.clone());
+        std::thread::spawn(move || {
+            let mut c = vec![0.0; n * n];
+            square(&client, n, &a, &mut c).map(|_| c)
+        })
+    };
+    let asked = std::time::Instant::now();
+    while waiting() < 1.0 {
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(60),
+            "the second transaction never waited for a slot: {:?}",
+            grid.status().graphs
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(grid.status().graphs.len(), 1, "{:?}", grid.status().graphs);
+    running.join().unwrap().unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), local_mmul(n, &a, &a));
+    assert_eq!(waiting(), 0.0);
+    grid.assert_no_leftovers();
+}
+
+#[test]
 fn over_tls_the_grid_computes_and_refuses_plain_or_uncertified_peers() {
     let grid = TestGrid::start(vec![1, 1], |o| {
         o.auth = true;

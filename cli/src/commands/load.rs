@@ -29,6 +29,10 @@ pub struct LoadArgs {
     /// The metaserver predicts with its model alone (`calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// The proxy's run slots over all clients (`max_running_transactions`): graphs past it
+    /// wait at the proxy before they are placed. 0: no limit.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_running: usize,
     #[arg(long)]
     pub json: bool,
 }
@@ -44,6 +48,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         database_url: args.database_url,
         proxy_journal: args.proxy_journal,
         calibrate: !args.no_calibrate,
+        max_running: args.max_running,
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

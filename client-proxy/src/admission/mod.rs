@@ -14,6 +14,13 @@
 //! whose edge sizes disagree with the IDL, so a client cannot understate them). Client
 //! arrays the schedule stages ahead of their calls are stored too; they are counted once
 //! the schedule names them, and staged only if they fit ([`Admitted::try_grow`]).
+//!
+//! An admitted transaction may then wait for one of the proxy's run slots, shared by all
+//! clients ([`RunSlots`], `max_running_transactions`), before it is placed.
+
+mod run_slots;
+
+pub use run_slots::{RunSlot, RunSlots};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
