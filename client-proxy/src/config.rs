@@ -315,6 +315,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn run_slots_are_off_unless_max_running_transactions_sets_them() {
+        let defaults: ProxyConfig = toml::from_str("metaserver = \"m:1\"").unwrap();
+        assert_eq!(defaults.max_running_transactions, 0);
+        let set: ProxyConfig =
+            toml::from_str("metaserver = \"m:1\"\nmax_running_transactions = 3\n").unwrap();
+        assert_eq!(set.max_running_transactions, 3);
+        let negative =
+            toml::from_str::<ProxyConfig>("metaserver = \"m:1\"\nmax_running_transactions = -1\n")
+                .unwrap_err();
+        assert!(
+            negative.to_string().contains("max_running_transactions"),
+            "{negative}"
+        );
+    }
+
+    #[test]
     fn the_connection_keys_parse_from_toml_and_a_misspelt_key_is_refused_by_name() {
         let defaults: ProxyConfig = toml::from_str("metaserver = \"m:1\"").unwrap();
         assert_eq!(defaults.idle_connection_seconds, 5);
