@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{TestGrid, binaries, local_mmul, matrix, max_difference, module};
@@ -379,6 +380,18 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
         o.heartbeat_timeout_seconds = 0.5;
     });
     let addresses = grid.grid().endpoints.servers.clone();
+    let same_host_sockets = |status: &v1::GridStatus| -> BTreeMap<String, String> {
+        status
+            .servers
+            .iter()
+            .map(|s| (s.address.clone(), s.bulk_local.clone()))
+            .collect()
+    };
+    let sockets = same_host_sockets(&grid.status());
+    assert!(
+        sockets.values().all(|name| name.starts_with("ninf-bulk-")),
+        "{sockets:?}"
+    );
     let grid_mut = grid.grid.as_mut().unwrap();
     grid.runtime
         .block_on(grid_mut.restart_metaserver())
@@ -389,6 +402,9 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
     let known: std::collections::BTreeSet<&str> =
         status.servers.iter().map(|s| s.address.as_str()).collect();
     assert_eq!(known, addresses.iter().map(String::as_str).collect());
+    // The servers' same-host sockets too: the servers do not register again, and without
+    // them a proxy on their host would send every call through the TCP bulk port.
+    assert_eq!(same_host_sockets(&status), sockets);
     assert!(
         status
             .servers

@@ -245,14 +245,15 @@ impl ResourceDb {
         let mut tx = self.pool.begin().await?;
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
-                 bulk_address, registered_at, last_heartbeat, state, quantum_seconds)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10)
+                 bulk_address, registered_at, last_heartbeat, state, quantum_seconds,
+                 bulk_local)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
                  bulk_address = excluded.bulk_address, registered_at = excluded.registered_at,
                  last_heartbeat = excluded.last_heartbeat, state = 'up',
-                 quantum_seconds = excluded.quantum_seconds
+                 quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local
              RETURNING id",
         )
         .bind(address)
@@ -265,6 +266,7 @@ impl ResourceDb {
         .bind(now)
         .bind(now)
         .bind(finite(info.quantum_seconds))
+        .bind(&info.bulk_local)
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -295,7 +297,8 @@ impl ResourceDb {
     pub async fn servers(&self) -> Result<Vec<StoredServer>, DbError> {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
-                    bulk_address, last_heartbeat, quantum_seconds FROM servers ORDER BY id",
+                    bulk_address, last_heartbeat, quantum_seconds, bulk_local
+             FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -309,9 +312,10 @@ impl ResourceDb {
                 mflops: row.try_get(5)?,
                 benchmark_n: u32::try_from(row.try_get::<i64, _>(6)?).unwrap_or(0),
                 bulk_address: row.try_get(7)?,
-                // Only a client on the server's host can use it, and clients ask the server.
-                bulk_local: String::new(),
                 quantum_seconds: row.try_get(9)?,
+                // A socket the server no longer listens on (it died while the metaserver
+                // was down) costs a proxy one failed connect, then the TCP port.
+                bulk_local: row.try_get(10)?,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

@@ -158,6 +158,7 @@ fn registrations_and_history_on(url: &str) {
         // Registering again replaces, keeping the id.
         let again = v1::ServerInfo {
             quantum_seconds: 0.05,
+            bulk_local: "ninf-bulk-0123456789abcdef0123456789abcdef".into(),
             ..info(800.0, 2)
         };
         assert_eq!(
@@ -226,6 +227,10 @@ fn registrations_and_history_on(url: &str) {
         assert_eq!(servers[0].address, "a:1");
         assert_eq!(servers[0].info.mflops, 800.0);
         assert_eq!(servers[0].info.quantum_seconds, 0.05);
+        assert_eq!(
+            servers[0].info.bulk_local,
+            "ninf-bulk-0123456789abcdef0123456789abcdef"
+        );
         assert_eq!(servers[0].last_heartbeat, 24.0);
         assert_eq!(servers[0].routines.len(), linpack().len());
         let recent: Vec<f64> = db
