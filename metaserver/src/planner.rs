@@ -312,6 +312,7 @@ impl Planner {
         let by_task: HashMap<usize, &TaskOutcome> =
             actuals.iter().map(|a| (a.task, a)).rev().collect();
         let others_ended = first_server_done(graph_id, &ended, &by_task);
+        let started_after = start_lag(graph_id, &ended, actuals, now);
         let teaching = teaching_calls(graph_id, &ended);
         for mut p in ended {
             if p.graph == graph_id {
@@ -334,8 +335,8 @@ impl Planner {
                                 running_known: p.running_known,
                             });
                         }
-                        p.start = p.placed_at + actual.start;
-                        p.finish = (p.placed_at + actual.finish).min(now);
+                        p.start = p.placed_at + started_after + actual.start;
+                        p.finish = (p.placed_at + started_after + actual.finish).min(now);
                     }
                     None => p.finish = now,
                 }
@@ -355,6 +356,29 @@ impl Planner {
     pub fn ended(&self) -> &[ActivePlacement] {
         &self.ended
     }
+}
+
+/// How long after its placement was recorded graph `graph_id` started, taking the report to
+/// have come as its last call ended: the actuals count from the proxy's start, which waited
+/// for the placement's reply and the proxy's journal (1-3 ms under `ninf load`, as long as
+/// a graph there). Anchored at the placement instead, a call looked to have run that much
+/// earlier than it did, and a server's load sample taken while it ran did not find it
+/// among the placements: the predictor saw one to three jobs on a server that held none
+/// but the grid's own, for as long as the sample stood.
+fn start_lag(graph_id: u64, ended: &[ActivePlacement], actuals: &[TaskOutcome], now: f64) -> f64 {
+    let Some(placed_at) = ended
+        .iter()
+        .find(|p| p.graph == graph_id)
+        .map(|p| p.placed_at)
+    else {
+        return 0.0;
+    };
+    let last = actuals
+        .iter()
+        .map(|a| a.finish)
+        .filter(|f| f.is_finite())
+        .fold(0.0, f64::max);
+    (now - placed_at - last).max(0.0)
 }
 
 /// The graph's calls that teach the calibration: all of them on a server given at most

@@ -181,6 +181,26 @@ fn a_load_sample_taken_while_a_known_graph_ran_does_not_outlive_the_graph() {
 }
 
 #[test]
+fn a_graph_that_started_late_is_found_in_the_sample_taken_while_it_ran() {
+    // Graph 1 was placed at t = 1, but its proxy started it only at 1.5 (the placement's
+    // reply, the proxy's journal): its call ran from 1.5 to 2.0, and the report came at 2.
+    // a:1's sample at 1.8 is that call. Counted from the placement, the call would have
+    // ended at 1.5, and a:1 would look busy with a job nobody placed.
+    let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
+    assert!(registry.heartbeat("a:1", Some(&one_job_running()), 1.8));
+    planner.finish(1, 2.0, &[outcome(0, 0.0, 0.5)]);
+    let ended = &planner.ended()[0];
+    assert!(
+        (ended.start - 1.5).abs() < 1e-9 && (ended.finish - 2.0).abs() < 1e-9,
+        "{ended:?}"
+    );
+    let next = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 2.1)
+        .unwrap();
+    assert_eq!(next.servers, vec![0], "a:1's sampled job was graph 1's");
+}
+
+#[test]
 fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
     let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
     let ended = |p: &Planner| p.ended().iter().map(|p| p.graph).collect::<Vec<_>>();
