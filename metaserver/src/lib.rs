@@ -111,6 +111,8 @@ struct State {
     scheduled: u64,
     /// Recent events, for people.
     events: events::EventLog,
+    /// The newest client-link sample stored, by (proxy, server), in Unix milliseconds.
+    client_links_stored: operations::network::StoredSamples,
 }
 
 /// The metaserver's state and operations.
@@ -225,6 +227,7 @@ impl Metaserver {
                 running: HashMap::new(),
                 scheduled: 0,
                 events: events::EventLog::new(events::EVENTS_KEPT),
+                client_links_stored: Default::default(),
             }),
             scheduling: tokio::sync::Mutex::new(()),
             planning: std::sync::atomic::AtomicU64::new(0),

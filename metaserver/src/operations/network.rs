@@ -1,5 +1,7 @@
 //! Step 1: server-to-server network samples, into the registry's link history and the DB.
 
+use std::collections::HashMap;
+
 use ninf_proto::v1;
 use ninf_scheduling::Link;
 
@@ -43,5 +45,96 @@ pub(crate) fn stored_link(s: &v1::NetworkSample, now: f64) -> StoredLink {
         } else {
             now
         },
+    }
+}
+
+/// The newest sample stored per (proxy, server), in Unix milliseconds.
+pub(crate) type StoredSamples = HashMap<(String, String), i64>;
+
+/// The samples of a proxy's schedule request that the DB does not hold yet, as it stores
+/// them, and the newest time stored per path once they are. A proxy sends every sample it
+/// keeps with each request (seed 004's step 4), and under `ninf load` the same samples
+/// were written again for every graph: rows the DB wrote inside the one-at-a-time
+/// scheduling, and that crowded a restarted metaserver's history of the path with copies
+/// of one measurement. A sample without a time (`measured_unix_ms` 0, "now") is always new.
+pub(crate) fn unstored_client_links(
+    request: &v1::ScheduleRequest,
+    stored: &StoredSamples,
+    now: f64,
+) -> (Vec<StoredLink>, StoredSamples) {
+    let mut fresh = Vec::new();
+    let mut newest = StoredSamples::new();
+    for s in &request.client_links {
+        let path = (request.proxy.clone(), s.to.clone());
+        let known = stored.get(&path).copied().unwrap_or(i64::MIN);
+        if s.measured_unix_ms > 0 && s.measured_unix_ms <= known {
+            continue;
+        }
+        let latest = newest.entry(path).or_insert(known);
+        *latest = (*latest).max(s.measured_unix_ms);
+        fresh.push(StoredLink {
+            from: format!("{}:{}", crate::CLIENT, request.proxy),
+            ..stored_link(s, now)
+        });
+    }
+    (fresh, newest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(to: &str, measured_unix_ms: i64) -> v1::NetworkSample {
+        v1::NetworkSample {
+            from: crate::CLIENT.into(),
+            to: to.into(),
+            throughput_bytes_per_second: 1e8,
+            latency_seconds: 1e-4,
+            measured_unix_ms,
+        }
+    }
+
+    #[test]
+    fn a_proxy_sample_is_stored_once_however_many_requests_carry_it() {
+        let request = |samples: Vec<v1::NetworkSample>| v1::ScheduleRequest {
+            proxy: "p".into(),
+            client_links: samples,
+            ..Default::default()
+        };
+        let mut stored = StoredSamples::new();
+        let first = request(vec![
+            sample("a:1", 1_000),
+            sample("a:1", 2_000),
+            sample("b:1", 1_500),
+        ]);
+        let (fresh, newest) = unstored_client_links(&first, &stored, 5.0);
+        assert_eq!(fresh.len(), 3);
+        assert!(fresh.iter().all(|l| l.from == "client:p"));
+        stored.extend(newest);
+        // The next request carries the same samples and one new one.
+        let second = request(vec![
+            sample("a:1", 1_000),
+            sample("a:1", 2_000),
+            sample("a:1", 3_000),
+            sample("b:1", 1_500),
+        ]);
+        let (fresh, newest) = unstored_client_links(&second, &stored, 6.0);
+        assert_eq!(fresh.len(), 1);
+        assert_eq!((fresh[0].to.as_str(), fresh[0].time), ("a:1", 3.0));
+        stored.extend(newest);
+        assert_eq!(stored[&("p".to_string(), "a:1".to_string())], 3_000);
+        assert_eq!(stored[&("p".to_string(), "b:1".to_string())], 1_500);
+        // Another proxy's samples of the same server are its own; an untimed one is "now".
+        let other = v1::ScheduleRequest {
+            proxy: "q".into(),
+            ..request(vec![
+                sample("a:1", 1_000),
+                sample("a:1", 0),
+                sample("a:1", 0),
+            ])
+        };
+        let (fresh, _) = unstored_client_links(&other, &stored, 7.0);
+        assert_eq!(fresh.len(), 3);
+        assert_eq!(fresh[2].time, 7.0);
     }
 }

@@ -9,11 +9,11 @@ use std::sync::atomic::Ordering;
 use ninf_proto::v1;
 use ninf_scheduling::{Link, Schedule, TaskGraph};
 
-use crate::db::{EdgeRecord, GraphRecord, PlacementRecord, StoredLink};
+use crate::db::{EdgeRecord, GraphRecord, PlacementRecord};
 use crate::graph::{self, GraphRejection};
-use crate::operations::network::stored_link;
+use crate::operations::network::unstored_client_links;
 use crate::planner::Planner;
-use crate::{CLIENT, Metaserver, MetaserverError, Registry, State, unix_now};
+use crate::{Metaserver, MetaserverError, Registry, State, unix_now};
 
 /// What planning one graph needs, owned, so that it can run on another thread.
 struct PlanInput {
@@ -80,21 +80,20 @@ impl Metaserver {
             .db
             .record_graph(&record, &plan.placements, &edges)
             .await?;
-        // The proxy's measurements enter the DB only now that it asks for a schedule.
-        let proxy_links: Vec<StoredLink> = request
-            .client_links
-            .iter()
-            .map(|s| StoredLink {
-                from: format!("{CLIENT}:{}", request.proxy),
-                ..stored_link(s, now)
-            })
-            .collect();
+        // The proxy's measurements enter the DB only now that it asks for a schedule, and
+        // only those it has not sent before.
+        let (proxy_links, newest) =
+            unstored_client_links(&request, &self.state().client_links_stored, now);
         self.db.add_links(&proxy_links).await?;
         {
             let mut state = self.state();
             let State {
-                planner, running, ..
+                planner,
+                running,
+                client_links_stored,
+                ..
             } = &mut *state;
+            client_links_stored.extend(newest);
             // The graph starts once its proxy has the reply, not when it was planned: the
             // rows above took 1-6 ms under `ninf load`, as long as a whole graph there.
             // Timed from the plan, its calls were booked on the servers before they ran,
