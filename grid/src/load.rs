@@ -67,6 +67,10 @@ pub struct LoadReport {
     /// ([`workloads::prediction_errors`]): per task (median) and per graph (mean).
     pub prediction_error_median: f64,
     pub graph_prediction_error: f64,
+    /// The metaserver's placement of a graph as the proxy saw it (its schedule request to
+    /// the reply; `RunReply.schedule_seconds`), over the completed transactions.
+    pub schedule_p50_seconds: f64,
+    pub schedule_p99_seconds: f64,
     /// The proxy's resident memory once the grid is up, and after each round.
     pub proxy_rss_before_bytes: u64,
     pub proxy_rss_after_bytes: Vec<u64>,
@@ -181,6 +185,10 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
         report.prediction_error_median,
         report.graph_prediction_error,
     ) = workloads::prediction_errors(&runs);
+    let mut placing: Vec<f64> = runs.iter().map(|r| r.plan.schedule_seconds).collect();
+    placing.sort_by(f64::total_cmp);
+    report.schedule_p50_seconds = percentile(&placing, 0.50);
+    report.schedule_p99_seconds = percentile(&placing, 0.99);
     report.proxy_rss_before_bytes = rss_before;
     report.leaked_bytes = runtime.block_on(crate::chaos::stored_bytes(&addresses))?;
     Ok(report)
@@ -288,7 +296,7 @@ fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
 pub fn render(report: &LoadReport) -> String {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let mut out = format!(
-        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\npredictions      {:.0}% off per task (median), {:.0}% per graph (mean)\nproxy memory     {:.1} MiB before, after each round: {} MiB\nleaked_bytes     {}\nseconds          {:.1}\n",
+        "clients          {}\ntransactions     {}\ncompleted        {}\nfailed           {}\nmismatched       {}\nlatency p50      {:.3} s\nlatency p99      {:.3} s\nlatency max      {:.3} s\nthroughput       {:.1} transactions/s\npredictions      {:.0}% off per task (median), {:.0}% per graph (mean)\nplacement        {:.1} ms p50, {:.1} ms p99 (the metaserver's, as the proxy saw it)\nproxy memory     {:.1} MiB before, after each round: {} MiB\nleaked_bytes     {}\nseconds          {:.1}\n",
         report.clients,
         report.transactions,
         report.completed,
@@ -300,6 +308,8 @@ pub fn render(report: &LoadReport) -> String {
         report.transactions_per_second,
         report.prediction_error_median * 100.0,
         report.graph_prediction_error * 100.0,
+        report.schedule_p50_seconds * 1e3,
+        report.schedule_p99_seconds * 1e3,
         mib(report.proxy_rss_before_bytes),
         report
             .proxy_rss_after_bytes
