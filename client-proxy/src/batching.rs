@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ninf_proto::v1::{self, call_argument::Source};
@@ -48,37 +49,61 @@ pub(crate) fn batch_size(queued: usize, free: usize, max: usize) -> usize {
 pub(crate) struct Waiting {
     pub call: v1::CallRequest,
     pub answer: oneshot::Sender<Answer>,
+    /// Its place in the queue's order, which tells its caller whether a batch took it.
+    ticket: u64,
 }
 
 /// A server's calls waiting for a slot, oldest first.
 #[derive(Default)]
 pub(crate) struct CallQueue {
     waiting: Mutex<VecDeque<Waiting>>,
+    next_ticket: AtomicU64,
 }
 
 impl CallQueue {
-    /// Queues `call`; its answer comes on the receiver, from whichever batch takes it.
-    pub(crate) fn push(&self, call: v1::CallRequest) -> oneshot::Receiver<Answer> {
+    /// Queues `call`; its answer comes on the receiver, from whichever batch takes it. The
+    /// ticket names the call among those a batch takes.
+    pub(crate) fn push(&self, call: v1::CallRequest) -> (u64, oneshot::Receiver<Answer>) {
         let (answer, receiver) = oneshot::channel();
-        ninf_proto::sync::lock(&self.waiting).push_back(Waiting { call, answer });
-        receiver
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        ninf_proto::sync::lock(&self.waiting).push_back(Waiting {
+            call,
+            answer,
+            ticket,
+        });
+        (ticket, receiver)
     }
 
-    /// The calls that leave on a slot just taken (see [`batch_size`]), oldest first. Calls
-    /// whose callers went away are dropped unsent.
-    pub(crate) fn take(&self, free: usize, max: usize) -> Vec<Waiting> {
+    /// The calls that leave on a slot just taken by the caller of call `own` (see
+    /// [`batch_size`]): the oldest, and its own among them when it still waits. Calls whose
+    /// callers went away are dropped unsent.
+    ///
+    /// Its own call goes in place of the youngest of the oldest. A slot that took only older
+    /// calls left its caller waiting for its answer, relying on the callers of the calls it
+    /// sent to take a slot for its own. They may have their answers first, and then nobody
+    /// sends it: under `ninf load` a graph's four first products waited that way for the
+    /// next call to their server, which never came at the end of the run, and the load hung.
+    pub(crate) fn take(&self, free: usize, max: usize, own: u64) -> Vec<Waiting> {
         let mut waiting = ninf_proto::sync::lock(&self.waiting);
         waiting.retain(|w| !w.answer.is_closed());
         let n = batch_size(waiting.len(), free, max);
-        waiting.drain(..n).collect()
+        match waiting.iter().position(|w| w.ticket == own) {
+            Some(i) if n > 0 && i >= n => {
+                let mine = waiting.remove(i);
+                let mut batch: Vec<Waiting> = waiting.drain(..n - 1).collect();
+                batch.extend(mine);
+                batch
+            }
+            _ => waiting.drain(..n).collect(),
+        }
     }
 }
 
 /// Queues `call` for its server and waits for its answer. The caller that takes one of
 /// the server's `slots` sends the calls that leave on it ([`CallQueue::take`], at most
-/// `max`) with `send`, on a task of its own: the batch carries other graphs' calls, which
-/// must not be lost if this caller's graph is abandoned meanwhile. It goes in the trace of
-/// the call that sent it.
+/// `max`, its own among them) with `send`, on a task of its own: the batch carries other
+/// graphs' calls, which must not be lost if this caller's graph is abandoned meanwhile. It
+/// goes in the trace of the call that sent it.
 pub(crate) async fn call_queued<S, F>(
     queue: &CallQueue,
     slots: &Arc<Semaphore>,
@@ -90,7 +115,7 @@ where
     S: FnOnce(Vec<Waiting>) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
-    let mut answer = queue.push(call);
+    let (ticket, mut answer) = queue.push(call);
     let ended_without = |_| Err(Status::internal("the call's batch ended without it"));
     // A call that another caller's batch took is answered without a slot of its own.
     // Waiting for one first held its answer back until the queue had drained: a slot frees
@@ -103,7 +128,7 @@ where
             slot.map_err(|_| Status::internal("the server's call slots are closed"))?
         }
     };
-    let batch = queue.take(slots.available_permits(), max);
+    let batch = queue.take(slots.available_permits(), max, ticket);
     if batch.is_empty() {
         // Its call left in a batch still out: the slot is another caller's to take.
         drop(slot);
@@ -189,15 +214,39 @@ mod tests {
             .map(|i| {
                 let mut call = noop();
                 call.owner = format!("g{i}");
-                queue.push(call)
+                queue.push(call).1
             })
             .collect();
         receivers.remove(1);
-        let batch = queue.take(0, 3);
+        let batch = queue.take(0, 3, 3);
         let owners: Vec<_> = batch.iter().map(|w| w.call.owner.as_str()).collect();
         assert_eq!(owners, ["g0", "g2", "g3"]);
-        assert_eq!(queue.take(0, 3).len(), 1);
-        assert!(queue.take(0, 3).is_empty());
+        assert_eq!(queue.take(0, 3, 4).len(), 1);
+        assert!(queue.take(0, 3, 4).is_empty());
+    }
+
+    #[test]
+    fn a_slot_takes_its_callers_own_call_in_place_of_the_youngest_of_the_oldest() {
+        let queue = CallQueue::default();
+        let tickets: Vec<u64> = (0..5)
+            .map(|i| {
+                let mut call = noop();
+                call.owner = format!("g{i}");
+                let (ticket, receiver) = queue.push(call);
+                std::mem::forget(receiver);
+                ticket
+            })
+            .collect();
+        let owners = |batch: Vec<Waiting>| -> Vec<String> {
+            batch.into_iter().map(|w| w.call.owner).collect()
+        };
+        // Two leave: the oldest and the caller's own, the youngest.
+        assert_eq!(owners(queue.take(0, 2, tickets[4])), ["g0", "g4"]);
+        // Its own among the oldest: the oldest, in order.
+        assert_eq!(owners(queue.take(0, 2, tickets[2])), ["g1", "g2"]);
+        // Its own already gone (another batch took it): the oldest.
+        assert_eq!(owners(queue.take(0, 1, tickets[0])), ["g3"]);
+        assert!(queue.take(0, 1, tickets[3]).is_empty());
     }
 
     #[test]
@@ -293,6 +342,42 @@ mod tests {
         assert_eq!(e.await.unwrap().unwrap().status, 5);
         assert_eq!(f.await.unwrap().unwrap().status, 6);
         assert_eq!(slots.available_permits(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_whose_slot_sends_one_call_sends_its_own_not_an_older_one() {
+        let queue = Arc::new(CallQueue::default());
+        let slots = Arc::new(Semaphore::new(1));
+        let (send, mut sent) = gated_sender();
+        // An older call whose caller will return with its answer without taking a slot
+        // (one woken late on a busy machine, after another batch had answered it).
+        let mut older = noop();
+        older.owner = "x".into();
+        let (older_ticket, _older_answer) = queue.push(older);
+        let mut call = noop();
+        call.owner = "yy".into();
+        let caller = {
+            let (queue, slots) = (queue.clone(), slots.clone());
+            tokio::spawn(async move { call_queued(&queue, &slots, 1, call, send).await })
+        };
+        // One call leaves per slot: the caller's own. Had the slot taken the older call,
+        // nobody would be left to send this one.
+        let (first, release_first) =
+            tokio::time::timeout(std::time::Duration::from_secs(60), sent.recv())
+                .await
+                .expect("nothing was sent")
+                .unwrap();
+        assert_eq!(first, ["yy"]);
+        release_first.send(()).unwrap();
+        assert_eq!(caller.await.unwrap().unwrap().status, 2);
+        assert_eq!(slots.available_permits(), 1);
+        // The older call still waits for its own caller's slot.
+        let left: Vec<String> = queue
+            .take(0, 1, older_ticket)
+            .into_iter()
+            .map(|w| w.call.owner)
+            .collect();
+        assert_eq!(left, ["x"]);
     }
 
     #[tokio::test]

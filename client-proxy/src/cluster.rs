@@ -126,7 +126,10 @@ impl ServerConnection {
     /// some of whose callers remain runs to its end, their neighbours' answers unread.
     async fn send(&self, batch: Vec<Waiting>) {
         if batch.len() == 1 || !self.takes_batches().await {
-            for Waiting { call, mut answer } in batch {
+            for Waiting {
+                call, mut answer, ..
+            } in batch
+            {
                 let mut client = self.invoke_client();
                 tokio::select! {
                     reply = client.call(call) => {
