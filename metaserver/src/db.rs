@@ -113,6 +113,9 @@ pub struct ActualRecord {
     pub compute_seconds: f64,
     /// Of `compute_seconds`, the time the task's gang job stood stopped.
     pub stopped_seconds: f64,
+    /// Before computing: fetching its inputs, and waiting for the gang table's admission.
+    pub fetch_seconds: f64,
+    pub queue_seconds: f64,
 }
 
 /// How much history to keep.
@@ -176,18 +179,22 @@ fn actuals_update(backend: Backend) -> &'static str {
             // Materialized, the rows are the outer loop and each finds its placement by
             // the primary key; joined directly, SQLite scanned the rows once per placement
             // (46 s for 10,000 tasks).
-            "WITH a (task, start, finish, compute, stopped) AS MATERIALIZED (
-                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4
+            "WITH a (task, start, finish, compute, stopped, fetch, queue) AS MATERIALIZED (
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
+                     value ->> 5, value ->> 6
                  FROM json_each($2))
              UPDATE placements SET actual_start = a.start, actual_finish = a.finish,
-                 compute_seconds = a.compute, stopped_seconds = a.stopped
+                 compute_seconds = a.compute, stopped_seconds = a.stopped,
+                 fetch_seconds = a.fetch, queue_seconds = a.queue
              FROM a WHERE placements.graph_id = $1 AND placements.task = a.task"
         }
         Backend::Postgres => {
             "UPDATE placements SET actual_start = (a ->> 1)::DOUBLE PRECISION,
                  actual_finish = (a ->> 2)::DOUBLE PRECISION,
                  compute_seconds = (a ->> 3)::DOUBLE PRECISION,
-                 stopped_seconds = (a ->> 4)::DOUBLE PRECISION
+                 stopped_seconds = (a ->> 4)::DOUBLE PRECISION,
+                 fetch_seconds = (a ->> 5)::DOUBLE PRECISION,
+                 queue_seconds = (a ->> 6)::DOUBLE PRECISION
              FROM jsonb_array_elements($2::JSONB) AS a
              WHERE placements.graph_id = $1 AND placements.task = (a ->> 0)::BIGINT"
         }
@@ -540,7 +547,9 @@ impl ResourceDb {
                 finite(a.start),
                 finite(a.finish),
                 finite(a.compute_seconds),
-                finite(a.stopped_seconds)
+                finite(a.stopped_seconds),
+                finite(a.fetch_seconds),
+                finite(a.queue_seconds)
             ])
         });
         sqlx::query(actuals_update(self.backend))
@@ -607,7 +616,7 @@ impl ResourceDb {
         let rows = sqlx::query(
             "SELECT task, server_address, predicted_start, predicted_finish, actual_start,
                     actual_finish, label, function, processors, compute_seconds,
-                    stopped_seconds
+                    stopped_seconds, fetch_seconds, queue_seconds
              FROM placements WHERE graph_id = $1 ORDER BY task",
         )
         .bind(to_i64(graph))
@@ -627,6 +636,8 @@ impl ResourceDb {
                     processors: u32::try_from(row.try_get::<i64, _>(8)?).unwrap_or(0),
                     compute_seconds: row.try_get(9)?,
                     stopped_seconds: row.try_get(10)?,
+                    fetch_seconds: row.try_get(11)?,
+                    queue_seconds: row.try_get(12)?,
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
@@ -703,6 +714,10 @@ pub struct PlacementRow {
     /// stood stopped, once reported.
     pub compute_seconds: Option<f64>,
     pub stopped_seconds: Option<f64>,
+    /// Before computing: fetching its inputs, and waiting for the gang table's admission,
+    /// once reported.
+    pub fetch_seconds: Option<f64>,
+    pub queue_seconds: Option<f64>,
 }
 
 /// A `graphs` row (columns as `recent_graphs` selects them) as the status message's summary.

@@ -213,6 +213,8 @@ fn registrations_and_history_on(url: &str) {
                 finish: 0.9,
                 compute_seconds: 0.7,
                 stopped_seconds: 0.0,
+                fetch_seconds: 0.0,
+                queue_seconds: 0.0,
             };
             db.record_actuals(graph_id, 0.95, "", &[actual])
                 .await
@@ -307,6 +309,8 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
             finish: time(t) * 2.5,
             compute_seconds: 0.1 * f64::from(t),
             stopped_seconds: 0.01 * f64::from(t),
+            fetch_seconds: 0.001 * f64::from(t),
+            queue_seconds: 0.002 * f64::from(t),
         })
         .collect();
     db.record_actuals(graph, 9.5, "", &actuals).await.unwrap();
@@ -332,6 +336,7 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
         if row.task == 0 {
             assert_eq!((row.actual_start, row.actual_finish), (None, None));
             assert_eq!((row.compute_seconds, row.stopped_seconds), (None, None));
+            assert_eq!((row.fetch_seconds, row.queue_seconds), (None, None));
         } else {
             let actual = &actuals[row.task as usize - 1];
             assert_eq!(
@@ -345,6 +350,10 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
             assert_eq!(
                 (row.compute_seconds, row.stopped_seconds),
                 (Some(actual.compute_seconds), Some(actual.stopped_seconds))
+            );
+            assert_eq!(
+                (row.fetch_seconds, row.queue_seconds),
+                (Some(actual.fetch_seconds), Some(actual.queue_seconds))
             );
         }
     }

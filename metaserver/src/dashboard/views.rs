@@ -302,6 +302,8 @@ mod tests {
             processors: 1,
             compute_seconds: None,
             stopped_seconds: None,
+            fetch_seconds: None,
+            queue_seconds: None,
         }
     }
 

@@ -58,6 +58,8 @@ impl Metaserver {
                 finish: t.finish,
                 compute_seconds: t.timing.map_or(0.0, |t| t.compute_seconds),
                 stopped_seconds: t.timing.map_or(0.0, |t| t.stopped_seconds),
+                fetch_seconds: t.timing.map_or(0.0, |t| t.fetch_seconds),
+                queue_seconds: t.timing.map_or(0.0, |t| t.queue_seconds),
             })
             .collect();
         self.db
