@@ -47,6 +47,9 @@ pub struct LoadOptions {
     pub calibrate: bool,
     /// The proxy's `max_running_transactions` (0: no limit).
     pub max_running: usize,
+    /// A transaction unanswered this long stops the run with an error naming it, and the
+    /// grid's files are kept for a look: a hang in the grid is a bug to see, not a wait.
+    pub stall: Duration,
 }
 
 /// What happened.
@@ -81,14 +84,75 @@ pub struct LoadReport {
     pub errors: Vec<String>,
 }
 
-/// Runs the load. Blocking.
+/// Runs the load. Blocking. A run that stalls keeps the grid's files (configurations, the
+/// metaserver's database, the proxy's journal) and says where.
 pub fn run(options: &LoadOptions) -> anyhow::Result<LoadReport> {
     let work = std::env::temp_dir().join(format!("ninf-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let outcome = run_in(options, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    outcome
+    match outcome {
+        Err(e) if e.is::<Stalled>() => {
+            Err(e.context(format!("the grid's files are kept in {}", work.display())))
+        }
+        outcome => {
+            let _ = std::fs::remove_dir_all(&work);
+            outcome
+        }
+    }
+}
+
+/// Transactions that went unanswered for longer than the run allows.
+#[derive(Debug, thiserror::Error)]
+#[error("the run stalled: {}", describe_stalled(.0))]
+pub struct Stalled(pub Vec<StalledTransaction>);
+
+/// One transaction a client still waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StalledTransaction {
+    pub client: usize,
+    /// Its place among the client's transactions (from 0).
+    pub transaction: usize,
+    pub waited: Duration,
+}
+
+fn describe_stalled(stalled: &[StalledTransaction]) -> String {
+    stalled
+        .iter()
+        .map(|s| {
+            format!(
+                "client {}, transaction {} unanswered after {:.1} s",
+                s.client,
+                s.transaction,
+                s.waited.as_secs_f64()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Per client, the transaction it waits for (its place among the client's) and since when.
+type Waiting = Vec<Option<(usize, Instant)>>;
+
+/// The transactions of `running` that have waited at least `limit` at `now`.
+fn stalled(
+    running: &[Option<(usize, Instant)>],
+    now: Instant,
+    limit: Duration,
+) -> Vec<StalledTransaction> {
+    running
+        .iter()
+        .enumerate()
+        .filter_map(|(client, current)| {
+            let (transaction, began) = (*current)?;
+            let waited = now.saturating_duration_since(began);
+            (waited >= limit).then_some(StalledTransaction {
+                client,
+                transaction,
+                waited,
+            })
+        })
+        .collect()
 }
 
 fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
@@ -163,7 +227,7 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     let mut latencies = Vec::new();
     let mut runs = Vec::new();
     for _ in 0..options.rounds.max(1) {
-        let round = run_clients(&proxy, options, &mut latencies, &mut runs);
+        let round = run_clients(&proxy, options, &mut latencies, &mut runs)?;
         report.merge(round);
         // The proxy's clean-ups (deletes) end, and it falls idle.
         std::thread::sleep(SETTLE);
@@ -210,20 +274,23 @@ impl LoadReport {
 }
 
 /// One round: the clients, each a thread with its own connection and identity; their
-/// latencies are added to `all_latencies` and their completed runs to `all_runs`.
+/// latencies are added to `all_latencies` and their completed runs to `all_runs`. Fails
+/// with [`Stalled`] once a transaction has waited `options.stall`; its client's thread is
+/// left blocked, and ends with the process.
 fn run_clients(
     proxy: &str,
     options: &LoadOptions,
     all_latencies: &mut Vec<f64>,
     all_runs: &mut Vec<workloads::WorkloadRun>,
-) -> LoadReport {
+) -> anyhow::Result<LoadReport> {
     let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
     let runs: Arc<Mutex<Vec<workloads::WorkloadRun>>> = Arc::default();
     let report: Arc<Mutex<LoadReport>> = Arc::default();
+    let running: Arc<Mutex<Waiting>> = Arc::new(Mutex::new(vec![None; options.clients.max(1)]));
     let clients: Vec<_> = (0..options.clients.max(1))
         .map(|client| {
             let (latencies, report, proxy) = (latencies.clone(), report.clone(), proxy.to_string());
-            let runs = runs.clone();
+            let (runs, running) = (runs.clone(), running.clone());
             let (count, n) = (options.transactions, options.n);
             std::thread::spawn(move || {
                 let grid = match GridClient::connect(&proxy) {
@@ -239,7 +306,9 @@ fn run_clients(
                 for i in 0..count {
                     let seed = (client * count + i) as u64 + 2;
                     let began = Instant::now();
+                    lock(&running)[client] = Some((i, began));
                     let outcome = workloads::cascade(&grid, n, seed);
+                    lock(&running)[client] = None;
                     let seconds = began.elapsed().as_secs_f64();
                     let mut r = lock(&report);
                     match outcome {
@@ -261,6 +330,13 @@ fn run_clients(
             })
         })
         .collect();
+    while !clients.iter().all(std::thread::JoinHandle::is_finished) {
+        std::thread::sleep(Duration::from_millis(100));
+        let stuck = stalled(&lock(&running), Instant::now(), options.stall);
+        if !stuck.is_empty() {
+            return Err(Stalled(stuck).into());
+        }
+    }
     for client in clients {
         let _ = client.join();
     }
@@ -268,7 +344,7 @@ fn run_clients(
     all_latencies.extend(lock(&latencies).iter());
     all_runs.append(&mut lock(&runs));
     report.transactions = options.clients.max(1) * options.transactions;
-    report
+    Ok(report)
 }
 
 /// The `q` quantile of sorted values (nearest rank); 0 when there are none.
@@ -329,6 +405,31 @@ pub fn render(report: &LoadReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transaction_waited_for_past_the_limit_is_named_and_others_are_not() {
+        let start = Instant::now();
+        let running = [
+            Some((3, start)),
+            None,
+            Some((7, start + Duration::from_secs(50))),
+        ];
+        let now = start + Duration::from_secs(60);
+        assert!(stalled(&running, now, Duration::from_secs(61)).is_empty());
+        let stuck = stalled(&running, now, Duration::from_secs(60));
+        assert_eq!(
+            stuck,
+            [StalledTransaction {
+                client: 0,
+                transaction: 3,
+                waited: Duration::from_secs(60)
+            }]
+        );
+        assert_eq!(
+            Stalled(stuck).to_string(),
+            "the run stalled: client 0, transaction 3 unanswered after 60.0 s"
+        );
+    }
 
     #[test]
     fn percentiles_by_nearest_rank() {

@@ -1,6 +1,7 @@
 //! `ninf load`: many client programs at once through one proxy, on a grid of real processes;
 //! fails unless every transaction completes bit-exact and the servers keep nothing after.
 
+use anyhow::Context;
 use clap::Args;
 
 #[derive(Args)]
@@ -33,6 +34,10 @@ pub struct LoadArgs {
     /// wait at the proxy before they are placed. 0: no limit.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_running: usize,
+    /// Stop with an error naming any transaction still unanswered after this long, keeping
+    /// the grid's files (its database and the proxy's journal) for a look.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    pub stall_seconds: f64,
     #[arg(long)]
     pub json: bool,
 }
@@ -49,6 +54,15 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         proxy_journal: args.proxy_journal,
         calibrate: !args.no_calibrate,
         max_running: args.max_running,
+        stall: std::time::Duration::try_from_secs_f64(args.stall_seconds)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .with_context(|| {
+                format!(
+                    "--stall-seconds must be a positive number of seconds, not {}",
+                    args.stall_seconds
+                )
+            })?,
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
