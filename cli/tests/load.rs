@@ -1,0 +1,71 @@
+//! `ninf load --stall-seconds`, as docs/reliability.md ("Many clients") writes it: a
+//! transaction unanswered past the limit stops the run with an error naming it, and the
+//! grid's files are kept where the error says; a limit that is not a positive number of
+//! seconds is refused before anything starts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::ninf;
+
+/// `ninf load` starts `ninf-metaserver`, `ninf-proxy` and `ninf-server` found next to
+/// `ninf`: the workspace's binaries, built as `.ci/run` builds them so that one build serves.
+fn build_the_grid() {
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-q", "--workspace", "--bins", "--examples"])
+        .status()
+        .unwrap();
+    assert!(built.success());
+}
+
+#[test]
+fn a_run_past_its_stall_limit_names_the_transactions_and_keeps_the_grids_files() {
+    build_the_grid();
+    // Every transaction takes longer than a millisecond, so the first look at the clients
+    // finds one past the limit.
+    let output = Command::new(ninf())
+        .args(["load", "--clients", "4", "--transactions", "200"])
+        .args(["--stall-seconds", "0.001"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the run stalled: client ") && stderr.contains(" unanswered after "),
+        "{stderr}"
+    );
+    let kept = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("Error: the grid's files are kept in "))
+        .map(|dir| PathBuf::from(dir.trim()))
+        .unwrap_or_else(|| panic!("no directory named: {stderr}"));
+    let metaserver_db = kept.join("metaserver").join("metaserver.db");
+    let journal = kept.join("ninf-proxy-journal.sqlite");
+    let (db_kept, journal_kept) = (metaserver_db.exists(), journal.exists());
+    std::fs::remove_dir_all(&kept).unwrap();
+    assert!(db_kept, "{} is missing", metaserver_db.display());
+    assert!(journal_kept, "{} is missing", journal.display());
+}
+
+#[test]
+fn a_stall_limit_that_is_not_a_positive_number_of_seconds_is_refused() {
+    for limit in ["0", "-1"] {
+        let output = Command::new(ninf())
+            .args(["load", "--clients", "1", "--transactions", "1"])
+            .arg(format!("--stall-seconds={limit}"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(
+            stderr.contains(&format!(
+                "--stall-seconds must be a positive number of seconds, not {limit}"
+            )),
+            "{stderr}"
+        );
+    }
+}
