@@ -189,7 +189,7 @@ fn a_graph_that_started_late_is_found_in_the_sample_taken_while_it_ran() {
     let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
     assert!(registry.heartbeat("a:1", Some(&one_job_running()), 1.8));
     planner.finish(1, 2.0, &[outcome(0, 0.0, 0.5)]);
-    let ended = &planner.ended()[0];
+    let ended = planner.ended().next().expect("an ended placement");
     assert!(
         (ended.start - 1.5).abs() < 1e-9 && (ended.finish - 2.0).abs() < 1e-9,
         "{ended:?}"
@@ -203,10 +203,16 @@ fn a_graph_that_started_late_is_found_in_the_sample_taken_while_it_ran() {
 #[test]
 fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
     let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
-    let ended = |p: &Planner| p.ended().iter().map(|p| p.graph).collect::<Vec<_>>();
+    let ended = |p: &Planner| p.ended().map(|p| p.graph).collect::<Vec<_>>();
     // No server has sent a sample: no ended placement can correct one.
     planner.finish(1, 1.6, &[outcome(0, 0.0, 0.5)]);
-    assert!(planner.for_planning(&registry, 1.6).ended().is_empty());
+    assert!(
+        planner
+            .for_planning(&registry, 1.6)
+            .ended()
+            .next()
+            .is_none()
+    );
     // Graph 2 runs on a:1 from 2.0 to 2.5 and a:1 samples it at 2.2; b:1 samples at 1.8,
     // after graph 1 ended (1.5): graph 1's placement can no longer correct any sample.
     let second = planner
@@ -237,7 +243,13 @@ fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
     // no longer keeps graph 2's placement in the copy: a:1's new sample is after its end.
     assert!(registry.heartbeat("a:1", Some(&idle), 7.0));
     assert_eq!(ended(&planner), [1, 2], "kept within the 30 s memory");
-    assert!(planner.for_planning(&registry, 7.0).ended().is_empty());
+    assert!(
+        planner
+            .for_planning(&registry, 7.0)
+            .ended()
+            .next()
+            .is_none()
+    );
 }
 
 #[test]
@@ -320,7 +332,7 @@ fn ended_graphs_are_forgotten_once_no_load_sample_can_need_them() {
     let mut planner = Planner::new(PredictorKind::LatestSample, link);
     run(&mut planner, 1, 1.0);
     run(&mut planner, 2, 1.0 + ENDED_MEMORY_SECONDS / 2.0);
-    let graphs = |planner: &Planner| planner.ended().iter().map(|p| p.graph).collect::<Vec<_>>();
+    let graphs = |planner: &Planner| planner.ended().map(|p| p.graph).collect::<Vec<_>>();
     assert_eq!(graphs(&planner), [1, 2], "both ended within the memory");
     run(&mut planner, 3, 2.0 + ENDED_MEMORY_SECONDS);
     assert_eq!(graphs(&planner), [2, 3], "graph 1 ended longer ago");

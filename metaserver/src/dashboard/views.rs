@@ -43,7 +43,7 @@ pub struct Overview {
 
 pub fn server_view(registry: &Registry, server: &ServerEntry, now: f64) -> ServerView {
     let mut modules: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, interface) in &server.routines {
+    for (name, interface) in server.routines.iter() {
         modules
             .entry(interface.module.clone())
             .or_default()
