@@ -864,7 +864,7 @@ fn transactions_over_the_limit_wait_their_turn_and_all_complete() {
 
 #[test]
 fn past_max_running_transactions_a_graph_waits_at_the_proxy_unplaced_then_runs() {
-    let grid = TestGrid::start(vec![2], |o| o.max_running_transactions = 1);
+    let grid = TestGrid::start(vec![2], |o| o.max_running_transactions = Some(1));
     let metrics = grid.grid().endpoints.metrics.clone();
     let waiting = || {
         sample_sum(
