@@ -9,7 +9,7 @@
 //! max_calls_per_batch = 64
 //! max_transactions_per_client = 32
 //! max_queued_transactions = 1024
-//! # max_running_transactions = 3   # unset: one per processor of the servers up; 0: no limit
+//! max_running_transactions = 0
 //! max_stored_bytes_per_client = 8589934592
 //! task_retries = 4
 //! retry_backoff_seconds = 0.25
@@ -82,10 +82,9 @@ pub struct ProxyConfig {
     pub max_queued_transactions: usize,
     /// Transactions of all clients placed and running at once; more wait at the proxy,
     /// admitted, in arrival order, before the metaserver places them (see
-    /// [`crate::admission::RunSlots`]). Unset: one per processor of the servers up, as the
-    /// metaserver last said. 0: no limit.
+    /// [`crate::admission::RunSlots`]). 0: no limit.
     #[serde(default)]
-    pub max_running_transactions: Option<usize>,
+    pub max_running_transactions: usize,
     /// Bytes of intermediate data one client's running transactions may keep on the
     /// servers at once (each transaction counts every output it keeps for a consumer, as
     /// the IDL sizes it); a transaction that would go over is refused before it starts.
@@ -270,7 +269,7 @@ impl ProxyConfig {
             lease_renew_seconds: default_renew_seconds(),
             max_transactions_per_client: default_per_client(),
             max_queued_transactions: default_queued(),
-            max_running_transactions: None,
+            max_running_transactions: 0,
             max_stored_bytes_per_client: default_stored_per_client(),
             task_retries: default_task_retries(),
             retry_backoff_seconds: default_retry_backoff(),
@@ -316,16 +315,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_slots_follow_the_grid_unless_max_running_transactions_sets_them() {
+    fn run_slots_are_off_unless_max_running_transactions_sets_them() {
         let defaults: ProxyConfig = toml::from_str("metaserver = \"m:1\"").unwrap();
-        assert_eq!(defaults.max_running_transactions, None);
-        assert_eq!(ProxyConfig::new("m:1").max_running_transactions, None);
+        assert_eq!(defaults.max_running_transactions, 0);
         let set: ProxyConfig =
             toml::from_str("metaserver = \"m:1\"\nmax_running_transactions = 3\n").unwrap();
-        assert_eq!(set.max_running_transactions, Some(3));
-        let off: ProxyConfig =
-            toml::from_str("metaserver = \"m:1\"\nmax_running_transactions = 0\n").unwrap();
-        assert_eq!(off.max_running_transactions, Some(0));
+        assert_eq!(set.max_running_transactions, 3);
         let negative =
             toml::from_str::<ProxyConfig>("metaserver = \"m:1\"\nmax_running_transactions = -1\n")
                 .unwrap_err();

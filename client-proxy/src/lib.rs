@@ -134,9 +134,8 @@ impl Proxy {
             queued: config.max_queued_transactions,
         });
         let run_slots = admission::RunSlots::new(
-            admission::SlotLimit::from_setting(config.max_running_transactions),
+            config.max_running_transactions,
             metrics.waiting_to_run.clone(),
-            metrics.run_slots.clone(),
         );
         let idle_cluster = Arc::downgrade(&cluster);
         admission.trimmer().release_connections_after(
@@ -316,8 +315,8 @@ impl Proxy {
     /// Steps 3-6 for one graph, admitted for its client as `admitted`. When `cancel` fires
     /// (its client went away) the graph stops where it is and is cleaned up as a failed
     /// one: calls in flight are abandoned (their servers kill the executables), and every
-    /// intermediate it stored is deleted. The graph first waits for a run slot, unplaced,
-    /// unless `max_running_transactions = 0`. A transaction its client sends again after the
+    /// intermediate it stored is deleted. With `max_running_transactions` set, the graph
+    /// first waits for a run slot, unplaced. A transaction its client sends again after the
     /// proxy restarted is picked up from the journal where it stopped.
     pub async fn run_graph(
         &self,
@@ -558,15 +557,12 @@ impl Proxy {
 
     /// Asks the metaserver for a placement, waiting for it if it is restarting.
     async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status> {
-        let reply = self
-            .with_metaserver(|| {
-                let request = request.clone();
-                let mut scheduling = self.scheduling();
-                async move { Ok(scheduling.schedule(request).await?.into_inner()) }
-            })
-            .await?;
-        self.run_slots.follow_grid(reply.grid_processors);
-        Ok(reply)
+        self.with_metaserver(|| {
+            let request = request.clone();
+            let mut scheduling = self.scheduling();
+            async move { Ok(scheduling.schedule(request).await?.into_inner()) }
+        })
+        .await
     }
 
     /// Runs `call` against the metaserver. A metaserver that is restarting (unreachable) or

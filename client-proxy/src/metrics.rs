@@ -26,9 +26,6 @@ pub struct ProxyMetrics {
     bytes: Family<BytesLabels, Counter>,
     /// Admitted transactions waiting for a run slot (`max_running_transactions`).
     pub waiting_to_run: Gauge,
-    /// Graphs the proxy runs at once (`max_running_transactions`, or the grid's
-    /// processors); 0: no limit.
-    pub run_slots: Gauge,
 }
 
 impl ProxyMetrics {
@@ -38,7 +35,6 @@ impl ProxyMetrics {
             retries: Family::default(),
             bytes: Family::default(),
             waiting_to_run: Gauge::default(),
-            run_slots: Gauge::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -56,12 +52,6 @@ impl ProxyMetrics {
             "Admitted transactions waiting for one of the proxy's run slots \
              (max_running_transactions)",
             metrics.waiting_to_run.clone(),
-        );
-        registry.register(
-            "ninf_run_slots",
-            "Graphs the proxy places and runs at once: max_running_transactions, or the \
-             processors of the grid's servers up when it is unset; 0: no limit",
-            metrics.run_slots.clone(),
         );
         (metrics, registry)
     }

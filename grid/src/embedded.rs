@@ -49,9 +49,8 @@ pub struct GridOptions {
     /// The proxy's limit of running transactions per client, and its waiting room.
     pub max_transactions_per_client: usize,
     pub max_queued_transactions: usize,
-    /// The proxy's run slots over all clients (`max_running_transactions`; `None`: one per
-    /// processor of the servers up; 0: no limit).
-    pub max_running_transactions: Option<usize>,
+    /// The proxy's run slots over all clients (`max_running_transactions`; 0: no limit).
+    pub max_running_transactions: usize,
     /// Whether the proxy sends calls with large arrays to the servers' bulk ports (its
     /// `bulk_calls`).
     pub bulk_calls: bool,

@@ -45,9 +45,8 @@ pub struct LoadOptions {
     pub proxy_journal: Option<String>,
     /// The metaserver's `calibrate`.
     pub calibrate: bool,
-    /// The proxy's `max_running_transactions` (`None`: unset, one per processor of the
-    /// servers up; 0: no limit).
-    pub max_running: Option<usize>,
+    /// The proxy's `max_running_transactions` (0: no limit).
+    pub max_running: usize,
     /// A transaction unanswered this long stops the run with an error naming it, and the
     /// grid's files are kept for a look: a hang in the grid is a bug to see, not a wait.
     pub stall: Duration,
@@ -57,9 +56,8 @@ pub struct LoadOptions {
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct LoadReport {
     pub clients: usize,
-    /// The proxy's `max_running_transactions` (`null`: unset, one per processor of the
-    /// servers up; 0: no limit).
-    pub max_running_transactions: Option<usize>,
+    /// The proxy's `max_running_transactions` (0: no limit).
+    pub max_running_transactions: usize,
     pub transactions: usize,
     pub completed: usize,
     pub failed: usize,
@@ -174,10 +172,6 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
             options.calibrate
         ),
     )?;
-    let running = options
-        .max_running
-        .map(|n| format!("max_running_transactions = {n}\n"))
-        .unwrap_or_default();
     let journal = options
         .proxy_journal
         .as_ref()
@@ -185,7 +179,11 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
         .unwrap_or_default();
     write(
         &work.join("proxy.toml"),
-        &format!("listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n{journal}{running}"),
+        &format!(
+            "listen = \"{proxy}\"\nmetaserver = \"{metaserver}\"\n{journal}\
+             max_running_transactions = {}\n",
+            options.max_running
+        ),
     )?;
     let mut command = Command::new(bin("ninf-metaserver")?);
     command.arg("--config").arg(work.join("metaserver.toml"));

@@ -864,7 +864,7 @@ fn transactions_over_the_limit_wait_their_turn_and_all_complete() {
 
 #[test]
 fn past_max_running_transactions_a_graph_waits_at_the_proxy_unplaced_then_runs() {
-    let grid = TestGrid::start(vec![2], |o| o.max_running_transactions = Some(1));
+    let grid = TestGrid::start(vec![2], |o| o.max_running_transactions = 1);
     let metrics = grid.grid().endpoints.metrics.clone();
     let waiting = || {
         sample_sum(
@@ -902,65 +902,6 @@ fn past_max_running_transactions_a_graph_waits_at_the_proxy_unplaced_then_runs()
     running.join().unwrap().unwrap();
     assert_eq!(waiter.join().unwrap().unwrap(), local_mmul(n, &a, &a));
     assert_eq!(waiting(), 0.0);
-    grid.assert_no_leftovers();
-}
-
-#[test]
-fn by_default_the_proxy_runs_one_graph_per_processor_of_the_servers_up() {
-    let grid = TestGrid::start(vec![2, 1], |_| {});
-    let metrics = grid.grid().endpoints.metrics.clone();
-    let gauge = |name: &str| sample_sum(&scrape(&metrics["proxy"]), name, &[]);
-    let n = 8usize;
-    let a = matrix(n, 6);
-    let mut c = vec![0.0; n * n];
-    square(&grid.client("flow"), n, &a, &mut c).unwrap();
-    assert_eq!(c, local_mmul(n, &a, &a));
-    // The placement's reply told the proxy the grid's processors: 2 + 1.
-    assert_eq!(gauge("ninf_run_slots"), 3.0);
-    // Three long graphs take the three slots; a fourth client's waits, unplaced.
-    let busy: Vec<_> = (0..3)
-        .map(|_| {
-            let client = grid.client("flow");
-            std::thread::spawn(move || client.call("sleep_ms", &mut [3000i32.into()]))
-        })
-        .collect();
-    let running = || {
-        grid.status()
-            .graphs
-            .iter()
-            .filter(|g| g.state == "running")
-            .count()
-    };
-    let asked = std::time::Instant::now();
-    while running() < 3 {
-        assert!(
-            asked.elapsed() < std::time::Duration::from_secs(60),
-            "three graphs never ran at once: {:?}",
-            grid.status().graphs
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let waiter = {
-        let (client, a) = (grid.client("flow"), a.clone());
-        std::thread::spawn(move || {
-            let mut c = vec![0.0; n * n];
-            square(&client, n, &a, &mut c).map(|_| c)
-        })
-    };
-    while gauge("ninf_transactions_waiting_to_run") < 1.0 {
-        assert!(
-            asked.elapsed() < std::time::Duration::from_secs(60),
-            "the fourth transaction never waited for a slot: {:?}",
-            grid.status().graphs
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(running(), 3, "{:?}", grid.status().graphs);
-    for call in busy {
-        call.join().unwrap().unwrap();
-    }
-    assert_eq!(waiter.join().unwrap().unwrap(), local_mmul(n, &a, &a));
-    assert_eq!(gauge("ninf_transactions_waiting_to_run"), 0.0);
     grid.assert_no_leftovers();
 }
 

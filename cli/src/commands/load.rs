@@ -31,10 +31,9 @@ pub struct LoadArgs {
     #[arg(long)]
     pub no_calibrate: bool,
     /// The proxy's run slots over all clients (`max_running_transactions`): graphs past it
-    /// wait at the proxy before they are placed. Unset: the proxy's default, one per
-    /// processor of the servers up. 0: no limit.
-    #[arg(long, value_name = "N")]
-    pub max_running: Option<usize>,
+    /// wait at the proxy before they are placed. 0: no limit.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_running: usize,
     /// Stop with an error naming any transaction still unanswered after this long, keeping
     /// the grid's files (its database and the proxy's journal) for a look.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]

@@ -20,7 +20,7 @@
 
 mod run_slots;
 
-pub use run_slots::{RunSlot, RunSlots, SlotLimit};
+pub use run_slots::{RunSlot, RunSlots};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -128,7 +128,6 @@ impl Metaserver {
             &self.config.predictor,
             plan,
             inter_server_ratio,
-            now,
         ))
     }
 
@@ -247,15 +246,7 @@ fn reply(
     predictor: &str,
     plan: Plan,
     inter_server_ratio: f64,
-    now: f64,
 ) -> v1::ScheduleReply {
-    let registry = &plan.registry;
-    let grid_processors = registry
-        .servers()
-        .iter()
-        .filter(|s| registry.is_up(s, now))
-        .map(|s| s.info.processors)
-        .fold(0u32, u32::saturating_add);
     v1::ScheduleReply {
         graph_id,
         scheduler,
@@ -273,6 +264,5 @@ fn reply(
         predicted_makespan: plan.schedule.makespan,
         inter_server_ratio,
         staging: plan.staging,
-        grid_processors,
     }
 }
