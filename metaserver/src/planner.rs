@@ -121,25 +121,23 @@ impl EndedPlacements {
         self.reported.push_back((now.max(last), placement));
     }
 
-    /// The placements still running after `t`.
-    fn running_after(&self, t: f64) -> impl Iterator<Item = &ActivePlacement> {
+    /// The entries of the placements still running after `t`.
+    fn entries_running_after(&self, t: f64) -> impl Iterator<Item = &(f64, ActivePlacement)> {
         let first = self.reported.partition_point(|(at, _)| *at <= t);
         self.reported
             .range(first..)
-            .map(|(_, p)| p)
-            .filter(move |p| t < p.finish)
+            .filter(move |(_, p)| t < p.finish)
+    }
+
+    /// The placements still running after `t`.
+    fn running_after(&self, t: f64) -> impl Iterator<Item = &ActivePlacement> {
+        self.entries_running_after(t).map(|(_, p)| p)
     }
 
     /// A copy of those running after `t`, for a planning that asks no earlier.
     fn copy_running_after(&self, t: f64) -> EndedPlacements {
-        let first = self.reported.partition_point(|(at, _)| *at <= t);
         EndedPlacements {
-            reported: self
-                .reported
-                .range(first..)
-                .filter(|(_, p)| t < p.finish)
-                .cloned()
-                .collect(),
+            reported: self.entries_running_after(t).cloned().collect(),
         }
     }
 
