@@ -13,10 +13,18 @@ use std::process::Command;
 use common::ninf;
 
 /// `ninf load` starts `ninf-metaserver`, `ninf-proxy` and `ninf-server` found next to
-/// `ninf`: the workspace's binaries, built as `.ci/run` builds them so that one build serves.
+/// `ninf`: the workspace's binaries, with the one build command every test and `.ci/run`
+/// share, so that one build serves them all.
 fn build_the_grid() {
     let built = Command::new(env!("CARGO"))
-        .args(["build", "-q", "--workspace", "--bins", "--examples"])
+        .args([
+            "build",
+            "-q",
+            "--workspace",
+            "--lib",
+            "--bins",
+            "--examples",
+        ])
         .status()
         .unwrap();
     assert!(built.success());

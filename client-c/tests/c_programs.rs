@@ -21,18 +21,20 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Builds the grid's programs, with the command the other tests and the Python tests use
-/// so that one build serves them all; then `libninf.so` and `libninf.a` (`cargo test` does
-/// not build a library that only C links).
+/// Builds the grid's programs and `libninf.so` and `libninf.a` (`cargo test` does not build
+/// a library that only C links), with the one command every test, the Python tests and
+/// `.ci/run` share: a build of fewer packages resolves the dependencies' features
+/// differently and rebuilds them, and the next such command rebuilds them back.
 fn build() {
     let built = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "ninf-cli", "-p", "ninf-routines"])
-        .args(["-p", "ninf-compute-server", "--bins"])
-        .status()
-        .unwrap();
-    assert!(built.success());
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "ninf-c", "--lib"])
+        .args([
+            "build",
+            "-q",
+            "--workspace",
+            "--lib",
+            "--bins",
+            "--examples",
+        ])
         .status()
         .unwrap();
     assert!(built.success());

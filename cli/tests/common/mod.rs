@@ -31,17 +31,16 @@ impl Drop for Up {
 
 /// `ninf up --servers 2 ARGS --data-dir DATA_DIR`, once its grid file is written.
 pub fn up(data_dir: &Path, args: &[&str]) -> Up {
-    // The servers run the standard routines' executables, found next to `ninf`. The same
-    // command as the grid tests', so that one build serves both.
+    // The servers run the standard routines' executables, found next to `ninf`. The one
+    // build command every test and `.ci/run` share, so that one build serves them all.
     let built = Command::new(env!("CARGO"))
         .args([
             "build",
             "-q",
-            "-p",
-            "ninf-routines",
-            "-p",
-            "ninf-compute-server",
+            "--workspace",
+            "--lib",
             "--bins",
+            "--examples",
         ])
         .status()
         .unwrap();

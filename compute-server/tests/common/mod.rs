@@ -19,12 +19,22 @@ pub fn binaries() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds the module executables once per test binary (a no-op when they are up to date).
+/// Builds the module executables once per test binary (a no-op when they are up to date),
+/// with the one command every test and `.ci/run` share: a build of fewer packages resolves
+/// the dependencies' features differently and rebuilds them, and the next such command
+/// rebuilds them back.
 pub fn ensure_executables() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
         let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo.args(["build", "-q", "-p", "ninf-routines", "--bins"]);
+        cargo.args([
+            "build",
+            "-q",
+            "--workspace",
+            "--lib",
+            "--bins",
+            "--examples",
+        ]);
         if binaries().ends_with("release") {
             cargo.arg("--release");
         }

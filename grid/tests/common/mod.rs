@@ -20,6 +20,10 @@ pub fn binaries() -> PathBuf {
         .to_path_buf()
 }
 
+/// Builds the grid's programs once per test binary (a no-op when they are up to date), with
+/// the one command every test and `.ci/run` share: a build of fewer packages resolves the
+/// dependencies' features differently and rebuilds them, and the next such command rebuilds
+/// them back.
 pub fn ensure_executables() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
@@ -27,13 +31,10 @@ pub fn ensure_executables() {
         cargo.args([
             "build",
             "-q",
-            "-p",
-            "ninf-routines",
-            "-p",
-            "ninf-compute-server",
-            "-p",
-            "ninf-client-proxy",
+            "--workspace",
+            "--lib",
             "--bins",
+            "--examples",
         ]);
         if binaries().ends_with("release") {
             cargo.arg("--release");
