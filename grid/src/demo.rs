@@ -121,5 +121,24 @@ pub fn render(summaries: &[Summary], servers: &[String]) -> String {
         }
         out.push_str(&format!(" {:>12.0}%\n", s.inter_server_ratio * 100.0));
     }
+    out.push_str(
+        "\nPrediction errors, per task (median) and per graph (mean), beside the trials' \
+         spread: the errors of the best prediction the same for every trial\n",
+    );
+    out.push_str(&format!(
+        "{:<12} {:<8} {:>9} {:>11} {:>10} {:>12}\n",
+        "scheduler", "workload", "per task", "its spread", "per graph", "its spread"
+    ));
+    for s in summaries {
+        out.push_str(&format!(
+            "{:<12} {:<8} {:>8.0}% {:>10.0}% {:>9.0}% {:>11.0}%\n",
+            s.scheduler,
+            s.workload,
+            s.prediction_error_median * 100.0,
+            s.spread_error_median * 100.0,
+            s.graph_prediction_error * 100.0,
+            s.graph_spread_error * 100.0
+        ));
+    }
     out
 }

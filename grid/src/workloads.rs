@@ -202,6 +202,10 @@ pub struct Summary {
     pub prediction_error_median: f64,
     /// The mean over trials of |predicted - actual| / actual of the graph's makespan.
     pub graph_prediction_error: f64,
+    /// The same two errors for the best prediction that is the same for every trial
+    /// ([`spread_errors`]): how much the trials themselves differ.
+    pub spread_error_median: f64,
+    pub graph_spread_error: f64,
 }
 
 /// The predictor's errors over `runs`: (median per task, mean per graph); see [`Summary`].
@@ -229,6 +233,66 @@ pub fn prediction_errors(runs: &[WorkloadRun]) -> (f64, f64) {
     (median, graph)
 }
 
+/// How much the trials themselves differ, in the terms of [`prediction_errors`]: (the median
+/// per-task error of predicting each task's finish by its median over the trials, the mean
+/// per-graph error of predicting every makespan by the one figure that makes it least). No
+/// prediction that gives every trial the same timings does better; the metaserver's can,
+/// since what it learns from one trial changes the next (the first trials' cold calls are
+/// slow, and it is told so). Errors well above these are the predictor's own; errors near
+/// them are mostly the trials' spread. Fitted to the very trials it scores, the figure
+/// understates the spread when the trials are few.
+pub fn spread_errors(runs: &[WorkloadRun]) -> (f64, f64) {
+    let mut by_task: Vec<Vec<f64>> = Vec::new();
+    for run in runs {
+        for (i, task) in run.plan.tasks.iter().enumerate() {
+            if task.actual_finish > 0.0 {
+                by_task.resize_with(by_task.len().max(i + 1), Vec::new);
+                by_task[i].push(task.actual_finish);
+            }
+        }
+    }
+    let mut tasks: Vec<f64> = by_task
+        .iter()
+        .filter_map(|finishes| {
+            let best = median(finishes.clone())?;
+            Some(finishes.iter().map(move |a| (best - a).abs() / a))
+        })
+        .flatten()
+        .collect();
+    let makespans: Vec<f64> = runs
+        .iter()
+        .map(|r| r.plan.actual_makespan)
+        .filter(|&a| a > 0.0)
+        .collect();
+    let graph = least_relative_error(&makespans).map_or(0.0, |best| {
+        makespans.iter().map(|a| (best - a).abs() / a).sum::<f64>() / makespans.len() as f64
+    });
+    (median(std::mem::take(&mut tasks)).unwrap_or(0.0), graph)
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        n if n % 2 == 1 => Some(values[n / 2]),
+        n => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+/// The figure `c` that makes the mean of |c - a| / a over `actuals` (all positive) least:
+/// their median weighted by 1 / a.
+fn least_relative_error(actuals: &[f64]) -> Option<f64> {
+    let mut ordered = actuals.to_vec();
+    ordered.sort_by(f64::total_cmp);
+    let half = ordered.iter().map(|a| 1.0 / a).sum::<f64>() / 2.0;
+    let mut total = 0.0;
+    ordered.into_iter().find(|a| {
+        total += 1.0 / a;
+        total >= half
+    })
+}
+
 impl Summary {
     pub fn of(scheduler: &str, workload: &str, n: usize, runs: &[WorkloadRun]) -> Summary {
         let trials = runs.len().max(1) as f64;
@@ -247,6 +311,7 @@ impl Summary {
             *share /= invocations.max(1) as f64;
         }
         let (prediction_error_median, graph_prediction_error) = prediction_errors(runs);
+        let (spread_error_median, graph_spread_error) = spread_errors(runs);
         Summary {
             scheduler: scheduler.to_string(),
             workload: workload.to_string(),
@@ -272,6 +337,8 @@ impl Summary {
             max_abs_error: runs.iter().map(|r| r.max_abs_error).fold(0.0, f64::max),
             prediction_error_median,
             graph_prediction_error,
+            spread_error_median,
+            graph_spread_error,
         }
     }
 }
@@ -312,5 +379,31 @@ mod tests {
         assert!((median - 0.375).abs() < 1e-12, "{median}");
         assert!((graph - 0.3).abs() < 1e-12, "{graph}");
         assert_eq!(prediction_errors(&[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn spread_errors_are_the_trials_distances_from_their_best_figure() {
+        // Task 0 finished at 1, 2 and 4 (median 2: errors 1.0, 0.0 and 0.5); task 1 at 3
+        // in every trial (errors 0), except in a third trial where it did not run. The
+        // median of the five task errors is 0. Makespans 1, 2 and 4: the weights 1, 1/2
+        // and 1/4 put the weighted median at 1, whose errors are 0, 1/2 and 3/4.
+        let runs = [
+            run(&[(9.0, 1.0), (9.0, 3.0)], (9.0, 1.0)),
+            run(&[(9.0, 2.0), (9.0, 3.0)], (9.0, 2.0)),
+            run(&[(9.0, 4.0), (9.0, 0.0)], (9.0, 4.0)),
+        ];
+        let (task, graph) = spread_errors(&runs);
+        assert!(task.abs() < 1e-12, "{task}");
+        assert!((graph - 1.25 / 3.0).abs() < 1e-12, "{graph}");
+        // One task that finished at 1 and at 3, in graphs that both took 2.
+        let runs = [
+            run(&[(9.0, 1.0)], (9.0, 2.0)),
+            run(&[(9.0, 3.0)], (9.0, 2.0)),
+        ];
+        let (task, graph) = spread_errors(&runs);
+        // Median finish 2: errors 1.0 and 1/3; their median is their mean.
+        assert!((task - (1.0 + 1.0 / 3.0) / 2.0).abs() < 1e-12, "{task}");
+        assert!(graph.abs() < 1e-12, "{graph}");
+        assert_eq!(spread_errors(&[]), (0.0, 0.0));
     }
 }

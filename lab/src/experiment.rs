@@ -67,6 +67,12 @@ pub struct WanResult {
     pub prediction_error_median: f64,
     #[serde(default)]
     pub graph_prediction_error: f64,
+    /// The same errors for the best prediction the same for every trial
+    /// ([`ninf_grid::workloads::spread_errors`]): the trials' own spread.
+    #[serde(default)]
+    pub spread_error_median: f64,
+    #[serde(default)]
+    pub graph_spread_error: f64,
 }
 
 impl WanResult {
@@ -116,6 +122,8 @@ impl WanResult {
             exec_trials_s: runs.iter().map(|r| r.exec_seconds).collect(),
             prediction_error_median: summary.prediction_error_median,
             graph_prediction_error: summary.graph_prediction_error,
+            spread_error_median: summary.spread_error_median,
+            graph_spread_error: summary.graph_spread_error,
         }
     }
 }
@@ -620,6 +628,8 @@ mod tests {
             exec_trials_s: vec![exec],
             prediction_error_median: 0.1,
             graph_prediction_error: 0.1,
+            spread_error_median: 0.05,
+            graph_spread_error: 0.05,
         }
     }
 
