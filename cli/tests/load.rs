@@ -12,27 +12,10 @@ use std::process::Command;
 
 use common::ninf;
 
-/// `ninf load` starts `ninf-metaserver`, `ninf-proxy` and `ninf-server` found next to
-/// `ninf`: the workspace's binaries, with the one build command every test and `.ci/run`
-/// share, so that one build serves them all.
-fn build_the_grid() {
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--examples",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
-}
-
 #[test]
 fn a_run_past_its_stall_limit_names_the_transactions_and_keeps_the_grids_files() {
-    build_the_grid();
+    // `ninf load` starts the grid's programs found next to `ninf`.
+    common::programs::build();
     // Every transaction takes longer than a millisecond, so the first look at the clients
     // finds one past the limit.
     let output = Command::new(ninf())

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use ninf_grid::processes::{self, Started};
 
+#[path = "../../testing/programs.rs"]
+mod programs;
+
 /// Where cargo put the build: the test binary is in `target/debug/deps`.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -22,22 +25,9 @@ fn crate_dir() -> PathBuf {
 }
 
 /// Builds the grid's programs and `libninf.so` and `libninf.a` (`cargo test` does not build
-/// a library that only C links), with the one command every test, the Python tests and
-/// `.ci/run` share: a build of fewer packages resolves the dependencies' features
-/// differently and rebuilds them, and the next such command rebuilds them back.
+/// a library that only C links).
 fn build() {
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--examples",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
+    programs::build();
     let library = target_dir().join("libninf.so");
     assert!(library.exists(), "{} is missing", library.display());
 }

@@ -17,6 +17,9 @@ use ninf::grid::{GridClient, GridFile};
 use ninf::{Arg, TxArg};
 use ninf_grid::processes::{self, Started};
 
+#[path = "../../testing/programs.rs"]
+mod programs;
+
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().parent().unwrap().to_path_buf()
@@ -27,22 +30,9 @@ fn repository() -> PathBuf {
 }
 
 /// The grid's programs, `ninf-gen`, and `libninf_exec.a` (`cargo test` does not build a
-/// library that only C links), with the one command every test and `.ci/run` share: a
-/// build of fewer packages resolves the dependencies' features differently and rebuilds
-/// them, and the next such command rebuilds them back.
+/// library that only C links).
 fn build() {
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--examples",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
+    programs::build();
     assert!(target_dir().join("libninf_exec.a").exists());
 }
 

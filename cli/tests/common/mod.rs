@@ -7,6 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../../testing/programs.rs"]
+pub mod programs;
+
 pub fn ninf() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ninf"))
 }
@@ -31,20 +34,8 @@ impl Drop for Up {
 
 /// `ninf up --servers 2 ARGS --data-dir DATA_DIR`, once its grid file is written.
 pub fn up(data_dir: &Path, args: &[&str]) -> Up {
-    // The servers run the standard routines' executables, found next to `ninf`. The one
-    // build command every test and `.ci/run` share, so that one build serves them all.
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--examples",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
+    // The servers run the standard routines' executables, found next to `ninf`.
+    programs::build();
     let child = Command::new(ninf())
         .args(["up", "--servers", "2"])
         .args(args)

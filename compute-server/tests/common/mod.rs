@@ -10,6 +10,9 @@ use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::{ServerConfig, ServerState};
 use ninf_proto::v1;
 
+#[path = "../../../testing/programs.rs"]
+mod programs;
+
 /// The folder holding the built binaries (`target/<profile>`).
 pub fn binaries() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -20,26 +23,11 @@ pub fn binaries() -> PathBuf {
 }
 
 /// Builds the module executables once per test binary (a no-op when they are up to date),
-/// with the one command every test and `.ci/run` share: a build of fewer packages resolves
-/// the dependencies' features differently and rebuilds them, and the next such command
-/// rebuilds them back.
+/// with the command every test shares (`testing/programs.rs`).
 pub fn ensure_executables() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
-        let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo.args([
-            "build",
-            "-q",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--examples",
-        ]);
-        if binaries().ends_with("release") {
-            cargo.arg("--release");
-        }
-        let status = cargo.status().expect("cargo runs");
-        assert!(status.success(), "building the module executables failed");
+        programs::build();
     });
 }
 

@@ -11,6 +11,9 @@ use ninf_compute_server::config::ModuleConfig;
 use ninf_grid::embedded::{EmbeddedGrid, GridOptions};
 use ninf_proto::v1;
 
+#[path = "../../../testing/programs.rs"]
+mod programs;
+
 /// The folder holding the built binaries (`target/<profile>`).
 pub fn binaries() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -21,28 +24,11 @@ pub fn binaries() -> PathBuf {
 }
 
 /// Builds the grid's programs once per test binary (a no-op when they are up to date), with
-/// the one command every test and `.ci/run` share: a build of fewer packages resolves the
-/// dependencies' features differently and rebuilds them, and the next such command rebuilds
-/// them back.
+/// the command every test shares (`testing/programs.rs`).
 pub fn ensure_executables() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
-        let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo.args([
-            "build",
-            "-q",
-            "--workspace",
-            "--lib",
-            "--bins",
-            "--examples",
-        ]);
-        if binaries().ends_with("release") {
-            cargo.arg("--release");
-        }
-        assert!(
-            cargo.status().unwrap().success(),
-            "building the executables failed"
-        );
+        programs::build();
     });
 }
 
