@@ -39,12 +39,62 @@ pub fn start(mut command: Command, what: &str) -> anyhow::Result<Started> {
     }
 }
 
-/// A free loopback `host:port` (the listener is closed again, so the port is free to bind).
+/// A free loopback `host:port` for a process started later to listen on (the listener is
+/// closed again, so the port is free to bind). The port lies below the kernel's range for
+/// the local ends of outgoing connections (`ip_local_port_range`): a port from that range,
+/// free now, can be taken by any connection the grid opens before its owner binds it, and
+/// under `ninf chaos` a proxy whose port was chosen before three servers started once
+/// found it taken and did not start. Each port is handed out once per process, and each
+/// process starts its search at a place of its own.
 pub fn free_address() -> anyhow::Result<String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    Ok(format!("127.0.0.1:{port}"))
+    let ephemeral = ephemeral_ports();
+    let below: u16 = ephemeral.0.saturating_sub(1);
+    if below <= FIRST_LISTEN_PORT {
+        // No room below the kernel's range: its own choice is the best there is.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        return Ok(format!("127.0.0.1:{port}"));
+    }
+    let span = u32::from(below - FIRST_LISTEN_PORT) + 1;
+    let mut handed = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let start = std::process::id()
+        .wrapping_mul(7919)
+        .wrapping_add(handed.len() as u32);
+    for step in 0..span {
+        let offset = u16::try_from((start.wrapping_add(step)) % span).unwrap_or(0);
+        let port = FIRST_LISTEN_PORT + offset;
+        if handed.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed.insert(port);
+            return Ok(format!("127.0.0.1:{port}"));
+        }
+    }
+    bail!("no free loopback port between {FIRST_LISTEN_PORT} and {below}")
+}
+
+/// The lowest port [`free_address`] hands out: above the well-known and most registered
+/// services' ports.
+const FIRST_LISTEN_PORT: u16 = 20000;
+
+/// Ports [`free_address`] has handed out in this process.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The kernel's range for the local ends of outgoing connections; Linux's default when it
+/// cannot be read.
+fn ephemeral_ports() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .unwrap_or((32768, 60999))
 }
 
 /// Writes a configuration file.
@@ -62,4 +112,23 @@ pub fn binary(bin_dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_addresses_are_distinct_bindable_and_below_the_outgoing_ports() {
+        let (first_outgoing, _) = ephemeral_ports();
+        let mut ports = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let address = free_address().unwrap();
+            let port: u16 = address.rsplit(':').next().unwrap().parse().unwrap();
+            assert!(port < first_outgoing, "{address} is in the outgoing range");
+            assert!(ports.insert(port), "{address} handed out twice");
+            // The owner can bind it.
+            drop(std::net::TcpListener::bind(&address).unwrap());
+        }
+    }
 }
