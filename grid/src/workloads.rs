@@ -406,4 +406,16 @@ mod tests {
         assert!(graph.abs() < 1e-12, "{graph}");
         assert_eq!(spread_errors(&[]), (0.0, 0.0));
     }
+
+    #[test]
+    fn the_demos_json_carries_the_spread_under_the_names_the_docs_give() {
+        let runs = [
+            run(&[(9.0, 1.0)], (9.0, 2.0)),
+            run(&[(9.0, 3.0)], (9.0, 2.0)),
+        ];
+        let json = serde_json::to_value(Summary::of("flow", "pairs", 200, &runs)).unwrap();
+        let (task, graph) = spread_errors(&runs);
+        assert_eq!(json["spread_error_median"].as_f64(), Some(task));
+        assert_eq!(json["graph_spread_error"].as_f64(), Some(graph));
+    }
 }
