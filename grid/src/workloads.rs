@@ -210,18 +210,13 @@ pub struct Summary {
 
 /// The predictor's errors over `runs`: (median per task, mean per graph); see [`Summary`].
 pub fn prediction_errors(runs: &[WorkloadRun]) -> (f64, f64) {
-    let mut tasks: Vec<f64> = runs
+    let tasks: Vec<f64> = runs
         .iter()
         .flat_map(|r| &r.plan.tasks)
         .filter(|t| t.actual_finish > 0.0)
         .map(|t| ((t.predicted_finish - t.actual_finish) / t.actual_finish).abs())
         .collect();
-    tasks.sort_by(f64::total_cmp);
-    let median = match tasks.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => tasks[n / 2],
-        n => (tasks[n / 2 - 1] + tasks[n / 2]) / 2.0,
-    };
+    let median = median(tasks).unwrap_or(0.0);
     let graphs: Vec<f64> = runs
         .iter()
         .filter(|r| r.plan.actual_makespan > 0.0)
@@ -251,7 +246,7 @@ pub fn spread_errors(runs: &[WorkloadRun]) -> (f64, f64) {
             }
         }
     }
-    let mut tasks: Vec<f64> = by_task
+    let tasks: Vec<f64> = by_task
         .iter()
         .filter_map(|finishes| {
             let best = median(finishes.clone())?;
@@ -267,7 +262,7 @@ pub fn spread_errors(runs: &[WorkloadRun]) -> (f64, f64) {
     let graph = least_relative_error(&makespans).map_or(0.0, |best| {
         makespans.iter().map(|a| (best - a).abs() / a).sum::<f64>() / makespans.len() as f64
     });
-    (median(std::mem::take(&mut tasks)).unwrap_or(0.0), graph)
+    (median(tasks).unwrap_or(0.0), graph)
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
