@@ -1,7 +1,7 @@
 //! `ninf load --stall-seconds`, as docs/reliability.md ("Many clients") writes it: a
 //! transaction unanswered past the limit stops the run with an error naming it, and the
 //! grid's files are kept where the error says; a limit that is not a positive number of
-//! seconds is refused before anything starts.
+//! seconds is refused before anything starts. `--predictor` sets the metaserver's predictor.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -59,4 +59,40 @@ fn a_stall_limit_that_is_not_a_positive_number_of_seconds_is_refused() {
             "{stderr}"
         );
     }
+}
+
+#[test]
+fn the_predictor_named_is_the_metaserver_s_and_an_unknown_one_is_refused() {
+    common::programs::build();
+    // Stopped at its first look, as above: the grid ran (its metaserver took the setting)
+    // and its files are kept to read.
+    let output = Command::new(ninf())
+        .args(["load", "--clients", "2", "--transactions", "200"])
+        .args(["--predictor", "capacity", "--stall-seconds", "0.001"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the run stalled: client "), "{stderr}");
+    let kept = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("Error: the grid's files are kept in "))
+        .map(|dir| PathBuf::from(dir.trim()))
+        .unwrap_or_else(|| panic!("no directory named: {stderr}"));
+    let config = std::fs::read_to_string(kept.join("metaserver.toml")).unwrap();
+    std::fs::remove_dir_all(&kept).unwrap();
+    assert!(
+        config.lines().any(|l| l == "predictor = \"capacity\""),
+        "{config}"
+    );
+    let output = Command::new(ninf())
+        .args(["load", "--predictor", "newest"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("invalid value 'newest' for '--predictor")
+            && stderr.contains("[possible values: latest, forecast, capacity]"),
+        "{stderr}"
+    );
 }

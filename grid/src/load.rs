@@ -45,6 +45,8 @@ pub struct LoadOptions {
     pub proxy_journal: Option<String>,
     /// The metaserver's `calibrate`.
     pub calibrate: bool,
+    /// The metaserver's `predictor`; `None`: its default.
+    pub predictor: Option<String>,
     /// The proxy's `max_running_transactions` (0: no limit).
     pub max_running: usize,
     /// A transaction unanswered this long stops the run with an error naming it, and the
@@ -164,10 +166,15 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
         .as_ref()
         .map(|url| format!("database_url = \"{url}\"\n"))
         .unwrap_or_default();
+    let predictor = options
+        .predictor
+        .as_ref()
+        .map(|p| format!("predictor = \"{p}\"\n"))
+        .unwrap_or_default();
     write(
         &work.join("metaserver.toml"),
         &format!(
-            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\ncalibrate = {}\n{database}",
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\ncalibrate = {}\n{database}{predictor}",
             work.join("metaserver").display(),
             options.calibrate
         ),

@@ -30,6 +30,10 @@ pub struct DemoArgs {
     /// per-call costs from the graphs that ran (its `calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// The metaserver's predictor: latest (the seed's), forecast (NWS-style) or capacity
+    /// (docs/scheduling.md); default the metaserver's.
+    #[arg(long, value_parser = ["latest", "forecast", "capacity"])]
+    pub predictor: Option<String>,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
@@ -42,6 +46,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         speeds,
         database_url,
         no_calibrate,
+        predictor,
     } = args;
     let data_dir = std::env::temp_dir().join(format!("ninf-demo-{}", std::process::id()));
     let runtime = super::runtime()?;
@@ -49,6 +54,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         let mut options = GridOptions::new(speeds, &data_dir);
         options.database_url = database_url;
         options.calibrate = !no_calibrate;
+        if let Some(predictor) = predictor {
+            options.predictor = predictor;
+        }
         EmbeddedGrid::start(options).await
     })?;
     if !json {

@@ -30,6 +30,10 @@ pub struct LoadArgs {
     /// The metaserver predicts with its model alone (`calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// The metaserver's predictor: latest (the seed's), forecast (NWS-style) or capacity
+    /// (docs/scheduling.md); default the metaserver's.
+    #[arg(long, value_parser = ["latest", "forecast", "capacity"])]
+    pub predictor: Option<String>,
     /// The proxy's run slots over all clients (`max_running_transactions`): graphs past it
     /// wait at the proxy before they are placed. 0: no limit.
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -53,6 +57,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         database_url: args.database_url,
         proxy_journal: args.proxy_journal,
         calibrate: !args.no_calibrate,
+        predictor: args.predictor,
         max_running: args.max_running,
         stall: std::time::Duration::try_from_secs_f64(args.stall_seconds)
             .ok()
