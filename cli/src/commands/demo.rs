@@ -32,7 +32,7 @@ pub struct DemoArgs {
     pub no_calibrate: bool,
     /// The metaserver's predictor: latest (the seed's), forecast (NWS-style) or capacity
     /// (docs/scheduling.md); default the metaserver's.
-    #[arg(long, value_parser = ["latest", "forecast", "capacity"])]
+    #[arg(long, value_parser = super::PREDICTORS)]
     pub predictor: Option<String>,
 }
 

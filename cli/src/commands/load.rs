@@ -32,7 +32,7 @@ pub struct LoadArgs {
     pub no_calibrate: bool,
     /// The metaserver's predictor: latest (the seed's), forecast (NWS-style) or capacity
     /// (docs/scheduling.md); default the metaserver's.
-    #[arg(long, value_parser = ["latest", "forecast", "capacity"])]
+    #[arg(long, value_parser = super::PREDICTORS)]
     pub predictor: Option<String>,
     /// The proxy's run slots over all clients (`max_running_transactions`): graphs past it
     /// wait at the proxy before they are placed. 0: no limit.

@@ -16,6 +16,9 @@ pub mod up;
 
 use std::path::PathBuf;
 
+/// The metaserver's predictors by the names `--predictor` takes (docs/scheduling.md).
+const PREDICTORS: [&str; 3] = ["latest", "forecast", "capacity"];
+
 /// The folder of this program, where the other grid binaries are installed beside it.
 fn bin_dir() -> anyhow::Result<PathBuf> {
     Ok(std::env::current_exe()?
