@@ -1,8 +1,7 @@
 //! The exported GridRPC functions (`grpc.h`): each checks what C passed, runs the library's
 //! logic, and answers with a code; panics stop here as `GRPC_OTHER_ERROR_CODE`.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
 
 use crate::library::runtime;
@@ -11,25 +10,12 @@ use ninf_client::grid::ForeignTransaction;
 
 use crate::argstack::ArgStack;
 use crate::codes::{
-    self, Failure, GRPC_INVALID_SESSION_ID, GRPC_NO_ERROR, GRPC_OTHER_ERROR_CODE, GrpcError,
-    SESSION_VOID,
+    self, Failure, GRPC_INVALID_SESSION_ID, GRPC_NO_ERROR, GrpcError, SESSION_VOID,
 };
+use crate::ffi::{c_text, guard, other, store};
 use crate::handles::{self, CHandle, Handle, Target, value_kind};
 use crate::values::{self, CValue, Raw};
 use crate::{library, sessions};
-
-/// Runs `body`, turning a failure into its code (kept as the thread's last message) and a
-/// panic into `GRPC_OTHER_ERROR_CODE`.
-pub fn guard(body: impl FnOnce() -> Result<(), Failure>) -> GrpcError {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => GRPC_NO_ERROR,
-        Ok(Err(failure)) => codes::fail(failure),
-        Err(_) => codes::fail(Failure::new(
-            GRPC_OTHER_ERROR_CODE,
-            "internal error in libninf (a bug: please report it)",
-        )),
-    }
-}
 
 /// [`guard`] for the functions that need `grpc_initialize` first (`GRPC_NOT_INITIALIZED`).
 fn initialized(body: impl FnOnce() -> Result<(), Failure>) -> GrpcError {
@@ -56,36 +42,6 @@ unsafe fn answering_id(
         unsafe { store(id_out, id) };
         outcome
     })
-}
-
-fn other(message: &str) -> Failure {
-    Failure::new(GRPC_OTHER_ERROR_CODE, message)
-}
-
-/// A C string argument, or an error naming it.
-///
-/// # Safety
-/// `text` must be null or a NUL-terminated string.
-pub unsafe fn c_text(text: *const c_char, what: &str) -> Result<String, Failure> {
-    if text.is_null() {
-        return Err(other(&format!("{what} is NULL")));
-    }
-    // SAFETY: the caller's contract.
-    unsafe { CStr::from_ptr(text) }
-        .to_str()
-        .map(str::to_string)
-        .map_err(|_| other(&format!("{what} is not UTF-8")))
-}
-
-/// Writes `value` through `out` if C gave a place for it.
-///
-/// # Safety
-/// `out` must be null or writable.
-unsafe fn store(out: *mut c_int, value: c_int) {
-    if !out.is_null() {
-        // SAFETY: the caller's contract.
-        unsafe { out.write(value) };
-    }
 }
 
 #[unsafe(no_mangle)]

@@ -11,6 +11,7 @@
 
 mod argstack;
 mod codes;
+mod ffi;
 mod grpc_api;
 mod handles;
 mod library;

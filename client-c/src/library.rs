@@ -31,6 +31,17 @@ pub struct Grid {
 
 static GRID: Mutex<Option<Arc<Grid>>> = Mutex::new(None);
 static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
+/// What other tables of the library forget when the grid goes: registered by them, so that
+/// this module depends on none of them.
+static FORGET: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+/// Has [`finalize`] call `forget` (once per registration).
+pub fn forget_at_finalize(forget: fn()) {
+    FORGET
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(forget);
+}
 
 fn runtime_slot() -> MutexGuard<'static, Option<Runtime>> {
     RUNTIME.lock().unwrap_or_else(|e| e.into_inner())
@@ -138,7 +149,10 @@ pub fn finalize() -> Result<(), Failure> {
     })?;
     drop(grid);
     crate::sessions::forget_all();
-    crate::ninf_api::forget_handles();
+    let hooks = FORGET.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for forget in hooks {
+        forget();
+    }
     stop_runtime();
     Ok(())
 }

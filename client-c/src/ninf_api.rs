@@ -5,14 +5,15 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, Once};
 
 use crate::library::runtime;
 use ninf_client::grid::{ForeignArray, ForeignTransaction};
 use ninf_idl::ElementType;
 
 use crate::codes::{self, Failure, GRPC_NO_ERROR, GRPC_OTHER_ERROR_CODE, GrpcError};
-use crate::grpc_api::{c_text, guard, ninf_call_values};
+use crate::ffi::{c_text, guard};
+use crate::grpc_api::ninf_call_values;
 use crate::handles::{self, CHandle};
 use crate::values::{self, CValue};
 use crate::{library, sessions};
@@ -26,10 +27,12 @@ static BY_NAME: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
 static RECORDING: Mutex<Option<ForeignTransaction>> = Mutex::new(None);
 
 fn by_name() -> MutexGuard<'static, Option<HashMap<String, usize>>> {
+    forget_with_the_grid();
     BY_NAME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn recording() -> MutexGuard<'static, Option<ForeignTransaction>> {
+    forget_with_the_grid();
     RECORDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -197,8 +200,14 @@ pub extern "C" fn Ninf_error() -> *const c_char {
     codes::last_message()
 }
 
+/// Has `grpc_finalize` forget these tables with the grid, once.
+fn forget_with_the_grid() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| library::forget_at_finalize(forget_handles));
+}
+
 /// Forgets the handles made by name (their grid is gone).
-pub fn forget_handles() {
+fn forget_handles() {
     if let Some(cache) = by_name().take() {
         for (_, handle) in cache {
             let c = handle as *mut CHandle;

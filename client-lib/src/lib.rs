@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod blocking;
+mod bulk_reply;
 mod environment;
 pub mod error;
 pub mod foreign_call;

@@ -12,10 +12,12 @@ use ninf_proto::net::tls::GridTls;
 use ninf_proto::v1::{self, call_argument::Source};
 use tonic::transport::Channel;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ninf_proto::net::bulk;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::args::{Encoded, check_and_encode};
+use crate::bulk_reply::{BulkFailure, call_reply, receive_outputs};
 use crate::same_host::SameHostConnection;
 use crate::{Arg, CallError, CallOutcome, ErrorKind, decode_outputs, encode_arguments};
 
@@ -448,17 +450,6 @@ fn array_bytes(args: &[Arg<'_>]) -> u64 {
         .sum()
 }
 
-pub(crate) enum BulkFailure {
-    Call(CallError),
-    Io(std::io::Error),
-}
-
-impl From<std::io::Error> for BulkFailure {
-    fn from(e: std::io::Error) -> Self {
-        BulkFailure::Io(e)
-    }
-}
-
 /// One request and reply on a bulk connection (docs/bulk-protocol.md).
 async fn bulk_exchange(
     stream: &mut TcpStream,
@@ -467,10 +458,7 @@ async fn bulk_exchange(
     encoded: &[Encoded],
     args: &mut [Arg<'_>],
 ) -> Result<CallOutcome, BulkFailure> {
-    use prost::Message;
-    let body = request.encode_to_vec();
-    stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
-    stream.write_all(&body).await?;
+    bulk::write_frame(stream, request).await?;
     for (arg, e) in args.iter().zip(encoded) {
         if let Encoded::Bulk(_) = e {
             let bytes = match arg {
@@ -483,155 +471,8 @@ async fn bulk_exchange(
     }
     stream.flush().await?;
 
-    let reply = read_reply(stream).await?;
+    let (reply, _) = call_reply(bulk::read_answer(stream).await?)?;
     receive_outputs(interface, reply, args, stream).await
-}
-
-/// Where a bulk reply's output bytes come from: the socket after the frame, or (on the same
-/// host) the region shared with the server.
-pub(crate) trait OutputBytes {
-    /// Fills `into` with the next output bytes.
-    async fn fill(&mut self, into: &mut [u8]) -> std::io::Result<()>;
-}
-
-impl OutputBytes for TcpStream {
-    async fn fill(&mut self, into: &mut [u8]) -> std::io::Result<()> {
-        self.read_exact(into).await.map(|_| ())
-    }
-}
-
-/// Writes a bulk reply's outputs into the call's OUT and INOUT arrays, each checked against
-/// the interface before its bytes are taken from `source`.
-pub(crate) async fn receive_outputs(
-    interface: &FunctionInterface,
-    reply: v1::CallReply,
-    args: &mut [Arg<'_>],
-    source: &mut impl OutputBytes,
-) -> Result<CallOutcome, BulkFailure> {
-    let name = &interface.name;
-    let protocol = |message: String| {
-        BulkFailure::Call(CallError::new(ErrorKind::CommunicationFailed, message))
-    };
-    let mut received = vec![false; interface.parameters.len()];
-    for output in reply.outputs {
-        let index = output.parameter as usize;
-        let Some(p) = interface
-            .parameters
-            .get(index)
-            .filter(|p| p.mode.is_output())
-        else {
-            return Err(protocol(format!(
-                "`{name}` returned parameter {index}, which is not an output"
-            )));
-        };
-        if std::mem::replace(&mut received[index], true) {
-            return Err(protocol(format!("`{name}` returned `{}` twice", p.name)));
-        }
-        let Some(Arg::Out(target)) = args.get_mut(index) else {
-            return Err(protocol(format!(
-                "`{name}` returned `{}`, which has no array to receive it",
-                p.name
-            )));
-        };
-        let expected = (target.as_ref().len() as u64) * p.element_type.size_bytes().unwrap_or(1);
-        let (element_type, bytes) = match &output.result {
-            Some(v1::call_output::Result::Bulk(b)) => (b.element_type, b.bytes),
-            _ => {
-                return Err(protocol(format!(
-                    "`{name}` returned `{}` in an unexpected form",
-                    p.name
-                )));
-            }
-        };
-        let element_type = v1::ElementType::try_from(element_type)
-            .ok()
-            .and_then(ninf_proto::descriptor::element_type_from_proto);
-        if element_type != Some(p.element_type) || bytes != expected {
-            return Err(protocol(format!(
-                "`{name}` returned {bytes} bytes for `{}`, expected {expected}",
-                p.name
-            )));
-        }
-        match target.le_bytes_mut() {
-            Some(memory) => source.fill(memory).await?,
-            None => {
-                let mut raw = vec![0u8; bytes as usize];
-                source.fill(&mut raw).await?;
-                target
-                    .decode_from(&raw)
-                    .map_err(|e| protocol(format!("result `{}` of `{name}`: {e}", p.name)))?;
-            }
-        }
-    }
-    if let Some(p) = interface
-        .parameters
-        .iter()
-        .zip(&received)
-        .find(|(p, got)| p.mode.is_output() && !**got)
-        .map(|(p, _)| p)
-    {
-        return Err(protocol(format!(
-            "`{name}` returned no value for output `{}`",
-            p.name
-        )));
-    }
-    Ok(CallOutcome {
-        status: reply.status,
-    })
-}
-
-/// Reads a bulk reply's frame: the call's reply, or the server's error as a call error.
-async fn read_reply(
-    stream: &mut (impl AsyncReadExt + Unpin),
-) -> Result<v1::CallReply, BulkFailure> {
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).await?;
-    let mut body = vec![0u8; reply_length(header)?];
-    stream.read_exact(&mut body).await?;
-    parse_reply(&body)
-}
-
-/// The length a reply frame's header announces. It comes from the server: capped before
-/// anything is allocated for it.
-pub(crate) fn reply_length(header: [u8; 4]) -> Result<usize, BulkFailure> {
-    let len = u32::from_le_bytes(header) as usize;
-    if len > ninf_proto::net::BULK_MAX_FRAME {
-        return Err(BulkFailure::Call(CallError::new(
-            ErrorKind::CommunicationFailed,
-            format!(
-                "bulk reply frame of {len} bytes exceeds {}",
-                ninf_proto::net::BULK_MAX_FRAME
-            ),
-        )));
-    }
-    Ok(len)
-}
-
-/// A bulk reply frame's body: the call's reply, or the server's error as a call error.
-pub(crate) fn parse_reply(body: &[u8]) -> Result<v1::CallReply, BulkFailure> {
-    parse_bulk_reply(body).map(|(reply, _)| reply)
-}
-
-/// [`parse_reply`], and whether the outputs follow the frame on the socket rather than lie
-/// in the shared region (`BulkReply.outputs_follow`, same-host connections only).
-pub(crate) fn parse_bulk_reply(body: &[u8]) -> Result<(v1::CallReply, bool), BulkFailure> {
-    use prost::Message;
-    let reply = v1::BulkReply::decode(body).map_err(|e| {
-        BulkFailure::Call(CallError::new(
-            ErrorKind::CommunicationFailed,
-            format!("undecodable bulk reply: {e}"),
-        ))
-    })?;
-    match reply.result {
-        Some(v1::bulk_reply::Result::Reply(r)) => Ok((r, reply.outputs_follow)),
-        Some(v1::bulk_reply::Result::Error(e)) => Err(BulkFailure::Call(CallError::from(
-            tonic::Status::new(tonic::Code::from(e.code), e.message),
-        ))),
-        None => Err(BulkFailure::Call(CallError::new(
-            ErrorKind::CommunicationFailed,
-            "empty bulk reply",
-        ))),
-    }
 }
 
 /// Writes a reply's outputs into the call's OUT and INOUT arrays, checked against the
@@ -665,17 +506,20 @@ mod tests {
     #[tokio::test]
     async fn a_bulk_reply_frame_over_the_cap_is_refused_before_it_is_allocated() {
         let (mut client, mut server) = tokio::io::duplex(64);
-        let len = (ninf_proto::net::BULK_MAX_FRAME + 1) as u32;
+        let len = (bulk::MAX_FRAME + 1) as u32;
         server.write_all(&len.to_le_bytes()).await.unwrap();
-        let Err(BulkFailure::Call(e)) = read_reply(&mut client).await else {
+        let read = bulk::read_answer(&mut client)
+            .await
+            .map_err(BulkFailure::from);
+        let Err(BulkFailure::Call(e)) = read else {
             panic!("a frame over the cap was accepted");
         };
         assert_eq!(e.kind, ErrorKind::CommunicationFailed);
         assert_eq!(
             e.message,
             format!(
-                "bulk reply frame of {len} bytes exceeds {}",
-                ninf_proto::net::BULK_MAX_FRAME
+                "bulk reply: a frame of {len} bytes exceeds {}",
+                bulk::MAX_FRAME
             )
         );
     }

@@ -7,13 +7,13 @@
 use std::io;
 
 use ninf_idl::FunctionInterface;
+use ninf_proto::net::bulk;
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
-use prost::Message;
 use tokio::net::UnixStream;
 
 use crate::args::Encoded;
-use crate::remote::{BulkFailure, OutputBytes, parse_bulk_reply, receive_outputs, reply_length};
+use crate::bulk_reply::{BulkFailure, OutputBytes, decode_reply_frame, receive_outputs};
 use crate::{Arg, CallOutcome};
 
 /// The smallest region made: calls below it (the bulk threshold is 1 MiB) share one size.
@@ -48,17 +48,13 @@ impl SameHostConnection {
             return Err(BulkFailure::Io(io::Error::other("no shared region")));
         };
         write_inputs(region.bytes_mut(), args, encoded);
-        let body = request.encode_to_vec();
-        let mut frame = Vec::with_capacity(4 + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&body);
-        local::send(&self.stream, &frame, handed.then(|| region.fd())).await?;
+        local::send_message(&self.stream, request, handed.then(|| region.fd())).await?;
 
         let mut header = [0u8; 4];
         local::receive(&self.stream, &mut header).await?;
-        let mut body = vec![0u8; reply_length(header)?];
+        let mut body = vec![0u8; bulk::frame_length(header).map_err(BulkFailure::from)?];
         local::receive(&self.stream, &mut body).await?;
-        let (reply, outputs_follow) = parse_bulk_reply(&body)?;
+        let (reply, outputs_follow) = decode_reply_frame(&body)?;
         if outputs_follow {
             let mut outputs = SocketOutputs(&self.stream);
             return receive_outputs(interface, reply, args, &mut outputs).await;

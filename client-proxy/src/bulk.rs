@@ -16,14 +16,14 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use ninf_proto::net::bulk::{self, Answer, FrameError, ReadError};
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
-use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tonic::Status;
 
-use crate::cluster::CALL_LIMIT;
+use crate::config::CALL_LIMIT;
 
 /// Calls carrying at least this many bytes of arrays take the bulk port (as the client
 /// library's direct calls do).
@@ -234,6 +234,21 @@ impl From<io::Error> for Broken {
     }
 }
 
+impl From<FrameError> for Broken {
+    fn from(e: FrameError) -> Self {
+        Broken::Protocol(e.to_string())
+    }
+}
+
+impl From<ReadError> for Broken {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Io(e) => Broken::Io(e),
+            ReadError::Frame(e) => e.into(),
+        }
+    }
+}
+
 impl Broken {
     /// The call's failure: like a gRPC transport error, the server counts as failed.
     fn status(self, server: &str) -> Status {
@@ -251,49 +266,18 @@ async fn exchange(
     mut call: v1::CallRequest,
 ) -> Result<Result<v1::CallReply, Status>, Broken> {
     let payloads = take_arrays(&mut call);
-    let body = call.encode_to_vec();
-    stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
-    stream.write_all(&body).await?;
+    bulk::write_frame(stream, &call).await?;
     for payload in &payloads {
         stream.write_all(payload).await?;
     }
     stream.flush().await?;
 
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).await?;
-    let mut body = vec![0u8; frame_length(header)?];
-    stream.read_exact(&mut body).await?;
-    let answer = v1::BulkReply::decode(&body[..])
-        .map_err(|e| Broken::Protocol(format!("undecodable: {e}")))?;
-    let mut reply = match answer_of(answer)? {
-        Ok((reply, _)) => reply,
-        Err(status) => return Ok(Err(status)),
+    let mut reply = match bulk::read_answer(stream).await? {
+        Answer::Reply { reply, .. } => reply,
+        Answer::Refused(status) => return Ok(Err(status)),
     };
     read_outputs(&mut TcpOutputs(stream), &mut reply).await?;
     Ok(Ok(reply))
-}
-
-fn frame_length(header: [u8; 4]) -> Result<usize, Broken> {
-    let len = u32::from_le_bytes(header) as usize;
-    if len > ninf_proto::net::BULK_MAX_FRAME {
-        return Err(Broken::Protocol(format!(
-            "a frame of {len} bytes exceeds {}",
-            ninf_proto::net::BULK_MAX_FRAME
-        )));
-    }
-    Ok(len)
-}
-
-/// A reply frame's answer: the reply and whether its outputs follow on the socket, or the
-/// server's error.
-fn answer_of(reply: v1::BulkReply) -> Result<Result<(v1::CallReply, bool), Status>, Broken> {
-    match reply.result {
-        Some(v1::bulk_reply::Result::Reply(r)) => Ok(Ok((r, reply.outputs_follow))),
-        Some(v1::bulk_reply::Result::Error(e)) => {
-            Ok(Err(Status::new(tonic::Code::from(e.code), e.message)))
-        }
-        None => Err(Broken::Protocol("empty".into())),
-    }
 }
 
 /// The smallest shared region made: calls below it (the bulk threshold is 1 MiB) share one
@@ -340,11 +324,13 @@ impl LocalConnection {
             offset += payload.len();
         }
         local::send_message(&self.stream, &call, handed.then(|| region.fd())).await?;
-        let (answer, _) =
-            local::receive_message(&self.stream, ninf_proto::net::BULK_MAX_FRAME).await?;
-        let (mut reply, outputs_follow) = match answer_of(answer)? {
-            Ok(answer) => answer,
-            Err(status) => return Ok(Err(status)),
+        let (answer, _) = local::receive_message(&self.stream, bulk::MAX_FRAME).await?;
+        let (mut reply, outputs_follow) = match bulk::answer_of(answer)? {
+            Answer::Reply {
+                reply,
+                outputs_follow,
+            } => (reply, outputs_follow),
+            Answer::Refused(status) => return Ok(Err(status)),
         };
         let outputs = match (&self.region, outputs_follow) {
             (Some(region), false) => {
@@ -525,6 +511,8 @@ async fn read_outputs(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use prost::Message;
+
     use super::*;
 
     fn array(bytes: usize) -> v1::CallArgument {
@@ -609,24 +597,12 @@ mod tests {
         // A fake TCP bulk port that answers one call with an error frame.
         let server = tokio::spawn(async move {
             let (mut stream, _) = listener.accept().await.unwrap();
-            let mut header = [0u8; 4];
-            stream.read_exact(&mut header).await.unwrap();
-            let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
-            stream.read_exact(&mut body).await.unwrap();
+            let body = bulk::read_frame(&mut stream).await.unwrap();
             let call = v1::CallRequest::decode(&body[..]).unwrap();
-            let reply = v1::BulkReply {
-                result: Some(v1::bulk_reply::Result::Error(v1::BulkError {
-                    code: tonic::Code::NotFound as i32,
-                    message: format!("no `{}` here", call.function),
-                })),
-                outputs_follow: false,
-            };
-            let body = reply.encode_to_vec();
-            stream
-                .write_all(&(body.len() as u32).to_le_bytes())
+            let refusal = Status::not_found(format!("no `{}` here", call.function));
+            bulk::write_frame(&mut stream, &bulk::error_reply(&refusal))
                 .await
                 .unwrap();
-            stream.write_all(&body).await.unwrap();
         });
         let call = v1::CallRequest {
             function: "mmul".into(),
@@ -673,22 +649,17 @@ mod tests {
                 if !follow {
                     region.bytes_mut()[..out].copy_from_slice(&output);
                 }
-                let reply = v1::BulkReply {
-                    result: Some(v1::bulk_reply::Result::Reply(v1::CallReply {
-                        outputs: vec![v1::CallOutput {
-                            parameter: 1,
-                            result: Some(v1::call_output::Result::Bulk(v1::BulkArray {
-                                element_type: v1::ElementType::Double.into(),
-                                bytes: out as u64,
-                            })),
-                        }],
-                        ..Default::default()
-                    })),
-                    outputs_follow: follow,
+                let reply = v1::CallReply {
+                    outputs: vec![v1::CallOutput {
+                        parameter: 1,
+                        result: Some(v1::call_output::Result::Bulk(v1::BulkArray {
+                            element_type: v1::ElementType::Double.into(),
+                            bytes: out as u64,
+                        })),
+                    }],
+                    ..Default::default()
                 };
-                let body = reply.encode_to_vec();
-                let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-                frame.extend_from_slice(&body);
+                let frame = bulk::encode(&bulk::call_reply(reply, follow));
                 local::send(&stream, &frame, None).await.unwrap();
                 if follow {
                     local::send(&stream, &output, None).await.unwrap();

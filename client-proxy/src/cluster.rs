@@ -20,11 +20,8 @@ use tonic::transport::Channel;
 
 use crate::batching::{CallQueue, Waiting, answer_all, batchable, call_queued};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
-use crate::config::ProxyConfig;
+use crate::config::{CALL_LIMIT, ProxyConfig};
 use crate::recovery::Candidate;
-
-/// Largest reply a server may send the proxy (outputs of one call).
-pub(crate) const CALL_LIMIT: usize = 1 << 30;
 
 /// The compute servers and the metaserver's view of them, as the proxy uses them.
 #[tonic::async_trait]

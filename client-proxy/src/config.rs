@@ -29,6 +29,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+/// Largest reply a server may send the proxy (the outputs of one call), on gRPC and on the
+/// bulk ports alike; not configurable.
+pub(crate) const CALL_LIMIT: usize = 1 << 30;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {

@@ -36,8 +36,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub(crate) use cluster::CALL_LIMIT;
 pub use cluster::{Cluster, GrpcCluster};
+pub(crate) use config::CALL_LIMIT;
 use ninf_proto::net::auth::{AttachToken, CheckToken};
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::net::{ConnectionSettings, Keepalive, ServeError, Serving};

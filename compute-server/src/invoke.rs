@@ -13,12 +13,15 @@ use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::net::auth::authorized;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use prost::Message;
-use tonic::{Code, Status};
+use tonic::Status;
 
 use crate::config::{BrokerPlacement, RankPlacement};
+use crate::gang::JobTicket;
 use crate::gang::claims::Lent;
-use crate::gang::{GangError, JobTicket};
-use crate::pool::{Checkout, ExecutablePool, Outgoing, PoolError};
+use crate::pipeline;
+pub use crate::pipeline::gang_status;
+pub use crate::pool::pool_status;
+use crate::pool::{Checkout, ExecutablePool, Outgoing};
 use crate::state::{Routine, ServerState};
 use crate::storage::region::Reservation;
 
@@ -39,6 +42,16 @@ pub struct Prepared<'a> {
     pub processors: u32,
     /// The call's floating-point operations (the IDL's `CalcOrder`; 0 without one).
     pub flops: f64,
+}
+
+impl Prepared<'_> {
+    /// What lending cores to the call depends on.
+    pub fn routine(&self) -> pipeline::Routine<'_> {
+        pipeline::Routine {
+            parallelism: &self.function.parallelism,
+            flops: self.flops,
+        }
+    }
 }
 
 /// The routine `name` as this server serves it now, or NOT_FOUND.
@@ -412,31 +425,24 @@ async fn call_holding(
 
     let shareable = prepared.processors == 1
         && !matches!(function.parallelism, ninf_idl::Parallelism::Parallel { .. });
-    let queue_start = Instant::now();
-    let ticket = match held.take() {
-        Some(ticket) if shareable => ticket,
-        _ => state
-            .gang
-            .admit(name, prepared.processors)
-            .await
-            .map_err(|e| gang_status(name, e))?,
-    };
-    let own_cores = state.hold_own_cores(name).await?;
-    let queue_seconds = queue_start.elapsed().as_secs_f64();
-    let compute_start = Instant::now();
-    let ran_before = ticket.running_seconds();
-    let lent = lend_cores(state, &prepared, request.alone);
-    let Ran { success, cold } = run_job(state, &prepared, &ticket, arguments, &lent).await?;
-    let compute_seconds = compute_start.elapsed().as_secs_f64();
-    let stopped_seconds = stopped(compute_seconds, ticket.running_seconds() - ran_before);
-    let threads = lent.threads;
-    drop((lent, own_cores));
-    state.metrics.lent(threads);
+    let reuse = held.take().filter(|_| shareable);
+    let mut admitted = pipeline::admit(state, name, prepared.processors, reuse).await?;
+    admitted.lend(state, prepared.routine(), request.alone);
+    let run = run_job(
+        state,
+        &prepared,
+        &admitted.ticket,
+        arguments,
+        admitted.lent(),
+    );
+    let (ran, compute) = pipeline::measured(&admitted.ticket, run).await;
+    let Ran { success, cold } = ran?;
+    let queue_seconds = admitted.queue_seconds;
+    let (ticket, threads) = admitted.release(state);
     if shareable {
         *held = Some(ticket);
-    } else {
-        drop(ticket);
     }
+    let timing = pipeline::timing(fetch_seconds, queue_seconds, compute, cold, threads);
 
     let mut outputs = Vec::with_capacity(success.outputs.len());
     for output in success.outputs {
@@ -458,38 +464,8 @@ async fn call_holding(
     Ok(v1::CallReply {
         outputs,
         status: success.status,
-        timing: Some(v1::CallTiming {
-            fetch_seconds,
-            queue_seconds,
-            compute_seconds,
-            cold,
-            threads,
-            stopped_seconds,
-        }),
+        timing: Some(timing),
     })
-}
-
-/// Of `compute` seconds, those the job did not run (`ran` by its tables).
-pub fn stopped(compute: f64, ran: f64) -> f64 {
-    (compute - ran).clamp(0.0, compute.max(0.0))
-}
-
-/// The cores lent to a call: some only for a large call of a `Threads` routine that runs
-/// alone in its graph and is the only job of its server (another job's slots would stop it
-/// and leave the lent cores idle), on a server that may borrow (`gang/claims.rs`).
-pub fn lend_cores(state: &ServerState, prepared: &Prepared<'_>, alone: bool) -> Lent {
-    let threaded = prepared.function.parallelism == ninf_idl::Parallelism::Threads;
-    match &state.claims {
-        Some(claims)
-            if alone
-                && threaded
-                && prepared.flops >= state.gang.settings.lend_min_flops
-                && state.gang.jobs() == 1 =>
-        {
-            claims.lend()
-        }
-        _ => Lent::default(),
-    }
 }
 
 /// What a job's processes returned, and whether any of them was cold for it
@@ -758,13 +734,6 @@ fn rank_failure(rank: usize, size: u32, status: Status) -> Status {
     )
 }
 
-pub fn gang_status(function: &str, error: GangError) -> Status {
-    match error {
-        GangError::Table(e) => Status::invalid_argument(format!("`{function}`: {e}")),
-        GangError::Closed => Status::unavailable(format!("`{function}`: {error}")),
-    }
-}
-
 /// Values of the IN integer scalars, which array sizes and the cost depend on.
 fn integer_bindings(
     function: &FunctionInterface,
@@ -874,26 +843,4 @@ async fn fetch(state: &ServerState, object: &v1::ObjectRef) -> Result<v1::Array,
         element_type,
         data: data.freeze(),
     })
-}
-
-pub fn pool_status(function: &str, error: PoolError) -> Status {
-    use ninf_proto::v1::ExecErrorKind;
-    match error {
-        PoolError::Routine { kind, message } => {
-            let code = match kind {
-                ExecErrorKind::FunctionNotFound => Code::NotFound,
-                ExecErrorKind::BadArgument | ExecErrorKind::Evaluation => Code::InvalidArgument,
-                // The routine's own failure: the same call fails on any server, so the
-                // proxy must not retry it elsewhere or suspect this server (`Aborted`).
-                ExecErrorKind::RoutineFailed => Code::Internal,
-                _ => Code::Aborted,
-            };
-            Status::new(code, message)
-        }
-        PoolError::Timeout { seconds } => Status::deadline_exceeded(format!(
-            "`{function}` ran longer than its limit of {seconds:.3} s and was killed"
-        )),
-        e @ PoolError::Crashed { .. } => Status::aborted(format!("`{function}`: {e}")),
-        e @ PoolError::Spawn { .. } => Status::unavailable(e.to_string()),
-    }
 }

@@ -16,6 +16,7 @@ pub mod invoke;
 pub mod metrics;
 pub mod monitor;
 pub mod peers;
+pub mod pipeline;
 pub mod pool;
 pub mod registration;
 pub mod services;
@@ -141,25 +142,14 @@ impl Running {
     }
 }
 
-/// Serves every gRPC service on `listener` (and bulk calls on `bulk`, when given) until
-/// `shutdown` completes, then stops the pools.
 /// The bulk-data listeners: the TCP port, and the same-host socket.
 struct BulkListeners {
     tcp: TcpListener,
     local: tokio::net::UnixListener,
 }
 
-async fn run(
-    listener: TcpListener,
-    bulk: Option<BulkListeners>,
-    state: Arc<ServerState>,
-    load_interval: Duration,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
-    let mut builder = ninf_proto::net::server(state.tls.as_ref())?;
-    // The bulk-data port is plain TCP: a TLS server keeps its data on TLS.
-    let bulk = bulk.filter(|_| state.tls.is_none());
-    let (health, health_service) = tonic_health::server::health_reporter();
+/// Marks every service of the server as serving on the health service.
+async fn report_serving(health: &tonic_health::server::HealthReporter) {
     health
         .set_serving::<v1::interface_server::InterfaceServer<services::InterfaceService>>()
         .await;
@@ -175,10 +165,13 @@ async fn run(
     health
         .set_serving::<v1::gang_control_server::GangControlServer<gang::service::GangControlService>>()
         .await;
+}
 
-    // Messages carry whole arrays; allow the configured request size plus framing.
-    let limit =
-        usize::try_from(state.max_request_bytes.saturating_add(1 << 20)).unwrap_or(usize::MAX);
+/// The server's periodic tasks: the load sampler and the sweeper of expired leases.
+fn spawn_upkeep(
+    state: &Arc<ServerState>,
+    load_interval: Duration,
+) -> [tokio::task::JoinHandle<()>; 2] {
     let sampler = {
         let state = state.clone();
         tokio::spawn(async move {
@@ -200,15 +193,12 @@ async fn run(
             }
         })
     };
-    let bulk_task = bulk.map(|listeners| {
-        let local = tokio::spawn(bulk::local::serve(listeners.local, state.clone()));
-        (
-            tokio::spawn(bulk::serve(listeners.tcp, state.clone())),
-            local,
-        )
-    });
-    // Agents reach the gang service on this server's own listener.
-    let agents = match listener.local_addr() {
+    [sampler, sweeper]
+}
+
+/// The node agents, which reach the gang service on this server's own listener.
+fn start_agents(listener: &TcpListener, state: &ServerState) -> Option<gang::Agents> {
+    match listener.local_addr() {
         Ok(address) => Some(gang::spawn_agents(
             &state.gang.settings,
             state.gang.processors,
@@ -224,7 +214,36 @@ async fn run(
             tracing::error!(error = %e, "no address to give node agents; jobs are not time-shared");
             None
         }
-    };
+    }
+}
+
+/// Serves every gRPC service on `listener` (and bulk calls on `bulk`, when given) until
+/// `shutdown` completes, then stops the pools.
+async fn run(
+    listener: TcpListener,
+    bulk: Option<BulkListeners>,
+    state: Arc<ServerState>,
+    load_interval: Duration,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let mut builder = ninf_proto::net::server(state.tls.as_ref())?;
+    // The bulk-data port is plain TCP: a TLS server keeps its data on TLS.
+    let bulk = bulk.filter(|_| state.tls.is_none());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    report_serving(&health).await;
+
+    // Messages carry whole arrays; allow the configured request size plus framing.
+    let limit =
+        usize::try_from(state.max_request_bytes.saturating_add(1 << 20)).unwrap_or(usize::MAX);
+    let upkeep = spawn_upkeep(&state, load_interval);
+    let bulk_task = bulk.map(|listeners| {
+        let local = tokio::spawn(bulk::local::serve(listeners.local, state.clone()));
+        (
+            tokio::spawn(bulk::serve(listeners.tcp, state.clone())),
+            local,
+        )
+    });
+    let agents = start_agents(&listener, &state);
     let watchdog = gang::spawn_watchdog(state.gang.clone());
     // Agents hold a stream open, which a graceful shutdown would wait for: stop them first.
     let shutdown = async move {
@@ -266,8 +285,9 @@ async fn run(
         ))
         .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
-    sampler.abort();
-    sweeper.abort();
+    for task in upkeep {
+        task.abort();
+    }
     watchdog.abort();
     if let Some((tcp, local)) = bulk_task {
         tcp.abort();

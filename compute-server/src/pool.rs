@@ -17,6 +17,7 @@ use ninf_proto::v1::{self, ExecErrorKind};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tonic::{Code, Status};
 
 use crate::storage::region::StoreRegion;
 
@@ -549,5 +550,27 @@ impl Drop for Checkout<'_> {
                 }
             }
         }
+    }
+}
+
+pub fn pool_status(function: &str, error: PoolError) -> Status {
+    use ninf_proto::v1::ExecErrorKind;
+    match error {
+        PoolError::Routine { kind, message } => {
+            let code = match kind {
+                ExecErrorKind::FunctionNotFound => Code::NotFound,
+                ExecErrorKind::BadArgument | ExecErrorKind::Evaluation => Code::InvalidArgument,
+                // The routine's own failure: the same call fails on any server, so the
+                // proxy must not retry it elsewhere or suspect this server (`Aborted`).
+                ExecErrorKind::RoutineFailed => Code::Internal,
+                _ => Code::Aborted,
+            };
+            Status::new(code, message)
+        }
+        PoolError::Timeout { seconds } => Status::deadline_exceeded(format!(
+            "`{function}` ran longer than its limit of {seconds:.3} s and was killed"
+        )),
+        e @ PoolError::Crashed { .. } => Status::aborted(format!("`{function}`: {e}")),
+        e @ PoolError::Spawn { .. } => Status::unavailable(e.to_string()),
     }
 }

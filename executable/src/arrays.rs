@@ -179,14 +179,6 @@ impl<T: Element> ArrayBuf<T> {
             Inner::Region(place, _) => ArrayStorage::Region(place),
         }
     }
-
-    /// The elements as a vector of their own (a copy unless they already are one).
-    pub fn into_vec(self) -> Vec<T> {
-        match self.inner {
-            Inner::Owned(values) => values,
-            _ => self.to_vec(),
-        }
-    }
 }
 
 impl<T: Element> From<Vec<T>> for ArrayBuf<T> {

@@ -251,17 +251,8 @@ impl QueueTree {
         self.first[node]
     }
 
-    /// Queue length of every node, breadth-first.
-    pub fn queue_lengths(&self) -> Vec<usize> {
-        self.nodes.iter().map(|n| n.queue.len()).collect()
-    }
-
     pub fn jobs(&self) -> usize {
         self.placed.len()
-    }
-
-    pub fn node_of(&self, job: JobId) -> Option<usize> {
-        self.placed.get(&job).copied()
     }
 
     /// The largest total queue length over the branches from the root to each leaf: every

@@ -314,11 +314,6 @@ impl<C: Clock> GangScheduler<C> {
         self.dirty || self.issued.is_none()
     }
 
-    /// The last table issued.
-    pub fn issued_table(&self) -> Option<&TimeTable> {
-        self.issued.as_ref()
-    }
-
     /// Issues the time table for the node agents (distributed mode, seed 003): the cycle of
     /// slots over the rows with a runnable job, starting with the slot in progress so an event
     /// does not restart the rotation. When that slot's row still runs, the new table keeps its

@@ -186,32 +186,8 @@ fn run_in(
         .database_url
         .clone()
         .or_else(|| postgres.as_ref().map(|p| p.url.clone()));
-    let mut metaserver_processes = Vec::new();
-    for i in 0..count {
-        let address = free_address()?;
-        let config = work.join(format!("metaserver-{i}.toml"));
-        // Heartbeats every 0.25 s, down after 1.5 s without one: a killed server stops
-        // getting new graphs quickly, and the proxy's retries cover the gap.
-        let database = database_url
-            .as_ref()
-            .map(|url| format!("database_url = \"{url}\"\n"))
-            .unwrap_or_default();
-        write(
-            &config,
-            &format!(
-                "listen = \"{address}\"\ndata_dir = \"{}\"\n{database}heartbeat_seconds = 0.25\nheartbeat_timeout_seconds = 1.5\nnetwork_seconds = 5.0\n",
-                work.join(format!("metaserver-{i}")).display()
-            ),
-        )?;
-        let mut process = ChaosServer {
-            address,
-            config,
-            spill_dir: None,
-            process: None,
-        };
-        process.start(metaserver_bin)?;
-        metaserver_processes.push(process);
-    }
+    let metaserver_processes =
+        start_metaservers(count, work, database_url.as_deref(), metaserver_bin)?;
     let metaserver = metaserver_processes
         .iter()
         .map(|m| m.address.clone())
@@ -228,29 +204,7 @@ fn run_in(
         ),
     )?;
     let metaserver_processes = Arc::new(Mutex::new(metaserver_processes));
-    let mut servers = Vec::new();
-    for i in 0..3 {
-        let address = free_address()?;
-        let config = work.join(format!("server-{i}.toml"));
-        let spill_dir = work.join(format!("spill-{i}"));
-        write(
-            &config,
-            &format!(
-                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\nprobe_bytes = 65536\ncpu_slowdown = {:?}\n\n[storage]\nspill_dir = \"{}\"\n{}",
-                options.cpu_slowdown,
-                spill_dir.display(),
-                ninf_compute_server::gang::cores::config_section(i)
-            ),
-        )?;
-        let mut server = ChaosServer {
-            address,
-            config,
-            spill_dir: Some(spill_dir),
-            process: None,
-        };
-        server.start(server_bin)?;
-        servers.push(server);
-    }
+    let servers = start_servers(options, work, &metaserver, server_bin)?;
     let mut proxy_process = ChaosServer {
         address: proxy.clone(),
         config: work.join("proxy.toml"),
@@ -324,6 +278,75 @@ fn run_in(
     report.leaked_processes = leaked_processes;
     report.seconds = seconds;
     Ok(report)
+}
+
+/// Starts `count` metaservers, on `database_url` when given (each its own SQLite file
+/// otherwise).
+fn start_metaservers(
+    count: usize,
+    work: &Path,
+    database_url: Option<&str>,
+    metaserver_bin: &Path,
+) -> anyhow::Result<Vec<ChaosServer>> {
+    let mut metaserver_processes = Vec::new();
+    for i in 0..count {
+        let address = free_address()?;
+        let config = work.join(format!("metaserver-{i}.toml"));
+        // Heartbeats every 0.25 s, down after 1.5 s without one: a killed server stops
+        // getting new graphs quickly, and the proxy's retries cover the gap.
+        let database = database_url
+            .map(|url| format!("database_url = \"{url}\"\n"))
+            .unwrap_or_default();
+        write(
+            &config,
+            &format!(
+                "listen = \"{address}\"\ndata_dir = \"{}\"\n{database}heartbeat_seconds = 0.25\nheartbeat_timeout_seconds = 1.5\nnetwork_seconds = 5.0\n",
+                work.join(format!("metaserver-{i}")).display()
+            ),
+        )?;
+        let mut process = ChaosServer {
+            address,
+            config,
+            spill_dir: None,
+            process: None,
+        };
+        process.start(metaserver_bin)?;
+        metaserver_processes.push(process);
+    }
+    Ok(metaserver_processes)
+}
+
+/// Starts the run's three compute servers, one processor each.
+fn start_servers(
+    options: &ChaosOptions,
+    work: &Path,
+    metaserver: &str,
+    server_bin: &Path,
+) -> anyhow::Result<Vec<ChaosServer>> {
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        let address = free_address()?;
+        let config = work.join(format!("server-{i}.toml"));
+        let spill_dir = work.join(format!("spill-{i}"));
+        write(
+            &config,
+            &format!(
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = 1\nprobe_bytes = 65536\ncpu_slowdown = {:?}\n\n[storage]\nspill_dir = \"{}\"\n{}",
+                options.cpu_slowdown,
+                spill_dir.display(),
+                ninf_compute_server::gang::cores::config_section(i)
+            ),
+        )?;
+        let mut server = ChaosServer {
+            address,
+            config,
+            spill_dir: Some(spill_dir),
+            process: None,
+        };
+        server.start(server_bin)?;
+        servers.push(server);
+    }
+    Ok(servers)
 }
 
 /// What the fault injector shares with the run.

@@ -70,7 +70,10 @@ impl LocalPostgres {
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let server = Started(server.spawn().context("cannot start postgres")?);
+        let server = Started::stopped_by(
+            server.spawn().context("cannot start postgres")?,
+            libc::SIGINT,
+        );
         wait_for(&address)?;
         // The server accepts connections a moment before it accepts sessions: ask again
         // while it says it is starting up.

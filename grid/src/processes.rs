@@ -1,21 +1,104 @@
 //! The grid's components as child processes, for the commands that run a grid of real
-//! processes (`experiment wan`, `chaos`): finding the binaries, starting one and waiting
-//! until it listens, and killing it when its handle is dropped.
+//! processes (`experiment wan`, `chaos`, `load`): finding the binaries, starting one and
+//! waiting until it listens, and killing it when its handle is dropped. Every child started
+//! here is also on a list of this process's, so that a harness interrupted by SIGINT or
+//! SIGTERM ends them all before it exits ([`end_children_on_signal`]): drops do not run when
+//! a signal ends a process.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 /// A child process killed and reaped when dropped.
 pub struct Started(pub Child);
 
+/// The children this process started and has not reaped, with the signal that stops each.
+static CHILDREN: Mutex<BTreeMap<u32, i32>> = Mutex::new(BTreeMap::new());
+
+fn children() -> std::sync::MutexGuard<'static, BTreeMap<u32, i32>> {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Started {
+    /// Takes charge of `child`, which SIGTERM stops.
+    pub fn new(child: Child) -> Started {
+        Started::stopped_by(child, libc::SIGTERM)
+    }
+
+    /// Takes charge of `child`, which `signal` stops (PostgreSQL: SIGINT, its fast shutdown).
+    pub fn stopped_by(child: Child, signal: i32) -> Started {
+        children().insert(child.id(), signal);
+        Started(child)
+    }
+}
+
 impl Drop for Started {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        children().remove(&self.0.id());
     }
+}
+
+/// On SIGINT or SIGTERM, stops every child on the list (each with its own signal, then
+/// SIGKILL for those still there after `grace`) and exits with 130, as a shell reports an
+/// interrupted command. For the harnesses that start grids of processes; services stop on
+/// the same signals gracefully instead.
+pub fn end_children_on_signal(grace: Duration) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // The handlers are installed before this returns, so no signal slips by in between.
+    let signal = runtime.block_on(async { ninf_proto::shutdown::listen() })?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            runtime.block_on(signal);
+            end_children(grace);
+            std::process::exit(130);
+        })?;
+    Ok(())
+}
+
+/// Stops every child on the list, waiting at most `grace` before killing the rest.
+fn end_children(grace: Duration) {
+    let list: Vec<(u32, i32)> = children().iter().map(|(&pid, &sig)| (pid, sig)).collect();
+    for &(pid, sig) in &list {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+        unsafe { libc::kill(pid as libc::pid_t, sig) };
+    }
+    let deadline = Instant::now() + grace;
+    let mut left: Vec<u32> = list.iter().map(|&(pid, _)| pid).collect();
+    while !left.is_empty() && Instant::now() < deadline {
+        left.retain(|&pid| !reaped(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for pid in left {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        let _ = reaped_blocking(pid);
+    }
+}
+
+/// Whether child `pid` has exited (and is now reaped).
+fn reaped(pid: u32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, with a valid place for its status.
+    let got = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    got != 0
+}
+
+fn reaped_blocking(pid: u32) -> bool {
+    let mut status = 0;
+    // SAFETY: as above.
+    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) == pid as libc::pid_t }
 }
 
 /// Starts `command` and waits for its "listening on" line. Its log (stderr) is dropped
@@ -32,7 +115,7 @@ pub fn start(mut command: Command, what: &str) -> anyhow::Result<Started> {
         .spawn()
         .with_context(|| format!("cannot start the {what}"))?;
     let stdout = child.stdout.take().context("no stdout")?;
-    let started = Started(child);
+    let started = Started::new(child);
     match BufReader::new(stdout).lines().next() {
         Some(Ok(line)) if line.starts_with("listening on") => Ok(started),
         other => bail!("the {what} did not start (first line: {other:?})"),

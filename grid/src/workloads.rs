@@ -59,10 +59,25 @@ fn routine_error(e: String) -> CallError {
     )
 }
 
+/// The largest of `errors`, NaN if any is NaN (`f64::max` would drop it, and a NaN result
+/// would pass every check against the local computation).
+pub fn worst_error(errors: impl IntoIterator<Item = f64>) -> f64 {
+    errors.into_iter().fold(0.0, |worst, e| {
+        if worst.is_nan() || e.is_nan() {
+            f64::NAN
+        } else {
+            worst.max(e)
+        }
+    })
+}
+
+/// The largest difference between two results, NaN if either holds a NaN, infinite if
+/// their lengths differ.
 fn max_abs_difference(a: &[f64], b: &[f64]) -> f64 {
-    a.iter()
-        .zip(b)
-        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+    if a.len() != b.len() {
+        return f64::INFINITY;
+    }
+    worst_error(a.iter().zip(b).map(|(x, y)| (x - y).abs()))
 }
 
 /// `pairs` dgefa/dgesl pairs of order `n` in one transaction.
@@ -102,7 +117,7 @@ pub fn pairs(
         let mut local = b.clone();
         ninf_routines::linpack::dgefa(&mut lu, order, &mut ipvt).map_err(routine_error)?;
         ninf_routines::linpack::dgesl(&lu, order, &ipvt, &mut local).map_err(routine_error)?;
-        max_abs_error = max_abs_error.max(max_abs_difference(x, &local));
+        max_abs_error = worst_error([max_abs_error, max_abs_difference(x, &local)]);
     }
     Ok(WorkloadRun {
         plan,
@@ -329,7 +344,7 @@ impl Summary {
             server_ratio: servers,
             inter_server_ratio: mean(&|r| r.plan.inter_server_ratio),
             predicted_s: mean(&|r| r.plan.predicted_makespan),
-            max_abs_error: runs.iter().map(|r| r.max_abs_error).fold(0.0, f64::max),
+            max_abs_error: worst_error(runs.iter().map(|r| r.max_abs_error)),
             prediction_error_median,
             graph_prediction_error,
             spread_error_median,
@@ -361,6 +376,25 @@ mod tests {
             exec_seconds: makespans.1,
             max_abs_error: 0.0,
         }
+    }
+
+    #[test]
+    fn a_nan_result_is_the_worst_error_and_fails_the_checks() {
+        assert!(max_abs_difference(&[1.0, f64::NAN], &[1.0, 2.0]).is_nan());
+        assert!(max_abs_difference(&[1.0, 2.0], &[f64::NAN, 2.0]).is_nan());
+        assert_eq!(max_abs_difference(&[1.0, 2.5], &[1.0, 2.0]), 0.5);
+        assert_eq!(max_abs_difference(&[1.0], &[1.0, 2.0]), f64::INFINITY);
+        assert!(worst_error([0.0, f64::NAN, 3.0]).is_nan());
+        assert_eq!(worst_error([0.0, 3.0, 1.0]), 3.0);
+        // A summary over trials carries a trial's NaN, so the demo's and the grid tests'
+        // `max_abs_error == 0.0` and `< 1e-6` checks fail on it.
+        let mut bad = run(&[(1.0, 1.0)], (1.0, 1.0));
+        bad.max_abs_error = f64::NAN;
+        let good = run(&[(1.0, 1.0)], (1.0, 1.0));
+        let summary = Summary::of("flow", "pairs", 10, &[good, bad]);
+        assert!(summary.max_abs_error.is_nan());
+        assert!(summary.max_abs_error >= 1e-6 || summary.max_abs_error.is_nan());
+        assert!(summary.max_abs_error != 0.0);
     }
 
     #[test]

@@ -166,7 +166,44 @@ pub fn check_define(define: &Define, module: &str) -> Result<FunctionInterface, 
             Clause::Threads(span) => threads = Some(*span),
         }
     }
-    let parallelism = match (processors, backend) {
+    let parallelism = parallelism(define, processors, backend, threads, &mut errors);
+
+    let callee = check_calls(define, &by_name, &mut errors);
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(FunctionInterface {
+        name: define.name.name.clone(),
+        module: module.to_string(),
+        description: define.description.as_ref().map(|d| d.value.clone()),
+        parameters: define
+            .params
+            .iter()
+            .map(|p| Parameter {
+                name: p.name.name.clone(),
+                mode: p.mode,
+                element_type: p.element_type,
+                dimensions: p.dims.clone(),
+            })
+            .collect(),
+        calc_order,
+        parallelism,
+        required,
+        callee: callee.ok_or_else(Vec::new)?,
+    })
+}
+
+/// How a definition runs, from its `Parallel`, `Backend` and `Threads` clauses; a
+/// combination that makes no sense is reported and taken as sequential.
+fn parallelism(
+    define: &Define,
+    processors: Option<Expr>,
+    backend: Option<(String, Span)>,
+    threads: Option<Span>,
+    errors: &mut Vec<Diagnostic>,
+) -> Parallelism {
+    match (processors, backend) {
         (Some(_), _) if threads.is_some() => {
             if let Some(span) = threads {
                 errors.push(Diagnostic::new(
@@ -195,32 +232,7 @@ pub fn check_define(define: &Define, module: &str) -> Result<FunctionInterface, 
             Parallelism::Sequential
         }
         (None, None) => Parallelism::Sequential,
-    };
-
-    let callee = check_calls(define, &by_name, &mut errors);
-
-    if !errors.is_empty() {
-        return Err(errors);
     }
-    Ok(FunctionInterface {
-        name: define.name.name.clone(),
-        module: module.to_string(),
-        description: define.description.as_ref().map(|d| d.value.clone()),
-        parameters: define
-            .params
-            .iter()
-            .map(|p| Parameter {
-                name: p.name.name.clone(),
-                mode: p.mode,
-                element_type: p.element_type,
-                dimensions: p.dims.clone(),
-            })
-            .collect(),
-        calc_order,
-        parallelism,
-        required,
-        callee: callee.ok_or_else(Vec::new)?,
-    })
 }
 
 fn check_param(param: &Param, by_name: &HashMap<&str, &Param>, errors: &mut Vec<Diagnostic>) {

@@ -384,26 +384,8 @@ pub async fn overhead(
     let client = NinfClient::connect(&server.address).await?;
     let started = Instant::now();
 
-    // Calibrate the work so one job takes about `job_seconds` alone.
-    spin(&client, processors, 1_000_000).await?;
-    let probe = 50_000_000;
-    let took = spin(&client, processors, probe).await?;
-    let work = ((probe as f64) * options.job_seconds / took.max(1e-3)).max(1000.0) as i64;
-    let exchange = match options.workload {
-        Workload::Spin => None,
-        Workload::Exchange {
-            bytes,
-            rounds_per_second,
-        } => Some((
-            bytes.max(16),
-            (options.job_seconds * rounds_per_second).clamp(1.0, 1e8) as i32,
-        )),
-    };
-    let job = JobSpec {
-        processors,
-        work,
-        exchange,
-    };
+    let job = calibrated_job(&client, processors, &options).await?;
+    let (work, exchange) = (job.work, job.exchange);
 
     let before = server.state.gang.status();
     server.state.gang.reset_skews();
@@ -414,34 +396,8 @@ pub async fn overhead(
         None => 0,
     };
     let trials = options.trials.max(1);
-    let (mut batches, mut gangs, mut means, mut maxima) = (vec![], vec![], vec![], vec![]);
-    let mut checked = 0;
-    for _ in 0..trials {
-        let batch_start = Instant::now();
-        for _ in 0..jobs {
-            checked += job.run(&client).await?.1;
-        }
-        let t_batch = batch_start.elapsed().as_secs_f64();
-        let gang_start = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..jobs {
-            let client = client.clone();
-            tasks.push(tokio::spawn(async move { job.run(&client).await }));
-        }
-        let mut job_times = Vec::new();
-        for task in tasks {
-            let (time, messages) = task.await??;
-            job_times.push(time);
-            checked += messages;
-        }
-        let t_gang = gang_start.elapsed().as_secs_f64();
-        let solo = t_batch / jobs as f64;
-        batches.push(t_batch);
-        gangs.push(t_gang);
-        means.push(job_times.iter().sum::<f64>() / job_times.len() as f64 / solo);
-        maxima.push(job_times.iter().copied().fold(0.0, f64::max) / solo);
-    }
-    let (t_batch, t_gang) = (median(&batches), median(&gangs));
+    let trial = trials_of(&client, job, jobs, trials).await?;
+    let (t_batch, t_gang, checked) = (trial.t_batch, trial.t_gang, trial.checked);
     let routed = match &bed {
         Some(bed) => bed.bytes_into_nodes()?.saturating_sub(routed0),
         None => 0,
@@ -475,8 +431,8 @@ pub async fn overhead(
         t_batch_s: t_batch,
         t_gang_s: t_gang,
         overhead: (t_gang - t_batch) / t_batch,
-        slowdown: median(&means),
-        slowdown_max: median(&maxima),
+        slowdown: trial.slowdown,
+        slowdown_max: trial.slowdown_max,
         switches,
         table_messages,
         table_messages_per_switch: if switches == 0 {
@@ -506,6 +462,87 @@ pub async fn overhead(
         messages_checked: checked,
         network,
         routed_bytes: routed,
+    })
+}
+
+/// The benchmark's job, its work calibrated so that it takes about `job_seconds` alone.
+async fn calibrated_job(
+    client: &NinfClient,
+    processors: u32,
+    options: &OverheadOptions,
+) -> anyhow::Result<JobSpec> {
+    spin(client, processors, 1_000_000).await?;
+    let probe = 50_000_000;
+    let took = spin(client, processors, probe).await?;
+    let work = ((probe as f64) * options.job_seconds / took.max(1e-3)).max(1000.0) as i64;
+    let exchange = match options.workload {
+        Workload::Spin => None,
+        Workload::Exchange {
+            bytes,
+            rounds_per_second,
+        } => Some((
+            bytes.max(16),
+            (options.job_seconds * rounds_per_second).clamp(1.0, 1e8) as i32,
+        )),
+    };
+    Ok(JobSpec {
+        processors,
+        work,
+        exchange,
+    })
+}
+
+/// The medians over the trials: the batch's and the gang's times, and the jobs' slowdowns
+/// under the gang (mean and worst, against a job alone).
+struct Trials {
+    t_batch: f64,
+    t_gang: f64,
+    slowdown: f64,
+    slowdown_max: f64,
+    /// Messages the jobs' ranks checked, over every trial.
+    checked: u64,
+}
+
+/// Runs `jobs` copies of `job` one after another, then all at once, `trials` times.
+async fn trials_of(
+    client: &NinfClient,
+    job: JobSpec,
+    jobs: usize,
+    trials: usize,
+) -> anyhow::Result<Trials> {
+    let (mut batches, mut gangs, mut means, mut maxima) = (vec![], vec![], vec![], vec![]);
+    let mut checked = 0;
+    for _ in 0..trials {
+        let batch_start = Instant::now();
+        for _ in 0..jobs {
+            checked += job.run(client).await?.1;
+        }
+        let t_batch = batch_start.elapsed().as_secs_f64();
+        let gang_start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..jobs {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move { job.run(&client).await }));
+        }
+        let mut job_times = Vec::new();
+        for task in tasks {
+            let (time, messages) = task.await??;
+            job_times.push(time);
+            checked += messages;
+        }
+        let t_gang = gang_start.elapsed().as_secs_f64();
+        let solo = t_batch / jobs as f64;
+        batches.push(t_batch);
+        gangs.push(t_gang);
+        means.push(job_times.iter().sum::<f64>() / job_times.len() as f64 / solo);
+        maxima.push(job_times.iter().copied().fold(0.0, f64::max) / solo);
+    }
+    Ok(Trials {
+        t_batch: median(&batches),
+        t_gang: median(&gangs),
+        slowdown: median(&means),
+        slowdown_max: median(&maxima),
+        checked,
     })
 }
 
@@ -598,6 +635,40 @@ pub struct AllocationResult {
     pub response_gap: f64,
 }
 
+/// The same stream of jobs (arrival, size, seconds) under the simulator, for the gap
+/// between the live server and the model.
+fn simulated_outcomes(
+    stream: &[(f64, u32, f64)],
+    processors: u32,
+    options: &AllocationOptions,
+) -> anyhow::Result<Vec<ninf_sim::Outcome>> {
+    let jobs: Vec<ninf_sim::Job> = stream
+        .iter()
+        .enumerate()
+        .map(|(i, &(arrival, size, seconds))| ninf_sim::Job {
+            id: i as u64 + 1,
+            submit: arrival,
+            run: seconds,
+            processors: size,
+            requested: seconds,
+        })
+        .collect();
+    let outcomes = match options.policy {
+        AllocationPolicy::Admission(_) => {
+            let mut policy = ninf_sim::policy_by_name(&options.policy.name(), processors, 600.0)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            ninf_sim::simulate(&jobs, processors, policy.as_mut())?
+        }
+        AllocationPolicy::Dqt { allocation, fair } => {
+            let config = ninf_gang::DqtConfig::for_processors(processors, 2, allocation, fair)?;
+            // The live master starts the next slot as soon as a slot's jobs have all ended.
+            ninf_sim::simulate_dqt_with(&jobs, config, options.quantum, SlotEnd::WhenItsJobsEnd)?
+                .outcomes
+        }
+    };
+    Ok(outcomes)
+}
+
 pub async fn allocation(options: AllocationOptions) -> anyhow::Result<AllocationResult> {
     let processors = options
         .processors
@@ -686,31 +757,8 @@ pub async fn allocation(options: AllocationOptions) -> anyhow::Result<Allocation
     let makespan = start.elapsed().as_secs_f64();
     server.stop().await;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let jobs: Vec<ninf_sim::Job> = stream
-        .iter()
-        .enumerate()
-        .map(|(i, &(arrival, size, seconds))| ninf_sim::Job {
-            id: i as u64 + 1,
-            submit: arrival,
-            run: seconds,
-            processors: size,
-            requested: seconds,
-        })
-        .collect();
     let policy_name = options.policy.name();
-    let outcomes = match options.policy {
-        AllocationPolicy::Admission(_) => {
-            let mut policy = ninf_sim::policy_by_name(&policy_name, processors, 600.0)
-                .map_err(|e| anyhow::anyhow!(e))?;
-            ninf_sim::simulate(&jobs, processors, policy.as_mut())?
-        }
-        AllocationPolicy::Dqt { allocation, fair } => {
-            let config = ninf_gang::DqtConfig::for_processors(processors, 2, allocation, fair)?;
-            // The live master starts the next slot as soon as a slot's jobs have all ended.
-            ninf_sim::simulate_dqt_with(&jobs, config, options.quantum, SlotEnd::WhenItsJobsEnd)?
-                .outcomes
-        }
-    };
+    let outcomes = simulated_outcomes(&stream, processors, &options)?;
     let simulated = ninf_sim::Metrics::of(&outcomes, processors);
     let live_response = mean(&responses);
     Ok(AllocationResult {

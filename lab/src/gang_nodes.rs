@@ -133,7 +133,7 @@ impl NodeBed {
         let child = command
             .spawn()
             .with_context(|| format!("cannot start the agent of node {k}"))?;
-        Ok(Started(child))
+        Ok(Started::new(child))
     }
 }
 

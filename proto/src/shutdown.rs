@@ -14,3 +14,17 @@ pub async fn signal() {
         } => {}
     }
 }
+
+/// [`signal`] with its handlers installed now: the future completes on the first SIGINT or
+/// SIGTERM from here on (one that arrives before it is polled included).
+pub fn listen() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+    use tokio::signal::unix::{SignalKind, signal as unix_signal};
+    let mut interrupt = unix_signal(SignalKind::interrupt())?;
+    let mut terminate = unix_signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
+}

@@ -15,8 +15,7 @@ use crate::graph::Task;
 use crate::grid::{GridView, Link, Location, ServerId};
 use crate::timeline::Timeline;
 
-/// Identifies a recorded placement, so a scheduler can withdraw a tentative one.
-pub type PlacementId = usize;
+pub use crate::timeline::PlacementId;
 
 /// A fast hasher for location pairs: schedulers look links up millions of times per graph,
 /// and the keys are small integers, not attacker-chosen strings.

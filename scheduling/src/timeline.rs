@@ -13,7 +13,8 @@
 //! tentative ones newest first, so keeping the sums is mostly an append or a pop; one that
 //! lands earlier costs an addition to each sum after it, beside the insertion's move.
 
-use crate::predictor::PlacementId;
+/// Identifies a recorded placement, so a scheduler can withdraw a tentative one.
+pub type PlacementId = usize;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Booking {

@@ -63,16 +63,9 @@ pub enum SlotEnd {
     WhenItsJobsEnd,
 }
 
-/// [`simulate_dqt`] with a choice of when slots end.
-pub fn simulate_dqt_with(
-    jobs: &[Job],
-    config: DqtConfig,
-    quantum: f64,
-    slot_end: SlotEnd,
-) -> Result<DqtRun, SimError> {
-    let early = slot_end == SlotEnd::WhenItsJobsEnd;
-    let machine = config.processors();
-    let policy = policy_name(&config);
+/// Refuses a quantum that is not a positive number, and jobs the machine cannot hold or
+/// whose times make no sense.
+fn check_jobs(jobs: &[Job], quantum: f64, machine: u32) -> Result<(), SimError> {
     if !(quantum.is_finite() && quantum > 0.0) {
         return Err(SimError::BadQuantum(quantum));
     }
@@ -86,6 +79,34 @@ pub fn simulate_dqt_with(
         }
         crate::engine::check_times(job)?;
     }
+    Ok(())
+}
+
+/// The time utilisation is measured over: the window of arrivals, or (when every job
+/// arrived at once) until the last job ended.
+fn measured_span(window_start: f64, window_end: f64, outcomes: &HashMap<u64, Outcome>) -> f64 {
+    if window_end > window_start {
+        window_end - window_start
+    } else {
+        outcomes
+            .values()
+            .map(|o| o.end)
+            .fold(window_start, f64::max)
+            - window_start
+    }
+}
+
+/// [`simulate_dqt`] with a choice of when slots end.
+pub fn simulate_dqt_with(
+    jobs: &[Job],
+    config: DqtConfig,
+    quantum: f64,
+    slot_end: SlotEnd,
+) -> Result<DqtRun, SimError> {
+    let early = slot_end == SlotEnd::WhenItsJobsEnd;
+    let machine = config.processors();
+    let policy = policy_name(&config);
+    check_jobs(jobs, quantum, machine)?;
     let mut order: Vec<&Job> = jobs.iter().collect();
     order.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.id.cmp(&b.id)));
     let mut tree = QueueTree::new(config).map_err(|_| SimError::Stuck {
@@ -180,15 +201,7 @@ pub fn simulate_dqt_with(
             now += length;
         }
     }
-    let span = if window_end > window_start {
-        window_end - window_start
-    } else {
-        outcomes
-            .values()
-            .map(|o| o.end)
-            .fold(window_start, f64::max)
-            - window_start
-    };
+    let span = measured_span(window_start, window_end, &outcomes);
     Ok(DqtRun {
         outcomes: jobs.iter().filter_map(|j| outcomes.remove(&j.id)).collect(),
         utilization: if span > 0.0 {

@@ -215,35 +215,4 @@ impl SwfWorkload {
             .collect();
         (jobs, skipped)
     }
-
-    /// A workload file of simulated jobs, with the waits a simulation gave them.
-    pub fn from_jobs(header: Vec<String>, jobs: &[Job], starts: Option<&[f64]>) -> SwfWorkload {
-        SwfWorkload {
-            header,
-            records: jobs
-                .iter()
-                .enumerate()
-                .map(|(i, j)| SwfRecord {
-                    job_number: j.id as i64,
-                    submit_time: j.submit,
-                    wait_time: starts.map_or(-1.0, |s| s[i] - j.submit),
-                    run_time: j.run,
-                    allocated_processors: i64::from(j.processors),
-                    average_cpu_time: -1.0,
-                    used_memory: -1.0,
-                    requested_processors: i64::from(j.processors),
-                    requested_time: j.requested,
-                    requested_memory: -1.0,
-                    status: 1,
-                    user_id: -1,
-                    group_id: -1,
-                    executable_number: -1,
-                    queue_number: -1,
-                    partition_number: -1,
-                    preceding_job_number: -1,
-                    think_time: -1.0,
-                })
-                .collect(),
-        }
-    }
 }

@@ -83,6 +83,7 @@ fn fault_cycle(
 }
 
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
+    super::end_children_on_signal()?;
     let ChaosArgs {
         transactions,
         concurrency,

@@ -96,10 +96,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             leftover.iter().sum::<u64>()
         );
     }
-    let worst = summaries
-        .iter()
-        .map(|s| s.max_abs_error)
-        .fold(0.0, f64::max);
+    let worst = ninf_grid::workloads::worst_error(summaries.iter().map(|s| s.max_abs_error));
     if worst.is_nan() || worst >= 1e-6 {
         anyhow::bail!("results differ from the local computation by {worst}");
     }

@@ -87,6 +87,7 @@ pub enum ExperimentKind {
 }
 
 pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
+    super::end_children_on_signal()?;
     match args.kind {
         ExperimentKind::Tables { results, profile } => tables(results, &profile),
         ExperimentKind::Partition {

@@ -47,6 +47,7 @@ pub struct LoadArgs {
 }
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
+    super::end_children_on_signal()?;
     let report = ninf_grid::load::run(&ninf_grid::load::LoadOptions {
         bin_dir: super::bin_dir()?,
         clients: args.clients,

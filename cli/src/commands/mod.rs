@@ -38,3 +38,9 @@ fn bench_dir(data_dir: Option<PathBuf>) -> PathBuf {
     data_dir
         .unwrap_or_else(|| std::env::temp_dir().join(format!("ninf-bench-{}", std::process::id())))
 }
+
+/// For the commands that start grids of processes: SIGINT or SIGTERM stops every process
+/// they started (5 s to stop gracefully, then SIGKILL) before `ninf` exits with 130.
+fn end_children_on_signal() -> anyhow::Result<()> {
+    ninf_grid::processes::end_children_on_signal(std::time::Duration::from_secs(5))
+}

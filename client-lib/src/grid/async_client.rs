@@ -218,14 +218,6 @@ impl AsyncGridClient {
     }
 
     /// The proxy's socket for shared regions, if it offers one (an older proxy does not).
-    pub(crate) async fn same_host_socket(&self) -> Result<Option<String>, tonic::Status> {
-        match self.proxy().same_host(v1::SameHostRequest {}).await {
-            Ok(reply) => Ok(Some(reply.into_inner().socket).filter(|s| !s.is_empty())),
-            Err(status) if status.code() == tonic::Code::Unimplemented => Ok(None),
-            Err(status) => Err(status),
-        }
-    }
-
     /// The routines some server that is up serves, sorted.
     pub async fn functions(&self) -> Result<Vec<String>, CallError> {
         let reply = self
@@ -374,5 +366,15 @@ impl AsyncGridClient {
             ErrorKind::CommunicationFailed,
             "the proxy ended the run's updates without a reply",
         )))
+    }
+}
+
+impl super::same_host::ProxySocket for AsyncGridClient {
+    async fn same_host_socket(&self) -> Result<Option<String>, tonic::Status> {
+        match self.proxy().same_host(v1::SameHostRequest {}).await {
+            Ok(reply) => Ok(Some(reply.into_inner().socket).filter(|s| !s.is_empty())),
+            Err(status) if status.code() == tonic::Code::Unimplemented => Ok(None),
+            Err(status) => Err(status),
+        }
     }
 }

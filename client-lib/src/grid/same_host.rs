@@ -59,6 +59,15 @@ const MAX_FRAME: usize = 4096;
 /// How long the proxy may take to accept a region.
 const OFFER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Asks the proxy for its same-host socket (`Proxy.SameHost`): its name, `None` when it
+/// offers none or does not know the call. The grid client is one; the regions here need
+/// nothing else of it.
+pub(crate) trait ProxySocket: Sync {
+    fn same_host_socket(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Option<String>, tonic::Status>> + Send;
+}
+
 /// One client's shared regions with its proxy.
 #[derive(Default)]
 pub(crate) struct SharedUploads {
@@ -268,7 +277,7 @@ impl SharedUploads {
     /// otherwise (`None`).
     pub(crate) async fn share(
         &self,
-        client: &super::AsyncGridClient,
+        client: &impl ProxySocket,
         request: &mut v1::RunRequest,
     ) -> Option<SharedRun> {
         let (placements, total) = plan(request);
@@ -323,7 +332,7 @@ impl SharedUploads {
     }
 
     /// The live connection to the proxy's socket, connecting first if need be.
-    async fn connection(&self, client: &super::AsyncGridClient) -> Option<Arc<Connection>> {
+    async fn connection(&self, client: &impl ProxySocket) -> Option<Arc<Connection>> {
         let mut state = self.state.lock().await;
         if let State::On(connection) = &*state {
             if connection.alive.load(Ordering::Acquire) {

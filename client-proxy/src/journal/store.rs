@@ -7,7 +7,7 @@ use ninf_proto::v1;
 use prost::Message;
 use sqlx::{AnyPool, Row};
 
-use super::{Entry, JournaledRun};
+use super::entry::{Entry, JournaledRun};
 
 /// Rows per multi-row statement: well under SQLite's limit of bound parameters.
 const ROWS: usize = 200;

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use ninf_proto::net::bulk;
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
 use tokio::net::{UnixListener, UnixStream};
@@ -58,9 +59,8 @@ async fn connection(socket: UnixStream, state: &ServerState) -> std::io::Result<
                 }
             }
         }
-        let len = u32::from_le_bytes(header) as usize;
-        let request = match super::read_request(&mut io, len).await? {
-            Ok(request) => request,
+        let (request, len) = match super::read_request(&mut io, header).await? {
+            Ok(read) => read,
             Err(status) => {
                 send_error(&mut io, &status).await?;
                 return Ok(());
@@ -137,14 +137,14 @@ impl BulkIo for LocalIo {
                     region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
                     offset += payload.len();
                 }
-                local::send(&self.socket, &super::encode_frame(reply), None).await
+                local::send(&self.socket, &bulk::encode(reply), None).await
             }
             // Outputs larger than the caller's region (it could not know their size, or it
             // sent its inputs inline): they follow the frame, as on the TCP port.
             _ => {
                 let mut reply = reply.clone();
                 reply.outputs_follow = !payloads.is_empty();
-                local::send(&self.socket, &super::encode_frame(&reply), None).await?;
+                local::send(&self.socket, &bulk::encode(&reply), None).await?;
                 for payload in payloads {
                     local::send(&self.socket, payload, None).await?;
                 }

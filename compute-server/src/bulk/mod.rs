@@ -16,6 +16,7 @@ use bytes::Bytes;
 use ninf_executable::shared::{
     REGION_ARRAY_THRESHOLD, StoreWindow, UNPLACED, in_store, place_region_arrays,
 };
+use ninf_proto::net::bulk;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -23,15 +24,13 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Status;
 
+use crate::gang::JobTicket;
 use crate::gang::claims::Lent;
 use crate::invoke;
 use crate::metrics::Path;
+use crate::pipeline;
 use crate::pool::Outgoing;
 use crate::state::ServerState;
-
-/// Largest request frame (the message, not its bulk bytes): the same cap the client puts on
-/// reply frames.
-const MAX_MESSAGE: usize = ninf_proto::net::BULK_MAX_FRAME;
 
 /// Accepts bulk connections until the task is dropped.
 pub async fn serve(listener: TcpListener, state: Arc<ServerState>) {
@@ -78,9 +77,8 @@ async fn connection(socket: TcpStream, peer: &str, state: &ServerState) -> std::
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
-        let len = u32::from_le_bytes(header) as usize;
-        let request = match read_request(&mut io, len).await? {
-            Ok(request) => request,
+        let (request, len) = match read_request(&mut io, header).await? {
+            Ok(read) => read,
             Err(status) => {
                 send_error(&mut io, &status).await?;
                 return Ok(());
@@ -100,19 +98,19 @@ enum Flow {
 }
 
 /// Reads a request frame's body of `len` bytes (announced by its header) and decodes it; a
-/// frame over [`MAX_MESSAGE`] is refused before anything is allocated for it.
+/// frame over [`bulk::MAX_FRAME`] is refused before anything is allocated for it.
 async fn read_request(
     io: &mut impl BulkIo,
-    len: usize,
-) -> std::io::Result<Result<v1::CallRequest, Status>> {
-    if len > MAX_MESSAGE {
-        return Ok(Err(Status::invalid_argument(format!(
-            "request frame of {len} bytes exceeds {MAX_MESSAGE}"
-        ))));
-    }
+    header: [u8; 4],
+) -> std::io::Result<Result<(v1::CallRequest, usize), Status>> {
+    let len = match bulk::frame_length(header) {
+        Ok(len) => len,
+        Err(e) => return Ok(Err(Status::invalid_argument(format!("request {e}")))),
+    };
     let mut body = vec![0u8; len];
     io.read_frame(&mut body).await?;
     Ok(v1::CallRequest::decode(Bytes::from(body))
+        .map(|request| (request, len))
         .map_err(|e| Status::invalid_argument(format!("malformed request: {e}"))))
 }
 
@@ -204,8 +202,7 @@ impl BulkIo for TcpIo {
     }
 
     async fn send(&mut self, reply: &v1::BulkReply, payloads: &[Bytes]) -> std::io::Result<()> {
-        let frame = encode_frame(reply);
-        self.writer.write_all(&frame).await?;
+        bulk::write_frame(&mut self.writer, reply).await?;
         for payload in payloads {
             self.writer.write_all(payload).await?;
         }
@@ -213,27 +210,8 @@ impl BulkIo for TcpIo {
     }
 }
 
-/// A reply as it goes on the wire: its 4-byte little-endian length, then the message.
-fn encode_frame(reply: &v1::BulkReply) -> Vec<u8> {
-    let len = reply.encoded_len();
-    let mut frame = Vec::with_capacity(4 + len);
-    frame.extend_from_slice(&(len as u32).to_le_bytes());
-    reply.encode_raw(&mut frame);
-    frame
-}
-
-fn error_reply(status: &Status) -> v1::BulkReply {
-    v1::BulkReply {
-        result: Some(v1::bulk_reply::Result::Error(v1::BulkError {
-            code: status.code() as i32,
-            message: status.message().to_string(),
-        })),
-        outputs_follow: false,
-    }
-}
-
 async fn send_error(io: &mut impl BulkIo, status: &Status) -> std::io::Result<()> {
-    io.send(&error_reply(status), &[]).await
+    io.send(&bulk::error_reply(status), &[]).await
 }
 
 /// One argument of the executable's request, as it will be laid out in the region.
@@ -368,6 +346,22 @@ async fn write_request(
 /// How long a job may wait for its bulk input before it counts as idle.
 const IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Waits for `write`, the call's input on its way to the executable. If it is slow to come,
+/// the job is idle (seed 000): it gives its slots away until the input is complete.
+async fn while_idle<T>(ticket: &JobTicket, write: impl Future<Output = T>) -> T {
+    tokio::pin!(write);
+    match tokio::time::timeout(IDLE_AFTER, &mut write).await {
+        Ok(written) => written,
+        Err(_) => {
+            ticket.set_runnable(false);
+            let written = write.await;
+            ticket.set_runnable(true);
+            ticket.wait_for_slot().await;
+            written
+        }
+    }
+}
+
 async fn call(
     state: &ServerState,
     request: v1::CallRequest,
@@ -400,49 +394,32 @@ async fn call(
         Err(status) => return refuse(io, bulk_bytes, status).await,
     };
 
-    let queue_start = Instant::now();
-    let ticket = match state.gang.admit(&name, 1).await {
-        Ok(ticket) => ticket,
-        Err(e) => return refuse(io, bulk_bytes, invoke::gang_status(&name, e)).await,
-    };
-    let own_cores = match state.hold_own_cores(&name).await {
-        Ok(held) => held,
+    let mut admitted = match pipeline::admit(state, &name, 1, None).await {
+        Ok(admitted) => admitted,
         Err(status) => return refuse(io, bulk_bytes, status).await,
     };
-    let queued = queue_start.elapsed();
     let mut checkout = match prepared.pool.checkout() {
         Ok(c) => c,
         Err(e) => return refuse(io, bulk_bytes, invoke::pool_status(&name, e)).await,
     };
+    let ticket = &admitted.ticket;
     ticket
         .attach(checkout.pid().into_iter().collect(), true)
         .await;
     let call_id = checkout.next_call_id();
     let mut store_outputs = invoke::StoreOutputs::reserve(state, &prepared);
     let window = state.store_region.as_ref().map(|r| r.window());
-    let lent = invoke::lend_cores(state, &prepared, request.alone);
+    admitted.lend(state, prepared.routine(), request.alone);
     let (exec_request, region_len, pinned) = region_request(
-        (call_id, &name, &lent),
+        (call_id, &name, admitted.lent()),
         parts,
         window.as_ref(),
         store_outputs.requested(),
     );
     let written = match checkout.request_region(region_len) {
         Ok(region) => {
-            // The executable waits for this input. If it is slow to come, the job is idle
-            // (seed 000): it gives its slots away until the input is complete.
             let write = write_request(region, (&exec_request, &mut store_outputs), io);
-            tokio::pin!(write);
-            match tokio::time::timeout(IDLE_AFTER, &mut write).await {
-                Ok(written) => written,
-                Err(_) => {
-                    ticket.set_runnable(false);
-                    let written = write.await;
-                    ticket.set_runnable(true);
-                    ticket.wait_for_slot().await;
-                    written
-                }
-            }
+            while_idle(&admitted.ticket, write).await
         }
         Err(e) => Err(e),
     };
@@ -454,20 +431,14 @@ async fn call(
             return Err(Failure::Broken(e));
         }
     };
-    let fetch_seconds = fetch_start.elapsed().as_secs_f64() - queued.as_secs_f64();
+    let queue_seconds = admitted.queue_seconds;
+    let fetch_seconds = fetch_start.elapsed().as_secs_f64() - queue_seconds;
 
     let cold = checkout.note_call(&name, region_len);
-    let compute_start = Instant::now();
-    let ran_before = ticket.running_seconds();
-    let reply = checkout
-        .exchange(Outgoing::Prepared { len, call_id }, true, prepared.timeout)
-        .await
-        .map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
-    let compute_seconds = compute_start.elapsed().as_secs_f64();
-    let stopped_seconds = invoke::stopped(compute_seconds, ticket.running_seconds() - ran_before);
-    let threads = lent.threads;
-    drop((lent, own_cores));
-    state.metrics.lent(threads);
+    let exchange = checkout.exchange(Outgoing::Prepared { len, call_id }, true, prepared.timeout);
+    let (reply, compute) = pipeline::measured(&admitted.ticket, exchange).await;
+    let reply = reply.map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
+    let (_ticket, threads) = admitted.release(state);
     // The executable has read its stored inputs.
     let read_in_place = pinned.iter().map(|p| p.len() as u64).sum();
     state.metrics.store_region("read_in_place", read_in_place);
@@ -489,21 +460,30 @@ async fn call(
     let kept = (&prepared.keep, request.owner.as_str());
     let (outputs, payloads) =
         split_outputs(state, &name, kept, success.outputs).map_err(Failure::Answer)?;
-    let reply = v1::BulkReply {
-        result: Some(v1::bulk_reply::Result::Reply(v1::CallReply {
-            outputs,
-            status: success.status,
-            timing: Some(v1::CallTiming {
-                fetch_seconds,
-                queue_seconds: queued.as_secs_f64(),
-                compute_seconds,
-                cold,
-                threads,
-                stopped_seconds,
-            }),
-        })),
-        outputs_follow: false,
+    let reply = v1::CallReply {
+        outputs,
+        status: success.status,
+        timing: Some(pipeline::timing(
+            fetch_seconds,
+            queue_seconds,
+            compute,
+            cold,
+            threads,
+        )),
     };
+    send_reply(io, reply, payloads, (checkout, call_id)).await
+}
+
+/// Sends a call's reply and its outputs' bytes, then gives the executable back (its
+/// outputs stayed in its reply region until now); the bytes sent.
+async fn send_reply(
+    io: &mut impl BulkIo,
+    reply: v1::CallReply,
+    payloads: Vec<Bytes>,
+    (checkout, call_id): (crate::pool::Checkout<'_>, u64),
+) -> Result<u64, Failure> {
+    let status = reply.status;
+    let reply = bulk::call_reply(reply, false);
     let sent = io.send(&reply, &payloads).await;
     let bytes_out = prost::Message::encoded_len(&reply) as u64
         + payloads.iter().map(|p| p.len() as u64).sum::<u64>();
@@ -511,7 +491,7 @@ async fn call(
     let _ = checkout.finish(v1::ExecReply {
         call_id,
         result: Some(v1::exec_reply::Result::Success(v1::ExecSuccess {
-            status: success.status,
+            status,
             ..Default::default()
         })),
     });

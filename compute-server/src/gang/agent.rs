@@ -129,20 +129,7 @@ pub async fn run(
         },
         outgoing.clone(),
     );
-    let _ = outgoing.send(v1::AgentMessage {
-        kind: Some(v1::agent_message::Kind::Hello(v1::AgentHello {
-            node: options.node.clone(),
-            columns: options.columns.clone(),
-            broker_socket: broker
-                .as_ref()
-                .map(|b| b.socket().display().to_string())
-                .unwrap_or_default(),
-            broker_address: broker
-                .as_ref()
-                .map(|b| b.address().to_string())
-                .unwrap_or_default(),
-        })),
-    });
+    let _ = outgoing.send(hello(&options, broker.as_deref()));
     let mut inbound = client
         .attach(UnboundedReceiverStream::new(outgoing_rx))
         .await
@@ -151,25 +138,7 @@ pub async fn run(
     tracing::info!(node = %options.node, columns = ?options.columns, "node agent attached");
 
     let report = |shared: &Mutex<Shared>, sync: &Mutex<ClockSync>| {
-        let (checks, drifts, offset) = {
-            let s = ninf_proto::sync::lock(sync);
-            (s.checks(), s.drifts(), s.offset().unwrap_or(0.0))
-        };
-        let mut shared = ninf_proto::sync::lock(shared);
-        v1::AgentMessage {
-            kind: Some(v1::agent_message::Kind::Report(v1::AgentReport {
-                applied_version: shared.applied,
-                resumes: std::mem::take(&mut shared.resumes),
-                table_messages: shared.table_messages,
-                switches: shared.switches,
-                clock_checks: checks,
-                clock_drifts: drifts,
-                clock_offset: offset,
-                signal_failures: shared.signal_failures,
-                network: broker.as_ref().map(|b| b.ledger()),
-                ranks_run: ranks.ranks_run(),
-            })),
-        }
+        report(shared, sync, broker.as_deref(), &ranks)
     };
 
     let mut ticker = tokio::time::interval(options.report_interval.max(Duration::from_millis(10)));
@@ -185,37 +154,11 @@ pub async fn run(
         };
         tokio::select! {
             message = inbound.message() => match message {
-                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::Table(table)) })) => {
-                    match table_from_proto(table) {
-                        Ok(table) => {
-                            if let Some(broker) = &broker {
-                                broker.set_table(table.clone());
-                            }
-                            if commands.send(ThreadCommand::Install(table)).is_err() {
-                                break;
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "ignored a malformed time table"),
+                Ok(Some(command)) => {
+                    if !obey(command, broker.as_deref(), &ranks, &commands) {
+                        break;
                     }
                 }
-                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::OpenJob(open)) })) => {
-                    if let Some(broker) = &broker {
-                        broker.open(open);
-                    }
-                }
-                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::CloseJob(close)) })) => {
-                    ranks.close(close.job);
-                    if let Some(broker) = &broker {
-                        broker.close(close);
-                    }
-                }
-                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::RunRank(run)) })) => {
-                    ranks.run(run);
-                }
-                Ok(Some(v1::AgentCommand { kind: Some(v1::agent_command::Kind::StartRanks(job)) })) => {
-                    ranks.start(job);
-                }
-                Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(status) => {
                     // What a server that shuts down or dies looks like from here.
@@ -240,6 +183,84 @@ pub async fn run(
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     ranks.shutdown().await;
     Ok(())
+}
+
+/// The agent's first message: its node, its columns and its broker.
+fn hello(options: &AgentOptions, broker: Option<&NodeBroker>) -> v1::AgentMessage {
+    v1::AgentMessage {
+        kind: Some(v1::agent_message::Kind::Hello(v1::AgentHello {
+            node: options.node.clone(),
+            columns: options.columns.clone(),
+            broker_socket: broker
+                .map(|b| b.socket().display().to_string())
+                .unwrap_or_default(),
+            broker_address: broker.map(|b| b.address().to_string()).unwrap_or_default(),
+        })),
+    }
+}
+
+/// The agent's report: the table it applied, its switches and clock, its broker's traffic.
+fn report(
+    shared: &Mutex<Shared>,
+    sync: &Mutex<ClockSync>,
+    broker: Option<&NodeBroker>,
+    ranks: &NodeRanks,
+) -> v1::AgentMessage {
+    let (checks, drifts, offset) = {
+        let s = ninf_proto::sync::lock(sync);
+        (s.checks(), s.drifts(), s.offset().unwrap_or(0.0))
+    };
+    let mut shared = ninf_proto::sync::lock(shared);
+    v1::AgentMessage {
+        kind: Some(v1::agent_message::Kind::Report(v1::AgentReport {
+            applied_version: shared.applied,
+            resumes: std::mem::take(&mut shared.resumes),
+            table_messages: shared.table_messages,
+            switches: shared.switches,
+            clock_checks: checks,
+            clock_drifts: drifts,
+            clock_offset: offset,
+            signal_failures: shared.signal_failures,
+            network: broker.map(|b| b.ledger()),
+            ranks_run: ranks.ranks_run(),
+        })),
+    }
+}
+
+/// Carries out one command of the server; `false` once the switching thread is gone.
+fn obey(
+    command: v1::AgentCommand,
+    broker: Option<&NodeBroker>,
+    ranks: &Arc<NodeRanks>,
+    commands: &mpsc::Sender<ThreadCommand>,
+) -> bool {
+    use v1::agent_command::Kind;
+    match command.kind {
+        Some(Kind::Table(table)) => match table_from_proto(table) {
+            Ok(table) => {
+                if let Some(broker) = broker {
+                    broker.set_table(table.clone());
+                }
+                return commands.send(ThreadCommand::Install(table)).is_ok();
+            }
+            Err(e) => tracing::warn!(error = %e, "ignored a malformed time table"),
+        },
+        Some(Kind::OpenJob(open)) => {
+            if let Some(broker) = broker {
+                broker.open(open);
+            }
+        }
+        Some(Kind::CloseJob(close)) => {
+            ranks.close(close.job);
+            if let Some(broker) = broker {
+                broker.close(close);
+            }
+        }
+        Some(Kind::RunRank(run)) => ranks.run(run),
+        Some(Kind::StartRanks(job)) => ranks.start(job),
+        None => {}
+    }
+    true
 }
 
 async fn connect(

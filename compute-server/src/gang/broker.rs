@@ -18,14 +18,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use super::mailboxes::Mailboxes;
+use super::mailboxes::{Mailboxes, Outbox, encode};
 use super::master::GangMaster;
 
 /// Largest message between ranks.
 const MAX_MESSAGE: usize = 1 << 30;
-
-/// Frames on their way to one rank's connection.
-pub(super) type Outbox = mpsc::UnboundedSender<Bytes>;
 
 /// What a broker does with a rank's frames: the server's broker, or a node's.
 pub(super) trait RankFrames: Send + Sync {
@@ -62,18 +59,6 @@ pub struct SpmdBroker {
     master: Arc<GangMaster>,
     /// Messages passed, for status and tests.
     delivered: AtomicU64,
-}
-
-pub(super) fn encode(kind: Kind) -> Bytes {
-    let body = v1::SpmdFrame { kind: Some(kind) }.encode_to_vec();
-    let mut framed = Vec::with_capacity(body.len() + 4);
-    framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    framed.extend_from_slice(&body);
-    Bytes::from(framed)
-}
-
-pub(super) fn deliver(outbox: &Outbox, from: u32, data: Bytes) {
-    let _ = outbox.send(encode(Kind::Deliver(v1::SpmdDeliver { from, data })));
 }
 
 impl SpmdBroker {

@@ -7,7 +7,25 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use ninf_proto::v1::spmd_frame::Kind;
 
-use super::broker::{Outbox, deliver, encode};
+use ninf_proto::v1;
+use prost::Message;
+use tokio::sync::mpsc;
+
+/// Frames on their way to one rank's connection.
+pub(super) type Outbox = mpsc::UnboundedSender<Bytes>;
+
+/// A frame for a rank's connection: its length, then the message.
+pub(super) fn encode(kind: Kind) -> Bytes {
+    let body = v1::SpmdFrame { kind: Some(kind) }.encode_to_vec();
+    let mut framed = Vec::with_capacity(body.len() + 4);
+    framed.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    framed.extend_from_slice(&body);
+    Bytes::from(framed)
+}
+
+pub(super) fn deliver(outbox: &Outbox, from: u32, data: Bytes) {
+    let _ = outbox.send(encode(Kind::Deliver(v1::SpmdDeliver { from, data })));
+}
 
 /// A rank blocked in a receive from `from`.
 struct Waiting {

@@ -22,11 +22,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::{Notify, mpsc};
 
-use super::broker::{
-    Outbox, RankFrames, encode, read_frame, refuse_recv, send_refusal, serve_rank,
-};
+use super::broker::{RankFrames, read_frame, refuse_recv, send_refusal, serve_rank};
 use super::clock::NodeTime;
-use super::mailboxes::Mailboxes;
+use super::mailboxes::{Mailboxes, Outbox, encode};
 
 /// How often each job's changed traffic is reported to the server.
 const TRAFFIC_REPORT_INTERVAL: Duration = Duration::from_millis(20);

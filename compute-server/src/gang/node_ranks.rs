@@ -18,8 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tonic::Status;
 
-use crate::invoke::pool_status;
-use crate::pool::{ExecutablePool, Outgoing, PoolOptions};
+use crate::pool::{ExecutablePool, Outgoing, PoolOptions, pool_status};
 
 /// Where this node's ranks find their executables and their broker.
 #[derive(Debug, Clone, Default)]

@@ -11,11 +11,11 @@
 pub mod access;
 pub mod api;
 pub mod gang;
+mod shared;
 pub mod views;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::http::header;
@@ -23,16 +23,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use ninf_proto::net::auth::CheckToken;
 use ninf_telemetry::HttpEndpoint;
-use tonic::transport::Channel;
 
 use crate::{Metaserver, MetaserverError};
-
-/// What the dashboard's handlers share.
-pub struct Dashboard {
-    metaserver: Arc<Metaserver>,
-    /// Channels to the servers whose gang tables it reads, by address.
-    channels: Mutex<HashMap<String, Channel>>,
-}
+pub use shared::Dashboard;
 
 const INDEX: &str = include_str!("assets/index.html");
 const SCRIPT: &str = include_str!("assets/app.js");
@@ -54,10 +47,7 @@ pub fn router(metaserver: Arc<Metaserver>, https: bool) -> Router {
         check: CheckToken::new("dashboard", metaserver.token.as_deref()),
         https,
     };
-    let dashboard = Arc::new(Dashboard {
-        metaserver,
-        channels: Mutex::new(HashMap::new()),
-    });
+    let dashboard = Arc::new(Dashboard::new(metaserver));
     Router::new()
         .route(
             "/",

@@ -51,12 +51,7 @@ pub async fn send_message(
     message: &impl prost::Message,
     file: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
-    let body = message.encode_to_vec();
-    let length = u32::try_from(body.len()).map_err(io::Error::other)?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&length.to_le_bytes());
-    frame.extend_from_slice(&body);
-    send(stream, &frame, file).await
+    send(stream, &super::bulk::encode(message), file).await
 }
 
 /// Receives one frame of [`send_message`] of at most `max` bytes, with the file handed over
@@ -68,12 +63,7 @@ pub async fn receive_message<M: prost::Message + Default>(
 ) -> io::Result<(M, Option<OwnedFd>)> {
     let mut header = [0u8; 4];
     let mut file = receive(stream, &mut header).await?;
-    let length = u32::from_le_bytes(header) as usize;
-    if length > max {
-        return Err(io::Error::other(format!(
-            "a frame of {length} bytes, over {max}"
-        )));
-    }
+    let length = super::bulk::frame_length_within(header, max).map_err(io::Error::other)?;
     let mut body = vec![0u8; length];
     if let Some(later) = receive(stream, &mut body).await? {
         file = Some(later);

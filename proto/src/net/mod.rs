@@ -5,6 +5,7 @@
 //! token ([`auth`]) and TLS material ([`tls`]) live beside it.
 
 pub mod auth;
+pub mod bulk;
 pub mod failover;
 pub mod local;
 pub mod tls;
@@ -27,9 +28,6 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// A ping unanswered this long drops the connection. A hung peer, or a path that silently
 /// drops packets, keeps the TCP connection open; without pings a call to it waits forever.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest protobuf frame either side of the bulk-data port accepts (a request's or a
-/// reply's header; the arrays themselves follow as raw bytes, checked against the IDL).
-pub const BULK_MAX_FRAME: usize = 64 << 20;
 /// How long establishing a connection (TCP and, with TLS, the handshake) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
