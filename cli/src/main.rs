@@ -49,7 +49,7 @@ enum Command {
     Load(load::LoadArgs),
     /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
     Testbed(testbed::TestbedArgs),
-    /// Experiments on the testbed: `wan` reproduces seed 004's Tables 2-5; `partition` cuts
+    /// Experiments on the testbed: `wan` reproduces the metaserver paper's Tables 2-5; `partition` cuts
     /// a site off while transactions run.
     Experiment(experiment::ExperimentArgs),
     /// The client side of `experiment wan`, run inside the client's site.

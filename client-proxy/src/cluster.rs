@@ -1,5 +1,6 @@
 //! Every call the proxy makes to a compute server (invoke, get, stat, put, delete, renew,
-//! health, probe) and the metaserver's list of live servers, behind one trait: [`Cluster`].
+//! health, probe), behind one trait: [`Cluster`] (the metaserver is behind its own,
+//! [`crate::metaserver::Metaserver`]).
 //! [`GrpcCluster`] is the real one; tests drive the proxy's graph execution and recovery
 //! with an in-memory fake (`crate::fake`), with no processes.
 
@@ -15,15 +16,14 @@ use ninf_proto::probe::PathMeasurement;
 use ninf_proto::v1;
 use tokio::sync::Semaphore;
 use tonic::Status;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::batching::{CallQueue, Waiting, answer_all, batchable, call_queued};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
 use crate::config::{CALL_LIMIT, ProxyConfig};
-use crate::recovery::Candidate;
+use crate::metaserver::Metaserver;
 
-/// The compute servers and the metaserver's view of them, as the proxy uses them.
+/// The compute servers, as the proxy uses them.
 #[tonic::async_trait]
 pub trait Cluster: Send + Sync + 'static {
     /// Runs one call on `server` (at most `max_in_flight_per_server` at a time per server).
@@ -47,8 +47,6 @@ pub trait Cluster: Send + Sync + 'static {
     async fn health(&self, server: &str) -> Result<(), Status>;
     /// Measures the path to `server` with `bytes` of payload.
     async fn probe(&self, server: &str, bytes: usize) -> Result<PathMeasurement, Status>;
-    /// The servers the metaserver lists as up.
-    async fn up_servers(&self) -> Result<Vec<Candidate>, Status>;
     /// Closes the connections to the servers once the calls on them end; the next call
     /// opens new ones. For an idle proxy: a connection's buffers grow to the most calls it
     /// ever carried.
@@ -155,7 +153,8 @@ impl ServerConnection {
 /// The real cluster: gRPC to the servers and the metaserver.
 pub struct GrpcCluster {
     servers: Mutex<HashMap<String, ServerConnection>>,
-    metaserver: ninf_proto::net::failover::Failover,
+    /// Asked for the servers' bulk ports.
+    metaserver: Arc<dyn Metaserver>,
     token: AttachToken,
     tls: Option<GridTls>,
     settings: ConnectionSettings,
@@ -194,18 +193,14 @@ impl GrpcCluster {
         config: &ProxyConfig,
         token: Option<&str>,
         tls: Option<GridTls>,
-    ) -> Result<GrpcCluster, Status> {
+        metaserver: Arc<dyn Metaserver>,
+    ) -> GrpcCluster {
         let settings = connection_settings(config);
         // The bulk port speaks plain TCP: a TLS grid keeps every call on gRPC.
         let bulk =
             (config.bulk_calls && tls.is_none()).then(|| BulkPorts::new(config.same_host_calls));
-        Ok(GrpcCluster {
-            metaserver: ninf_proto::net::failover::Failover::connect_lazy(
-                &config.metaserver,
-                tls.as_ref(),
-                settings,
-            )
-            .map_err(|e| Status::invalid_argument(e.to_string()))?,
+        GrpcCluster {
+            metaserver,
             servers: Mutex::default(),
             token: AttachToken::new(token),
             tls,
@@ -218,19 +213,7 @@ impl GrpcCluster {
                 std::time::Duration::from_secs_f64(config.keepalive_seconds.max(0.1)),
                 std::time::Duration::from_secs_f64(config.keepalive_timeout_seconds.max(0.1)),
             ),
-        })
-    }
-
-    /// The metaserver's scheduling service, presenting the grid's token.
-    pub(crate) fn scheduling(
-        &self,
-    ) -> v1::scheduling_client::SchedulingClient<InterceptedService<Channel, AttachToken>> {
-        v1::scheduling_client::SchedulingClient::with_interceptor(
-            self.metaserver.channel().1,
-            self.token.clone(),
-        )
-        .max_decoding_message_size(CALL_LIMIT)
-        .max_encoding_message_size(CALL_LIMIT)
+        }
     }
 
     fn server(&self, address: &str) -> Result<ServerConnection, Status> {
@@ -335,18 +318,7 @@ impl GrpcCluster {
 
     /// The servers as the metaserver lists them.
     async fn server_status(&self) -> Result<Vec<v1::ServerStatus>, Status> {
-        let used = self.metaserver.channel().0;
-        let status = self
-            .scheduling()
-            .status(v1::StatusRequest { recent_graphs: 0 })
-            .await
-            .inspect_err(|status| {
-                if ninf_proto::net::failover::try_next(status) {
-                    self.metaserver.failed(used);
-                }
-            })?
-            .into_inner();
-        Ok(status.servers)
+        Ok(self.metaserver.status().await?.servers)
     }
 }
 
@@ -473,20 +445,5 @@ impl Cluster for GrpcCluster {
         if let Some(ports) = &self.bulk {
             ports.release();
         }
-    }
-
-    async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
-        Ok(self
-            .server_status()
-            .await?
-            .into_iter()
-            .filter(|s| s.up)
-            .map(|s| Candidate {
-                mflops: s.mflops * f64::from(s.processors.max(1)),
-                load: s.load,
-                address: s.address,
-                functions: s.functions,
-            })
-            .collect())
     }
 }

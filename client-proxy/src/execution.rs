@@ -1,4 +1,4 @@
-//! Runs a placed graph (seed 004, step 5): issues its tasks in dependency order, independent
+//! Runs a placed graph (the metaserver paper, step 5): issues its tasks in dependency order, independent
 //! ones in parallel, with intermediate data flowing server to server through their storage,
 //! and collects what the client asked for. It also recovers from faults. A call lost with its
 //! server is issued again, on another server when its own is suspect. An input lost with its
@@ -898,7 +898,7 @@ impl Proxy {
 
     /// The servers the metaserver lists as up.
     async fn candidates(&self) -> Result<Vec<Candidate>, Status> {
-        self.cluster.up_servers().await
+        self.metaserver.up_servers().await
     }
 
     /// Moves `task` off its suspect server to the best healthy one offering its routine;

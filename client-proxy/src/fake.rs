@@ -12,7 +12,6 @@ use ninf_proto::v1;
 use tonic::Status;
 
 use crate::cluster::Cluster;
-use crate::recovery::Candidate;
 
 /// One fake server.
 #[derive(Debug, Clone, Default)]
@@ -85,6 +84,17 @@ impl FakeCluster {
 
     pub(crate) fn invocations(&self) -> Vec<Invocation> {
         ninf_proto::sync::lock(&self.state).invocations.clone()
+    }
+
+    /// Every server and its speed, dead or alive (the metaserver lists a dead server as up
+    /// until its heartbeats time out).
+    pub(crate) fn servers(&self) -> Vec<(String, f64)> {
+        let state = ninf_proto::sync::lock(&self.state);
+        state
+            .servers
+            .iter()
+            .map(|(address, s)| (address.clone(), s.mflops))
+            .collect()
     }
 
     pub(crate) fn stored_on(&self, server: &str) -> usize {
@@ -251,20 +261,5 @@ impl Cluster for FakeCluster {
             throughput_bytes_per_second: 1e9,
             latency_seconds: 1e-4,
         })
-    }
-
-    async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
-        // The metaserver lists a dead server as up until its heartbeats time out.
-        let state = ninf_proto::sync::lock(&self.state);
-        Ok(state
-            .servers
-            .iter()
-            .map(|(address, s)| Candidate {
-                address: address.clone(),
-                mflops: s.mflops,
-                load: 0.0,
-                functions: vec!["inc".to_string()],
-            })
-            .collect())
     }
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use ninf_proto::v1;
 
 use crate::fake::{FakeCluster, FakeServer, doubles, values};
+use crate::fake_metaserver::fake_parts;
 use crate::progress::ProgressSink;
 use crate::{Executed, Proxy, ProxyConfig};
 
@@ -35,7 +36,8 @@ fn proxy_with(cluster: Arc<FakeCluster>, tune: impl FnOnce(&mut ProxyConfig)) ->
         ..ProxyConfig::new("127.0.0.1:1")
     };
     tune(&mut config);
-    Proxy::with_cluster(config, "test".into(), cluster, None, None).unwrap()
+    let (parts, _) = fake_parts(&cluster);
+    Proxy::with_parts(config, "test".into(), parts, None, None).unwrap()
 }
 
 /// A task of the fake routine: inputs are arrays by value, or fed by an edge (no source);
@@ -449,7 +451,8 @@ async fn an_idle_proxy_closes_its_connections_after_idle_connection_seconds_of_q
         idle_connection_seconds: 1,
         ..ProxyConfig::new("127.0.0.1:1")
     };
-    let proxy = Proxy::with_cluster(config, "test".into(), cluster.clone(), None, None).unwrap();
+    let (parts, _) = fake_parts(&cluster);
+    let proxy = Proxy::with_parts(config, "test".into(), parts, None, None).unwrap();
     // The first transaction starts the proxy's looks; the second runs through several.
     drop(proxy.admission.admit("client", 0).unwrap());
     let running = proxy.admission.admit("client", 0).unwrap();
@@ -472,7 +475,8 @@ async fn an_idle_proxy_closes_its_connections_after_idle_connection_seconds_of_q
         ..ProxyConfig::new("127.0.0.1:1")
     };
     let cluster = Arc::new(FakeCluster::default());
-    let proxy = Proxy::with_cluster(config, "test".into(), cluster.clone(), None, None).unwrap();
+    let (parts, _) = fake_parts(&cluster);
+    let proxy = Proxy::with_parts(config, "test".into(), parts, None, None).unwrap();
     drop(proxy.admission.admit("client", 0).unwrap());
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(cluster.releases(), 0, "0 keeps them open");

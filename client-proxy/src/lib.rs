@@ -1,4 +1,4 @@
-//! The client proxy: one per site, on behalf of every client there (seed 004, steps 2-6). It
+//! The client proxy: one per site, on behalf of every client there (the metaserver paper, steps 2-6). It
 //! measures the paths to the servers, takes a whole Network Task graph with its input data
 //! from a client, passes graph and measurements to the metaserver for a placement, issues the
 //! tasks to the chosen servers in dependency order (independent ones in parallel) with
@@ -19,12 +19,18 @@ mod execution;
 mod fake;
 #[cfg(test)]
 mod fake_cluster_tests;
+#[cfg(test)]
+mod fake_metaserver;
 pub mod journal;
 pub mod links;
 pub mod memory;
+pub mod metaserver;
 pub mod metrics;
+mod placement;
 pub mod progress;
 pub mod recovery;
+#[cfg(test)]
+mod run_graph_tests;
 pub mod run_state;
 pub mod same_host;
 pub mod service;
@@ -37,8 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use cluster::{Cluster, GrpcCluster};
-pub(crate) use config::CALL_LIMIT;
-use ninf_proto::net::auth::{AttachToken, CheckToken};
+use ninf_proto::net::auth::CheckToken;
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::net::{ConnectionSettings, Keepalive, ServeError, Serving};
 use ninf_proto::v1;
@@ -46,10 +51,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
 pub use config::ProxyConfig;
 use links::LinkRecord;
+pub use metaserver::{GrpcMetaserver, Metaserver};
+use placement::{journal_key, placed_servers, staging_within_quota};
 
 /// Times a deletion that failed is tried again in the background (about 85 s in all).
 const DELETE_ATTEMPTS: u32 = 12;
@@ -62,8 +68,8 @@ pub struct Proxy {
     pub config: ProxyConfig,
     /// Name under which graphs and measurements are recorded.
     pub name: String,
-    /// The metaservers (one answers at a time), moved down on failure.
-    metaserver: ninf_proto::net::failover::Failover,
+    /// The metaservers (one answers at a time, moved down on failure), or a fake.
+    metaserver: Arc<dyn Metaserver>,
     links: Mutex<LinkRecord>,
     /// Every call to a compute server goes through it.
     cluster: Arc<dyn Cluster>,
@@ -102,18 +108,6 @@ impl Proxy {
         let token = ninf_proto::net::auth::load_configured(config.auth_token_file.as_deref())
             .map_err(|e| precondition(&e))?;
         let tls = GridTls::load_configured(config.tls.as_ref()).map_err(|e| precondition(&e))?;
-        let cluster = Arc::new(GrpcCluster::new(&config, token.as_deref(), tls.clone())?);
-        Proxy::with_cluster(config, name, cluster, token, tls)
-    }
-
-    /// A proxy whose calls to compute servers go through `cluster` (tests give it a fake).
-    pub fn with_cluster(
-        config: ProxyConfig,
-        name: String,
-        cluster: Arc<dyn Cluster>,
-        token: Option<String>,
-        tls: Option<GridTls>,
-    ) -> Result<Arc<Proxy>, Status> {
         let settings = ConnectionSettings {
             keepalive: Keepalive::from_seconds(
                 config.keepalive_seconds,
@@ -121,12 +115,32 @@ impl Proxy {
             ),
             ..ConnectionSettings::default()
         };
-        let metaserver = ninf_proto::net::failover::Failover::connect_lazy(
+        let metaservers = ninf_proto::net::failover::Failover::connect_lazy(
             &config.metaserver,
             tls.as_ref(),
             settings,
         )
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let metaserver: Arc<dyn Metaserver> =
+            Arc::new(GrpcMetaserver::new(metaservers, token.as_deref()));
+        let cluster = Arc::new(GrpcCluster::new(
+            &config,
+            token.as_deref(),
+            tls.clone(),
+            metaserver.clone(),
+        ));
+        Proxy::with_parts(config, name, (cluster, metaserver), token, tls)
+    }
+
+    /// A proxy whose calls go through `cluster` to the compute servers and `metaserver` to
+    /// the metaserver (tests give it fakes).
+    pub fn with_parts(
+        config: ProxyConfig,
+        name: String,
+        (cluster, metaserver): (Arc<dyn Cluster>, Arc<dyn Metaserver>),
+        token: Option<String>,
+        tls: Option<GridTls>,
+    ) -> Result<Arc<Proxy>, Status> {
         let (metrics, metrics_registry) = metrics::ProxyMetrics::new();
         let admission = admission::ClientAdmission::new(admission::ClientLimits {
             transactions: config.max_transactions_per_client,
@@ -232,15 +246,15 @@ impl Proxy {
         ninf_proto::sync::lock(mutex)
     }
 
-    fn scheduling(
-        &self,
-    ) -> v1::scheduling_client::SchedulingClient<InterceptedService<Channel, AttachToken>> {
-        v1::scheduling_client::SchedulingClient::with_interceptor(
-            self.metaserver.channel().1,
-            AttachToken::new(self.token.as_deref()),
-        )
-        .max_decoding_message_size(CALL_LIMIT)
-        .max_encoding_message_size(CALL_LIMIT)
+    /// Runs `call` against the metaserver, waiting for a restarting one for up to
+    /// `metaserver_retry_seconds` ([`metaserver::retrying`]).
+    async fn with_metaserver<T, F, Fut>(&self, call: F) -> Result<T, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let patience = Duration::from_secs_f64(self.config.metaserver_retry_seconds.max(0.0));
+        metaserver::retrying(&*self.metaserver, patience, call).await
     }
 
     /// Step 2: measures the path to every server the metaserver lists as up whose latest
@@ -278,26 +292,13 @@ impl Proxy {
 
     /// The routine's interface, from the metaserver (waiting for it if it is restarting).
     pub async fn describe(&self, function: String) -> Result<v1::FunctionInterface, Status> {
-        self.with_metaserver(|| {
-            let request = v1::DescribeRequest {
-                function: function.clone(),
-            };
-            let mut scheduling = self.scheduling();
-            async move { Ok(scheduling.describe(request).await?.into_inner()) }
-        })
-        .await
+        self.with_metaserver(|| self.metaserver.describe(&function))
+            .await
     }
 
     /// The metaserver's servers (no graphs), waiting for it if it is restarting.
     async fn grid_status(&self) -> Result<v1::GridStatus, Status> {
-        self.with_metaserver(|| {
-            let mut scheduling = self.scheduling();
-            async move {
-                let request = v1::StatusRequest { recent_graphs: 0 };
-                Ok(scheduling.status(request).await?.into_inner())
-            }
-        })
-        .await
+        self.with_metaserver(|| self.metaserver.status()).await
     }
 
     /// The routines some server that is up serves, sorted, each once.
@@ -417,192 +418,6 @@ impl Proxy {
         Ok(reply)
     }
 
-    /// The graph's placement: asked of the metaserver (and journaled), or, for a transaction
-    /// the journal holds from before a restart, the one it ran under, with what survived.
-    async fn place_or_resume(
-        &self,
-        graph: &v1::TaskGraph,
-        key: Option<&str>,
-        client: &str,
-        (scheduler, label): (String, String),
-    ) -> Result<Placed, Status> {
-        // Only a journaled transaction needs its graph's hash.
-        let hash = key.map_or(0, |_| journal::graph_hash(graph));
-        let found = match key {
-            Some(key) => self.journal.take(key, client, hash),
-            None => journal::Found::Nothing,
-        };
-        match found {
-            journal::Found::Resume(run) => return Ok(self.resume(*run).await),
-            journal::Found::Stale(run) => {
-                self.abandon(&run, "the client sent another graph under its id")
-                    .await;
-            }
-            journal::Found::Nothing => {}
-        }
-        // A path is measured before its first use: a server that registered after the
-        // last probe round would otherwise be scheduled on the default link's guess.
-        if let Err(status) = self.probe_servers(Duration::MAX).await {
-            tracing::debug!(error = %status.message(), "cannot probe new servers");
-        }
-        // Step 4: the metaserver checks the graph against the IDL and places it.
-        let client_links = Self::lock(&self.links).samples();
-        let request = v1::ScheduleRequest {
-            graph: Some(graph.clone()),
-            proxy: self.name.clone(),
-            client_links,
-            scheduler,
-            label,
-            avoid: Self::lock(&self.suspects).current(self.clock()),
-            request_id: key.map_or_else(new_request_id, str::to_string),
-        };
-        let asked = Instant::now();
-        let placement = self.schedule(request).await?;
-        let schedule_seconds = asked.elapsed().as_secs_f64();
-        let owner = format!("{}/graph-{}", self.name, placement.graph_id);
-        if let Some(key) = key {
-            let run = journal::JournaledRun {
-                transaction_id: key.to_string(),
-                client: client.to_string(),
-                graph_hash: hash,
-                owner: owner.clone(),
-                placement: placement.clone(),
-                accepted_ms: unix_ms(),
-                tasks: Vec::new(),
-            };
-            self.journal
-                .record_durably(journal::Entry::Accepted(Box::new(run)))
-                .await;
-        }
-        Ok(Placed {
-            placement,
-            owner,
-            also_used: Vec::new(),
-            restored: None,
-            schedule_seconds,
-        })
-    }
-
-    /// Reports the run's actual times to the metaserver and makes the client's reply.
-    async fn report_outcome(
-        &self,
-        graph: &v1::TaskGraph,
-        placement: &v1::ScheduleReply,
-        predicted: PredictedTimes,
-        outcome: Result<Executed, Failed>,
-    ) -> Result<v1::RunReply, Status> {
-        let mut counts = RunCounts::default();
-        let (tasks, actuals, error, makespan, incidents) = match outcome {
-            Ok(Executed {
-                mut reports,
-                actuals,
-                makespan,
-                counts: run_counts,
-                incidents,
-            }) => {
-                counts = run_counts;
-                for report in reports.iter_mut() {
-                    let task = report.task as usize;
-                    report.label = graph.tasks[task].label.clone();
-                    report.function = graph.tasks[task].function.clone();
-                    (report.predicted_start, report.predicted_finish) = predicted[task];
-                }
-                (Ok(reports), actuals, String::new(), makespan, incidents)
-            }
-            Err(Failed {
-                status,
-                actuals,
-                makespan,
-                incidents,
-            }) => {
-                let message = status.message().to_string();
-                (Err(status), actuals, message, makespan, incidents)
-            }
-        };
-        self.report_actuals(v1::ActualsReport {
-            graph_id: placement.graph_id,
-            tasks: actuals,
-            makespan,
-            error,
-            incidents,
-        })
-        .await;
-        Ok(v1::RunReply {
-            graph_id: placement.graph_id,
-            scheduler: placement.scheduler.clone(),
-            tasks: tasks?,
-            predicted_makespan: placement.predicted_makespan,
-            actual_makespan: makespan,
-            inter_server_ratio: placement.inter_server_ratio,
-            schedule_seconds: 0.0,
-            tasks_retried: counts.retried,
-            regenerated: counts.regenerated,
-            staged_uploads: counts.staged_uploads,
-            staged_upload_seconds: counts.staged_upload_seconds,
-            resumed_tasks: counts.resumed,
-        })
-    }
-
-    /// Tells the metaserver what happened to a graph (a failure to do so is only logged).
-    async fn report_actuals(&self, report: v1::ActualsReport) {
-        let graph = report.graph_id;
-        let used = self.metaserver.channel().0;
-        if let Err(status) = self.scheduling().report_actuals(report).await {
-            if ninf_proto::net::failover::try_next(&status) {
-                self.metaserver.failed(used);
-            }
-            tracing::warn!(graph, error = %status.message(), "cannot report actuals");
-        }
-    }
-
-    /// Asks the metaserver for a placement, waiting for it if it is restarting.
-    async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status> {
-        self.with_metaserver(|| {
-            let request = request.clone();
-            let mut scheduling = self.scheduling();
-            async move { Ok(scheduling.schedule(request).await?.into_inner()) }
-        })
-        .await
-    }
-
-    /// Runs `call` against the metaserver. A metaserver that is restarting (unreachable) or
-    /// a standby is asked again, moving on down the list of metaservers, with doubling
-    /// back-off for up to `metaserver_retry_seconds`; any other refusal is final.
-    async fn with_metaserver<T, F, Fut>(&self, mut call: F) -> Result<T, Status>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, Status>>,
-    {
-        let deadline =
-            Instant::now() + Duration::from_secs_f64(self.config.metaserver_retry_seconds.max(0.0));
-        let mut attempt = 0;
-        loop {
-            let used = self.metaserver.channel().0;
-            match call().await {
-                Ok(reply) => return Ok(reply),
-                Err(status)
-                    if ninf_proto::net::failover::try_next(&status)
-                        && Instant::now() < deadline =>
-                {
-                    self.metaserver.failed(used);
-                    attempt += 1;
-                    if attempt == 1 && self.metaserver.len() > 1 {
-                        // The next metaserver of the list may answer at once.
-                        continue;
-                    }
-                    let wait = recovery::backoff(
-                        attempt,
-                        Duration::from_millis(100),
-                        Duration::from_secs(2),
-                    );
-                    tracing::warn!(error = %status.message(), retry_in = ?wait, "metaserver unreachable");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(status) => return Err(status),
-            }
-        }
-    }
-
     /// Deletes what `owner` stored on `server`. A server that cannot be reached now (it is
     /// cut off, or restarting) is asked again in the background with back-off, for about as
     /// long as its lease would keep the objects anyway.
@@ -651,70 +466,6 @@ impl Proxy {
     }
 }
 
-/// A transaction's key in the journal: its client's id for it, on the client (ids are the
-/// client's own); none when the client gave no id.
-fn journal_key(client: &str, transaction_id: &str) -> Option<String> {
-    (!transaction_id.is_empty()).then(|| format!("{client}#{transaction_id}"))
-}
-
-/// Where a graph runs: its placement and the owner of what it stores, with what a resumed
-/// transaction brings from before the restart.
-struct Placed {
-    placement: v1::ScheduleReply,
-    owner: String,
-    /// Servers it may have stored on besides its placement's.
-    also_used: Vec<String>,
-    restored: Option<execution::Restored>,
-    /// Seconds the metaserver took to place it (0 when resumed).
-    schedule_seconds: f64,
-}
-
-/// Each task's predicted (start, finish), seconds from the graph's start.
-type PredictedTimes = Vec<(f64, f64)>;
-
-/// Each task's server and predicted times, from the metaserver's placement; an error if it
-/// left a task without a server.
-fn placed_servers(
-    placement: &v1::ScheduleReply,
-    tasks: usize,
-) -> Result<(Vec<String>, PredictedTimes), Status> {
-    let mut servers = vec![String::new(); tasks];
-    let mut predicted = vec![(0.0, 0.0); tasks];
-    for p in &placement.placements {
-        if let Some(slot) = servers.get_mut(p.task as usize) {
-            *slot = p.server.clone();
-            predicted[p.task as usize] = (p.predicted_start, p.predicted_finish);
-        }
-    }
-    match servers.iter().position(String::is_empty) {
-        Some(task) => Err(Status::internal(format!(
-            "the metaserver placed no server for task {task}"
-        ))),
-        None => Ok((servers, predicted)),
-    }
-}
-
-/// The staged uploads to make. Staged arrays are stored on the servers like intermediates:
-/// staged only if the client's quota has room for them, else each goes with its call.
-fn staging_within_quota<'a>(
-    placement: &'a v1::ScheduleReply,
-    admitted: &mut admission::Admitted,
-) -> &'a [v1::StagedInput] {
-    let staged_bytes = placement
-        .staging
-        .iter()
-        .fold(0u64, |sum, s| sum.saturating_add(s.bytes));
-    if staged_bytes == 0 || admitted.try_grow(staged_bytes) {
-        return &placement.staging;
-    }
-    tracing::info!(
-        graph = placement.graph_id,
-        staged_bytes,
-        "no room in the client's storage quota to stage its arrays; they go with their calls"
-    );
-    &[]
-}
-
 /// The servers a graph has used so far.
 type UsedServers = Arc<Mutex<BTreeSet<String>>>;
 
@@ -750,17 +501,6 @@ struct Failed {
     actuals: Vec<v1::TaskActual>,
     makespan: f64,
     incidents: Vec<v1::GraphIncident>,
-}
-
-/// An id for a schedule request of a transaction the client gave none: the time and a
-/// number, unique to this proxy.
-fn new_request_id() -> String {
-    static ASKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let number = ASKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{nanos:x}-{number}")
 }
 
 /// Now, in Unix milliseconds.

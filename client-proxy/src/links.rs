@@ -1,4 +1,4 @@
-//! The proxy's own measurements of the paths to every server (seed 004 step 2). They stay
+//! The proxy's own measurements of the paths to every server (the metaserver paper step 2). They stay
 //! here, and travel to the metaserver only with a schedule request (step 4), as in the paper.
 
 use std::collections::{HashMap, VecDeque};

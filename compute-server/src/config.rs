@@ -154,7 +154,7 @@ pub struct GangSettings {
     pub quantum_ms: f64,
     /// Multiprogramming level: rows of the time table.
     pub max_rows: usize,
-    /// Admission policy: `fcfs`, `fpfs` or `fpmpfs` (seed 001).
+    /// Admission policy: `fcfs`, `fpfs` or `fpmpfs` (the FPMPFS paper).
     pub policy: ninf_gang::Policy,
     pub wait_limit_seconds: f64,
     /// A deadlocked job is killed this long after it was detected.
@@ -187,7 +187,7 @@ pub struct GangSettings {
     /// hosts would have: for testing the clock checks.
     pub agent_clock_offset_ms: f64,
     pub agent_clock_rate_ppm: f64,
-    /// Adaptive clock checks (seed 003): first and longest interval, and the offset change
+    /// Adaptive clock checks (the time-sync paper): first and longest interval, and the offset change
     /// that counts as drift.
     pub sync_min_interval_seconds: f64,
     pub sync_max_interval_seconds: f64,
@@ -203,14 +203,14 @@ pub struct GangSettings {
     /// takes `broker = "nodes"`). Sequential calls always run in the server's own pool.
     pub ranks: RankPlacement,
     /// With node brokers: hold a job's messages outside its slots, by each node's clock, and
-    /// hand them over at its next slot (seed 000's network preemption).
+    /// hand them over at its next slot (the gang thesis's network preemption).
     pub network_preemption: bool,
     /// Start the node agents (as processes or threads of this server). `false`: they run on
     /// other hosts (`ninf-gang-agent --server ...`) and attach over the network.
     pub spawn_agents: bool,
     /// The address spawned agents' node brokers listen on for each other (port 0: any).
     pub node_broker_listen: std::net::SocketAddr,
-    /// The time table's shape: the Ousterhout matrix (`matrix`) or seed 000's Distributed
+    /// The time table's shape: the Ousterhout matrix (`matrix`) or the gang thesis's Distributed
     /// Queue Tree (`dqt`; the processors must be a power of `dqt_width`).
     pub layout: TableLayout,
     pub dqt_width: u32,

@@ -1,4 +1,4 @@
-//! The Ninf compute server (seed 004, step 0 onwards): it benchmarks itself at start-up,
+//! The Ninf compute server (the metaserver paper, step 0 onwards): it benchmarks itself at start-up,
 //! serves its modules' routines through warm pools of generated executables, holds
 //! intermediate arrays in its storage role for calls here or elsewhere, and samples its load.
 //!

@@ -1,4 +1,4 @@
-//! The compute server's side of the metaserver loop (seed 004 steps 0 and 1): register with
+//! The compute server's side of the metaserver loop (the metaserver paper steps 0 and 1): register with
 //! the benchmark figures and interfaces, then send heartbeats carrying load samples and,
 //! less often, measure the network to every peer the metaserver lists and report it. If the
 //! metaserver is unreachable the server keeps serving and retries with back-off, moving on

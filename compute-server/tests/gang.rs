@@ -665,7 +665,7 @@ async fn messages_that_cannot_reach_another_nodes_broker_fail_the_job_saying_whe
     server.stop().await;
 }
 
-/// The time table laid out by seed 000's Distributed Queue Tree: a job of both processors
+/// The time table laid out by the gang thesis's Distributed Queue Tree: a job of both processors
 /// (the root's partition) and two of one each (the leaves') take turns, the two small ones
 /// side by side, by the tree's rounds; every call completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! An emulated slower processor, for testbeds that model machines slower than the host
-//! (issue 5: seed 004's servers computed for minutes where this host takes milliseconds).
+//! (issue 5: the metaserver paper's servers computed for minutes where this host takes milliseconds).
 //!
 //! With a slowdown of k, a routine first runs for real; the executable then holds its
 //! processor for (k - 1) times the CPU time the routine used, so the call takes k times as

@@ -1,4 +1,4 @@
-//! Which queued jobs enter the time table, in seed 001's terms (Aida, Kasahara, Narita):
+//! Which queued jobs enter the time table, in the FPMPFS paper's terms (Aida, Kasahara, Narita):
 //! - `fcfs`: only the head of the queue may start; if it does not fit, everything waits;
 //! - `fpfs` (Fit Processors First Served): scan from the head, start every job that fits,
 //!   skip the others, while processors remain;

@@ -1,4 +1,4 @@
-//! The local scheduler of one node (seed 003): it holds the last time table the server sent
+//! The local scheduler of one node (the time-sync paper): it holds the last time table the server sent
 //! and, at each boundary of its own (offset-corrected) clock, works out which of its processes
 //! to stop and which to continue. Between tables it needs no message at all. Pure: the live
 //! agent turns its answers into signals, tests drive it with numbers.

@@ -1,4 +1,4 @@
-//! The Distributed Queue Tree (seed 000, chapter 7): time-space sharing on a tree of nested
+//! The Distributed Queue Tree (the gang thesis, chapter 7): time-space sharing on a tree of nested
 //! partitions. Node i of a w-ary tree of height h stands for a partition of w^(h - depth)
 //! processors and holds a run queue of jobs of exactly that size. A "front" of active nodes
 //! moves from the root to the leaves: an active node runs each job of its queue once, one per

@@ -1,8 +1,8 @@
-//! The gang-scheduling core of a compute server (seeds 000, 001): the time table
+//! The gang-scheduling core of a compute server (the gang thesis and the FPMPFS paper): the time table
 //! ([`matrix::GangMatrix`], an Ousterhout matrix with alternative scheduling), admission by
 //! FCFS, FPFS or FPMPFS with WaitLimit ([`admission`]), jobs' global states, and the
 //! scheduler that ties them to a clock ([`scheduler::GangScheduler`]); for distribution to
-//! node agents (seed 003), the time table as a cycle from an epoch ([`table`]), the agents'
+//! node agents (the time-sync paper), the time table as a cycle from an epoch ([`table`]), the agents'
 //! local scheduler ([`agent::NodeAgent`]) and their adaptive clock checks ([`sync`]); for jobs
 //! whose ranks span nodes, network preemption and their global state ([`network`]). Pure and
 //! deterministic: no I/O, time only from a [`clock::Clock`]. The compute server drives real

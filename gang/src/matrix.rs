@@ -12,7 +12,7 @@ use serde::Serialize;
 /// A job's identifier (unique per server).
 pub type JobId = u64;
 
-/// A job's global state (seed 000, chapter 6).
+/// A job's global state (the gang thesis, chapter 6).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum JobState {
     /// Some process can make progress.

@@ -1,4 +1,4 @@
-//! The network of a gang-scheduled machine whose jobs span nodes (seed 000): **network
+//! The network of a gang-scheduled machine whose jobs span nodes (the gang thesis): **network
 //! preemption**, so that a job's messages are handed to its ranks only inside its own slots,
 //! and the **global state** of a job whose ranks sit on several nodes, so that a deadlock is
 //! still seen when no single broker sees every send and receive.

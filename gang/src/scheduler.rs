@@ -23,7 +23,7 @@ pub struct GangConfig {
     /// Slot length in seconds (100 ms by default).
     pub quantum: f64,
     pub policy: Policy,
-    /// Seconds (600 in seed 001).
+    /// Seconds (600 in the FPMPFS paper).
     pub wait_limit: f64,
     /// A stopped (deadlocked) job is reported at once and killed after this many seconds.
     pub stop_grace: f64,
@@ -35,9 +35,9 @@ pub struct GangConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum Layout {
-    /// The Ousterhout matrix: rows of slots, up to `max_rows`, with admission (seed 001).
+    /// The Ousterhout matrix: rows of slots, up to `max_rows`, with admission (the FPMPFS paper).
     Matrix,
-    /// Seed 000's Distributed Queue Tree: every job joins the queue of a partition of its size
+    /// The gang thesis's Distributed Queue Tree: every job joins the queue of a partition of its size
     /// (rounded up to a power of `width`), chosen by `allocation`; the slots follow the tree's
     /// front. No admission queue: every job is placed at once. `processors` must be a power of
     /// `width` (else the matrix is used).
@@ -314,7 +314,7 @@ impl<C: Clock> GangScheduler<C> {
         self.dirty || self.issued.is_none()
     }
 
-    /// Issues the time table for the node agents (distributed mode, seed 003): the cycle of
+    /// Issues the time table for the node agents (distributed mode, the time-sync paper): the cycle of
     /// slots over the rows with a runnable job, starting with the slot in progress so an event
     /// does not restart the rotation. When that slot's row still runs, the new table keeps its
     /// start as the epoch; otherwise the next slot starts now. Processes are left empty for

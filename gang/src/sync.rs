@@ -1,4 +1,4 @@
-//! How a node agent keeps its clock's offset from the master's (seed 003). Each check is a
+//! How a node agent keeps its clock's offset from the master's (the time-sync paper). Each check is a
 //! Cristian exchange: the agent notes its clock when it asks and when the answer comes, and
 //! takes the master's time to be at the middle of that round trip. The interval between checks
 //! adapts: it doubles while checks find no drift, and after a drift it becomes a tenth of the
@@ -19,7 +19,7 @@ pub struct SyncConfig {
     pub drift_threshold: f64,
     /// Also estimate how fast the offset moves (the clocks' rate difference) and predict it
     /// between checks, so that a clock running steadily fast stops counting as drifting. Off,
-    /// the agent behaves exactly as seed 003 describes.
+    /// the agent behaves exactly as the time-sync paper describes.
     pub compensate_rate: bool,
 }
 

@@ -1,4 +1,4 @@
-//! The time table as it is distributed to node agents (seed 003): not "what runs now" but the
+//! The time table as it is distributed to node agents (the time-sync paper): not "what runs now" but the
 //! whole cycle of slots from an epoch on the master's clock, so an agent can follow it by its
 //! own clock through any number of switches. A new table is issued only when the matrix
 //! changes (a job arrives, leaves or changes global state), never at a switch.

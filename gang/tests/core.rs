@@ -1,5 +1,5 @@
 //! The gang core under a fake clock, against layouts, slot sequences and admission orders
-//! worked out by hand from seeds 000 and 001.
+//! worked out by hand from the gang thesis and the FPMPFS paper.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! The distributed time table (seed 003) under a fake clock: which cycle the server issues,
+//! The distributed time table (the time-sync paper) under a fake clock: which cycle the server issues,
 //! that events do not restart the rotation, what each node agent stops and continues, and
 //! how the adaptive clock checks behave against a drifting clock.
 
@@ -275,7 +275,7 @@ fn follow_for_twelve_hours(config: SyncConfig) -> (f64, u64, u64, u64) {
     (worst, sync.checks(), sync.drifts(), switches)
 }
 
-/// Seed 003's rule alone keeps every boundary within 1 ms but, against a steadily fast clock,
+/// The time-sync paper's rule alone keeps every boundary within 1 ms but, against a steadily fast clock,
 /// keeps finding drift; estimating the rate as well leaves almost nothing to correct.
 #[test]
 fn a_drifting_node_stays_within_a_millisecond_with_few_checks() {
@@ -285,7 +285,7 @@ fn a_drifting_node_stays_within_a_millisecond_with_few_checks() {
     };
     let (worst, checks, drifts, switches) = follow_for_twelve_hours(paper);
     eprintln!(
-        "seed 003 rule: worst {worst:.6} s, {checks} checks, {drifts} drifts, {switches} switches"
+        "the time-sync paper rule: worst {worst:.6} s, {checks} checks, {drifts} drifts, {switches} switches"
     );
     assert_eq!(switches, 432_001);
     assert!(worst < 1e-3, "worst boundary error {worst:.6} s");

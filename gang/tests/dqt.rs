@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The Distributed Queue Tree against the thesis's worked example (seed 000, Fig. 7.2) and
+//! The Distributed Queue Tree against the thesis's worked example (the gang thesis, Fig. 7.2) and
 //! its stated properties.
 
 use ninf_gang::{Allocation, DqtConfig, QueueTree};

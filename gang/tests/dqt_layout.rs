@@ -1,4 +1,4 @@
-//! The live time table laid out by seed 000's Distributed Queue Tree instead of the
+//! The live time table laid out by the gang thesis's Distributed Queue Tree instead of the
 //! Ousterhout matrix, under a fake clock: its slots are the tree's, no two jobs of a slot share
 //! a processor, every job runs within one pass, and events keep the slot in progress.
 

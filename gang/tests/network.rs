@@ -1,4 +1,4 @@
-//! Network preemption and the global state of jobs spread over nodes (seed 000), under
+//! Network preemption and the global state of jobs spread over nodes (the gang thesis), under
 //! numbers for time: two jobs time-sharing two nodes, ranks talking across them, nodes whose
 //! clocks disagree by up to a few milliseconds.
 

@@ -1,6 +1,6 @@
 //! `ninf demo`: the seed's two workloads under several schedulers on an embedded grid of
 //! three servers, with the results checked against a local computation and a table shaped
-//! like seed 004's Tables 2-5.
+//! like the metaserver paper's Tables 2-5.
 
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use ninf::grid::{GridClient, Progress};
@@ -86,7 +86,7 @@ fn follow(bar: ProgressBar) -> impl Fn(&Progress) + Send + Sync + 'static {
 /// The tables, as text.
 pub fn render(summaries: &[Summary], servers: &[String]) -> String {
     let mut out = String::new();
-    out.push_str("Execution, communication and computation time (s), as in seed 004 Tables 2-3\n");
+    out.push_str("Execution, communication and computation time (s), as in the metaserver paper Tables 2-3\n");
     out.push_str(&format!(
         "{:<12} {:<8} {:>5} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
         "scheduler", "workload", "n", "exec", "sd", "comm", "comp", "predicted", "max error"

@@ -1,4 +1,4 @@
-//! The seed's two workloads (seed 004 sections 4.3-4.5) as Ninf transactions, each checked
+//! The seed's two workloads (the metaserver paper sections 4.3-4.5) as Ninf transactions, each checked
 //! against the same computation done locally with the same routines:
 //! - `pairs`: independent dgefa/dgesl pairs (client -> dgefa -> dgesl -> client), all in one
 //!   transaction so they run in parallel;
@@ -11,7 +11,7 @@ use ninf::grid::{GridClient, Plan, TxArg};
 use ninf::{CallError, ErrorKind};
 use serde::Serialize;
 
-/// The matrix orders seed 004 measured each workload at (none for an unknown workload).
+/// The matrix orders the metaserver paper measured each workload at (none for an unknown workload).
 pub fn seed_sizes(workload: &str) -> &'static [usize] {
     match workload {
         "pairs" => &[100, 300, 500, 700],
@@ -189,7 +189,7 @@ pub fn cascade(grid: &GridClient, n: usize, seed: u64) -> Result<WorkloadRun, Ca
 }
 
 /// One line of the demo's tables: a (scheduler, workload) averaged over trials, shaped like
-/// seed 004's Tables 2-5.
+/// the metaserver paper's Tables 2-5.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub scheduler: String,

@@ -1,4 +1,4 @@
-//! `ninf experiment wan`: seed 004's experiment on the wide-area testbed ([`crate::testbed`]).
+//! `ninf experiment wan`: the metaserver paper's experiment on the wide-area testbed ([`crate::testbed`]).
 //! The metaserver, the proxy and the client run in the client's site; a compute server runs
 //! in each server site, each a real process of the shipped binaries. The client runs the
 //! seed's workloads (5 dgefa/dgesl pairs; the 3-stage mmul cascade) through the proxy under
@@ -401,7 +401,7 @@ pub fn plot(results: &[WanResult], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// Seed 004's Tables 2 and 3: (n, exec mean, exec sd, comm total, comp total) for SIMPLE
+/// The metaserver paper's Tables 2 and 3: (n, exec mean, exec sd, comm total, comp total) for SIMPLE
 /// and for FLOW, in seconds.
 const PAPER_PAIRS: [(usize, [f64; 4], [f64; 4]); 4] = [
     (100, [14.84, 4.83, 16.80, 0.12], [8.74, 6.03, 5.54, 0.13]),
@@ -434,7 +434,7 @@ const PAPER_CASCADE: [(usize, [f64; 4], [f64; 4]); 3] = [
 const PAPER_RATIOS_PAIRS: [(f64, f64); 2] = [(0.728, 0.539), (0.728, 0.0)];
 const PAPER_RATIOS_CASCADE: [(f64, f64); 2] = [(0.571, 0.617), (0.586, 0.200)];
 
-/// Our results next to seed 004's Tables 2-5, for the seed's own schedulers (`seed-simple`,
+/// Our results next to the metaserver paper's Tables 2-5, for the seed's own schedulers (`seed-simple`,
 /// `seed-flow`) and every other scheduler run. Our times are multiplied by `speedup`, the
 /// profile's, so they are in the modelled setting's seconds like the paper's.
 pub fn paper_tables(results: &[WanResult], speedup: f64) -> String {

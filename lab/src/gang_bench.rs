@@ -6,7 +6,7 @@
 //!   scheduler (T_gang): O = (T_gang − T_batch) / T_batch. It also reports switches, table
 //!   messages, clock checks and the switch skew between a job's processes.
 //! - The allocation benchmark submits a few hundred short jobs of random sizes with Poisson
-//!   arrivals to a space-shared table (one row, as in seed 001) under one admission policy,
+//!   arrivals to a space-shared table (one row, as in the FPMPFS paper) under one admission policy,
 //!   and reports utilisation and mean response time.
 
 use std::path::{Path, PathBuf};
@@ -559,9 +559,9 @@ fn median(values: &[f64]) -> f64 {
 /// How the allocation benchmark's server places jobs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AllocationPolicy {
-    /// Space sharing (one row) under an admission policy of seed 001.
+    /// Space sharing (one row) under an admission policy of the FPMPFS paper.
     Admission(ninf_gang::Policy),
-    /// Time-space sharing by seed 000's Distributed Queue Tree (binary partitions).
+    /// Time-space sharing by the gang thesis's Distributed Queue Tree (binary partitions).
     Dqt {
         allocation: ninf_gang::Allocation,
         fair: bool,

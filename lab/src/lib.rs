@@ -1,5 +1,5 @@
 //! Measuring the grid: the wide-area testbed of network namespaces with shaped links
-//! ([`testbed`]) and its user-space latency ([`latency`]), seed 004's experiment on it
+//! ([`testbed`]) and its user-space latency ([`latency`]), the metaserver paper's experiment on it
 //! ([`experiment`]), the gang scheduler's benchmarks ([`gang_bench`]), on one host or on nodes in
 //! namespaces ([`gang_nodes`]), the metaserver's
 //! schedulers on random task graphs ([`dag_bench`]) and the simulator's front end

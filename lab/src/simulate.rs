@@ -13,12 +13,12 @@ use serde::Serialize;
 
 /// Workloads by name.
 pub enum Workload {
-    /// Seed 001's: 8 PEs (the Cenju-3), 500 jobs, demand uniform 1..8, mean run 32 s.
+    /// The FPMPFS paper's: 8 PEs (the Cenju-3), 500 jobs, demand uniform 1..8, mean run 32 s.
     Cenju3,
-    /// Seed 000's DQT workload: 128 processors, power-of-two sizes ∝ 1/size, run times
+    /// The gang thesis's DQT workload: 128 processors, power-of-two sizes ∝ 1/size, run times
     /// uniform 500..19,999 units, arrivals over 10^6 units.
     Dqt,
-    /// Seed 002's heterogeneous workload: 512 fast + 512 slow resources, 100,000 jobs, (a)
+    /// The migration paper's heterogeneous workload: 512 fast + 512 slow resources, 100,000 jobs, (a)
     /// mostly small or (b) mostly large power-of-two sizes.
     Hetero(ninf_sim::hetero::SizeMix),
     /// The Lublin-Feitelson model: 128 processors, 10,000 jobs, arrivals scaled to the load.
@@ -26,7 +26,7 @@ pub enum Workload {
     Swf(std::path::PathBuf),
 }
 
-/// Seed 000's simulated time (units of one slot).
+/// The gang thesis's simulated time (units of one slot).
 const DQT_HORIZON: f64 = 1e6;
 
 const AVAILABLE: &str = "cenju3, dqt, hetero-a, hetero-b, lublin, swf:PATH";
@@ -68,7 +68,7 @@ pub struct SimOptions {
     /// DQT: children per tree node.
     pub width: u32,
     /// MCT policies: the migration cost the scheduler predicts, seconds per GB (the actual
-    /// cost is seed 002's measured model, about 24.7 s/GB).
+    /// cost is the migration paper's measured model, about 24.7 s/GB).
     pub migration_cost: f64,
     /// Hetero workloads: whether `loads` are loads of the fast pool or of both pools.
     pub load_basis: ninf_sim::hetero::LoadBasis,
@@ -107,7 +107,7 @@ pub struct SimResult {
     /// DQT policies: each seed's largest, averaged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tqlb_mean: Option<f64>,
-    /// Heterogeneous policies: the mean turnaround broken down as in seed 002's Fig. 8.
+    /// Heterogeneous policies: the mean turnaround broken down as in the migration paper's Fig. 8.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<HeteroSummary>,
     /// The cenju3 workload: the run-time distribution and its coefficient of variation.
@@ -117,7 +117,7 @@ pub struct SimResult {
     pub run_time_cv: Option<f64>,
 }
 
-/// Seed 002's breakdown of turnaround (means over jobs and seeds).
+/// The migration paper's breakdown of turnaround (means over jobs and seeds).
 #[derive(Debug, Clone, Serialize)]
 pub struct HeteroSummary {
     pub run_s: f64,
@@ -193,7 +193,7 @@ fn simulate_one(
     })
 }
 
-/// Seed 002's machine: half the processors fast, half slow.
+/// The migration paper's machine: half the processors fast, half slow.
 fn hetero_machine(processors: u32, migration_cost: f64) -> anyhow::Result<ninf_sim::HeteroMachine> {
     use ninf_sim::hetero::MigrationModel;
     let actual = MigrationModel::seed002();
@@ -416,7 +416,7 @@ fn summarise_hetero(runs: &[ninf_sim::HeteroRun]) -> Option<HeteroSummary> {
     })
 }
 
-/// Seed 002 reports turnaround relative to MCT's on the same workload and load.
+/// The migration paper reports turnaround relative to MCT's on the same workload and load.
 fn normalise_to_mct(results: &mut [SimResult]) {
     let baselines: Vec<(String, Option<f64>, f64)> = results
         .iter()
@@ -484,7 +484,7 @@ pub fn plot(
         ),
     ];
     let mut written = Vec::new();
-    // Seed 002's Fig. 8 style: turnaround normalised to MCT's, broken down, one bar per policy.
+    // The migration paper's Fig. 8 style: turnaround normalised to MCT's, broken down, one bar per policy.
     let mut cases: Vec<(String, Option<f64>)> = Vec::new();
     for r in results.iter().filter(|r| r.breakdown.is_some()) {
         if !cases.contains(&(r.workload.clone(), r.load)) {

@@ -1,4 +1,4 @@
-//! The resource DB (seed 004): everything the metaserver must remember across restarts,
+//! The resource DB (the metaserver paper): everything the metaserver must remember across restarts,
 //! behind [`ResourceDb`] so the scheduler never sees SQL. SQLite by default (a file under the
 //! data directory), or PostgreSQL when `database_url` is `postgres://...`, which several
 //! metaservers can share ([`crate::leadership`]).

@@ -1,4 +1,4 @@
-//! The metaserver (seed 004): compute servers register with it and report load and network
+//! The metaserver (the metaserver paper): compute servers register with it and report load and network
 //! measurements; client proxies ask it to place Network Task graphs and report what actually
 //! happened. It keeps everything in the resource DB ([`db::ResourceDb`], SQLite by default) and
 //! decides with the pure code of `ninf-scheduling`: the predictor and the scheduler chosen in

@@ -1,4 +1,4 @@
-//! Scheduling one graph against the registry (seed 004 step 5): build the predictor from the
+//! Scheduling one graph against the registry (the metaserver paper step 5): build the predictor from the
 //! monitoring history and the placements still running, run the configured scheduler, and
 //! remember the new placements so the next graph sees those servers as busier. Pure: the
 //! time is a parameter.

@@ -1,6 +1,6 @@
 //! Measuring a network path to a server with its `Monitor.Probe` RPC: the fastest of a few
 //! empty probes gives the latency, a probe carrying a payload gives the throughput once that
-//! latency is taken off. Servers use it towards their peers (seed 004 step 1) and client
+//! latency is taken off. Servers use it towards their peers (the metaserver paper step 1) and client
 //! proxies towards every server (step 2).
 
 use std::time::Instant;

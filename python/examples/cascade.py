@@ -1,4 +1,4 @@
-"""The seed's transaction (Ninf, seed 004): two independent products and a third that uses
+"""The seed's transaction (Ninf, the metaserver paper): two independent products and a third that uses
 both, sent as one dataflow graph. The intermediates E and F move server to server; only G
 comes back. Run against `ninf up`'s grid, or a local one:
 

@@ -1,4 +1,4 @@
-//! FLOW (seed 004): cut the graph into paths and place each path whole, heaviest first.
+//! FLOW (the metaserver paper): cut the graph into paths and place each path whole, heaviest first.
 //!
 //! 1. Among the tasks not yet placed, take the path (a chain of tasks linked by edges) with
 //!    the largest total computation.

@@ -1,4 +1,4 @@
-//! Network Task graphs (seed 004): each task is one routine call with its computation and the
+//! Network Task graphs (the metaserver paper): each task is one routine call with its computation and the
 //! data it receives from the client or from other tasks, and the data it returns to the
 //! client. Edges carry an intermediate array from the task that produces it to a task that
 //! consumes it.

@@ -1,6 +1,6 @@
 //! The metaserver's decision logic, pure and deterministic (no I/O, no clock): Network Task
 //! graphs, the resource state predictor, and the scheduler SPI with SIMPLE and FLOW from
-//! seed 004 (as the seed ran them, and transfer-aware), HEFT, our own local search (`search`), plus round-robin and random baselines. The metaserver runs it on live data; the
+//! the metaserver paper (as the seed ran them, and transfer-aware), HEFT, our own local search (`search`), plus round-robin and random baselines. The metaserver runs it on live data; the
 //! simulator runs the same code. Formulas: docs/scheduling.md.
 
 pub mod baseline;

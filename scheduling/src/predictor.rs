@@ -1,4 +1,4 @@
-//! The resource state predictor (seed 004): how fast a server will run a new task and how
+//! The resource state predictor (the metaserver paper): how fast a server will run a new task and how
 //! fast data moves between two places, from monitoring data plus the placements the scheduler
 //! has made (a server given a task is busier until the task ends).
 //!

@@ -1,4 +1,4 @@
-//! SIMPLE and FLOW exactly as seed 004 ran them, for reproducing its experiment. The seed
+//! SIMPLE and FLOW exactly as the metaserver paper ran them, for reproducing its experiment. The seed
 //! says both "schedule according to CPU performance and load" (section 4.6): a server is
 //! chosen by its predicted speed alone, never by where the data is or how fast it moves. Its
 //! predictor knew only that "a server just given a task will soon be busier", with no time
@@ -24,11 +24,11 @@ use crate::paths::HeaviestPaths;
 use crate::predictor::{PlacementId, Predictor};
 use crate::schedule::{Prepared, Schedule, Scheduler, finish_schedule};
 
-/// Seed 004's SIMPLE.
+/// The metaserver paper's SIMPLE.
 #[derive(Debug, Default)]
 pub struct SeedSimple;
 
-/// Seed 004's FLOW.
+/// The metaserver paper's FLOW.
 #[derive(Debug, Default)]
 pub struct SeedFlow;
 

@@ -1,4 +1,4 @@
-//! SIMPLE (seed 004), transfer-aware: each task, in dependency order, goes to the server with
+//! SIMPLE (the metaserver paper), transfer-aware: each task, in dependency order, goes to the server with
 //! the shortest predicted completion time (its inputs' transfers plus its computation); the
 //! decision and its transfers are reported to the predictor before the next one, so later
 //! tasks see the added load and the shared paths. The seed's own SIMPLE, which looks at

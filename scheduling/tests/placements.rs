@@ -424,7 +424,7 @@ fn simple_pruned_and_unpruned_agree(calibrated: bool) {
     assert_eq!(a, b);
 }
 
-/// Seed 004's five dgefa/dgesl pairs in call order (dgefa1, dgesl1, dgefa2, ...): dgefa
+/// The metaserver paper's five dgefa/dgesl pairs in call order (dgefa1, dgesl1, dgefa2, ...): dgefa
 /// 2/3 n^3 flops, dgesl 2 n^2, the LU factors passed from one to the other.
 fn seed_pairs(n: u64) -> TaskGraph {
     let mut graph = TaskGraph::default();

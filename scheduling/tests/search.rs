@@ -203,7 +203,7 @@ fn search_finds_the_brute_force_optimum_of_most_small_graphs() {
     );
 }
 
-/// Seed 004's cascade (7 mmul, 8 matrices from the client) at n = 300 on the `paper`
+/// The metaserver paper's cascade (7 mmul, 8 matrices from the client) at n = 300 on the `paper`
 /// testbed as run: A 2 × 103.9 MFLOPS, B 1 × 73.7 MFLOPS (the servers' start-up benchmarks),
 /// client↔A 10, client↔B 7.5 and A↔B 40 Mbit/s (the profile's rates × its speedup of 5).
 fn paper_cascade() -> (TaskGraph, GridView, LoadPredictor) {

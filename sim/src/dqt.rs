@@ -1,4 +1,4 @@
-//! Time-space sharing by the Distributed Queue Tree (seed 000, chapter 7) in the simulator:
+//! Time-space sharing by the Distributed Queue Tree (the gang thesis, chapter 7) in the simulator:
 //! the gang core's [`QueueTree`] decides every slot; a job makes progress only in the slots it
 //! runs, and ends when it has run for its run time. Jobs whose size is not a partition size
 //! get the next larger partition (the buddy system's internal fragmentation), so any workload

@@ -1,4 +1,4 @@
-//! Scheduling on a heterogeneous machine with migration (seed 002): a pool of fast
+//! Scheduling on a heterogeneous machine with migration (the migration paper): a pool of fast
 //! (accelerated) resources and a pool of slow ones; a job needs R units of one kind at a time
 //! and runs X times faster on the fast kind. Jobs are placed online, at arrival, on plans of
 //! each pool's future use, by one of four policies:
@@ -54,7 +54,7 @@ impl HeteroJob {
     }
 }
 
-/// One kind's linear cost constants (seed 002, Table 3): seconds per MB and seconds.
+/// One kind's linear cost constants (the migration paper, Table 3): seconds per MB and seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CostConstants {
     pub checkpoint_per_mb: f64,
@@ -72,7 +72,7 @@ pub struct MigrationModel {
 }
 
 impl MigrationModel {
-    /// Seed 002's measured constants: the GPU for the fast kind, the CPU for the slow one.
+    /// The migration paper's measured constants: the GPU for the fast kind, the CPU for the slow one.
     /// Checkpoint and restart together cost about 24.7 s per GB.
     pub fn seed002() -> MigrationModel {
         MigrationModel {
@@ -129,7 +129,7 @@ impl MigrationModel {
     }
 }
 
-/// The four policies of seed 002.
+/// The four policies of the migration paper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HeteroPolicy {
@@ -190,7 +190,7 @@ pub struct Piece {
     pub end: f64,
 }
 
-/// A job's turnaround, broken down as in seed 002's Fig. 8.
+/// A job's turnaround, broken down as in the migration paper's Fig. 8.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Breakdown {
     /// Computing.
@@ -426,7 +426,7 @@ impl Scheduler {
         best
     }
 
-    /// Idle regions usable before `horizon`, in the order seed 002's step 2 takes them:
+    /// Idle regions usable before `horizon`, in the order the migration paper's step 2 takes them:
     /// earliest start first; a region on a slower kind is cut where a faster kind's region
     /// begins inside it.
     fn regions(
@@ -804,7 +804,7 @@ fn summarise(
     }
 }
 
-/// Seed 002's two size distributions (its Fig. 8): how we chose them is in
+/// The migration paper's two size distributions (its Fig. 8): how we chose them is in
 /// `docs/experiments.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum SizeMix {
@@ -814,7 +814,7 @@ pub enum SizeMix {
     Large,
 }
 
-/// What a workload's load is a load of. Seed 002's equation (7) divides "the system's"
+/// What a workload's load is a load of. The migration paper's equation (7) divides "the system's"
 /// processing rate by the work arriving; which resources that counts is not said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum LoadBasis {
@@ -838,7 +838,7 @@ impl std::str::FromStr for LoadBasis {
     }
 }
 
-/// Seed 002's workload (its Table 4): `jobs` jobs needing a power of two up to `widest`
+/// The migration paper's workload (its Table 4): `jobs` jobs needing a power of two up to `widest`
 /// resources, run time on a slow resource uniform up to 1,440 minutes, acceleration uniform
 /// over 1..10, memory per resource uniform up to 4 GB, Poisson arrivals at `load` of the
 /// fast pool, or of both pools (`basis`): mean interval = E[resources] × E[fast run time] /

@@ -20,7 +20,7 @@ pub struct Metrics {
     pub p95_wait_s: f64,
     /// max(1, (wait + run) / max(run, 10 s)).
     pub mean_bounded_slowdown: f64,
-    /// End − submit, as seed 002 names it.
+    /// End − submit, as the migration paper names it.
     pub mean_turnaround_s: f64,
     pub makespan_s: f64,
 }

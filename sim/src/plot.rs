@@ -193,7 +193,7 @@ impl Chart {
     }
 }
 
-/// Stacked bars: one bar per group, one segment per part (seed 002's turnaround breakdown).
+/// Stacked bars: one bar per group, one segment per part (the migration paper's turnaround breakdown).
 #[derive(Debug, Clone)]
 pub struct BarChart {
     pub title: String,

@@ -1,5 +1,5 @@
 //! Space-sharing policies the simulator runs. FCFS, FPFS and FPMPFS are the live gang core's
-//! own admission queue over its own time table with one row (seed 001: space sharing), so the
+//! own admission queue over its own time table with one row (the FPMPFS paper: space sharing), so the
 //! simulated and the live servers make the same decisions. EASY backfilling is the standard
 //! baseline: the first waiting job gets a reservation at the earliest time enough processors
 //! will be free (by the running jobs' requested times), and later jobs may start now if they

@@ -18,7 +18,7 @@ pub struct Job {
     pub requested: f64,
 }
 
-/// How seed 001's run times are drawn. The paper gives only their mean (32 s, over 500 jobs
+/// How the FPMPFS paper's run times are drawn. The paper gives only their mean (32 s, over 500 jobs
 /// of three real programs), so the distribution is a choice; these span its variability by
 /// the coefficient of variation (CV), all with the same mean and independent of the demand.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -97,7 +97,7 @@ impl std::str::FromStr for RunTimes {
     }
 }
 
-/// Seed 001's workload (its evaluation on an 8-PE Cenju-3): `jobs` jobs, PE demand uniform
+/// The FPMPFS paper's workload (its evaluation on an 8-PE Cenju-3): `jobs` jobs, PE demand uniform
 /// over 1..=`processors`, run times of mean `mean_run` seconds drawn from `run_times`, Poisson
 /// arrivals at `load` by its equation (1): load = λ p̄ / (m μ), so the mean interarrival time
 /// is p̄ · mean_run / (m · load).
@@ -129,7 +129,7 @@ pub fn seed001(
         .collect()
 }
 
-/// Seed 000's workload for comparing DQT allocation policies (section 7.2.2, Table 7.1):
+/// The gang thesis's workload for comparing DQT allocation policies (section 7.2.2, Table 7.1):
 /// power-of-two job sizes below the machine's size with probability inversely proportional
 /// to the size, run times uniform over 500..=19,999 time units, Poisson arrivals until
 /// `horizon` at the interval of its formula T = size × length / (P × W).
@@ -158,7 +158,7 @@ pub fn seed000(processors: u32, load: f64, horizon: f64, seed: u64) -> Vec<Job> 
     jobs
 }
 
-/// The workload factor of seed 000: work over processors × time.
+/// The workload factor of the gang thesis: work over processors × time.
 pub fn workload_factor(jobs: &[Job], processors: u32, horizon: f64) -> f64 {
     jobs.iter()
         .map(|j| f64::from(j.processors) * j.run)

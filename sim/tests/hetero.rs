@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Seed 002's policies on hand-computed traces, and their invariants on random workloads.
+//! The migration paper's policies on hand-computed traces, and their invariants on random workloads.
 
 use ninf_sim::hetero::{
     CostConstants, FAST, HeteroJob, HeteroMachine, HeteroPolicy, MigrationModel, Piece, SLOW,

@@ -1,4 +1,4 @@
-//! `ninf experiment wan|tables|partition`: seed 004's experiment on the testbed and its tables
+//! `ninf experiment wan|tables|partition`: the metaserver paper's experiment on the testbed and its tables
 //! beside the seed's, and partitions of a site during a run; `experiment-client` and
 //! `partition-client` are their client sides, run inside the client's site.
 
@@ -15,7 +15,7 @@ pub struct ExperimentArgs {
 
 #[derive(Subcommand)]
 pub enum ExperimentKind {
-    /// Seed 004's Tables 2-5 next to ours, from the JSON lines `wan` wrote.
+    /// The metaserver paper's Tables 2-5 next to ours, from the JSON lines `wan` wrote.
     Tables {
         /// A results.jsonl written by `ninf experiment wan --out`.
         results: PathBuf,
@@ -23,7 +23,7 @@ pub enum ExperimentKind {
         #[arg(long, default_value = "paper")]
         profile: String,
     },
-    /// Seed 004's experiment: the pairs and cascade workloads under each scheduler.
+    /// The metaserver paper's experiment: the pairs and cascade workloads under each scheduler.
     Wan {
         #[arg(long, default_value = "paper")]
         profile: String,

@@ -8,7 +8,7 @@ use ninf_lab::gang_bench::{self, AllocationOptions, AllocationPolicy};
 #[derive(Args)]
 pub struct GangAllocArgs {
     /// fcfs, fpfs or fpmpfs (space sharing, one row), or dqt-ALLOCATION / fair-dqt-ALLOCATION
-    /// (seed 000's Distributed Queue Tree; ALLOCATION is max, min, apa, ff or ff-apa).
+    /// (the gang thesis's Distributed Queue Tree; ALLOCATION is max, min, apa, ff or ff-apa).
     #[arg(long, default_value = "fpfs")]
     pub policy: String,
     /// Slot length with a DQT policy, milliseconds.

@@ -7,7 +7,7 @@ use ninf_lab::simulate::{self, SimOptions, Workload};
 
 #[derive(Args)]
 pub struct SimArgs {
-    /// cenju3 (seed 001), dqt (seed 000 Table 7.1), hetero-a or hetero-b (seed 002), lublin
+    /// cenju3 (the FPMPFS paper), dqt (the gang thesis Table 7.1), hetero-a or hetero-b (the migration paper), lublin
     /// (Lublin-Feitelson model) or swf:PATH.
     #[arg(long, default_value = "cenju3")]
     pub workload: String,

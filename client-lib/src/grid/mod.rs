@@ -1,4 +1,4 @@
-//! Calls through a client proxy, and Ninf transactions (seed 004): calls between
+//! Calls through a client proxy, and Ninf transactions (the metaserver paper): calls between
 //! `transaction_begin` and `end` are recorded, not run; the library links a call's IN argument
 //! to the earlier call that wrote the same client buffer, computes each call's costs from the
 //! interface descriptor and its actual scalars, and at the end sends the whole Network Task

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use ninf_proto::v1;
 
 use super::{Entry, JournaledRun};
+use crate::Proxy;
 use crate::execution::Restored;
-use crate::{Placed, Proxy};
+use crate::placement::Placed;
 
 /// How long a server has to say whether it still holds a journaled object.
 const STAT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -60,7 +61,7 @@ impl Proxy {
 
     /// The servers the metaserver lists as up (none if it cannot be asked).
     async fn up_addresses(&self) -> Vec<String> {
-        self.cluster
+        self.metaserver
             .up_servers()
             .await
             .map(|up| up.into_iter().map(|c| c.address).collect())

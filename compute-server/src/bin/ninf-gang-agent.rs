@@ -1,4 +1,4 @@
-//! `ninf-gang-agent`: the node agent of a compute server's gang scheduler (seed 003). The
+//! `ninf-gang-agent`: the node agent of a compute server's gang scheduler (the time-sync paper). The
 //! server starts one per node; it can as well run on another host and attach over the network.
 
 use clap::Parser;
@@ -37,7 +37,7 @@ struct Args {
     sync_max_interval: f64,
     #[arg(long, default_value_t = 200.0)]
     drift_threshold_us: f64,
-    /// Follow seed 003 exactly: no estimate of the clocks' rate difference.
+    /// Follow the time-sync paper exactly: no estimate of the clocks' rate difference.
     #[arg(long)]
     no_rate_estimate: bool,
     /// The grid's token file (mode 0600), when the server requires its token.

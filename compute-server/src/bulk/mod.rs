@@ -347,7 +347,7 @@ async fn write_request(
 const IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Waits for `write`, the call's input on its way to the executable. If it is slow to come,
-/// the job is idle (seed 000): it gives its slots away until the input is complete.
+/// the job is idle (the gang thesis): it gives its slots away until the input is complete.
 async fn while_idle<T>(ticket: &JobTicket, write: impl Future<Output = T>) -> T {
     tokio::pin!(write);
     match tokio::time::timeout(IDLE_AFTER, &mut write).await {

@@ -1,4 +1,4 @@
-//! The node agent (seed 003): it attaches to its server's `GangControl` service, receives a
+//! The node agent (the time-sync paper): it attaches to its server's `GangControl` service, receives a
 //! time table whenever jobs arrive or leave, and follows the table's cycle by its own clock,
 //! stopping and continuing its node's processes (SIGSTOP/SIGCONT) at slot boundaries and
 //! pinning each to its column's core ([`super::cores`]). Its clock's offset from the server's is checked with the

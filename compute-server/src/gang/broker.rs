@@ -1,7 +1,7 @@
 //! The message broker of parallel jobs: the ranks of a job (processes of one executable, SPMD)
 //! send and receive byte messages through it, over a Unix socket whose path the executables
 //! find in `NINF_SPMD_SOCKET`. Because every send and every receive passes here, the broker
-//! knows a job's global state (seed 000, chapter 6): when every rank still running waits to
+//! knows a job's global state (the gang thesis, chapter 6): when every rank still running waits to
 //! receive and no message it waits for is in flight, the job is deadlocked, and the gang
 //! master is told so (it loses its slots and is killed after the grace).
 

@@ -1,4 +1,4 @@
-//! Gang scheduling of a live compute server (seeds 000, 001, 003) around the pure core of
+//! Gang scheduling of a live compute server (the gang thesis, the FPMPFS paper and the time-sync paper) around the pure core of
 //! `ninf-gang`: the [`master::GangMaster`] turns calls into jobs and issues time tables, node
 //! agents ([`agent`]) follow them by their own clocks and signal the processes, the
 //! [`service`] connects the two over gRPC, and the [`broker::SpmdBroker`] carries messages

@@ -36,7 +36,7 @@ pub struct NodeBrokerOptions {
     pub listen: SocketAddr,
     /// The address other nodes are told to use, when it differs from the one bound.
     pub advertise: Option<String>,
-    /// Hold a job's messages outside its slots (seed 000); `false` only counts them.
+    /// Hold a job's messages outside its slots (the gang thesis); `false` only counts them.
     pub preempt: bool,
 }
 

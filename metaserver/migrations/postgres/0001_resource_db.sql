@@ -1,4 +1,4 @@
--- The resource DB of seed 004 on PostgreSQL: the same tables as migrations/sqlite, with
+-- The resource DB of the metaserver paper on PostgreSQL: the same tables as migrations/sqlite, with
 -- PostgreSQL's row ids and types. Times are Unix seconds (DOUBLE PRECISION).
 
 CREATE TABLE servers (

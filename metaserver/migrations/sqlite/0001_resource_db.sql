@@ -1,4 +1,4 @@
--- The resource DB of seed 004: servers and their routines, load and network samples, the
+-- The resource DB of the metaserver paper: servers and their routines, load and network samples, the
 -- graphs scheduled and their placements. Times are Unix seconds (REAL). Written in SQL that
 -- SQLite and PostgreSQL both accept.
 

@@ -1,4 +1,4 @@
-//! The metaserver's operations, one module per request (seed 004's steps 0-5), each an
+//! The metaserver's operations, one module per request (the metaserver paper's steps 0-5), each an
 //! `impl Metaserver` block over the shared state in `lib.rs`.
 
 pub mod actuals;

@@ -53,7 +53,7 @@ pub(crate) type StoredSamples = HashMap<(String, String), i64>;
 
 /// The samples of a proxy's schedule request that the DB does not hold yet, as it stores
 /// them, and the newest time stored per path once they are. A proxy sends every sample it
-/// keeps with each request (seed 004's step 4), and under `ninf load` the same samples
+/// keeps with each request (the metaserver paper's step 4), and under `ninf load` the same samples
 /// were written again for every graph: rows the DB wrote inside the one-at-a-time
 /// scheduling, and that crowded a restarted metaserver's history of the path with copies
 /// of one measurement. A sample without a time (`measured_unix_ms` 0, "now") is always new.

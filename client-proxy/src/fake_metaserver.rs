@@ -1,0 +1,173 @@
+//! An in-memory metaserver for tests of the proxy's whole run of a graph: it lists the fake
+//! cluster's servers as up, places each graph's tasks where the test says (or round robin),
+//! keeps every report it is sent, and can be unreachable for its next few questions, as a
+//! restarting metaserver is, or refuse a graph outright.
+
+use std::sync::{Arc, Mutex};
+
+use ninf_proto::v1;
+use tonic::Status;
+
+use crate::cluster::Cluster;
+use crate::fake::FakeCluster;
+use crate::metaserver::Metaserver;
+
+/// What [`crate::Proxy::with_parts`] takes, over `cluster` and a fake metaserver that
+/// lists its servers, with that metaserver for the test to steer and inspect.
+pub(crate) type Parts = (Arc<dyn Cluster>, Arc<dyn Metaserver>);
+
+pub(crate) fn fake_parts(cluster: &Arc<FakeCluster>) -> (Parts, Arc<FakeMetaserver>) {
+    let metaserver = FakeMetaserver::over(cluster.clone());
+    ((cluster.clone(), metaserver.clone()), metaserver)
+}
+
+#[derive(Default)]
+struct State {
+    /// Its next this many questions fail as an unreachable metaserver's do.
+    unreachable: u32,
+    /// Its next this many placements fail so, whatever else it answers.
+    placements_unreachable: u32,
+    /// The refusal every placement gets, if any.
+    refusal: Option<Status>,
+    /// Each task's server, by task; round robin over the servers when empty.
+    placement: Vec<String>,
+    /// Placement requests, answered or not.
+    schedules: u32,
+    next_graph: u64,
+    reports: Vec<v1::ActualsReport>,
+}
+
+pub(crate) struct FakeMetaserver {
+    cluster: Arc<FakeCluster>,
+    state: Mutex<State>,
+}
+
+impl FakeMetaserver {
+    pub(crate) fn over(cluster: Arc<FakeCluster>) -> Arc<FakeMetaserver> {
+        Arc::new(FakeMetaserver {
+            cluster,
+            state: Mutex::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        ninf_proto::sync::lock(&self.state)
+    }
+
+    /// Places task i on `servers[i]`.
+    pub(crate) fn place_on(&self, servers: &[&str]) {
+        self.state().placement = servers.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// Fails its next `questions` questions as unreachable.
+    pub(crate) fn unreachable_for(&self, questions: u32) {
+        self.state().unreachable = questions;
+    }
+
+    /// Fails its next `placements` placement requests as unreachable.
+    pub(crate) fn placements_unreachable_for(&self, placements: u32) {
+        self.state().placements_unreachable = placements;
+    }
+
+    /// Refuses every graph with `status`.
+    pub(crate) fn refuse(&self, status: Status) {
+        self.state().refusal = Some(status);
+    }
+
+    pub(crate) fn schedules(&self) -> u32 {
+        self.state().schedules
+    }
+
+    pub(crate) fn reports(&self) -> Vec<v1::ActualsReport> {
+        self.state().reports.clone()
+    }
+
+    /// Counts one question; an error while it is unreachable.
+    fn asked(&self) -> Result<(), Status> {
+        let mut state = self.state();
+        if state.unreachable > 0 {
+            state.unreachable -= 1;
+            return Err(Status::unavailable("the metaserver is restarting"));
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Metaserver for FakeMetaserver {
+    async fn describe(&self, function: &str) -> Result<v1::FunctionInterface, Status> {
+        self.asked()?;
+        match function {
+            "inc" => Ok(v1::FunctionInterface {
+                name: "inc".into(),
+                ..Default::default()
+            }),
+            other => Err(Status::not_found(format!("no server offers `{other}`"))),
+        }
+    }
+
+    async fn status(&self) -> Result<v1::GridStatus, Status> {
+        self.asked()?;
+        let servers = self
+            .cluster
+            .servers()
+            .into_iter()
+            .map(|(address, mflops)| v1::ServerStatus {
+                address,
+                up: true,
+                mflops,
+                processors: 1,
+                functions: vec!["inc".into()],
+                ..Default::default()
+            })
+            .collect();
+        Ok(v1::GridStatus {
+            servers,
+            ..Default::default()
+        })
+    }
+
+    async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status> {
+        {
+            let mut state = self.state();
+            state.schedules += 1;
+            if state.placements_unreachable > 0 {
+                state.placements_unreachable -= 1;
+                return Err(Status::unavailable("the metaserver is restarting"));
+            }
+        }
+        self.asked()?;
+        let mut state = self.state();
+        if let Some(refusal) = &state.refusal {
+            return Err(refusal.clone());
+        }
+        let servers: Vec<String> = self.cluster.servers().into_iter().map(|(a, _)| a).collect();
+        let tasks = request.graph.map_or(0, |g| g.tasks.len());
+        let placements = (0..tasks)
+            .map(|task| v1::TaskPlacement {
+                task: task as u32,
+                server: state
+                    .placement
+                    .get(task)
+                    .cloned()
+                    .unwrap_or_else(|| servers[task % servers.len()].clone()),
+                predicted_start: task as f64,
+                predicted_finish: task as f64 + 1.0,
+            })
+            .collect();
+        state.next_graph += 1;
+        Ok(v1::ScheduleReply {
+            graph_id: state.next_graph,
+            scheduler: "fake".into(),
+            placements,
+            predicted_makespan: tasks as f64,
+            ..Default::default()
+        })
+    }
+
+    async fn report_actuals(&self, report: v1::ActualsReport) -> Result<(), Status> {
+        self.asked()?;
+        self.state().reports.push(report);
+        Ok(())
+    }
+}

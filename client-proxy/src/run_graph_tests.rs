@@ -1,0 +1,159 @@
+//! The proxy's whole run of a graph (`Proxy::run_graph`) on fakes of both sides: the
+//! in-memory cluster ([`crate::fake`]) and metaserver ([`crate::fake_metaserver`]). A graph is
+//! placed where the metaserver says, run, cleaned up and reported; a restarting metaserver
+//! is waited for; one that refuses the graph is not asked again and nothing runs; a graph
+//! that fails is reported with its error. Values, placements and messages are checked.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use ninf_proto::v1;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use crate::fake::{FakeCluster, FakeServer, doubles, values};
+use crate::fake_metaserver::{FakeMetaserver, fake_parts};
+use crate::progress::ProgressSink;
+use crate::{Proxy, ProxyConfig};
+
+fn server() -> FakeServer {
+    FakeServer {
+        mflops: 100.0,
+        ..FakeServer::default()
+    }
+}
+
+fn grid(servers: &[(&str, FakeServer)]) -> (Arc<Proxy>, Arc<FakeCluster>, Arc<FakeMetaserver>) {
+    let cluster = Arc::new(FakeCluster::new(servers));
+    let (parts, metaserver) = fake_parts(&cluster);
+    let config = ProxyConfig {
+        retry_backoff_seconds: 0.001,
+        retry_backoff_max_seconds: 0.01,
+        task_retries: 1,
+        metaserver_retry_seconds: 30.0,
+        ..ProxyConfig::new("127.0.0.1:1")
+    };
+    let proxy = Proxy::with_parts(config, "test".into(), parts, None, None).unwrap();
+    (proxy, cluster, metaserver)
+}
+
+/// `x = inc([1, 2])`, then `y = inc(x)`; the client wants `y`, which is `[3, 4]`.
+fn chain() -> v1::RunRequest {
+    let input = v1::CallArgument {
+        source: Some(v1::call_argument::Source::Value(v1::ArgumentValue {
+            value: Some(v1::argument_value::Value::Array(doubles(&[1.0, 2.0]))),
+        })),
+    };
+    let empty = v1::CallArgument { source: None };
+    let task = |label: &str| v1::GraphTask {
+        label: label.into(),
+        function: "inc".into(),
+        ..Default::default()
+    };
+    v1::RunRequest {
+        graph: Some(v1::TaskGraph {
+            tasks: vec![task("inc#0"), task("inc#1")],
+            edges: vec![v1::GraphEdge {
+                from_task: 0,
+                from_parameter: 1,
+                to_task: 1,
+                to_parameter: 0,
+                bytes: 16,
+            }],
+        }),
+        arguments: vec![
+            v1::TaskArguments {
+                arguments: vec![input, empty.clone()],
+                returns: Vec::new(),
+            },
+            v1::TaskArguments {
+                arguments: vec![empty.clone(), empty],
+                returns: vec![1],
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+async fn run(proxy: &Proxy, request: v1::RunRequest) -> Result<v1::RunReply, Status> {
+    let mut admitted = proxy.admission.admit("client", 0).unwrap();
+    let cancel = CancellationToken::new();
+    proxy
+        .run_graph(request, &mut admitted, &ProgressSink::none(), &cancel)
+        .await
+}
+
+/// The client's `y` in a reply.
+fn returned(reply: &v1::RunReply) -> Vec<f64> {
+    let output = &reply.tasks[1].outputs[0];
+    match &output.result {
+        Some(v1::call_output::Result::Array(array)) => values(&array.data),
+        other => panic!("expected an array, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_graph_runs_where_the_metaserver_placed_it_and_is_reported_and_cleaned_up() {
+    let (proxy, cluster, metaserver) = grid(&[("a:1", server()), ("b:1", server())]);
+    metaserver.place_on(&["b:1", "a:1"]);
+    let reply = run(&proxy, chain()).await.unwrap();
+    assert_eq!(returned(&reply), vec![3.0, 4.0]);
+    assert_eq!((reply.graph_id, reply.scheduler.as_str()), (1, "fake"));
+    let called: Vec<String> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.server)
+        .collect();
+    assert_eq!(called, vec!["b:1".to_string(), "a:1".to_string()]);
+    // The intermediate `x` went from b to a as an object, and is deleted afterwards.
+    assert_eq!(cluster.invocations()[1].sources[0], "object");
+    assert_eq!((cluster.stored_on("a:1"), cluster.stored_on("b:1")), (0, 0));
+    let reports = metaserver.reports();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].graph_id, 1);
+    assert_eq!(reports[0].tasks.len(), 2);
+    assert_eq!(reports[0].error, "");
+    // The reply carries the metaserver's predictions beside what happened.
+    assert_eq!(reply.tasks[1].predicted_finish, 2.0);
+}
+
+#[tokio::test]
+async fn a_restarting_metaserver_is_waited_for_and_then_places_the_graph() {
+    let (proxy, _cluster, metaserver) = grid(&[("a:1", server())]);
+    // The status the proxy asks for first (to probe new servers) fails twice, and so do
+    // two placement requests: each is asked again, with back-off, until it is answered.
+    metaserver.unreachable_for(2);
+    metaserver.placements_unreachable_for(2);
+    let reply = run(&proxy, chain()).await.unwrap();
+    assert_eq!(returned(&reply), vec![3.0, 4.0]);
+    assert_eq!(metaserver.schedules(), 3);
+    assert_eq!(metaserver.reports().len(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_graph_is_not_asked_again_and_nothing_runs() {
+    let (proxy, cluster, metaserver) = grid(&[("a:1", server())]);
+    metaserver.refuse(Status::invalid_argument("task 0: no server offers `inc`"));
+    let err = run(&proxy, chain()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(err.message(), "task 0: no server offers `inc`");
+    assert_eq!(metaserver.schedules(), 1);
+    assert!(cluster.invocations().is_empty());
+    assert!(metaserver.reports().is_empty());
+}
+
+#[tokio::test]
+async fn a_graph_that_fails_is_reported_with_its_error_and_leaves_nothing() {
+    let dead = FakeServer {
+        dead: true,
+        ..server()
+    };
+    let (proxy, cluster, metaserver) = grid(&[("a:1", dead)]);
+    let err = run(&proxy, chain()).await.unwrap_err();
+    let reports = metaserver.reports();
+    assert_eq!(reports.len(), 1);
+    assert!(!reports[0].error.is_empty());
+    assert_eq!(reports[0].error, err.message());
+    assert_eq!(cluster.stored_on("a:1"), 0);
+}
