@@ -550,19 +550,26 @@ pub fn decode_outputs(
             .decode_from(&array.data)
             .map_err(|e| bad(format!("result `{}` of `{name}`: {e}", p.name)))?;
     }
-    if let Some(p) = function
-        .parameters
-        .iter()
-        .zip(&received)
-        .find(|(p, got)| p.mode.is_output() && !**got)
-        .map(|(p, _)| p)
-    {
+    if let Some(p) = missing_output(function, &received) {
         return Err(bad(format!(
             "`{name}` returned no value for output `{}`",
             p.name
         )));
     }
     Ok(CallOutcome { status })
+}
+
+/// The first output of `function` a reply left without a value (`received` by parameter).
+pub(crate) fn missing_output<'a>(
+    function: &'a FunctionInterface,
+    received: &[bool],
+) -> Option<&'a Parameter> {
+    function
+        .parameters
+        .iter()
+        .zip(received)
+        .find(|(p, got)| p.mode.is_output() && !**got)
+        .map(|(p, _)| p)
 }
 
 impl<'a> From<&'a ninf_proto::ArrayData> for ArrayRef<'a> {

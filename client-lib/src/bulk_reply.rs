@@ -134,13 +134,7 @@ pub(crate) async fn receive_outputs(
             }
         }
     }
-    if let Some(p) = interface
-        .parameters
-        .iter()
-        .zip(&received)
-        .find(|(p, got)| p.mode.is_output() && !**got)
-        .map(|(p, _)| p)
-    {
+    if let Some(p) = crate::args::missing_output(interface, &received) {
         return Err(protocol(format!(
             "`{name}` returned no value for output `{}`",
             p.name

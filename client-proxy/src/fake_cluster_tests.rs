@@ -68,9 +68,9 @@ fn task(label: &str, inputs: &[Option<&[f64]>]) -> (v1::GraphTask, v1::TaskArgum
     )
 }
 
-struct Run {
-    graph: v1::TaskGraph,
-    arguments: Vec<v1::TaskArguments>,
+pub(crate) struct Run {
+    pub(crate) graph: v1::TaskGraph,
+    pub(crate) arguments: Vec<v1::TaskArguments>,
     servers: Vec<String>,
     staging: Vec<v1::StagedInput>,
     progress: ProgressSink,
@@ -96,7 +96,7 @@ impl Run {
     }
 
     /// `x = inc(a)` on `first`, then `y = inc(x)` on `second`; the client wants `y`.
-    fn chain(first: &str, second: &str) -> Run {
+    pub(crate) fn chain(first: &str, second: &str) -> Run {
         let (t0, a0) = task("inc#0", &[Some(&[1.0, 2.0])]);
         let (t1, mut a1) = task("inc#1", &[None]);
         a1.returns = vec![1];

@@ -12,7 +12,8 @@ use ninf_proto::v1;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use crate::fake::{FakeCluster, FakeServer, doubles, values};
+use crate::fake::{FakeCluster, FakeServer, values};
+use crate::fake_cluster_tests::Run;
 use crate::fake_metaserver::{FakeMetaserver, fake_parts};
 use crate::progress::ProgressSink;
 use crate::{Proxy, ProxyConfig};
@@ -38,40 +39,13 @@ fn grid(servers: &[(&str, FakeServer)]) -> (Arc<Proxy>, Arc<FakeCluster>, Arc<Fa
     (proxy, cluster, metaserver)
 }
 
-/// `x = inc([1, 2])`, then `y = inc(x)`; the client wants `y`, which is `[3, 4]`.
+/// `x = inc([1, 2])`, then `y = inc(x)`; the client wants `y`, which is `[3, 4]`. The
+/// fake cluster's tests run the same graph on servers they choose; here the metaserver does.
 fn chain() -> v1::RunRequest {
-    let input = v1::CallArgument {
-        source: Some(v1::call_argument::Source::Value(v1::ArgumentValue {
-            value: Some(v1::argument_value::Value::Array(doubles(&[1.0, 2.0]))),
-        })),
-    };
-    let empty = v1::CallArgument { source: None };
-    let task = |label: &str| v1::GraphTask {
-        label: label.into(),
-        function: "inc".into(),
-        ..Default::default()
-    };
+    let run = Run::chain("", "");
     v1::RunRequest {
-        graph: Some(v1::TaskGraph {
-            tasks: vec![task("inc#0"), task("inc#1")],
-            edges: vec![v1::GraphEdge {
-                from_task: 0,
-                from_parameter: 1,
-                to_task: 1,
-                to_parameter: 0,
-                bytes: 16,
-            }],
-        }),
-        arguments: vec![
-            v1::TaskArguments {
-                arguments: vec![input, empty.clone()],
-                returns: Vec::new(),
-            },
-            v1::TaskArguments {
-                arguments: vec![empty.clone(), empty],
-                returns: vec![1],
-            },
-        ],
+        graph: Some(run.graph),
+        arguments: run.arguments,
         ..Default::default()
     }
 }
