@@ -245,6 +245,7 @@ async fn run(
     });
     let agents = start_agents(&listener, &state);
     let watchdog = gang::spawn_watchdog(state.gang.clone());
+    let table_sender = gang::spawn_table_sender(&state.gang);
     // Agents hold a stream open, which a graceful shutdown would wait for: stop them first.
     let shutdown = async move {
         shutdown.await;
@@ -289,6 +290,7 @@ async fn run(
         task.abort();
     }
     watchdog.abort();
+    table_sender.abort();
     if let Some((tcp, local)) = bulk_task {
         tcp.abort();
         local.abort();

@@ -1,7 +1,8 @@
 //! Time for the gang core: the live server reads a monotonic clock, tests and the simulator
 //! move a fake one by hand. Seconds as `f64` from an arbitrary origin.
 
-use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub trait Clock {
     fn now(&self) -> f64;
@@ -29,31 +30,38 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock that moves only when told to.
+/// A clock that moves only when told to. It may be shared between threads (behind an
+/// `Arc`), so a test can drive the live server's gang master by it.
 #[derive(Debug, Default)]
-pub struct FakeClock(Cell<f64>);
+pub struct FakeClock(AtomicU64);
 
 impl FakeClock {
     pub fn new(start: f64) -> FakeClock {
-        FakeClock(Cell::new(start))
+        FakeClock(AtomicU64::new(start.to_bits()))
     }
 
     pub fn set(&self, now: f64) {
-        self.0.set(now);
+        self.0.store(now.to_bits(), Ordering::SeqCst);
     }
 
     pub fn advance(&self, seconds: f64) {
-        self.0.set(self.0.get() + seconds);
+        self.set(self.now() + seconds);
     }
 }
 
 impl Clock for FakeClock {
     fn now(&self) -> f64 {
-        self.0.get()
+        f64::from_bits(self.0.load(Ordering::SeqCst))
     }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> f64 {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> f64 {
         (**self).now()
     }

@@ -20,6 +20,6 @@ mod spawn;
 pub mod wire;
 
 pub use broker::SpmdBroker;
-pub use master::{GangError, GangMaster, JobTicket};
+pub use master::{GangError, GangMaster, JobTicket, spawn_table_sender};
 pub use signal::signal;
 pub use spawn::{AgentCredentials, Agents, spawn_agents, spawn_watchdog};

@@ -43,7 +43,8 @@ impl v1::gang_control_server::GangControl for GangControlService {
         }
         let master = self.0.clone();
         let node = hello.node.clone();
-        let mut commands = master.attach_node(hello);
+        let (link, mut commands) = tokio::sync::mpsc::unbounded_channel();
+        let attachment = master.attach_node(hello, Box::new(link));
         tracing::info!(node = %node, "node agent attached");
 
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<v1::AgentCommand, Status>>(4);
@@ -98,7 +99,7 @@ impl v1::gang_control_server::GangControl for GangControlService {
                 }
             }
             forward.abort();
-            master.detach_node(&node);
+            master.detach_node(&node, attachment);
             tracing::info!(node = %node, "node agent detached");
         });
         Ok(Response::new(Box::pin(
