@@ -4,7 +4,7 @@
 //! A session is forgotten when it is waited for (its id is then invalid, but
 //! `grpc_get_error` still answers for it); a cancelled one writes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use tokio::task::AbortHandle;
@@ -34,8 +34,9 @@ struct Table {
     sessions: HashMap<i32, Session>,
     /// Outcomes of sessions already waited for, for `grpc_get_error`.
     waited: HashMap<i32, Result<(), Failure>>,
-    /// The session `wait_all`/`wait_and` last found failed.
-    failed: Option<i32>,
+    /// Sessions `wait_all`/`wait_and` found failed that `grpc_get_failed_sessionid` has not
+    /// handed out yet, oldest first.
+    failed: VecDeque<i32>,
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -255,7 +256,7 @@ pub fn wait_any() -> (i32, Result<(), Failure>) {
 }
 
 /// `grpc_wait_and` (`ids`) and `grpc_wait_all` (`None`: every session): waits for all;
-/// `GRPC_SESSION_FAILED` if any failed, the first such remembered for
+/// `GRPC_SESSION_FAILED` if any failed, each such (in id order) queued for
 /// `grpc_get_failed_sessionid`.
 pub fn wait_all(ids: Option<&[i32]>) -> Result<(), Failure> {
     let mut locked = lock();
@@ -282,23 +283,19 @@ pub fn wait_all(ids: Option<&[i32]>) -> Result<(), Failure> {
     let table = locked.table();
     let mut first_failure = None;
     for &id in &ids {
-        if let Err(failure) = collect(table, id)
-            && first_failure.is_none()
-        {
-            first_failure = Some((id, failure));
+        if let Err(failure) = collect(table, id) {
+            table.failed.push_back(id);
+            first_failure.get_or_insert(failure);
         }
     }
     match first_failure {
-        Some((id, failure)) => {
-            table.failed = Some(id);
-            Err(failure)
-        }
+        Some(failure) => Err(failure),
         None => Ok(()),
     }
 }
 
-/// `grpc_get_error`: `GRPC_NO_ERROR` or why the session failed; `GRPC_NOT_COMPLETED` while
-/// it runs.
+/// `grpc_get_error`: the session's error so far: `GRPC_NO_ERROR` while it runs or once it
+/// succeeded, else why it failed.
 pub fn error_of(id: i32) -> Result<(), Failure> {
     let mut locked = lock();
     let table = locked.table();
@@ -306,12 +303,7 @@ pub fn error_of(id: i32) -> Result<(), Failure> {
         Some(Session {
             state: State::Running,
             ..
-        }) => {
-            return Err(Failure::new(
-                GRPC_NOT_COMPLETED,
-                "the session is still running",
-            ));
-        }
+        }) => return Ok(()),
         Some(Session {
             state: State::Done(outcome),
             ..
@@ -321,7 +313,8 @@ pub fn error_of(id: i32) -> Result<(), Failure> {
     outcome.clone()
 }
 
-/// `grpc_get_failed_sessionid`.
+/// `grpc_get_failed_sessionid`: the oldest failed session of `grpc_wait_and`/`grpc_wait_all`
+/// not handed out yet (each once), then `GRPC_SESSIONID_VOID`.
 pub fn failed() -> i32 {
-    lock().table().failed.unwrap_or(SESSION_VOID)
+    lock().table().failed.pop_front().unwrap_or(SESSION_VOID)
 }

@@ -111,6 +111,8 @@ impl Dataflow {
 struct Faults {
     /// Retries so far, per task.
     attempts: Vec<u32>,
+    /// The servers on which each task's routine crashed, in order.
+    crashed_on: Vec<Vec<String>>,
     /// Servers that failed a call or lost data during this graph, with the time (on the
     /// proxy's clock) of the latest such failure. Until work started after that succeeds on
     /// one (it restarted, or the fault passed), no task moves to it and tasks placed on it
@@ -163,6 +165,22 @@ impl Progress {
         self.reports[task] = None;
         self.actuals.retain(|a| a.task as usize != task);
     }
+}
+
+/// How many times a task whose routine crashed runs again: once, on another server if there
+/// is one (the server may be at fault: its memory, its libraries), and no more (a routine
+/// that crashes twice crashes anywhere).
+const CRASH_RETRIES: usize = 1;
+
+/// The graph's failure when `task`'s routine crashed on each of `servers`: the routine's own
+/// failure (`ABORTED`, which clients report as a failed session), saying how it ended.
+fn crashed_again(graph: &v1::TaskGraph, task: usize, servers: &[String], last: &Status) -> Status {
+    Status::aborted(format!(
+        "{} crashed on {}: {}",
+        describe(graph, task),
+        servers.join(", then on "),
+        last.message()
+    ))
 }
 
 fn describe(graph: &v1::TaskGraph, task: usize) -> String {
@@ -289,6 +307,7 @@ impl Progress {
             sent_bytes: vec![0; n],
             faults: Faults {
                 attempts: vec![0; n],
+                crashed_on: vec![Vec::new(); n],
                 suspects: HashMap::new(),
                 lost: HashSet::new(),
                 retried: 0,
@@ -645,6 +664,7 @@ impl GraphExecution<'_> {
         let reason = match &failure {
             CallFailure::Fatal => "fatal",
             CallFailure::Server => "server",
+            CallFailure::Crashed => "crash",
             CallFailure::LostInputs(_) => "lost_input",
         };
         let culprits = match failure {
@@ -654,6 +674,14 @@ impl GraphExecution<'_> {
                 return Err(Status::new(status.code(), message));
             }
             CallFailure::Server => vec![issued.server.clone()],
+            CallFailure::Crashed => {
+                let crashed_on = &mut self.progress.faults.crashed_on[task];
+                crashed_on.push(issued.server.clone());
+                if crashed_on.len() > CRASH_RETRIES {
+                    return Err(crashed_again(self.graph, task, crashed_on, &status));
+                }
+                vec![issued.server.clone()]
+            }
             CallFailure::LostInputs(ids) => self.blame_lost(&ids),
         };
         self.proxy

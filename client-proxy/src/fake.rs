@@ -23,8 +23,10 @@ pub(crate) struct FakeServer {
     pub loses_objects: bool,
     /// Uploads to it fail.
     pub refuses_uploads: bool,
-    /// Its next this many calls fail as a crash would; it is back at once after each.
+    /// Its next this many calls fail as its restart would; it is back at once after each.
     pub fails_calls: u32,
+    /// In its next this many calls the routine's process exits with status 10.
+    pub crashes_calls: u32,
     pub(crate) objects: HashMap<String, Bytes>,
 }
 
@@ -179,6 +181,13 @@ impl Cluster for FakeCluster {
             return Err(Status::unavailable(format!(
                 "connection to {server} reset: it restarted"
             )));
+        }
+        if live.crashes_calls > 0 {
+            live.crashes_calls -= 1;
+            return Err(ninf_proto::net::crash::crashed(
+                &call.function,
+                "executable of module `fake`: early eof; the process exited with status 10",
+            ));
         }
         let mut sum: Vec<f64> = Vec::new();
         for argument in &call.arguments {

@@ -364,6 +364,52 @@ async fn a_task_no_live_server_can_run_fails_the_graph_by_name() {
     assert_eq!(cluster.invocations().len(), 3);
 }
 
+/// A routine whose process crashed is run once more, on another server: it may have been
+/// the server's fault.
+#[tokio::test]
+async fn a_routine_that_crashed_once_runs_again_on_another_server() {
+    let crashing = FakeServer {
+        crashes_calls: 1,
+        ..server(2000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", crashing),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy_with(cluster.clone(), |c| c.task_retries = 4);
+    let mut run = Run::single("s1");
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(returned(&executed, 0), [2.0, 3.0]);
+    assert_eq!(server_of(&executed, 0), "s2");
+    let metrics = ninf_telemetry::render(&proxy.metrics_registry);
+    assert!(
+        metrics.contains("ninf_retries_total{reason=\"crash\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A routine that crashed twice fails its graph as the routine's failure (`ABORTED`, which
+/// clients report as a failed session), naming both servers and how the process ended,
+/// though retries for server failures remain.
+#[tokio::test]
+async fn a_routine_that_crashed_twice_fails_the_graph_as_its_own_failure() {
+    let crashing = || FakeServer {
+        crashes_calls: 10,
+        ..server(1000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[("s1", crashing()), ("s2", crashing())]));
+    let proxy = proxy_with(cluster.clone(), |c| c.task_retries = 4);
+    let mut run = Run::single("s1");
+    let failed = run.execute(&proxy).await.err().unwrap();
+    assert_eq!(failed.status.code(), tonic::Code::Aborted);
+    assert_eq!(
+        failed.status.message(),
+        "task 0 (`inc#0`, inc) crashed on s1, then on s2: `inc` crashed during the call: \
+         executable of module `fake`: early eof; the process exited with status 10"
+    );
+    assert_eq!(cluster.invocations().len(), 2);
+}
+
 /// What a proxy's earlier life finished of `Run::chain`: inc#0, its output `x` kept on `s1`
 /// (stored there now, or `missing`).
 async fn restored_chain(cluster: &FakeCluster, missing: bool) -> crate::execution::Restored {

@@ -11,9 +11,12 @@ use tonic::Code;
 /// Why a call failed, as far as recovery is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallFailure {
-    /// The server or the path to it failed (it died, restarted, dropped the connection,
-    /// or its executable crashed): the same call may succeed elsewhere.
+    /// The server or the path to it failed (it died, restarted, dropped the connection):
+    /// the same call may succeed elsewhere.
     Server,
+    /// The routine's process ended during the call (it exited or was killed by a signal):
+    /// the routine's fault, or maybe its server's, so it is tried once more elsewhere.
+    Crashed,
     /// The server could not read these stored inputs (by object id) from where they were
     /// kept: their producers must run again.
     LostInputs(Vec<String>),
@@ -37,8 +40,9 @@ pub fn classify(code: Code, message: &str, inputs: &[&str]) -> CallFailure {
                 CallFailure::LostInputs(lost)
             }
         }
-        // A connection refused or reset, a stream cut off, an executable killed: all say
-        // more about the server's health than about the call.
+        code if ninf_proto::net::crash::is_crash(code, message) => CallFailure::Crashed,
+        // A connection refused or reset, a stream cut off, a job the gang table killed: all
+        // say more about the server's health than about the call.
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => CallFailure::Server,
         // The server could not keep an output (its spill directory is full) or take the
         // request: another server may.
@@ -105,6 +109,11 @@ mod tests {
         assert_eq!(
             classify(Code::Aborted, "`dgefa`: killed by signal 9", &[]),
             CallFailure::Server
+        );
+        let crash = ninf_proto::net::crash::crashed("exit", "the process exited with status 10");
+        assert_eq!(
+            classify(crash.code(), crash.message(), &[]),
+            CallFailure::Crashed
         );
         assert_eq!(
             classify(

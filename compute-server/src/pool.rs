@@ -31,7 +31,7 @@ pub enum PoolError {
         message: String,
     },
     /// The process died or broke the protocol during the call; it was replaced.
-    #[error("executable of module `{module}` failed during the call: {reason}")]
+    #[error("executable of module `{module}` crashed during the call: {reason}")]
     Crashed { module: String, reason: String },
     #[error("call exceeded its time limit of {seconds:.3} s and was killed")]
     Timeout { seconds: f64 },
@@ -570,7 +570,10 @@ pub fn pool_status(function: &str, error: PoolError) -> Status {
         PoolError::Timeout { seconds } => Status::deadline_exceeded(format!(
             "`{function}` ran longer than its limit of {seconds:.3} s and was killed"
         )),
-        e @ PoolError::Crashed { .. } => Status::aborted(format!("`{function}`: {e}")),
+        PoolError::Crashed { module, reason } => ninf_proto::net::crash::crashed(
+            function,
+            &format!("executable of module `{module}`: {reason}"),
+        ),
         e @ PoolError::Spawn { .. } => Status::unavailable(e.to_string()),
     }
 }

@@ -222,7 +222,7 @@ async fn bad_calls_get_clear_errors_and_the_server_keeps_serving() {
     assert_eq!(e.kind, ErrorKind::SessionFailed);
     assert!(
         e.message
-            .starts_with("`segfault`: executable of module `selftest` failed during the call:"),
+            .starts_with("`segfault` crashed during the call: executable of module `selftest`:"),
         "{}",
         e.message
     );

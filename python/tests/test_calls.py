@@ -106,6 +106,14 @@ def test_an_unknown_routine_and_a_failing_routine_name_their_errors(grid):
     assert grid.call("noop", 1) == 0
 
 
+def test_a_routine_whose_process_exits_fails_as_the_routines_failure(grid):
+    # The proxy tries it on one other server at most, then reports how the process ended.
+    with pytest.raises(ninf.SessionFailed, match=r"crashed on .*exited with status 10") as caught:
+        grid.call("exit", 10)
+    assert caught.value.code == "SESSION_FAILED"
+    assert grid.call("noop", 1) == 0
+
+
 def test_threads_call_at_once(grid):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -40,6 +40,13 @@ pub fn segfault(_code: i32) {
     }
 }
 
+/// Ends the process at once with exit status `code`, skipping every handler: what a C
+/// routine's `_exit(code)` does to its executable.
+pub fn exit(code: i32) {
+    // SAFETY: _exit has no memory-safety preconditions; the process ends here.
+    unsafe { libc::_exit(code) }
+}
+
 /// Burns CPU: `work` rounds of a multiply-add chain the compiler cannot remove.
 pub fn spin(work: i64) -> Result<(), String> {
     if work < 0 {

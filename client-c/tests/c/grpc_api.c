@@ -79,6 +79,36 @@ static void handles(const char *server) {
     printf("ok handles: default, named server, unknown routine, destructed and garbage handles\n");
 }
 
+/* A routine whose process exits or dies by a signal fails its session, as the routine's
+ * failure: GRPC_SESSION_FAILED saying how the process ended, tried on one other server at
+ * most; a named server's call is not tried elsewhere. The grid keeps serving. */
+static void crashes(const char *server) {
+    grpc_function_handle_t exits, segfault, named, noop;
+    EXPECT(grpc_function_handle_default(&exits, "exit"), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_default(&segfault, "segfault"), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_init(&named, server, "exit"), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_default(&noop, "noop"), GRPC_NO_ERROR);
+    EXPECT(grpc_call(&exits, 10), GRPC_SESSION_FAILED);
+    ASSERT(strstr(ninf_error_message(), "exited with status 10") != NULL);
+    ASSERT(strstr(ninf_error_message(), "crashed on ") != NULL);
+    ASSERT(strstr(ninf_error_message(), ", then on ") != NULL);
+    printf("ok a routine calling _exit(10): GRPC_SESSION_FAILED (%s)\n", ninf_error_message());
+    grpc_sessionid_t id;
+    EXPECT(grpc_call_async(&segfault, &id, 0), GRPC_NO_ERROR);
+    EXPECT(grpc_wait(id), GRPC_SESSION_FAILED);
+    EXPECT(grpc_get_error(id), GRPC_SESSION_FAILED);
+    ASSERT(strstr(ninf_session_error_message(id), "SIGSEGV") != NULL);
+    EXPECT(grpc_call(&named, 11), GRPC_SESSION_FAILED);
+    ASSERT(strstr(ninf_error_message(), "exited with status 11") != NULL);
+    ASSERT(strstr(ninf_error_message(), ", then on ") == NULL);
+    EXPECT(grpc_call(&noop, 0), GRPC_NO_ERROR);
+    printf("ok a segfault and a named server's crash fail their sessions; the grid still serves\n");
+    EXPECT(grpc_function_handle_destruct(&exits), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_destruct(&segfault), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_destruct(&named), GRPC_NO_ERROR);
+    EXPECT(grpc_function_handle_destruct(&noop), GRPC_NO_ERROR);
+}
+
 static void bad_arguments(void) {
     grpc_function_handle_t handle;
     EXPECT(grpc_function_handle_default(&handle, "mmul"), GRPC_NO_ERROR);
@@ -101,13 +131,13 @@ static void sessions(void) {
     EXPECT(grpc_call_async(&sleep_ms, &slow, 1500), GRPC_NO_ERROR);
     ASSERT(slow != GRPC_SESSIONID_VOID);
     EXPECT(grpc_probe(slow), GRPC_NOT_COMPLETED);
-    EXPECT(grpc_get_error(slow), GRPC_NOT_COMPLETED);
+    EXPECT(grpc_get_error(slow), GRPC_NO_ERROR); /* its error so far: none */
     EXPECT(grpc_probe_or(&slow, 1, &id), GRPC_NONE_COMPLETED);
     EXPECT(grpc_get_handle(&found, slow), GRPC_NO_ERROR);
     ASSERT(found == &sleep_ms);
     EXPECT(grpc_wait(slow), GRPC_NO_ERROR);
     EXPECT(grpc_get_error(slow), GRPC_NO_ERROR);
-    printf("ok grpc_probe answers GRPC_NOT_COMPLETED while a call runs, then the wait ends\n");
+    printf("ok grpc_probe answers GRPC_NOT_COMPLETED and grpc_get_error GRPC_NO_ERROR while a call runs\n");
 
     grpc_sessionid_t bogus[2] = {slow, 12345};
     EXPECT(grpc_wait(GRPC_SESSIONID_VOID), GRPC_INVALID_SESSION_ID);
@@ -127,18 +157,35 @@ static void sessions(void) {
     printf("ok a failing routine: GRPC_SESSION_FAILED, and why: %s\n",
            ninf_session_error_message(failing));
 
-    grpc_sessionid_t pair[2];
-    EXPECT(grpc_call_async(&sleep_ms, &pair[0], 10), GRPC_NO_ERROR);
-    EXPECT(grpc_call_async(&fail, &pair[1], 3), GRPC_NO_ERROR);
+    /* Each failed session is handed out once, then GRPC_SESSIONID_VOID: a loop until VOID
+     * (as the GridRPC interoperability tests write it) ends. */
+    grpc_sessionid_t four[4];
+    EXPECT(grpc_call_async(&fail, &four[0], 1), GRPC_NO_ERROR);
+    EXPECT(grpc_call_async(&sleep_ms, &four[1], 10), GRPC_NO_ERROR);
+    EXPECT(grpc_call_async(&fail, &four[2], 2), GRPC_NO_ERROR);
+    EXPECT(grpc_call_async(&fail, &four[3], 3), GRPC_NO_ERROR);
     EXPECT(grpc_wait_all(), GRPC_SESSION_FAILED);
+    grpc_sessionid_t handed[8];
+    int count = 0;
+    for (;;) {
+        EXPECT(grpc_get_failed_sessionid(&id), GRPC_NO_ERROR);
+        if (id == GRPC_SESSIONID_VOID) break;
+        ASSERT(count < 8);
+        handed[count++] = id;
+    }
+    ASSERT(count == 3 && handed[0] == four[0] && handed[1] == four[2] && handed[2] == four[3]);
     EXPECT(grpc_get_failed_sessionid(&id), GRPC_NO_ERROR);
-    ASSERT(id == pair[1]);
+    ASSERT(id == GRPC_SESSIONID_VOID);
+    grpc_sessionid_t pair[2];
     EXPECT(grpc_call_async(&fail, &pair[0], 4), GRPC_NO_ERROR);
     EXPECT(grpc_call_async(&sleep_ms, &pair[1], 10), GRPC_NO_ERROR);
     EXPECT(grpc_wait_and(pair, 2), GRPC_SESSION_FAILED);
     EXPECT(grpc_get_failed_sessionid(&id), GRPC_NO_ERROR);
     ASSERT(id == pair[0]);
-    printf("ok grpc_wait_all and grpc_wait_and name the failed session\n");
+    EXPECT(grpc_get_failed_sessionid(&id), GRPC_NO_ERROR);
+    ASSERT(id == GRPC_SESSIONID_VOID);
+    printf("ok grpc_get_failed_sessionid hands out each failed session of grpc_wait_all and "
+           "grpc_wait_and once, then GRPC_SESSIONID_VOID\n");
 
     enum { N = 4 };
     double x[N] = {1, 2, 3, 4}, y[N] = {-1, -1, -1, -1};
@@ -273,6 +320,7 @@ int main(int argc, char **argv) {
     handles(argv[4]);
     bad_arguments();
     sessions();
+    crashes(argv[4]);
     arg_stack(argv[4]);
     many_async();
     threads();

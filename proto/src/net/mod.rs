@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod bulk;
+pub mod crash;
 pub mod failover;
 pub mod local;
 pub mod tls;
