@@ -77,7 +77,7 @@ impl From<tonic::Status> for CallError {
             Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
                 ErrorKind::BadArgument
             }
-            Code::ResourceExhausted => ErrorKind::RpcRefused,
+            Code::ResourceExhausted | Code::PermissionDenied => ErrorKind::RpcRefused,
             Code::DeadlineExceeded => ErrorKind::Timeout,
             Code::Aborted | Code::Internal | Code::DataLoss => ErrorKind::SessionFailed,
             Code::Cancelled => ErrorKind::Canceled,

@@ -960,3 +960,44 @@ async fn a_lone_threads_call_computes_on_the_idle_neighbours_core_and_on_its_own
     first.stop().await;
     second.stop().await;
 }
+
+/// A caller announcing a release this server cannot work with is refused, both releases
+/// named; the same release, or none announced (grpcurl), is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_of_another_release_is_refused_naming_both() {
+    let server = TestServer::start(|_| {}).await;
+    let client = NinfClient::connect(&server.address).await.unwrap();
+    let announcing = |version: &'static str| {
+        v1::interface_client::InterfaceClient::with_interceptor(
+            client.channel(),
+            move |mut request: tonic::Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert("ninf-version", version.parse().unwrap());
+                Ok(request)
+            },
+        )
+    };
+    let refused = announcing("9.0.0")
+        .list(v1::ListRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert_eq!(
+        refused.message(),
+        format!(
+            "the caller runs ninf 9.0.0 and this compute server runs ninf {}; these releases do \
+             not work together: run the same release on both sides",
+            ninf_proto::version::VERSION
+        )
+    );
+    assert_eq!(ninf::CallError::from(refused).kind, ErrorKind::RpcRefused);
+    announcing(ninf_proto::version::VERSION)
+        .list(v1::ListRequest::default())
+        .await
+        .unwrap();
+    let mut plain = v1::interface_client::InterfaceClient::new(client.channel());
+    plain.list(v1::ListRequest::default()).await.unwrap();
+    // The grid's own client is served.
+    assert_eq!(client.list().await.unwrap().len(), 3);
+}

@@ -894,6 +894,15 @@ pub fn serve_stdio(idl_name: &str, idl_source: &str, dispatch: Dispatch) -> Exit
             return ExitCode::FAILURE;
         }
     };
+    // Run by hand rather than by a server: say what it is.
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!(
+            "module `{}` ({idl_name}), ninf {}",
+            module.module,
+            env!("CARGO_PKG_VERSION")
+        );
+        return ExitCode::SUCCESS;
+    }
     let reader = BufReader::with_capacity(1 << 16, io::stdin().lock());
     let writer = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let limits = match Limits::from_env() {

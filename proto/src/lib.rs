@@ -8,6 +8,7 @@ pub mod probe;
 pub mod shutdown;
 pub mod sync;
 pub mod values;
+pub mod version;
 
 /// Generated protobuf messages and gRPC services, package `ninf.v1`.
 #[allow(clippy::all, missing_docs)]

@@ -19,6 +19,7 @@ Calls group into transactions, which the grid schedules as one dataflow graph::
 Errors are subclasses of :class:`NinfError`, named after the GridRPC error codes.
 """
 
+from ._native import __version__
 from ._native import (
     BadArgument,
     Canceled,
@@ -37,6 +38,7 @@ from ._local import local_grid
 from ._plan import Plan, TaskPlan
 
 __all__ = [
+    "__version__",
     "BadArgument",
     "Canceled",
     "CommunicationFailed",

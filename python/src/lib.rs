@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Before any client starts its runtime's threads (docs in `ninf::memory`).
     ninf::memory::keep_freed_buffers();
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<client::Client>()?;
     module.add_class::<client::Transaction>()?;
     module.add_class::<run::Run>()?;

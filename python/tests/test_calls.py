@@ -155,3 +155,14 @@ def test_a_grid_over_tls_is_reached_through_its_grid_file():
         c = np.zeros((n, n), order="F")
         assert secure.call("mmul", n, a, a, c) == 0
         np.testing.assert_allclose(c, np.eye(n) * 4)
+
+
+def test_the_package_and_the_grid_programs_have_one_version():
+    import importlib.metadata
+    import subprocess
+
+    from ninf._local import find_ninf
+
+    assert ninf.__version__ == importlib.metadata.version("ninf")
+    shown = subprocess.run([str(find_ninf()), "--version"], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == f"ninf {ninf.__version__}"

@@ -7,7 +7,11 @@ use ninf_compute_server::gang::clock::AgentClock;
 use ninf_compute_server::gang::node_broker::NodeBrokerOptions;
 
 #[derive(Parser)]
-#[command(about = "Follows a compute server's gang time table on one node")]
+#[command(
+    name = "ninf-gang-agent",
+    version,
+    about = "Follows a compute server's gang time table on one node"
+)]
 struct Args {
     /// The server's gRPC address, host:port.
     #[arg(long)]

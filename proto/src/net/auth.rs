@@ -3,7 +3,8 @@
 //! clients present to the proxy, as `authorization: Bearer <token>` request metadata. A
 //! service configured with a token refuses every request without it, with UNAUTHENTICATED,
 //! and logs the refusal; a service configured without one accepts everyone (a private
-//! loopback grid).
+//! loopback grid). The same interceptors carry and check the sender's release
+//! ([`crate::version`]).
 
 use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -128,6 +129,10 @@ impl AttachToken {
 
 impl Interceptor for AttachToken {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        request.metadata_mut().insert(
+            crate::version::HEADER,
+            MetadataValue::from_static(crate::version::VERSION),
+        );
         if let Some(value) = &self.0 {
             request
                 .metadata_mut()
@@ -190,6 +195,8 @@ impl CheckToken {
 
 impl Interceptor for CheckToken {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let announced = request.metadata().get(crate::version::HEADER);
+        crate::version::check(announced.map(|v| v.as_bytes()), self.service)?;
         if self.is_open() {
             return Ok(request);
         }
