@@ -31,7 +31,7 @@ pub fn build() {
 }
 
 /// Whether this test was built in release mode: it runs from `target/release/deps`.
-fn released() -> bool {
+pub fn released() -> bool {
     std::env::current_exe()
         .ok()
         .and_then(|exe| Some(exe.parent()?.parent()?.ends_with("release")))

@@ -172,15 +172,17 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     the_example_installs_builds_and_runs_clean(dir.path(), &grid_file);
 }
 
-/// `scripts/install-c` then the README's command: `examples/c/solve.c` compiled with
+/// `scripts/install` then the README's command: `examples/c/solve.c` compiled with
 /// `pkg-config --cflags --libs ninf`, run, run under valgrind with no error and no leak,
 /// and linked statically against `libninf.a` too.
 fn the_example_installs_builds_and_runs_clean(dir: &Path, grid_file: &Path) {
     let prefix = dir.join("prefix");
     let repository = crate_dir().parent().unwrap().to_path_buf();
-    let installed = Command::new(repository.join("scripts/install-c"))
+    let profile = target_dir().file_name().unwrap().to_owned();
+    let installed = Command::new(repository.join("scripts/install"))
+        .args(["--no-build", "--profile"])
+        .arg(profile)
         .arg(&prefix)
-        .env("NINF_LIB_DIR", target_dir())
         .output()
         .unwrap();
     assert!(installed.status.success(), "{}", show(&installed));
