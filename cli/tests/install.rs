@@ -2,7 +2,7 @@
 //! only its `bin/` (and the system's) on `PATH`, no source tree, no Cargo and no
 //! `LD_LIBRARY_PATH`, runs `ninf up` with an outsider's module `ninf-gen build` made there,
 //! answers calls of a standard routine and of that module, builds and runs the C example with
-//! `pkg-config`, and runs `ninf demo`; `--archive` writes the same tree as a tarball.
+//! `pkg-config` and the Fortran one with gfortran, and runs `ninf demo`; `--archive` writes the same tree as a tarball.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -169,6 +169,32 @@ fn the_installed_tree_runs_a_grid_builds_a_module_and_a_c_program_with_nothing_e
     );
     assert!(solved.contains("largest relative error of x"), "{solved}");
 
+    // The Fortran module and example, compiled by gfortran from the tree.
+    let solve_f = work.join("solve_f");
+    let libs = succeeds(
+        installed(&tree, &work, "pkg-config")
+            .args(["--libs", "ninf"])
+            .env("PKG_CONFIG_PATH", tree.join("lib/pkgconfig")),
+    );
+    succeeds(
+        installed(&tree, &work, "gfortran")
+            .args(["-std=f2018", "-Wall", "-Werror", "-o"])
+            .arg(&solve_f)
+            .arg(tree.join("include/ninf.f90"))
+            .arg(tree.join("share/ninf/examples/fortran/solve.f90"))
+            .args(libs.split_whitespace()),
+    );
+    let solved = succeeds(
+        installed(&tree, &work, solve_f.to_str().unwrap())
+            .arg("80")
+            .env("NINF_GRID", work.join("grid/grid.toml")),
+    );
+    assert!(
+        solved.contains("n = 80: largest relative error of x")
+            && solved.contains("A x through Ninf_call(mmul) matches the local product"),
+        "{solved}"
+    );
+
     let demo = succeeds(installed(&tree, &work, "ninf").args([
         "demo",
         "--json",
@@ -219,6 +245,8 @@ fn the_archive_holds_the_same_tree() {
         "lib/pkgconfig/ninf.pc",
         "include/grpc.h",
         "include/ninf_exec.h",
+        "include/ninf.f90",
+        "share/ninf/examples/fortran/solve.f90",
         "share/ninf/idl/linpack.idl",
         "share/ninf/examples/c/solve.c",
     ] {

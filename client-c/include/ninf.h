@@ -11,7 +11,7 @@
  * first call picks another. Arguments follow the routine's IDL declaration exactly as for
  * grpc_call (see grpc.h).
  *
- * Transactions (the seed's example): the calls between Ninf_transaction_begin() and
+ * Transactions (the metaserver paper's example): the calls between Ninf_transaction_begin() and
  * Ninf_transaction_end() are recorded, not run; an array written by one call and passed
  * to a later one is an edge, and its value goes from server to server. Ninf_transaction_end
  * runs them as one graph and writes every written array in place, except those named by

@@ -1,5 +1,6 @@
 //! The C client's tests: C programs (`tests/c/*.c`) compiled by the system's `cc` against
-//! `include/` and `libninf.so`, run against a grid `ninf up --selftest` starts as its own
+//! `include/` and `libninf.so`, and a Fortran one (`tests/c/*.f90`, with `fortran/ninf.f90`)
+//! by gfortran, run against a grid `ninf up --selftest` starts as its own
 //! process. Each program checks values and error codes itself and exits non-zero at the
 //! first failed check, printing which.
 
@@ -99,6 +100,31 @@ fn compile(name: &str, out_dir: &Path) -> PathBuf {
     program
 }
 
+/// Compiles `tests/c/NAME.f90` with the Fortran module (`fortran/ninf.f90`) by gfortran,
+/// warnings as errors, against `libninf.so`; the module's `.mod` lands in `out_dir`.
+fn compile_fortran(name: &str, out_dir: &Path) -> PathBuf {
+    let program = out_dir.join(name);
+    let lib = target_dir();
+    let output = Command::new("gfortran")
+        .current_dir(out_dir)
+        .args(["-std=f2018", "-Wall", "-Werror", "-g", "-o"])
+        .arg(&program)
+        .arg(crate_dir().join("fortran/ninf.f90"))
+        .arg(crate_dir().join("tests/c").join(format!("{name}.f90")))
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lninf")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "gfortran {name}.f90 failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    program
+}
+
 /// A copy of the grid file naming a token file (mode 0600, as the grid requires) that holds
 /// a token the grid does not accept.
 fn grid_file_with_a_wrong_token(grid_file: &Path, dir: &Path) -> PathBuf {
@@ -163,6 +189,16 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     let program = compile("ninf_api", dir.path());
     let output = Command::new(&program)
         .env("NINF_GRID", &grid_file)
+        .output()
+        .unwrap();
+    let text = show(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("all passed"), "{text}");
+
+    let program = compile_fortran("fortran_api", dir.path());
+    let output = Command::new(&program)
+        .arg(&grid_file)
+        .arg(&missing)
         .output()
         .unwrap();
     let text = show(&output);
