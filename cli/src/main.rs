@@ -1,4 +1,4 @@
-//! `ninf`: start a local grid, look at it, call routines, run the seed's demo, and measure
+//! `ninf`: start a local grid, look at it, call routines, run the metaserver paper's demo, and measure
 //! the grid (benchmarks, the simulator, the wide-area testbed and its experiment, chaos).
 //! Each subcommand lives in its own module under [`commands`].
 
@@ -31,7 +31,7 @@ enum Command {
     /// Call a routine through the running grid: values for its IN/INOUT parameters in order
     /// (numbers, JSON lists, or `random`).
     Call(call::CallArgs),
-    /// Start a grid of 3 servers and run the seed's workloads under SIMPLE and FLOW.
+    /// Start a grid of 3 servers and run the metaserver paper's workloads under SIMPLE and FLOW.
     Demo(demo::DemoArgs),
     /// Gang scheduling overhead: K CPU-bound jobs using every processor, one after another
     /// and time-shared; also switches, table messages, clock checks and switch skew.

@@ -1,4 +1,4 @@
-//! `ninf demo`: a grid of 3 servers runs the seed's workloads under each scheduler, checked
+//! `ninf demo`: a grid of 3 servers runs the metaserver paper's workloads under each scheduler, checked
 //! against the same routines run locally.
 
 use clap::Args;
@@ -30,7 +30,7 @@ pub struct DemoArgs {
     /// per-call costs from the graphs that ran (its `calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
-    /// The metaserver's predictor: latest (the seed's), forecast (NWS-style) or capacity
+    /// The metaserver's predictor: latest (the metaserver paper's), forecast (NWS-style) or capacity
     /// (docs/scheduling.md); default the metaserver's.
     #[arg(long, value_parser = super::PREDICTORS)]
     pub predictor: Option<String>,

@@ -1,5 +1,5 @@
 //! `ninf experiment wan|tables|partition`: the metaserver paper's experiment on the testbed and its tables
-//! beside the seed's, and partitions of a site during a run; `experiment-client` and
+//! beside the metaserver paper's, and partitions of a site during a run; `experiment-client` and
 //! `partition-client` are their client sides, run inside the client's site.
 
 use std::path::PathBuf;
@@ -27,13 +27,13 @@ pub enum ExperimentKind {
     Wan {
         #[arg(long, default_value = "paper")]
         profile: String,
-        /// Schedulers to compare; `seed-simple` and `seed-flow` are the seed's own.
+        /// Schedulers to compare; `seed-simple` and `seed-flow` are the metaserver paper's own.
         #[arg(long, value_delimiter = ',', default_value = "seed-simple,seed-flow")]
         scheduler: Vec<String>,
         /// pairs, cascade or both.
         #[arg(long, value_delimiter = ',', default_value = "pairs,cascade")]
         workload: Vec<String>,
-        /// Matrix orders for every workload; by default the seed's: pairs 100,300,500,700
+        /// Matrix orders for every workload; by default the metaserver paper's: pairs 100,300,500,700
         /// and cascade 100,200,300.
         #[arg(long, value_delimiter = ',')]
         sizes: Option<Vec<usize>>,
@@ -47,10 +47,10 @@ pub enum ExperimentKind {
         /// Longest wait for the servers to register and measure the network.
         #[arg(long, default_value_t = 120.0)]
         settle_seconds: f64,
-        /// The metaserver's predictor: latest (the seed's), forecast, or capacity.
+        /// The metaserver's predictor: latest (the metaserver paper's), forecast, or capacity.
         #[arg(long, default_value = "latest")]
         predictor: String,
-        /// The metaserver predicts with its model alone (`calibrate = false`), as the seed's
+        /// The metaserver predicts with its model alone (`calibrate = false`), as the metaserver paper's
         /// did.
         #[arg(long)]
         no_calibrate: bool,

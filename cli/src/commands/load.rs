@@ -30,7 +30,7 @@ pub struct LoadArgs {
     /// The metaserver predicts with its model alone (`calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
-    /// The metaserver's predictor: latest (the seed's), forecast (NWS-style) or capacity
+    /// The metaserver's predictor: latest (the metaserver paper's), forecast (NWS-style) or capacity
     /// (docs/scheduling.md); default the metaserver's.
     #[arg(long, value_parser = super::PREDICTORS)]
     pub predictor: Option<String>,
