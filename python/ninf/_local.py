@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -24,12 +25,13 @@ BIN_DIR_ENV = "NINF_BIN_DIR"
 
 
 def find_ninf() -> Path:
-    """The ``ninf`` program: in ``$NINF_BIN_DIR``, installed with this package
-    (``ninf/bin``), or on ``PATH``."""
+    """The ``ninf`` program: in ``$NINF_BIN_DIR``, else the one the wheel installed into this
+    environment's scripts folder (with the servers and the routines' executables beside it),
+    else on ``PATH``."""
     candidates = []
     if os.environ.get(BIN_DIR_ENV):
         candidates.append(Path(os.environ[BIN_DIR_ENV]) / "ninf")
-    candidates.append(Path(__file__).parent / "bin" / "ninf")
+    candidates.append(Path(sysconfig.get_path("scripts")) / "ninf")
     on_path = shutil.which("ninf")
     if on_path:
         candidates.append(Path(on_path))
@@ -38,9 +40,9 @@ def find_ninf() -> Path:
             return candidate
     raise _native.ServerNotFound(
         "ninf.local_grid needs the grid's programs (`ninf` and the routines' `ninf-exec-*`), "
-        f"and found none in ${BIN_DIR_ENV}, in {Path(__file__).parent / 'bin'} or on PATH. "
-        "Build them with `cargo build --release -p ninf-cli -p ninf-routines` in the Ninf "
-        f"repository and set {BIN_DIR_ENV}=<repository>/target/release (or put it on PATH)."
+        f"which the wheel installs into {sysconfig.get_path('scripts')}, and found none there, "
+        f"in ${BIN_DIR_ENV} or on PATH. Reinstall the package (`pip install ./python` in the "
+        f"Ninf repository builds them), or set {BIN_DIR_ENV} to a folder holding them."
     )
 
 

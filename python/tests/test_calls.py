@@ -166,3 +166,23 @@ def test_the_package_and_the_grid_programs_have_one_version():
     assert ninf.__version__ == importlib.metadata.version("ninf")
     shown = subprocess.run([str(find_ninf()), "--version"], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == f"ninf {ninf.__version__}"
+
+
+def test_local_grid_finds_the_programs_the_wheel_installed():
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    scripts = Path(sysconfig.get_path("scripts"))
+    found = subprocess.run(
+        [sys.executable, "-c", "from ninf._local import find_ninf; print(find_ninf())"],
+        env={"PATH": f"{scripts}:/usr/bin:/bin", "NINF_BIN_DIR": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(found.stdout.strip()) == scripts / "ninf"
+    for program in ["ninf-server", "ninf-metaserver", "ninf-proxy", "ninf-gen", "ninf-exec-linpack"]:
+        assert (scripts / program).is_file(), program
+    assert (Path(sys.prefix) / "lib" / "libninf_exec.a").is_file()

@@ -46,8 +46,9 @@ def probe(setting):
 def test_a_large_buffer_comes_from_the_heap_and_stays_for_the_next_call():
     seen = probe(None)
     assert seen["mapped_for_block"] == 0, seen
-    assert seen["heap_for_block"] >= 64 << 20, seen
-    assert seen["heap_kept_after"] >= 64 << 20, seen
+    # The heap grows by the block less whatever free room it already had (a few KiB).
+    assert seen["heap_for_block"] >= 63 << 20, seen
+    assert seen["heap_kept_after"] >= seen["heap_for_block"], seen
 
 
 def test_system_leaves_glibcs_own_choice_a_fresh_mapping_returned_at_once():
