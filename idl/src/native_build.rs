@@ -292,7 +292,7 @@ fn find_runtime(given: Option<&Path>) -> Result<PathBuf, BuildError> {
     }
     candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
         BuildError::Other(format!(
-            "cannot find the executable runtime {name} (looked in {}); install it beside ninf-gen (cargo build --release -p ninf-exec-c puts it in target/release) or pass --runtime",
+            "cannot find the executable runtime {name} (looked in {}); install the grid with `scripts/install PREFIX` (it puts {name} in PREFIX/lib, beside PREFIX/bin/ninf-gen), build it with `cargo build --release --workspace --lib` (into target/release), or pass --runtime",
             candidates
                 .iter()
                 .map(|p| p.display().to_string())
