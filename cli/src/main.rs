@@ -76,7 +76,7 @@ fn main() -> anyhow::Result<()> {
         service_name: &service,
         otlp_endpoint: cli.otlp_endpoint.as_deref(),
     })?;
-    match cli.command {
+    let result = match cli.command {
         Command::Up(args) => up::run(args),
         Command::Certs(args) => certs::run(args),
         Command::Status(args) => status::run(args),
@@ -92,5 +92,9 @@ fn main() -> anyhow::Result<()> {
         Command::PartitionClient(args) => experiment::run_partition_client(args),
         Command::DagBench(args) => dag_bench::run(args),
         Command::GangAlloc(args) => gang_alloc::run(args),
+    };
+    if result.is_err() {
+        ninf_grid::processes::yield_to_signal();
     }
+    result
 }

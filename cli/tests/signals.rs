@@ -154,3 +154,51 @@ fn an_interrupted_grid_of_ninf_up_leaves_no_process_behind() {
     assert_eq!(code, Some(0), "ninf up stops gracefully on SIGINT");
     assert!(left.is_empty(), "still alive after ninf up: {left:?}");
 }
+
+/// The network namespaces named `PREFIX-...` that exist now.
+fn namespaces(prefix: &str) -> Vec<String> {
+    let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn an_interrupted_experiment_leaves_no_process_and_no_namespace_behind() {
+    if !ninf_lab::testbed::is_root() {
+        eprintln!("not root: the testbed cannot be built here");
+        return;
+    }
+    let prefix = format!("ns{}", std::process::id() % 100_000);
+    let out = tempfile::tempdir().unwrap();
+    // A metaserver, a proxy and a server in each of the two sites, in their namespaces.
+    let (code, left) = interrupt(
+        &[
+            "experiment",
+            "wan",
+            "--profile",
+            "lan",
+            "--workload",
+            "pairs",
+            "--sizes",
+            "60",
+            "--trials",
+            "100000",
+            "--prefix",
+            &prefix,
+            "--out",
+            out.path().to_str().unwrap(),
+        ],
+        4,
+        libc::SIGINT,
+    );
+    assert_eq!(code, Some(130));
+    assert!(
+        left.is_empty(),
+        "still alive after ninf experiment: {left:?}"
+    );
+    assert_eq!(namespaces(&prefix), Vec::<String>::new());
+}

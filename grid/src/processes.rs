@@ -3,13 +3,15 @@
 //! waiting until it listens, and killing it when its handle is dropped. Every child started
 //! here is also on a list of this process's, so that a harness interrupted by SIGINT or
 //! SIGTERM ends them all before it exits ([`end_children_on_signal`]): drops do not run when
-//! a signal ends a process.
+//! a signal ends a process. What a harness set up outside its children (network namespaces)
+//! it registers with [`undo_on_signal`], undone after the children end.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -39,6 +41,38 @@ impl Started {
     }
 }
 
+type Undo = Box<dyn FnOnce() + Send>;
+
+/// What a signal must undo besides ending the children, by registration.
+static UNDO: Mutex<BTreeMap<u64, Undo>> = Mutex::new(BTreeMap::new());
+/// Set once a signal arrived: the handler is ending the children and will exit.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static NEXT_UNDO: AtomicU64 = AtomicU64::new(0);
+
+fn undo_list() -> std::sync::MutexGuard<'static, BTreeMap<u64, Undo>> {
+    UNDO.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A set-up that a signal undoes while this lives; dropping it forgets the undo (its owner
+/// tore the set-up down itself, or keeps it on purpose).
+#[derive(Debug)]
+pub struct UndoOnSignal(u64);
+
+/// Has `undo` run if SIGINT or SIGTERM ends this process (after its children have ended)
+/// while the returned guard lives.
+pub fn undo_on_signal(undo: impl FnOnce() + Send + 'static) -> UndoOnSignal {
+    let key = NEXT_UNDO.fetch_add(1, Ordering::Relaxed);
+    undo_list().insert(key, Box::new(undo));
+    UndoOnSignal(key)
+}
+
+impl Drop for UndoOnSignal {
+    fn drop(&mut self) {
+        undo_list().remove(&self.0);
+    }
+}
+
 impl Drop for Started {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -48,7 +82,8 @@ impl Drop for Started {
 }
 
 /// On SIGINT or SIGTERM, stops every child on the list (each with its own signal, then
-/// SIGKILL for those still there after `grace`) and exits with 130, as a shell reports an
+/// SIGKILL for those still there after `grace`), runs what [`undo_on_signal`] registered,
+/// and exits with 130, as a shell reports an
 /// interrupted command. For the harnesses that start grids of processes; services stop on
 /// the same signals gracefully instead.
 pub fn end_children_on_signal(grace: Duration) -> anyhow::Result<()> {
@@ -61,10 +96,26 @@ pub fn end_children_on_signal(grace: Duration) -> anyhow::Result<()> {
         .name("signals".into())
         .spawn(move || {
             runtime.block_on(signal);
+            INTERRUPTED.store(true, Ordering::SeqCst);
             end_children(grace);
+            let undo = std::mem::take(&mut *undo_list());
+            for (_, action) in undo {
+                action();
+            }
             std::process::exit(130);
         })?;
     Ok(())
+}
+
+/// If a signal is being handled ([`end_children_on_signal`]), waits for its handler to end
+/// the process with 130. A harness whose children the handler stopped fails at once; that
+/// failure must not end the process first, with another status and before the undo runs.
+pub fn yield_to_signal() {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
 }
 
 /// Stops every child on the list, waiting at most `grace` before killing the rest.

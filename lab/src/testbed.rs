@@ -279,6 +279,8 @@ pub struct Testbed {
     forwarder_program: Option<PathBuf>,
     /// The delay forwarder, while it runs.
     forwarder: Option<Child>,
+    /// Tears the namespaces down if a signal ends the process while they stand.
+    undo: Option<ninf_grid::processes::UndoOnSignal>,
 }
 
 /// Runs `ip`/`tc`-style commands; stops at the first failure with its output.
@@ -321,6 +323,7 @@ impl Testbed {
             armed: false,
             forwarder_program: None,
             forwarder: None,
+            undo: None,
         }
     }
 
@@ -536,15 +539,7 @@ impl Testbed {
 
     /// Namespaces of this prefix that exist now.
     pub fn existing(&self) -> Vec<String> {
-        let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
-            return Vec::new();
-        };
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
-            .map(str::to_string)
-            .collect()
+        namespaces_of(&self.prefix)
     }
 
     /// Builds the testbed (after tearing down any earlier one with this prefix). The
@@ -557,6 +552,10 @@ impl Testbed {
         }
         self.down()?;
         self.armed = true;
+        let prefix = self.prefix.clone();
+        self.undo = Some(ninf_grid::processes::undo_on_signal(move || {
+            let _ = down_prefix(&prefix);
+        }));
         for command in self.plan_up() {
             run(&command)?;
         }
@@ -566,19 +565,13 @@ impl Testbed {
 
     /// Kills every process in this prefix's namespaces and deletes them. Idempotent.
     pub fn down(&self) -> anyhow::Result<()> {
-        let namespaces = self.existing();
-        for ns in &namespaces {
-            kill_all_in(ns);
-        }
-        for ns in &namespaces {
-            run(&words(&format!("ip netns delete {ns}")))?;
-        }
-        Ok(())
+        down_prefix(&self.prefix)
     }
 
     /// Keeps the testbed after this value is dropped (for `ninf testbed up`).
     pub fn disarm(mut self) {
         self.armed = false;
+        self.undo = None;
     }
 
     /// Bytes the router has sent into `site` (everything addressed to it from other sites).
@@ -665,6 +658,31 @@ impl Testbed {
 }
 
 /// SIGKILL every process in a namespace (twice: a dying parent may start one more).
+/// The network namespaces named `PREFIX-...` that exist now.
+fn namespaces_of(prefix: &str) -> Vec<String> {
+    let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Kills every process in the namespaces of `prefix` and deletes them. Idempotent.
+fn down_prefix(prefix: &str) -> anyhow::Result<()> {
+    let namespaces = namespaces_of(prefix);
+    for ns in &namespaces {
+        kill_all_in(ns);
+    }
+    for ns in &namespaces {
+        run(&words(&format!("ip netns delete {ns}")))?;
+    }
+    Ok(())
+}
+
 fn kill_all_in(ns: &str) {
     for _ in 0..2 {
         let Ok(output) = Command::new("ip").args(["netns", "pids", ns]).output() else {
