@@ -9,10 +9,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::programs;
+use common::{Up, programs};
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -77,16 +77,6 @@ fn write_module(work: &Path) {
 }
 
 /// `ninf up` of the installed tree, stopped with SIGINT when dropped.
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
 fn up(tree: &Path, work: &Path) -> Up {
     let child = installed(tree, work, "ninf")
         .args([

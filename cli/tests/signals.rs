@@ -155,17 +155,6 @@ fn an_interrupted_grid_of_ninf_up_leaves_no_process_behind() {
     assert!(left.is_empty(), "still alive after ninf up: {left:?}");
 }
 
-/// The network namespaces named `PREFIX-...` that exist now.
-fn namespaces(prefix: &str) -> Vec<String> {
-    let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{prefix}-")))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn an_interrupted_experiment_leaves_no_process_and_no_namespace_behind() {
     if !ninf_lab::testbed::is_root() {
@@ -200,5 +189,8 @@ fn an_interrupted_experiment_leaves_no_process_and_no_namespace_behind() {
         left.is_empty(),
         "still alive after ninf experiment: {left:?}"
     );
-    assert_eq!(namespaces(&prefix), Vec::<String>::new());
+    assert_eq!(
+        ninf_lab::testbed::namespaces_of(&prefix),
+        Vec::<String>::new()
+    );
 }

@@ -14,37 +14,28 @@ fn every_program_says_the_one_release() {
     programs::build();
     let bin = ninf().parent().unwrap();
     let version = env!("CARGO_PKG_VERSION");
-    let programs = [
+    let servers = [
         "ninf",
         "ninf-server",
         "ninf-metaserver",
         "ninf-proxy",
         "ninf-gen",
         "ninf-gang-agent",
-    ];
-    for program in programs {
-        let output = Command::new(bin.join(program))
+    ]
+    .map(|program| (program.to_string(), format!("{program} {version}")));
+    let executables = ["linpack", "vector", "selftest"].map(|module| {
+        (
+            format!("ninf-exec-{module}"),
+            format!("module `{module}` ({module}.idl), ninf {version}"),
+        )
+    });
+    for (program, expected) in servers.into_iter().chain(executables) {
+        let output = Command::new(bin.join(&program))
             .arg("--version")
             .output()
             .unwrap();
         assert!(output.status.success(), "{program}: {output:?}");
         let shown = String::from_utf8(output.stdout).unwrap();
-        assert_eq!(shown.trim(), format!("{program} {version}"));
-    }
-    for (program, module) in [
-        ("ninf-exec-linpack", "linpack"),
-        ("ninf-exec-vector", "vector"),
-        ("ninf-exec-selftest", "selftest"),
-    ] {
-        let output = Command::new(bin.join(program))
-            .arg("--version")
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{program}: {output:?}");
-        let shown = String::from_utf8(output.stdout).unwrap();
-        assert_eq!(
-            shown.trim(),
-            format!("module `{module}` ({module}.idl), ninf {version}")
-        );
+        assert_eq!(shown.trim(), expected);
     }
 }

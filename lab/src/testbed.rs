@@ -659,7 +659,7 @@ impl Testbed {
 
 /// SIGKILL every process in a namespace (twice: a dying parent may start one more).
 /// The network namespaces named `PREFIX-...` that exist now.
-fn namespaces_of(prefix: &str) -> Vec<String> {
+pub fn namespaces_of(prefix: &str) -> Vec<String> {
     let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
         return Vec::new();
     };

@@ -16,7 +16,7 @@ pub fn ninf() -> &'static Path {
 
 /// `ninf up` in the background, stopped with SIGINT (it ends cleanly, exporting what it
 /// has) by [`Up::stop`] or when dropped.
-pub struct Up(Child);
+pub struct Up(pub Child);
 
 impl Up {
     pub fn stop(&mut self) {
