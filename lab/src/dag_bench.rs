@@ -2,12 +2,14 @@
 //! with nothing executed (issue 5's pure scheduling benchmark). For each graph size and
 //! communication-to-computation ratio it reports each scheduler's predicted makespan over
 //! HEFT's on the same graph, the schedule length ratio (makespan over the critical path's
-//! fastest computation), and the time spent scheduling.
+//! fastest computation), and the time spent scheduling. Graphs and a platform may instead
+//! come from files ([`run_files`]: STG, WfFormat, platform JSON), to compare with outside
+//! schedulers on the same inputs.
 
 use std::time::Instant;
 
-use ninf_scheduling::by_name;
 use ninf_scheduling::random_dag::{Platform, critical_path_lower_bound, layered};
+use ninf_scheduling::{Model, TaskGraph, by_name};
 use serde::Serialize;
 
 #[derive(Debug, Clone)]
@@ -95,6 +97,74 @@ pub fn run(options: &DagBenchOptions) -> anyhow::Result<Vec<DagBenchResult>> {
                     schedule_ms: times.iter().map(|row| row[k]).sum::<f64>() / n,
                 });
             }
+        }
+    }
+    Ok(results)
+}
+
+/// One graph read from a file, under the name it was read from.
+pub struct NamedGraph {
+    pub file: String,
+    pub graph: TaskGraph,
+}
+
+/// One scheduler's schedule of one graph from a file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileResult {
+    pub graph: String,
+    pub scheduler: String,
+    pub tasks: usize,
+    pub edges: usize,
+    /// `exclusive` or `shared` (see [`ninf_scheduling::Model`]).
+    pub model: &'static str,
+    /// The schedule's predicted makespan on the platform under `model`, seconds.
+    pub makespan: f64,
+    /// Wall-clock time to schedule the graph, milliseconds.
+    pub schedule_ms: f64,
+    /// Each task's server (by the platform's index) and predicted start, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servers: Option<Vec<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starts: Option<Vec<f64>>,
+}
+
+/// The model's name in results and on the command line.
+pub fn model_name(model: Model) -> &'static str {
+    match model {
+        Model::Exclusive => "exclusive",
+        Model::Shared => "shared",
+    }
+}
+
+/// Every scheduler on every graph on one platform, under `model`.
+pub fn run_files(
+    graphs: &[NamedGraph],
+    platform: &Platform,
+    schedulers: &[String],
+    model: Model,
+    placements: bool,
+) -> anyhow::Result<Vec<FileResult>> {
+    let mut results = Vec::new();
+    for named in graphs {
+        for name in schedulers {
+            let mut scheduler = by_name(name, 1).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut predictor = platform.predictor_for(model);
+            let started = Instant::now();
+            let schedule = scheduler
+                .schedule(&named.graph, &platform.grid, predictor.as_mut())
+                .map_err(|e| anyhow::anyhow!("{}: {name}: {e}", named.file))?;
+            let schedule_ms = started.elapsed().as_secs_f64() * 1e3;
+            results.push(FileResult {
+                graph: named.file.clone(),
+                scheduler: name.clone(),
+                tasks: named.graph.tasks.len(),
+                edges: named.graph.edges.len(),
+                model: model_name(model),
+                makespan: schedule.makespan,
+                schedule_ms,
+                starts: placements.then(|| schedule.timings.iter().map(|t| t.start).collect()),
+                servers: placements.then_some(schedule.servers),
+            });
         }
     }
     Ok(results)

@@ -1,15 +1,17 @@
 //! The metaserver's decision logic, pure and deterministic (no I/O, no clock): Network Task
 //! graphs, the resource state predictor, and the scheduler SPI with SIMPLE and FLOW from
-//! the metaserver paper (as the seed ran them, and transfer-aware), HEFT, our own local search (`search`), plus round-robin and random baselines. The metaserver runs it on live data; the
+//! the metaserver paper (as the seed ran them, and transfer-aware), HEFT, PEFT and lookahead HEFT (`list`), our own local search (`search`), plus round-robin and random baselines. The metaserver runs it on live data; the
 //! simulator runs the same code. Formulas: docs/scheduling.md.
 
 pub mod baseline;
 pub mod calibration;
+pub mod classic;
 pub mod flow;
 pub mod forecast;
+pub mod formats;
 pub mod graph;
 pub mod grid;
-pub mod heft;
+pub mod list;
 pub mod paths;
 pub mod predictor;
 pub mod random;
@@ -23,17 +25,19 @@ pub mod timeline;
 
 pub use graph::{ClientInput, Edge, GraphError, Task, TaskGraph, TaskId};
 pub use grid::{GridView, Link, Location, ServerId, ServerView};
-pub use predictor::{History, LoadPredictor, Predictor, PredictorKind};
+pub use predictor::{History, LoadPredictor, Model, Predictor, PredictorKind};
 pub use schedule::{Schedule, Scheduler, Staged, Timing};
 
 /// Names of the schedulers a configuration may choose.
-pub const SCHEDULERS: [&str; 9] = [
+pub const SCHEDULERS: [&str; 11] = [
     "simple",
     "flow",
     "staged-flow",
     "seed-simple",
     "seed-flow",
     "heft",
+    "peft",
+    "heft-lookahead",
     "search",
     "round-robin",
     "random",
@@ -54,7 +58,9 @@ pub fn by_name(name: &str, seed: u64) -> Result<Box<dyn Scheduler>, UnknownSched
         }),
         "seed-simple" => Box::new(seed::SeedSimple),
         "seed-flow" => Box::new(seed::SeedFlow),
-        "heft" => Box::new(heft::Heft),
+        "heft" => Box::new(list::heft::Heft),
+        "peft" => Box::new(list::peft::Peft),
+        "heft-lookahead" => Box::new(list::lookahead::LookaheadHeft),
         "search" => Box::new(search::LocalSearch),
         "round-robin" => Box::new(baseline::RoundRobin::default()),
         "random" => Box::new(baseline::Random::new(seed)),

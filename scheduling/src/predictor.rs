@@ -49,8 +49,40 @@ impl std::hash::Hasher for PairHasher {
 /// Links by (from, to).
 pub type LinkTable = HashMap<(Location, Location), Link, std::hash::BuildHasherDefault<PairHasher>>;
 
+/// How a predictor says tasks and transfers share a grid; every scheduler's final timing
+/// follows it (see [`crate::schedule::predict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// The metaserver's: a server time-shares its processors among the tasks it is given
+    /// (gang scheduling), transfers on one path share its throughput, and the proxy issues a
+    /// call once all its producers have finished, its inputs then moving together.
+    #[default]
+    Shared,
+    /// The scheduling literature's (HEFT's paper, the STG set, SAGA): a processor runs one
+    /// task at a time to its end, a task may be inserted into an idle stretch, each transfer
+    /// has its link to itself and leaves when its producer finishes. See
+    /// [`crate::classic`].
+    Exclusive,
+}
+
 /// What schedulers ask and tell; implementations are chosen by configuration.
 pub trait Predictor {
+    /// How tasks and transfers share the grid under this predictor.
+    fn model(&self) -> Model {
+        Model::Shared
+    }
+    /// When a task needing `processors` that could start at `ready` and runs `duration`
+    /// starts on `server`: at `ready` when tasks share processors (the default), at the
+    /// first stretch long enough with its processors free under [`Model::Exclusive`].
+    fn earliest_start(
+        &self,
+        _server: ServerId,
+        _processors: u32,
+        ready: f64,
+        _duration: f64,
+    ) -> f64 {
+        ready
+    }
     /// Flops per second a task needing `processors` would get on `server` from time `at`.
     fn speed(&self, server: ServerId, processors: u32, at: f64) -> f64;
     /// An upper bound of `speed` at any time (the server idle); schedulers use it to skip

@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::classic::ClassicPredictor;
 use crate::graph::{Edge, Task, TaskGraph};
 use crate::grid::{GridView, Link, Location, ServerView};
-use crate::predictor::LoadPredictor;
+use crate::predictor::{LoadPredictor, Model, Predictor};
 use crate::random::SplitMix;
 
 /// A modelled grid: servers, their links, and what a scheduler's predictor says about them.
@@ -21,6 +22,8 @@ pub struct Platform {
     /// throughput, from which graphs get their edge sizes.
     pub mean_speed: f64,
     pub mean_throughput: f64,
+    /// The path of any pair of places `links` does not list.
+    pub default_link: Link,
 }
 
 impl Platform {
@@ -59,27 +62,44 @@ impl Platform {
             };
             links.insert((Location::Client, Location::Server(a)), proxy);
         }
+        let mean_throughput = if count > 0.0 { sum / count } else { 5e7 };
         let mean_speed =
             views.iter().map(|s| s.flops_per_processor).sum::<f64>() / views.len().max(1) as f64;
         Platform {
             grid: GridView { servers: views },
             links,
             mean_speed,
-            mean_throughput: if count > 0.0 { sum / count } else { 5e7 },
+            mean_throughput,
+            default_link: Link {
+                throughput: mean_throughput,
+                latency: 0.005,
+            },
         }
     }
 
-    /// A fresh predictor (no load, no placements) for this platform.
+    /// A fresh predictor (no load, no placements) for this platform, under the metaserver's
+    /// model ([`Model::Shared`]).
     pub fn predictor(&self) -> LoadPredictor {
         LoadPredictor::new(
             &self.grid,
             vec![0.0; self.grid.servers.len()],
             self.links.clone(),
-            Link {
-                throughput: self.mean_throughput,
-                latency: 0.005,
-            },
+            self.default_link,
         )
+    }
+
+    /// A fresh predictor for this platform under the scheduling literature's model
+    /// ([`Model::Exclusive`]).
+    pub fn classic_predictor(&self) -> ClassicPredictor {
+        ClassicPredictor::new(&self.grid, self.links.clone(), self.default_link)
+    }
+
+    /// A fresh predictor under `model`.
+    pub fn predictor_for(&self, model: Model) -> Box<dyn Predictor> {
+        match model {
+            Model::Shared => Box::new(self.predictor()),
+            Model::Exclusive => Box::new(self.classic_predictor()),
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, Location, ServerId};
-use crate::predictor::{PlacementId, Predictor};
+use crate::predictor::{Model, PlacementId, Predictor};
 
 /// Predicted start and finish of a task, in seconds from the schedule's start.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -158,35 +158,50 @@ pub fn predict(
 
 /// When the call is issued and what it then moves: once its producers have finished and its
 /// staged arrays are in; the client data not staged, the producers' outputs, and the staged
-/// arrays held on other servers. An iterator, not a list: every candidate server of every
-/// task is timed through here, and an allocation each time was a tenth of FLOW's cost.
+/// arrays held on other servers, each with when it leaves. Under [`Model::Shared`] everything
+/// leaves when the call is issued (the proxy sends the call once its inputs exist); under
+/// [`Model::Exclusive`] each output leaves when its producer finishes, a staged array when
+/// it is in and the client's data at the start. An iterator, not a list: every candidate
+/// server of every task is timed through here, and an allocation each time was a tenth of
+/// FLOW's cost.
 fn call_inputs<'a>(
     graph: &'a TaskGraph,
     predecessors: &'a [Vec<(TaskId, u64)>],
     task: TaskId,
     placed: &'a [Option<(ServerId, Timing)>],
     staged: &'a [StagedArrival],
-) -> (f64, impl Iterator<Item = (Location, u64)> + 'a) {
-    let issue = staged
-        .iter()
-        .map(|&(_, _, arrived)| arrived)
-        .fold(issue_time(predecessors, task, placed), f64::max);
+    model: Model,
+) -> (f64, impl Iterator<Item = (Location, u64, f64)> + 'a) {
+    let issue = match model {
+        Model::Shared => staged
+            .iter()
+            .map(|&(_, _, arrived)| arrived)
+            .fold(issue_time(predecessors, task, placed), f64::max),
+        Model::Exclusive => 0.0,
+    };
+    let leaves = move |available: f64| match model {
+        Model::Shared => issue,
+        Model::Exclusive => available,
+    };
     let staged_bytes: u64 = staged.iter().map(|&(_, bytes, _)| bytes).sum();
     let client = (
         Location::Client,
         graph.tasks[task]
             .client_in_bytes
             .saturating_sub(staged_bytes),
+        leaves(0.0),
     );
     let producers = predecessors[task]
         .iter()
         .filter_map(move |&(producer, bytes)| match placed.get(producer) {
-            Some(Some((from, _))) => Some((Location::Server(*from), bytes)),
+            Some(Some((from, timing))) => {
+                Some((Location::Server(*from), bytes, leaves(timing.finish)))
+            }
             _ => None,
         });
     let uploads = staged
         .iter()
-        .map(|&(via, bytes, _)| (Location::Server(via), bytes));
+        .map(move |&(via, bytes, arrived)| (Location::Server(via), bytes, leaves(arrived)));
     (
         issue,
         std::iter::once(client).chain(producers).chain(uploads),
@@ -205,13 +220,20 @@ pub fn predict_staged(
 ) -> Timing {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let (issue, inputs) = call_inputs(graph, predecessors, task, placed, staged);
+    let (issue, inputs) = call_inputs(graph, predecessors, task, placed, staged, predictor.model());
     let ready = inputs
-        .map(|(from, bytes)| issue + predictor.transfer_time(from, here, bytes, issue))
+        .map(|(from, bytes, leaves)| leaves + predictor.transfer_time(from, here, bytes, leaves))
         .fold(issue, f64::max);
+    let duration = predictor.compute_time(server, t, ready);
+    let start = predictor.earliest_start(server, t.processors, ready, duration);
+    let duration = if start == ready {
+        duration
+    } else {
+        predictor.compute_time(server, t, start)
+    };
     Timing {
-        start: ready,
-        finish: ready + predictor.compute_time(server, t, ready),
+        start,
+        finish: start + duration,
     }
 }
 
@@ -255,11 +277,11 @@ pub fn record_staged(
 ) -> f64 {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let (issue, inputs) = call_inputs(graph, predecessors, task, placed, staged);
-    for (from, bytes) in inputs {
+    let (_, inputs) = call_inputs(graph, predecessors, task, placed, staged, predictor.model());
+    for (from, bytes, leaves) in inputs {
         if bytes > 0 && from != here {
-            let finish = issue + predictor.transfer_time(from, here, bytes, issue);
-            ids.extend(predictor.place_transfer(from, here, issue, finish));
+            let finish = leaves + predictor.transfer_time(from, here, bytes, leaves);
+            ids.extend(predictor.place_transfer(from, here, leaves, finish));
         }
     }
     ids.push(predictor.place(server, t.processors, timing.start, timing.finish));

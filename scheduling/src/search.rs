@@ -1,5 +1,5 @@
-//! `search`, our own scheduler: start from the best of SIMPLE, FLOW, HEFT, the seed's SIMPLE
-//! and FLOW, and each server alone, then improve by
+//! `search`, our own scheduler: start from the best of SIMPLE, FLOW, HEFT, PEFT, lookahead
+//! HEFT, the seed's SIMPLE and FLOW, and each server alone, then improve by
 //! local search under the full model of the metaserver's knowledge, and keep a change only if
 //! the whole graph's predicted makespan drops.
 //!
@@ -30,8 +30,10 @@
 use crate::flow::Flow;
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
-use crate::heft::{Heft, rank_order, upward_ranks};
-use crate::predictor::Predictor;
+use crate::list::heft::{Heft, rank_order, upward_ranks};
+use crate::list::lookahead::LookaheadHeft;
+use crate::list::peft::Peft;
+use crate::predictor::{Model, Predictor};
 use crate::schedule::{
     Prepared, Schedule, Scheduler, evaluate, evaluate_staged, finish_schedule, finish_staged,
 };
@@ -93,20 +95,30 @@ impl Scheduler for LocalSearch {
         predictor: &mut dyn Predictor,
     ) -> Result<Schedule, GraphError> {
         let prepared = Prepared::new(graph, grid)?;
-        let (order, predecessors) = (&prepared.order, &prepared.predecessors);
+        let rank = upward_ranks(graph, &prepared, grid, predictor);
+        let by_rank = rank_order(&prepared, &rank);
+        // Under the exclusive model the order tasks take their servers in decides their
+        // times: every assignment is timed in HEFT's, so HEFT's own is found again.
+        let order = match predictor.model() {
+            Model::Exclusive => &by_rank,
+            Model::Shared => &prepared.order,
+        };
+        let predecessors = &prepared.predecessors;
         // Starting points: each list scheduler on its own copy of the predictor.
         let mut best: Option<(Vec<ServerId>, f64)> = None;
-        let starts: [Box<dyn Scheduler>; 5] = [
+        let starts: [Box<dyn Scheduler>; 7] = [
             Box::new(Simple),
             Box::new(Flow),
             Box::new(Heft),
+            Box::new(Peft),
+            Box::new(LookaheadHeft),
             Box::new(SeedSimple),
             Box::new(SeedFlow),
         ];
         for mut start in starts {
             let mut scratch = predictor.fork();
             let servers = start.schedule(graph, grid, scratch.as_mut())?.servers;
-            let makespan = staged_makespan(graph, grid, &prepared, &servers, predictor);
+            let makespan = staged_makespan(graph, grid, order, &prepared, &servers, predictor);
             if best.as_ref().is_none_or(|(_, m)| makespan < *m) {
                 best = Some((servers, makespan));
             }
@@ -119,7 +131,7 @@ impl Scheduler for LocalSearch {
                 continue;
             }
             let servers = vec![s; graph.tasks.len()];
-            let makespan = staged_makespan(graph, grid, &prepared, &servers, predictor);
+            let makespan = staged_makespan(graph, grid, order, &prepared, &servers, predictor);
             if best.as_ref().is_none_or(|(_, m)| makespan < *m) {
                 best = Some((servers, makespan));
             }
@@ -127,11 +139,10 @@ impl Scheduler for LocalSearch {
         let Some((servers, makespan)) = best else {
             return Ok(finish_schedule(graph, order, Vec::new(), predictor));
         };
-        let rank = upward_ranks(graph, &prepared, grid, predictor);
-        let by_rank = rank_order(&prepared, &rank);
         let mut trial = Trial {
             graph,
             grid,
+            order,
             prepared: &prepared,
             servers,
             makespan,
@@ -168,19 +179,20 @@ impl Scheduler for LocalSearch {
     }
 }
 
-/// The predicted makespan of `servers` with its client arrays staged as [`staging::plan`]
-/// would stage them.
+/// The predicted makespan of `servers`, timed in `order`, with its client arrays staged as
+/// [`staging::plan`] would stage them.
 fn staged_makespan(
     graph: &TaskGraph,
     grid: &GridView,
+    order: &[TaskId],
     prepared: &Prepared,
     servers: &[ServerId],
     predictor: &mut dyn Predictor,
 ) -> f64 {
-    let staging = staging::plan(graph, grid, &prepared.order, servers, predictor);
+    let staging = staging::plan(graph, grid, order, servers, predictor);
     evaluate_staged(
         graph,
-        &prepared.order,
+        order,
         &prepared.predecessors,
         servers,
         &staging,
@@ -193,6 +205,8 @@ fn staged_makespan(
 struct Trial<'a> {
     graph: &'a TaskGraph,
     grid: &'a GridView,
+    /// The order assignments are timed in.
+    order: &'a [TaskId],
     prepared: &'a Prepared,
     servers: Vec<ServerId>,
     makespan: f64,
@@ -281,6 +295,7 @@ impl Trial<'_> {
         let m = staged_makespan(
             self.graph,
             self.grid,
+            self.order,
             self.prepared,
             &self.servers,
             predictor,

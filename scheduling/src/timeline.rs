@@ -195,7 +195,10 @@ mod tests {
             }
             let at = time(&mut random);
             let under_way = all.iter().filter(|b| b.1 <= at && at < b.2);
-            assert_eq!(timeline.weight_at(at), under_way.clone().map(|b| b.3).sum());
+            assert_eq!(
+                timeline.weight_at(at),
+                under_way.clone().map(|b| b.3).sum::<u32>()
+            );
             assert_eq!(timeline.count_at(at), under_way.clone().count());
             let first_end = under_way.map(|b| b.2).reduce(f64::min);
             assert_eq!(timeline.first_end_after(at), first_end);

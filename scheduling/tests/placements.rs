@@ -268,7 +268,7 @@ fn invalid_graphs_are_refused_with_the_reason() {
     let error = by_name("cpop", 0).err().unwrap();
     assert_eq!(
         error.to_string(),
-        "unknown scheduler `cpop` (known: simple, flow, staged-flow, seed-simple, seed-flow, heft, search, round-robin, random)"
+        "unknown scheduler `cpop` (known: simple, flow, staged-flow, seed-simple, seed-flow, heft, peft, heft-lookahead, search, round-robin, random)"
     );
 }
 
