@@ -58,6 +58,12 @@ fn kill(pid: u32, signal: i32) {
 /// `signal`, and returns its exit code and the processes that were under it and are still
 /// alive 15 s after it exited (all killed before returning).
 fn interrupt(args: &[&str], children: usize, signal: i32) -> (Option<i32>, Vec<u32>) {
+    let (code, left, _) = interrupt_pid(args, children, signal);
+    (code, left)
+}
+
+/// [`interrupt`], with the interrupted process's id.
+fn interrupt_pid(args: &[&str], children: usize, signal: i32) -> (Option<i32>, Vec<u32>, u32) {
     common::programs::build();
     let mut child: Child = Command::new(ninf())
         .args(args)
@@ -94,7 +100,7 @@ fn interrupt(args: &[&str], children: usize, signal: i32) -> (Option<i32>, Vec<u
     for &p in &left {
         kill(p, libc::SIGKILL);
     }
-    (status, left)
+    (status, left, pid)
 }
 
 fn wait_at_most(child: &mut Child, limit: Duration) -> Option<i32> {
@@ -112,13 +118,29 @@ fn wait_at_most(child: &mut Child, limit: Duration) -> Option<i32> {
 #[test]
 fn an_interrupted_chaos_run_leaves_no_process_behind() {
     // A metaserver, a proxy and three compute servers.
-    let (code, left) = interrupt(
+    let (code, left, pid) = interrupt_pid(
         &["chaos", "--transactions", "100000", "--cpu-slowdown", "1"],
         5,
         libc::SIGINT,
     );
     assert_eq!(code, Some(130));
     assert!(left.is_empty(), "still alive after ninf chaos: {left:?}");
+    // Servers the run restarts after killing them are not under it when the signal comes;
+    // none may be left either (their configurations lie in the run's own directory).
+    let marker = format!("ninf-chaos-{pid}/");
+    let strays: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| alive(p))
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
+        })
+        .collect();
+    for &p in &strays {
+        kill(p, libc::SIGKILL);
+    }
+    assert!(strays.is_empty(), "left running by ninf chaos: {strays:?}");
 }
 
 #[test]

@@ -70,10 +70,8 @@ impl LocalPostgres {
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let server = Started::stopped_by(
-            server.spawn().context("cannot start postgres")?,
-            libc::SIGINT,
-        );
+        let server = Started::spawn_stopped_by(&mut server, libc::SIGINT)
+            .context("cannot start postgres")?;
         wait_for(&address)?;
         // The server accepts connections a moment before it accepts sessions: ask again
         // while it says it is starting up.

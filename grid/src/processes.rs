@@ -29,15 +29,27 @@ fn children() -> std::sync::MutexGuard<'static, BTreeMap<u32, i32>> {
 }
 
 impl Started {
-    /// Takes charge of `child`, which SIGTERM stops.
-    pub fn new(child: Child) -> Started {
-        Started::stopped_by(child, libc::SIGTERM)
+    /// Starts `command` as a child that SIGTERM stops.
+    pub fn spawn(command: &mut Command) -> std::io::Result<Started> {
+        Started::spawn_stopped_by(command, libc::SIGTERM)
     }
 
-    /// Takes charge of `child`, which `signal` stops (PostgreSQL: SIGINT, its fast shutdown).
-    pub fn stopped_by(child: Child, signal: i32) -> Started {
-        children().insert(child.id(), signal);
-        Started(child)
+    /// Starts `command` as a child that `signal` stops (PostgreSQL: SIGINT, its fast
+    /// shutdown). The child is on the list before anyone can look: a signal's handler
+    /// takes the list under the same lock, so it either ends this child or, having begun,
+    /// keeps it from starting. A harness restarting a killed server while `ninf chaos` was
+    /// interrupted once left that server running, its parent gone.
+    pub fn spawn_stopped_by(command: &mut Command, signal: i32) -> std::io::Result<Started> {
+        let mut list = children();
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "not starting a process: this one is ending on a signal",
+            ));
+        }
+        let child = command.spawn()?;
+        list.insert(child.id(), signal);
+        Ok(Started(child))
     }
 }
 
@@ -96,7 +108,6 @@ pub fn end_children_on_signal(grace: Duration) -> anyhow::Result<()> {
         .name("signals".into())
         .spawn(move || {
             runtime.block_on(signal);
-            INTERRUPTED.store(true, Ordering::SeqCst);
             end_children(grace);
             let undo = std::mem::take(&mut *undo_list());
             for (_, action) in undo {
@@ -118,9 +129,14 @@ pub fn yield_to_signal() {
     }
 }
 
-/// Stops every child on the list, waiting at most `grace` before killing the rest.
+/// Stops every child on the list, waiting at most `grace` before killing the rest; from
+/// then on no child starts ([`Started::spawn_stopped_by`]).
 fn end_children(grace: Duration) {
-    let list: Vec<(u32, i32)> = children().iter().map(|(&pid, &sig)| (pid, sig)).collect();
+    let list: Vec<(u32, i32)> = {
+        let list = children();
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        list.iter().map(|(&pid, &sig)| (pid, sig)).collect()
+    };
     for &(pid, sig) in &list {
         // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
         unsafe { libc::kill(pid as libc::pid_t, sig) };
@@ -162,11 +178,9 @@ pub fn start(mut command: Command, what: &str) -> anyhow::Result<Started> {
         } else {
             Stdio::null()
         });
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start the {what}"))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let started = Started::new(child);
+    let mut started =
+        Started::spawn(&mut command).with_context(|| format!("cannot start the {what}"))?;
+    let stdout = started.0.stdout.take().context("no stdout")?;
     match BufReader::new(stdout).lines().next() {
         Some(Ok(line)) if line.starts_with("listening on") => Ok(started),
         other => bail!("the {what} did not start (first line: {other:?})"),

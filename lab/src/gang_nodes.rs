@@ -130,10 +130,7 @@ impl NodeBed {
         if !agent.preempt {
             command.arg("--no-network-preemption");
         }
-        let child = command
-            .spawn()
-            .with_context(|| format!("cannot start the agent of node {k}"))?;
-        Ok(Started::new(child))
+        Started::spawn(&mut command).with_context(|| format!("cannot start the agent of node {k}"))
     }
 }
 
