@@ -29,7 +29,7 @@ pub enum Workload {
 /// The gang thesis's simulated time (units of one slot).
 const DQT_HORIZON: f64 = 1e6;
 
-const AVAILABLE: &str = "cenju3, dqt, hetero-a, hetero-b, lublin, swf:PATH";
+const AVAILABLE: &str = "cenju3, dqt, hetero-a, hetero-b, hetero-b-even, lublin, swf:PATH";
 
 impl std::str::FromStr for Workload {
     type Err = String;
@@ -39,6 +39,7 @@ impl std::str::FromStr for Workload {
             "dqt" | "seed000" => Ok(Workload::Dqt),
             "hetero-a" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::Small)),
             "hetero-b" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::Large)),
+            "hetero-b-even" => Ok(Workload::Hetero(ninf_sim::hetero::SizeMix::LargeEven)),
             "lublin" => Ok(Workload::Lublin),
             other => match other.strip_prefix("swf:") {
                 Some(path) => Ok(Workload::Swf(path.into())),
@@ -253,6 +254,7 @@ fn workload_setting(workload: &Workload) -> anyhow::Result<(String, Option<Vec<J
             match mix {
                 ninf_sim::hetero::SizeMix::Small => "hetero-a",
                 ninf_sim::hetero::SizeMix::Large => "hetero-b",
+                ninf_sim::hetero::SizeMix::LargeEven => "hetero-b-even",
             }
             .to_string(),
             None,

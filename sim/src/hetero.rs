@@ -812,6 +812,8 @@ pub enum SizeMix {
     Small,
     /// (b) mostly large jobs: probability ∝ 2^k.
     Large,
+    /// (b) read as every size equally likely: 2^k with k uniform over 0..=9, mean 102.
+    LargeEven,
 }
 
 /// What a workload's load is a load of. The migration paper's equation (7) divides "the system's"
@@ -855,6 +857,7 @@ pub fn seed002(
     let sizes = WeightedSizes::powers_of_two(widest, |s| match mix {
         SizeMix::Small => 1.0 / (f64::from(s) * f64::from(s)),
         SizeMix::Large => f64::from(s),
+        SizeMix::LargeEven => 1.0,
     });
     let mean_size = sizes.mean();
     let longest = 1440.0 * 60.0;

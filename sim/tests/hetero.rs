@@ -301,3 +301,39 @@ fn a_system_load_counts_the_slow_pool_at_its_mean_share_of_a_fast_ones_speed() {
             .contains("fast, system")
     );
 }
+
+#[test]
+fn the_even_large_mix_draws_every_power_of_two_alike() {
+    use ninf_sim::hetero::{LoadBasis, SizeMix, seed002};
+    let jobs = seed002(
+        SizeMix::LargeEven,
+        20_000,
+        512,
+        512,
+        (0.9, LoadBasis::FastPool),
+        3,
+    );
+    let mut counts = std::collections::BTreeMap::new();
+    for j in &jobs {
+        *counts.entry(j.resources).or_insert(0usize) += 1;
+    }
+    let sizes: Vec<u32> = counts.keys().copied().collect();
+    assert_eq!(sizes, (0..10).map(|k| 1u32 << k).collect::<Vec<_>>());
+    // 2,000 expected of each; a binomial's spread is about 42.
+    assert!(
+        counts.values().all(|&c| (1_800..=2_200).contains(&c)),
+        "{counts:?}"
+    );
+    // Mean 1023 / 10: arrivals come 342 / 102.3 times as often as for `Large` at one load.
+    let large = seed002(
+        SizeMix::Large,
+        20_000,
+        512,
+        512,
+        (0.9, LoadBasis::FastPool),
+        3,
+    );
+    let mean = |js: &[ninf_sim::hetero::HeteroJob]| js[19_999].submit / 20_000.0;
+    let ratio = mean(&large) / mean(&jobs);
+    assert!((2.9..3.8).contains(&ratio), "{ratio}");
+}

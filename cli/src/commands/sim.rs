@@ -7,7 +7,7 @@ use ninf_lab::simulate::{self, SimOptions, Workload};
 
 #[derive(Args)]
 pub struct SimArgs {
-    /// cenju3 (the FPMPFS paper), dqt (the gang thesis Table 7.1), hetero-a or hetero-b (the migration paper), lublin
+    /// cenju3 (the FPMPFS paper), dqt (the gang thesis Table 7.1), hetero-a, hetero-b or hetero-b-even (the migration paper), lublin
     /// (Lublin-Feitelson model) or swf:PATH.
     #[arg(long, default_value = "cenju3")]
     pub workload: String,
