@@ -9,9 +9,9 @@ are scaled so that the mean transfer over the mean computation is the wanted CCR
 
 Checks that our `heft` finds SAGA's HEFT makespan once SAGA ranks as the HEFT paper does
 (SAGA averages an edge's cost over every link including each server's to itself, which costs
-nothing; the paper averages over the links between distinct servers) and breaks equal ranks
-as we do (WfCommons' generators copy tasks with their runtimes, so equal ranks are common):
-a difference is a bug.
+nothing; the paper averages over the links between distinct servers) in our arithmetic,
+equal ranks in our order (WfCommons' generators copy tasks with their runtimes, so ranks equal
+or equal up to rounding are common): a difference is a bug.
 Prints one JSON line per (graph, scheduler) and, at the end, a Markdown table.
 
     python dag_compare.py NINF_BINARY --out DIR [--families ...] [--sizes ...] [--ccr ...]
@@ -19,7 +19,6 @@ Prints one JSON line per (graph, scheduler) and, at the end, a Markdown table.
 
 import argparse
 import collections
-import functools
 import json
 import math
 import pathlib
@@ -43,45 +42,58 @@ OURS = ["heft", "peft", "heft-lookahead", "search"]
 THEIRS = ["saga-heft", "saga-cpop", "saga-heft-published"]
 
 
-def published_upward_rank(network, task_graph):
-    """HEFT's upward rank as the paper defines it: an edge's mean cost over the links between
-    distinct servers."""
-    links = [e for e in network.edges if e.source != e.target]
-    ranks = {}
-    for task in task_graph.topological_sort()[::-1]:
-        comp = np.mean([task.cost / node.speed for node in network.nodes])
+def published_ranks(tasks, edges, plat):
+    """HEFT's upward rank as the paper defines it (an edge's mean cost over the links
+    between distinct servers), in the same floating-point operations in the same order as
+    `ninf dag-bench` (servers by index, successors in the file's order), so that tasks equal
+    up to rounding are ordered alike on both sides."""
+    speeds = [s["speed"] for s in plat["servers"]]
+    n = len(speeds)
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    successors = {t: [] for t in tasks}
+    for a, b, size in edges:
+        successors[a].append((b, size))
+
+    def mean(values):
+        total = 0.0
+        for v in values:
+            total += v
+        return total / len(values)
+
+    def between(size):
+        if not pairs or size == 0:
+            return 0.0
+        return mean([0.0 + size / plat["bandwidth"][a][b] for a, b in pairs])
+
+    rank = {}
+    position = wave_positions(tasks, edges)
+    for t in sorted(tasks, key=position.get, reverse=True):
         tail = 0.0
-        for dep in task_graph.out_edges(task.name):
-            comm = np.mean([dep.size / e.speed for e in links]) if links else 0.0
-            tail = max(tail, ranks[dep.target] + comm)
-        ranks[task.name] = float(comp + tail)
-    return ranks
+        for j, size in successors[t]:
+            tail = max(tail, between(size) + rank[j])
+        rank[t] = mean([tasks[t] / s for s in speeds]) + tail
+    return rank, position
 
 
-def published_rank_sort(position):
-    """HEFT's order with the paper's rank, equal ranks (to rounding: the two sides sum in
-    different orders) in `position`'s order, which is ours (wave order from the file's)."""
+def published_rank_sort(tasks, edges, plat):
+    """HEFT's order with the paper's rank, equal ranks in wave order, as ours."""
+    rank, position = published_ranks(tasks, edges, plat)
+    order = sorted(tasks, key=lambda t: (-rank[t], position[t]))
 
     def sort(network, task_graph):
-        rank = published_upward_rank(network, task_graph)
-        where = lambda t: position.get(t, -1 if t == "__super_source__" else len(position))
-
-        def compare(a, b):
-            ra, rb = rank[a], rank[b]
-            if abs(ra - rb) > 1e-12 * max(abs(ra), abs(rb)):
-                return -1 if ra > rb else 1
-            return where(a) - where(b)
-
-        return sorted(rank, key=functools.cmp_to_key(compare))
+        names = {t.name for t in task_graph.tasks}
+        first = [t for t in ["__super_source__"] if t in names]
+        last = [t for t in ["__super_sink__"] if t in names]
+        return first + order + last
 
     return sort
 
 
-def saga_schedule(name, network, graph, position):
+def saga_schedule(name, network, graph, published):
     original = saga_heft.heft_rank_sort
     try:
         if name == "saga-heft-published":
-            saga_heft.heft_rank_sort = published_rank_sort(position)
+            saga_heft.heft_rank_sort = published
         scheduler = CpopScheduler() if name == "saga-cpop" else HeftScheduler()
         started = time.perf_counter()
         schedule = scheduler.schedule(network, graph)
@@ -198,6 +210,20 @@ def platform(tasks, edges, servers, ccr, seed):
     }
 
 
+def lower_bound(tasks, edges, plat):
+    """No schedule is shorter: the longest path at the fastest speed with free transfers,
+    and all the work spread over every server's speed."""
+    speeds = [s["speed"] for s in plat["servers"]]
+    preds = collections.defaultdict(list)
+    for a, b, _ in edges:
+        preds[b].append(a)
+    position = wave_positions(tasks, edges)
+    longest = {}
+    for t in sorted(tasks, key=position.get):
+        longest[t] = max((longest[p] for p in preds[t]), default=0.0) + tasks[t] / max(speeds)
+    return max(max(longest.values()), sum(tasks.values()) / sum(speeds))
+
+
 def saga_instance(tasks, edges, plat):
     names = [s["name"] for s in plat["servers"]]
     nodes = [(s["name"], s["speed"]) for s in plat["servers"]]
@@ -258,11 +284,13 @@ def run(args):
             plat_path = out / f"{path.stem}-ccr{ccr}.platform.json"
             plat_path.write_text(json.dumps(plat))
             network, graph = saga_instance(tasks, edges, plat)
-            position = wave_positions(tasks, edges)
+            published = published_rank_sort(tasks, edges, plat)
             base = {"family": family, "graph": path.name, "tasks": len(tasks), "ccr": ccr}
             for name in THEIRS:
-                makespan, ms = saga_schedule(name, network, graph, position)
+                makespan, ms = saga_schedule(name, network, graph, published)
                 rows.append({**base, "scheduler": name, "makespan": makespan, "schedule_ms": ms})
+            rows.append({**base, "scheduler": "bound", "makespan": lower_bound(tasks, edges, plat),
+                         "schedule_ms": 0.0})
             for r in ours(args.ninf, path, plat_path):
                 rows.append({**base, "scheduler": r["scheduler"], "makespan": r["makespan"],
                              "schedule_ms": r["schedule_ms"]})
@@ -287,8 +315,32 @@ def heft_mismatches(rows):
     return bad
 
 
+def targets(rows):
+    """Issue 64's targets, as lines: search over PEFT per family, search over the best of
+    SAGA's on graphs of 100 tasks or fewer, the slowest search by size."""
+    lines = []
+    families = collections.defaultdict(list)
+    worst = (0.0, None)
+    slowest = collections.defaultdict(float)
+    for (family, ccr, graph), s in grouped(rows).items():
+        families[family].append(s["search"]["makespan"] / s["peft"]["makespan"])
+        families[family + " (bound)"].append(s["bound"]["makespan"] / s["peft"]["makespan"])
+        best = min(s[n]["makespan"] for n in THEIRS[:2])
+        if s["search"]["tasks"] <= 100:
+            worst = max(worst, (s["search"]["makespan"] / best, f"{graph} at CCR {ccr:g}"))
+        slowest[s["search"]["tasks"] // 100 * 100] = max(
+            slowest[s["search"]["tasks"] // 100 * 100], s["search"]["schedule_ms"])
+    for family in sorted(f for f in families if not f.endswith("(bound)")):
+        lines.append(f"# search / peft, mean over {family}: {statistics.mean(families[family]):.3f} "
+                     f"(the lower bound / peft: {statistics.mean(families[family + ' (bound)']):.3f})")
+    lines.append(f"# worst search / best of SAGA's on graphs of <= 100 tasks: {worst[0]:.3f} ({worst[1]})")
+    for size in sorted(slowest):
+        lines.append(f"# slowest search at {size}-{size + 99} tasks: {slowest[size]:.0f} ms")
+    return "\n".join(lines)
+
+
 def table(rows):
-    names = THEIRS[1:] + OURS
+    names = ["bound"] + THEIRS[1:] + OURS
     header = "| family | CCR | graphs | " + " | ".join(names) + " | search ≤ best SAGA | search ms (max) |"
     lines = [header, "|" + "---|" * (len(names) + 5)]
     cells = {}
@@ -322,7 +374,7 @@ def main():
     parser.add_argument("--table", help="also write the Markdown table to this file")
     args = parser.parse_args()
     rows = run(args)
-    text = table(rows)
+    text = table(rows) + "\n\n" + targets(rows)
     print(text)
     if args.table:
         pathlib.Path(args.table).write_text(text + "\n")

@@ -51,9 +51,15 @@ const UNSTAGED_BIAS: f64 = 1.15;
 #[derive(Debug, Default)]
 pub struct LocalSearch;
 
-/// How many whole-graph timings a graph of `tasks` tasks may use.
-fn budget(tasks: usize) -> usize {
-    (400_000 / tasks.max(1).pow(2)).clamp(60, 4_000)
+/// How many whole-graph timings a graph of `tasks` tasks may use. Under the shared model a
+/// timing books every task and transfer on timelines that the next prediction searches;
+/// under the exclusive one it is a pass over the tasks, each scanning its server's few
+/// placements, so the same time buys many more.
+fn budget(tasks: usize, model: Model) -> usize {
+    match model {
+        Model::Shared => (400_000 / tasks.max(1).pow(2)).clamp(60, 4_000),
+        Model::Exclusive => (300_000 / tasks.max(1)).clamp(60, 20_000),
+    }
 }
 
 /// Tasks joined by edges whose ends are on the same server, as lists of tasks.
@@ -146,7 +152,7 @@ impl Scheduler for LocalSearch {
             prepared: &prepared,
             servers,
             makespan,
-            left: budget(graph.tasks.len()),
+            left: budget(graph.tasks.len(), predictor.model()),
         };
         let mut improved = true;
         while improved && trial.left > 0 {
