@@ -60,10 +60,25 @@ fn task(label: String, seconds: f64) -> Task {
 
 /// The graph's own check, its error put in the file's terms.
 fn checked(file: &str, graph: TaskGraph) -> Result<TaskGraph, FormatError> {
-    graph.validate().map_err(|e| FormatError::Invalid {
-        file: file.to_string(),
-        what: "graph".to_string(),
-        problem: e.to_string(),
-    })?;
+    graph
+        .validate()
+        .map_err(|e| invalid(file, "graph".into(), e.to_string()))?;
     Ok(graph)
+}
+
+/// `text` read as JSON of shape `T`; serde's error names the line and column.
+fn json<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, FormatError> {
+    serde_json::from_str(text).map_err(|e| FormatError::Json {
+        file: file.to_string(),
+        problem: e.to_string(),
+    })
+}
+
+/// `file`'s content that parses but does not make a graph or platform.
+fn invalid(file: &str, what: String, problem: String) -> FormatError {
+    FormatError::Invalid {
+        file: file.to_string(),
+        what,
+        problem,
+    }
 }

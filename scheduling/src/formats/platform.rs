@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Deserialize;
 
-use crate::formats::{FUNCTION, FormatError};
+use crate::formats::{self, FUNCTION, FormatError};
 use crate::grid::{GridView, Link, Location, ServerView};
 use crate::random_dag::Platform;
 
@@ -36,15 +36,8 @@ fn one() -> u32 {
 }
 
 pub fn parse(file: &str, text: &str) -> Result<Platform, FormatError> {
-    let document: Document = serde_json::from_str(text).map_err(|e| FormatError::Json {
-        file: file.to_string(),
-        problem: e.to_string(),
-    })?;
-    let invalid = |what: String, problem: String| FormatError::Invalid {
-        file: file.to_string(),
-        what,
-        problem,
-    };
+    let document: Document = formats::json(file, text)?;
+    let invalid = |what: String, problem: String| formats::invalid(file, what, problem);
     let n = document.servers.len();
     if n == 0 {
         return Err(invalid(

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Deserialize;
 
-use crate::formats::{FormatError, checked, task};
+use crate::formats::{self, FormatError, checked, task};
 use crate::graph::{Edge, TaskGraph};
 
 #[derive(Deserialize)]
@@ -95,15 +95,8 @@ struct Common {
 }
 
 pub fn parse(file: &str, text: &str) -> Result<TaskGraph, FormatError> {
-    let document: Document = serde_json::from_str(text).map_err(|e| FormatError::Json {
-        file: file.to_string(),
-        problem: e.to_string(),
-    })?;
-    let invalid = |what: String, problem: String| FormatError::Invalid {
-        file: file.to_string(),
-        what,
-        problem,
-    };
+    let document: Document = formats::json(file, text)?;
+    let invalid = |what: String, problem: String| formats::invalid(file, what, problem);
     let (tasks, sizes) = match document.workflow {
         Workflow {
             specification: Some(specification),

@@ -11,8 +11,8 @@
 
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, ServerId};
-use crate::list::Partial;
 use crate::list::heft::{rank_order, upward_ranks};
+use crate::list::{Partial, unimplemented};
 use crate::predictor::Predictor;
 use crate::schedule::{Prepared, Schedule, Scheduler};
 
@@ -88,12 +88,7 @@ impl Scheduler for LookaheadHeft {
                     best = Some((m, end, s, start));
                 }
             }
-            let Some((_, end, s, start)) = best else {
-                return Err(GraphError::Unimplemented {
-                    label: graph.tasks[t].label.clone(),
-                    function: graph.tasks[t].function.clone(),
-                });
-            };
+            let (_, end, s, start) = best.ok_or_else(|| unimplemented(graph, t))?;
             partial.place(graph, grid, t, (s, start, end));
         }
         Ok(partial.finish(graph, &prepared, predictor))

@@ -137,7 +137,8 @@ impl Partial {
     }
 }
 
-fn unimplemented(graph: &TaskGraph, task: TaskId) -> GraphError {
+/// No up server serves `task`'s routine.
+pub fn unimplemented(graph: &TaskGraph, task: TaskId) -> GraphError {
     GraphError::Unimplemented {
         label: graph.tasks[task].label.clone(),
         function: graph.tasks[task].function.clone(),

@@ -13,7 +13,7 @@
 
 use crate::graph::{GraphError, TaskGraph, TaskId};
 use crate::grid::{GridView, Location, ServerId};
-use crate::list::{MeanLinks, Partial};
+use crate::list::{MeanLinks, Partial, unimplemented};
 use crate::predictor::Predictor;
 use crate::schedule::{Prepared, Schedule, Scheduler};
 
@@ -110,12 +110,7 @@ impl Scheduler for Peft {
                     best = Some((s, start, end, optimistic));
                 }
             }
-            let Some((s, start, end, _)) = best else {
-                return Err(GraphError::Unimplemented {
-                    label: graph.tasks[t].label.clone(),
-                    function: graph.tasks[t].function.clone(),
-                });
-            };
+            let (s, start, end, _) = best.ok_or_else(|| unimplemented(graph, t))?;
             partial.place(graph, grid, t, (s, start, end));
             ready.placed(t);
         }
