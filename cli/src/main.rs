@@ -28,6 +28,9 @@ enum Command {
     Certs(certs::CertsArgs),
     /// Servers, their load and state, the network matrix and recent graphs.
     Status(status::StatusArgs),
+    /// Allocation queues: compute servers started as batch jobs (Slurm), with a backlog,
+    /// a maximum, an idle timeout (docs/slurm.md).
+    Alloc(alloc::AllocArgs),
     /// Call a routine through the running grid: values for its IN/INOUT parameters in order
     /// (numbers, JSON lists, or `random`).
     Call(call::CallArgs),
@@ -80,6 +83,7 @@ fn main() -> anyhow::Result<()> {
         Command::Up(args) => up::run(args),
         Command::Certs(args) => certs::run(args),
         Command::Status(args) => status::run(args),
+        Command::Alloc(args) => alloc::run(args),
         Command::Call(args) => call::run(args),
         Command::Demo(args) => demo::run(args),
         Command::GangBench(args) => gang_bench::run(args),

@@ -34,6 +34,11 @@ pub struct ServerConfig {
     /// Address other servers and clients use to reach this one; defaults to the bound address.
     #[serde(default)]
     pub advertise: Option<String>,
+    /// Advertise this host with the bound port (when `advertise` is not set): a server that
+    /// listens on all interfaces of a cluster node, on a port it picked, advertises the
+    /// node's name (`ninf-server --advertise-host`).
+    #[serde(default)]
+    pub advertise_host: Option<String>,
     /// Processors offered to jobs; also the warm pool size of each module. Default: all cores.
     #[serde(default)]
     pub processors: Option<usize>,
@@ -450,6 +455,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: default_listen(),
             advertise: None,
+            advertise_host: None,
             processors: None,
             modules: Vec::new(),
             extra_modules: Vec::new(),
@@ -649,5 +655,39 @@ mod tests {
             error.starts_with("gang.dqt_allocation: unknown DQT allocation policy `best`"),
             "{error}"
         );
+    }
+}
+
+/// What a server takes from a grid file (`DATA_DIR/grid.toml`, which `ninf up` writes):
+/// where the metaserver is and the grid's credentials.
+#[derive(Debug, Deserialize)]
+struct GridFile {
+    metaserver: String,
+    #[serde(default)]
+    token_file: Option<PathBuf>,
+    #[serde(default)]
+    tls_dir: Option<PathBuf>,
+}
+
+impl ServerConfig {
+    /// Joins the grid a grid file describes (`ninf-server --grid FILE`): its metaserver,
+    /// its token and, when it runs over TLS, the `server` certificate of its folder.
+    pub fn join_grid(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let grid: GridFile = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        self.metaserver = Some(grid.metaserver);
+        if grid.token_file.is_some() {
+            self.auth_token_file = grid.token_file;
+        }
+        if let Some(dir) = grid.tls_dir {
+            self.tls = Some(ninf_proto::net::tls::files_in(&dir, "server", true));
+        }
+        Ok(())
     }
 }

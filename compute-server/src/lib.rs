@@ -8,9 +8,11 @@
 //! start servers with it. With a grid token, every service but health refuses requests
 //! without it (the bulk-data port checks it per request).
 
+pub mod batch_job;
 pub mod benchmark;
 pub mod bulk;
 pub mod config;
+pub mod drain;
 pub mod gang;
 pub mod invoke;
 pub mod metrics;
@@ -48,6 +50,8 @@ pub struct Running {
     pub metrics: Option<ninf_telemetry::MetricsEndpoint>,
     serving: Serving,
     registration: Option<tokio::task::JoinHandle<()>>,
+    /// The metaservers it registers with, told when it leaves ([`drain`]).
+    metaserver: Option<String>,
 }
 
 /// Starts a server as `config` says: listens on `config.listen` and a bulk-data port beside
@@ -57,10 +61,11 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
     config.check().map_err(StartError::Config)?;
     let listener = ninf_proto::net::listen(&config.listen).await?;
     let bound = listener.local_addr().map_err(StartError::Io)?;
-    let advertise = config
-        .advertise
-        .clone()
-        .unwrap_or_else(|| bound.to_string());
+    let advertise = match (&config.advertise, &config.advertise_host) {
+        (Some(advertise), _) => advertise.clone(),
+        (None, Some(host)) => format!("{host}:{}", bound.port()),
+        (None, None) => bound.to_string(),
+    };
     // Bulk calls (large arrays) come on a second port of the same host.
     let bulk = ninf_proto::net::listen(&format!("{}:0", bound.ip())).await?;
     let bulk_port = bulk.local_addr().map_err(StartError::Io)?.port();
@@ -104,6 +109,7 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         metrics,
         serving,
         registration,
+        metaserver: config.metaserver.clone(),
     })
 }
 

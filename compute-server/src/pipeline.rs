@@ -32,6 +32,13 @@ pub async fn admit(
     held: Option<JobTicket>,
 ) -> Result<Admitted, Status> {
     let queue_start = Instant::now();
+    if held.is_none() && state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        // UNAVAILABLE: the proxy runs the call elsewhere, as for a server that went away.
+        return Err(Status::unavailable(format!(
+            "server {} is draining: it takes no new calls before it leaves",
+            state.advertise
+        )));
+    }
     let ticket = match held {
         Some(ticket) => ticket,
         None => state

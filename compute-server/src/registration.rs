@@ -205,3 +205,51 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
         }
     })
 }
+
+/// Tells the metaserver that the server is leaving: `draining` (no new tasks, it finishes
+/// its calls), then gone. Each member of the list is tried once, within `patience` in all:
+/// a metaserver that cannot be reached learns it from the heartbeats that stop.
+pub async fn leave(
+    state: &Arc<ServerState>,
+    metaserver: &str,
+    draining: bool,
+    reason: &str,
+    patience: Duration,
+) {
+    let list = match Failover::connect_lazy(
+        metaserver,
+        state.tls.as_ref(),
+        ninf_proto::net::ConnectionSettings::default(),
+    ) {
+        Ok(list) => list,
+        Err(e) => {
+            tracing::warn!(%metaserver, error = %e, "bad metaserver address; leaving unannounced");
+            return;
+        }
+    };
+    let metaservers = Metaservers {
+        list,
+        state: state.clone(),
+    };
+    let request = v1::LeaveRequest {
+        address: state.advertise.clone(),
+        draining,
+        reason: reason.to_string(),
+    };
+    let attempts = async {
+        for _ in 0..metaservers.list.len() {
+            let (index, mut client) = metaservers.client();
+            match client.leave(request.clone()).await {
+                Ok(_) => return true,
+                Err(status) => {
+                    tracing::warn!(error = %status.message(), "the metaserver did not take the leave");
+                    metaservers.failed(index, &status);
+                }
+            }
+        }
+        false
+    };
+    if !matches!(tokio::time::timeout(patience, attempts).await, Ok(true)) {
+        tracing::warn!(draining, "leaving without the metaserver's word");
+    }
+}

@@ -98,6 +98,9 @@ pub struct ServerState {
     pool_settings: PoolSettings,
     /// Told after a reload, so that the registration task registers the new catalog.
     pub reregister: tokio::sync::Notify,
+    /// The server is leaving (its batch job ends, or it was told to stop): it admits no new
+    /// calls and finishes those it has ([`crate::drain`]).
+    pub draining: std::sync::atomic::AtomicBool,
     pub store: ObjectStore,
     /// Where large stored arrays live, shared with the executables (`None` without memfd).
     pub store_region: Option<Arc<StoreRegion>>,
@@ -209,6 +212,7 @@ impl ServerState {
             catalog: RwLock::new(Arc::new(catalog)),
             pool_settings,
             reregister: tokio::sync::Notify::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             store,
             store_region,
             info,

@@ -13,6 +13,7 @@ use ninf_compute_server::config::GangSettings;
 pub use ninf_compute_server::config::ModuleConfig;
 use ninf_compute_server::gang::cores;
 use ninf_compute_server::{ServerConfig, ServerState};
+use ninf_metaserver::config::AllocationConfig;
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::net::tls::{GridTls, TlsFiles};
 use ninf_proto::v1;
@@ -69,6 +70,13 @@ pub struct GridOptions {
     /// `DATA_DIR/tls` (see [`tls_files`]); the metaserver and servers require client
     /// certificates, the proxy accepts clients without (they present the token).
     pub tls: bool,
+    /// The `ninf-server` program allocation queues' jobs start (docs/slurm.md); default:
+    /// the one beside this program.
+    pub server_program: Option<PathBuf>,
+    /// `SLURM_CONF` for the metaserver's Slurm commands; `None`: Slurm's own.
+    pub slurm_conf: Option<PathBuf>,
+    /// Seconds before a server's batch job ends by which its tasks must be predicted to end.
+    pub walltime_margin_seconds: f64,
 }
 
 impl GridOptions {
@@ -98,6 +106,9 @@ impl GridOptions {
             lend_cores: true,
             lend_min_flops: GangSettings::default().lend_min_flops,
             tls: false,
+            server_program: None,
+            slurm_conf: None,
+            walltime_margin_seconds: AllocationConfig::default().walltime_margin_seconds,
         }
     }
 }
@@ -167,6 +178,13 @@ impl Endpoints {
                 data_dir.display()
             )
         })?;
+        toml::from_str(&text).with_context(|| format!("{} is not a grid file", path.display()))
+    }
+
+    /// Reads the grid file at `path` (`--grid FILE`).
+    pub fn read_file(path: &Path) -> anyhow::Result<Endpoints> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the grid file {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("{} is not a grid file", path.display()))
     }
 }
@@ -261,6 +279,16 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         tls: component_tls(options, "metaserver"),
         metrics_listen: Some("127.0.0.1:0".into()),
         dashboard_listen: Some("127.0.0.1:0".into()),
+        // Servers from allocation queues join this loopback grid through its grid file.
+        allocation: AllocationConfig {
+            interval_seconds: 1.0,
+            grid_file: Some(Endpoints::file(&options.data_dir)),
+            server_host: Some("127.0.0.1".into()),
+            server_program: options.server_program.clone(),
+            slurm_conf: options.slurm_conf.clone(),
+            walltime_margin_seconds: options.walltime_margin_seconds,
+            ..AllocationConfig::default()
+        },
         ..MetaserverConfig::default()
     }
 }
@@ -298,9 +326,6 @@ impl EmbeddedGrid {
     /// Starts everything and waits until every server has registered and the proxy has
     /// measured its paths to them.
     pub async fn start(options: GridOptions) -> anyhow::Result<EmbeddedGrid> {
-        if options.processors.is_empty() {
-            anyhow::bail!("a grid needs at least one server");
-        }
         // The servers in this process move arrays as `ninf-server`'s do: keep freed memory
         // mapped, or every large array is a fresh mapping faulted in page by page.
         ninf_compute_server::keep_freed_memory();
@@ -317,6 +342,8 @@ impl EmbeddedGrid {
         let metaserver_address = metaserver_service.address.clone();
         let mflops = match options.mflops {
             Some(m) => m,
+            // Servers of allocation queues benchmark themselves.
+            None if options.processors.is_empty() => 0.0,
             None => {
                 tokio::task::spawn_blocking(|| {
                     ninf_compute_server::benchmark::run_adaptive(Duration::from_millis(200), 3000)

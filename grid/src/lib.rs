@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod load;
 pub mod postgres;
 pub mod processes;
+pub mod slurm;
 pub mod workloads;
 
 /// Where `ninf up` keeps its database and `ninf status` looks for a running grid, unless

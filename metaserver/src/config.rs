@@ -91,6 +91,68 @@ pub struct MetaserverConfig {
     /// must then present certificates from the grid's authority. See `ninf_proto::net::tls`.
     #[serde(default)]
     pub tls: Option<ninf_proto::net::tls::TlsFiles>,
+    /// Allocation queues (`[allocation]`, docs/slurm.md).
+    #[serde(default)]
+    pub allocation: AllocationConfig,
+}
+
+/// How the metaserver runs allocation queues: compute servers as batch jobs.
+///
+/// ```toml
+/// [allocation]
+/// interval_seconds = 2.0          # how often each queue is looked at
+/// wait_seconds = 600.0            # how long a request waits for a queue's servers
+/// walltime_margin_seconds = 30.0  # a task must be predicted to end this long before its server's job
+/// server_program = "/usr/local/bin/ninf-server"  # default: beside the metaserver's program
+/// grid_file = "/var/lib/ninf/grid.toml"  # what servers read the grid's address and credentials from
+/// server_host = "127.0.0.1"       # default: all interfaces, advertised by the node's host name
+/// slurm_bin_dir = "/usr/bin"      # default: Slurm's commands on the PATH
+/// slurm_conf = "/etc/slurm/slurm.conf"  # SLURM_CONF for Slurm's commands; default: theirs
+/// ```
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AllocationConfig {
+    #[serde(default = "default_allocation_interval")]
+    pub interval_seconds: f64,
+    #[serde(default = "default_allocation_wait")]
+    pub wait_seconds: f64,
+    #[serde(default = "default_walltime_margin")]
+    pub walltime_margin_seconds: f64,
+    #[serde(default)]
+    pub server_program: Option<PathBuf>,
+    #[serde(default)]
+    pub grid_file: Option<PathBuf>,
+    #[serde(default)]
+    pub server_host: Option<String>,
+    #[serde(default)]
+    pub slurm_bin_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub slurm_conf: Option<PathBuf>,
+}
+
+fn default_allocation_interval() -> f64 {
+    2.0
+}
+fn default_allocation_wait() -> f64 {
+    600.0
+}
+fn default_walltime_margin() -> f64 {
+    30.0
+}
+
+impl Default for AllocationConfig {
+    fn default() -> Self {
+        AllocationConfig {
+            interval_seconds: default_allocation_interval(),
+            wait_seconds: default_allocation_wait(),
+            walltime_margin_seconds: default_walltime_margin(),
+            server_program: None,
+            grid_file: None,
+            server_host: None,
+            slurm_bin_dir: None,
+            slurm_conf: None,
+        }
+    }
 }
 
 fn default_listen() -> String {
@@ -163,6 +225,7 @@ impl Default for MetaserverConfig {
             default_latency_seconds: default_latency(),
             auth_token_file: None,
             tls: None,
+            allocation: AllocationConfig::default(),
         }
     }
 }
@@ -205,6 +268,11 @@ impl MetaserverConfig {
             ("network_seconds", self.network_seconds),
             ("retention_seconds", self.retention_seconds),
             ("default_mflops", self.default_mflops),
+            (
+                "allocation.interval_seconds",
+                self.allocation.interval_seconds,
+            ),
+            ("allocation.wait_seconds", self.allocation.wait_seconds),
             (
                 "default_throughput_bytes_per_second",
                 self.default_throughput_bytes_per_second,

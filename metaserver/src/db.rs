@@ -130,7 +130,7 @@ pub struct Retention {
 /// The resource DB.
 #[derive(Clone)]
 pub struct ResourceDb {
-    pool: AnyPool,
+    pub(crate) pool: AnyPool,
     backend: Backend,
 }
 
@@ -253,14 +253,16 @@ impl ResourceDb {
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
                  bulk_address, registered_at, last_heartbeat, state, quantum_seconds,
-                 bulk_local)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11)
+                 bulk_local, walltime_end, batch_job, allocation)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
                  bulk_address = excluded.bulk_address, registered_at = excluded.registered_at,
                  last_heartbeat = excluded.last_heartbeat, state = 'up',
-                 quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local
+                 quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local,
+                 walltime_end = excluded.walltime_end, batch_job = excluded.batch_job,
+                 allocation = excluded.allocation
              RETURNING id",
         )
         .bind(address)
@@ -274,6 +276,9 @@ impl ResourceDb {
         .bind(now)
         .bind(finite(info.quantum_seconds))
         .bind(&info.bulk_local)
+        .bind(finite(info.walltime_end))
+        .bind(&info.batch_job)
+        .bind(&info.allocation)
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -304,7 +309,8 @@ impl ResourceDb {
     pub async fn servers(&self) -> Result<Vec<StoredServer>, DbError> {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
-                    bulk_address, last_heartbeat, quantum_seconds, bulk_local
+                    bulk_address, last_heartbeat, quantum_seconds, bulk_local,
+                    walltime_end, batch_job, allocation
              FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -323,6 +329,9 @@ impl ResourceDb {
                 // A socket the server no longer listens on (it died while the metaserver
                 // was down) costs a proxy one failed connect, then the TCP port.
                 bulk_local: row.try_get(10)?,
+                walltime_end: row.try_get(11)?,
+                batch_job: row.try_get(12)?,
+                allocation: row.try_get(13)?,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

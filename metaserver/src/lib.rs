@@ -8,6 +8,7 @@
 //! operation; [`service`] is the thin gRPC shell around them; [`run`] serves it on a listener
 //! until shutdown, like every Ninf server.
 
+pub mod allocation;
 pub mod config;
 pub mod dashboard;
 pub mod db;
@@ -61,6 +62,14 @@ pub enum MetaserverError {
     UnknownGraph(u64),
     #[error("planning the graph failed: {0}")]
     Planning(String),
+    #[error("{0}")]
+    Allocation(String),
+    #[error("an allocation queue named `{0}` exists")]
+    QueueExists(String),
+    #[error("no allocation queue is named `{0}`")]
+    UnknownQueue(String),
+    #[error("{0}")]
+    NoCapacity(String),
     #[error(transparent)]
     Listen(#[from] ninf_proto::net::NetError),
 }
@@ -86,9 +95,12 @@ impl From<MetaserverError> for tonic::Status {
             MetaserverError::Graph(_) | MetaserverError::BadRequest(_) => {
                 tonic::Status::invalid_argument(message)
             }
-            MetaserverError::UnknownServer(_) | MetaserverError::UnknownGraph(_) => {
-                tonic::Status::not_found(message)
-            }
+            MetaserverError::UnknownServer(_)
+            | MetaserverError::UnknownGraph(_)
+            | MetaserverError::UnknownQueue(_) => tonic::Status::not_found(message),
+            MetaserverError::Allocation(_) => tonic::Status::failed_precondition(message),
+            MetaserverError::QueueExists(_) => tonic::Status::already_exists(message),
+            MetaserverError::NoCapacity(_) => tonic::Status::resource_exhausted(message),
         }
     }
 }
@@ -136,6 +148,10 @@ pub struct Metaserver {
     /// Whether this metaserver schedules: always with SQLite; with PostgreSQL, while it
     /// holds the resource DB's lock ([`leadership`]).
     active: std::sync::atomic::AtomicBool,
+    /// Allocation queues ([`allocation`]).
+    alloc: allocation::run::Allocations,
+    /// The address it serves on, as servers started by a queue reach it.
+    address: Mutex<String>,
 }
 
 /// The registry as the resource DB records it: every server that registered, its recent
@@ -213,12 +229,17 @@ impl Metaserver {
             },
         );
         planner.calibrate = config.calibrate;
+        planner.walltime_margin = config.allocation.walltime_margin_seconds;
         // Samples of servers still up are at most a heartbeat timeout old.
         planner.ended_memory_seconds = planner
             .ended_memory_seconds
             .max(2.0 * config.heartbeat_timeout_seconds);
         let (metrics, metrics_registry) = metrics::MetaserverMetrics::new();
-        Ok(Arc::new(Metaserver {
+        let batch = Arc::new(allocation::batch::Slurm {
+            bin_dir: config.allocation.slurm_bin_dir.clone(),
+            conf: config.allocation.slurm_conf.clone(),
+        });
+        let metaserver = Arc::new(Metaserver {
             config,
             state: Mutex::new(State {
                 registry,
@@ -238,7 +259,11 @@ impl Metaserver {
             changes: tokio::sync::broadcast::channel(256).0,
             active: std::sync::atomic::AtomicBool::new(db.backend() == db::Backend::Sqlite),
             db,
-        }))
+            alloc: allocation::run::Allocations::new(batch),
+            address: Mutex::new(String::new()),
+        });
+        metaserver.restore_queues().await?;
+        Ok(metaserver)
     }
 
     /// Whether this metaserver schedules (see [`leadership`]).
@@ -262,6 +287,7 @@ impl Metaserver {
     /// servers that registered with the metaserver before it), then serves.
     pub(crate) async fn promote(&self) -> Result<(), MetaserverError> {
         let registry = restore_registry(&self.db, &self.config).await?;
+        self.restore_queues().await?;
         let servers = registry.servers().len();
         {
             let mut state = self.state();
@@ -319,6 +345,7 @@ pub async fn bind(config: MetaserverConfig) -> Result<Running, MetaserverError> 
     let metrics_listen = config.metrics_listen.clone();
     let dashboard_listen = config.dashboard_listen.clone();
     let metaserver = Metaserver::open(config).await?;
+    *ninf_proto::sync::lock(&metaserver.address) = address.clone();
     let metrics = match metrics_listen {
         Some(listen) => {
             Some(ninf_telemetry::serve(&listen, metaserver.metrics_registry.clone()).await?)
@@ -369,6 +396,7 @@ async fn run(
 ) -> Result<(), tonic::transport::Error> {
     let mut builder = ninf_proto::net::server(metaserver.tls.as_ref())?;
     let upkeep = operations::upkeep::spawn(metaserver.clone());
+    let allocation = allocation::run::spawn(metaserver.clone());
     let leadership = CancellationToken::new();
     let leader = (metaserver.db.backend() == db::Backend::Postgres).then(|| {
         tokio::spawn(leadership::run(
@@ -397,9 +425,16 @@ async fn run(
             .max_encoding_message_size(limit),
             CheckToken::new("metaserver", metaserver.token.as_deref()),
         ))
+        .add_service(InterceptedService::new(
+            v1::allocation_server::AllocationServer::new(service::AllocationService(
+                metaserver.clone(),
+            )),
+            CheckToken::new("metaserver", metaserver.token.as_deref()),
+        ))
         .serve_with_incoming_shutdown(ninf_proto::net::incoming(listener), shutdown)
         .await;
     upkeep.abort();
+    allocation.abort();
     leadership.cancel();
     if let Some(leader) = leader {
         let _ = leader.await;

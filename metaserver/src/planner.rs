@@ -164,6 +164,9 @@ pub struct Planner {
     /// [`ENDED_MEMORY_SECONDS`], longer when samples may be older.
     pub ended_memory_seconds: f64,
     calibration: Calibration,
+    /// Seconds before its batch job's end by which a server's tasks must be predicted to
+    /// end (`[allocation] walltime_margin_seconds`).
+    pub walltime_margin: f64,
 }
 
 impl Planner {
@@ -176,6 +179,7 @@ impl Planner {
             calibrate: true,
             ended_memory_seconds: ENDED_MEMORY_SECONDS,
             calibration: Calibration::default(),
+            walltime_margin: 0.0,
         }
     }
 
@@ -205,6 +209,7 @@ impl Planner {
             calibrate: self.calibrate,
             ended_memory_seconds: self.ended_memory_seconds,
             calibration: self.calibration.clone(),
+            walltime_margin: self.walltime_margin,
         }
     }
 
@@ -236,6 +241,15 @@ impl Planner {
         let history = registry.history(client_links);
         let mut predictor =
             LoadPredictor::from_history(&grid, &history, self.predictor, self.default_link);
+        for (index, deadline) in registry
+            .deadlines(now, self.walltime_margin)
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(deadline) = deadline {
+                predictor.set_deadline(index, deadline);
+            }
+        }
         for (index, server) in registry.servers().iter().enumerate() {
             predictor.set_quantum(index, server.info.quantum_seconds);
             if let Some(sampled) = server.load_sampled_at {

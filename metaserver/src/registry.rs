@@ -42,6 +42,12 @@ pub struct ServerEntry {
     pub latest: Option<v1::LoadSample>,
     /// When the latest load sample arrived (Unix seconds).
     pub load_sampled_at: Option<f64>,
+    /// It is leaving (its batch job ends): it takes no new tasks.
+    pub draining: bool,
+    /// Until when it has work, as far as the metaserver knows (Unix seconds): its latest
+    /// placement's predicted finish, or the last sample that showed jobs on it. Allocation
+    /// queues let a server go once this is past their idle timeout.
+    pub busy_until: f64,
 }
 
 /// Servers and monitoring history.
@@ -101,6 +107,8 @@ impl Registry {
             load: VecDeque::new(),
             latest: None,
             load_sampled_at: None,
+            draining: false,
+            busy_until: now,
         };
         match self.by_address.get(address) {
             Some(&i) => {
@@ -118,6 +126,37 @@ impl Registry {
 
     pub fn get(&self, address: &str) -> Option<&ServerEntry> {
         self.by_address.get(address).map(|&i| &self.servers[i])
+    }
+
+    /// A server leaving: `draining` takes it out of scheduling while it finishes its calls;
+    /// otherwise it is gone (down at once). `false` if it never registered.
+    pub fn leave(&mut self, address: &str, draining: bool) -> bool {
+        let Some(&i) = self.by_address.get(address) else {
+            return false;
+        };
+        let server = &mut self.servers[i];
+        server.draining = true;
+        if !draining {
+            server.last_heartbeat = f64::NEG_INFINITY;
+        }
+        true
+    }
+
+    /// Notes that `address` has work until `until` (Unix seconds).
+    pub fn busy_until(&mut self, address: &str, until: f64) {
+        if let Some(&i) = self.by_address.get(address) {
+            let server = &mut self.servers[i];
+            server.busy_until = server.busy_until.max(until);
+        }
+    }
+
+    /// When each up server must have finished its tasks, relative to `now` (seconds):
+    /// its job's end less `margin`; by server index, `None` for servers without an end.
+    pub fn deadlines(&self, now: f64, margin: f64) -> Vec<Option<f64>> {
+        self.servers
+            .iter()
+            .map(|s| (s.info.walltime_end > 0.0).then_some(s.info.walltime_end - margin - now))
+            .collect()
     }
 
     pub fn servers(&self) -> &[ServerEntry] {
@@ -139,6 +178,9 @@ impl Registry {
             }
             server.latest = Some(*sample);
             server.load_sampled_at = Some(now);
+            if sample.running_jobs + sample.queued_jobs > 0 {
+                server.busy_until = server.busy_until.max(now);
+            }
         }
         true
     }
@@ -227,7 +269,7 @@ impl Registry {
                     flops_per_processor: self.flops_per_processor(s),
                     processors: s.info.processors.max(1),
                     functions: s.routines.keys().cloned().collect::<BTreeSet<_>>(),
-                    up: self.is_up(s, now),
+                    up: self.is_up(s, now) && !s.draining,
                 })
                 .collect(),
         }

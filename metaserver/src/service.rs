@@ -44,6 +44,66 @@ impl v1::registry_server::Registry for RegistryService {
         self.0.report_network(request.into_inner()).await?;
         Ok(Response::new(v1::NetworkReportReply {}))
     }
+
+    async fn leave(
+        &self,
+        request: Request<v1::LeaveRequest>,
+    ) -> Result<Response<v1::LeaveReply>, Status> {
+        self.0.serving()?;
+        self.0.leave(request.into_inner()).await?;
+        Ok(Response::new(v1::LeaveReply {}))
+    }
+}
+
+/// `ninf alloc`'s side: allocation queues.
+pub struct AllocationService(pub Arc<Metaserver>);
+
+#[tonic::async_trait]
+impl v1::allocation_server::Allocation for AllocationService {
+    async fn add_queue(
+        &self,
+        request: Request<v1::AllocQueueSpec>,
+    ) -> Result<Response<v1::AllocQueue>, Status> {
+        self.0.serving()?;
+        Ok(Response::new(self.0.add_queue(request.into_inner()).await?))
+    }
+
+    async fn list_queues(
+        &self,
+        _request: Request<v1::ListQueuesRequest>,
+    ) -> Result<Response<v1::ListQueuesReply>, Status> {
+        self.0.serving()?;
+        Ok(Response::new(v1::ListQueuesReply {
+            queues: self.0.list_queues(),
+        }))
+    }
+
+    async fn remove_queue(
+        &self,
+        request: Request<v1::QueueName>,
+    ) -> Result<Response<v1::AllocQueue>, Status> {
+        self.0.serving()?;
+        let name = request.into_inner().name;
+        Ok(Response::new(self.0.remove_queue(&name).await?))
+    }
+
+    async fn pause_queue(
+        &self,
+        request: Request<v1::QueueName>,
+    ) -> Result<Response<v1::AllocQueue>, Status> {
+        self.0.serving()?;
+        let name = request.into_inner().name;
+        Ok(Response::new(self.0.pause_queue(&name, true).await?))
+    }
+
+    async fn resume_queue(
+        &self,
+        request: Request<v1::QueueName>,
+    ) -> Result<Response<v1::AllocQueue>, Status> {
+        self.0.serving()?;
+        let name = request.into_inner().name;
+        Ok(Response::new(self.0.pause_queue(&name, false).await?))
+    }
 }
 
 #[tonic::async_trait]
@@ -82,12 +142,18 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
     ) -> Result<Response<v1::FunctionInterface>, Status> {
         self.0.serving()?;
         let function = request.into_inner().function;
-        self.0
-            .describe(&function)
-            .map(Response::new)
-            .ok_or_else(|| {
-                Status::not_found(format!("no server has registered a routine `{function}`"))
-            })
+        let since = std::time::Instant::now();
+        loop {
+            if let Some(found) = self.0.describe(&function) {
+                return Ok(Response::new(found));
+            }
+            // An allocation queue may yet bring a server that has it.
+            if !self.0.wait_for_capacity(since).await {
+                return Err(Status::not_found(format!(
+                    "no server has registered a routine `{function}`"
+                )));
+            }
+        }
     }
 
     async fn status(

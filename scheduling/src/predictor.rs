@@ -192,7 +192,17 @@ pub struct LoadPredictor {
     /// Each server's gang slot length (seconds; 0 when unknown): see
     /// [`LoadPredictor::slot_wait`].
     quanta: Vec<f64>,
+    /// When each server must have finished its tasks (its batch job's end less a margin,
+    /// in the schedule's time); infinite for a server without an end. See
+    /// [`LoadPredictor::set_deadline`].
+    deadlines: Vec<f64>,
 }
+
+/// Seconds added to the compute time of a task predicted to end past its server's deadline:
+/// more than any schedule takes, so that every scheduler, minimising predicted finishes,
+/// places it elsewhere when it can, and finite, so that their sums and differences stay
+/// numbers. A schedule with such a task is one the grid cannot run now.
+pub const PAST_DEADLINE_SECONDS: f64 = 1e9;
 
 /// How the predictor turns monitoring history into the present state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,11 +273,26 @@ impl LoadPredictor {
             compute_factors: vec![HashMap::new(); n],
             call_overheads: vec![Overhead::default(); n],
             quanta: vec![0.0; n],
+            deadlines: vec![f64::INFINITY; n],
         }
     }
 
     /// Tells the predictor the length of `server`'s gang slots (seconds), which the server
     /// registered; without it a call is never predicted to wait for a slot.
+    /// The time by which `server` must have finished every task (its batch job ends):
+    /// a task predicted to end later costs [`PAST_DEADLINE_SECONDS`] more, which no
+    /// scheduler chooses while another server can take it.
+    pub fn set_deadline(&mut self, server: ServerId, at: f64) {
+        if let Some(d) = self.deadlines.get_mut(server) {
+            *d = if at.is_nan() { f64::INFINITY } else { at };
+        }
+    }
+
+    /// The deadline [`LoadPredictor::set_deadline`] gave `server`.
+    pub fn deadline(&self, server: ServerId) -> f64 {
+        self.deadlines.get(server).copied().unwrap_or(f64::INFINITY)
+    }
+
     pub fn set_quantum(&mut self, server: ServerId, seconds: f64) {
         if let Some(q) = self.quanta.get_mut(server) {
             *q = if seconds.is_finite() {
@@ -486,7 +511,12 @@ impl Predictor for LoadPredictor {
     fn compute_time(&self, server: ServerId, task: &Task, at: f64) -> f64 {
         let load = self.load_at(server, at);
         let wait = self.slot_wait_among(server, task.processors, at, load);
-        self.time_among(server, task, load, wait)
+        let time = self.time_among(server, task, load, wait);
+        if at + time > self.deadline(server) {
+            time + PAST_DEADLINE_SECONDS
+        } else {
+            time
+        }
     }
 
     /// [`LoadPredictor::time_among`] at the measured load, as a line in the flops.

@@ -1,5 +1,6 @@
 //! One module per `ninf` subcommand, each a `clap` `Args` struct and its `run`.
 
+pub mod alloc;
 pub mod call;
 pub mod certs;
 pub mod chaos;

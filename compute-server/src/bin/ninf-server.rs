@@ -23,6 +23,25 @@ struct Cli {
     /// Metaserver to register with, `host:port` (overrides the configuration).
     #[arg(long)]
     metaserver: Option<String>,
+    /// Join the grid this grid file describes (`DATA_DIR/grid.toml`): its metaserver, token
+    /// and TLS material (overrides the configuration; `--metaserver` overrides it).
+    #[arg(long, value_name = "FILE")]
+    grid: Option<PathBuf>,
+    /// Advertise this host name with the port bound (e.g. the node's name when listening on
+    /// 0.0.0.0:0).
+    #[arg(long, value_name = "HOST")]
+    advertise_host: Option<String>,
+    /// The allocation queue that started this server (docs/slurm.md).
+    #[arg(long, value_name = "NAME")]
+    allocation: Option<String>,
+    /// When this server must be gone (Unix seconds); by default, in a Slurm job, its job's
+    /// end as `squeue` tells it.
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    walltime_end: Option<f64>,
+    /// Seconds before the walltime end at which the server drains by itself, in case the
+    /// batch system's warning signal does not come.
+    #[arg(long, default_value_t = 10.0)]
+    drain_before_end: f64,
     /// Emulate processors this many times slower than the host's (overrides the
     /// configuration).
     #[arg(long)]
@@ -61,6 +80,12 @@ fn load_config(cli: &Cli) -> anyhow::Result<ServerConfig> {
     };
     if let Some(listen) = &cli.listen {
         config.listen = listen.clone();
+    }
+    if let Some(grid) = &cli.grid {
+        config.join_grid(grid)?;
+    }
+    if cli.advertise_host.is_some() {
+        config.advertise_host = cli.advertise_host.clone();
     }
     if cli.metaserver.is_some() {
         config.metaserver = cli.metaserver.clone();
@@ -122,7 +147,13 @@ fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());
     }
-    let config = load_config(&cli)?;
+    let mut config = load_config(&cli)?;
+    let job = ninf_compute_server::batch_job::from_env(&std::env::vars().collect());
+    if let Some(cpus) = job.as_ref().and_then(|j| j.cpus)
+        && config.processors.is_none()
+    {
+        config.processors = Some(cpus);
+    }
     let info = if cli.no_benchmark {
         v1::ServerInfo {
             cpus: std::thread::available_parallelism().map_or(1, |p| p.get()) as u32,
@@ -147,15 +178,72 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         }
     };
+    let info = with_batch_job(info, &cli, job.as_ref());
+    let walltime_end = (info.walltime_end > 0.0).then_some(info.walltime_end);
+    let drain_before_end = cli.drain_before_end.max(0.0);
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let server = ninf_compute_server::bind(&config, info).await?;
         // The first line on stdout tells scripts and tests where the server is.
         println!("listening on {}", server.address);
-        tracing::info!(address = %server.address, modules = server.state.catalog().modules.len(), "serving");
+        tracing::info!(address = %server.address, modules = server.state.catalog().modules.len(), ?walltime_end, "serving");
         let reloads = tokio::spawn(reload_on_hangup(cli, server.state.clone()));
-        server.until(shutdown_signal()).await?;
+        let reason = tokio::select! {
+            () = shutdown_signal() => "signal",
+            () = until_drain_time(walltime_end, drain_before_end) => "walltime",
+        };
+        server.drain_and_stop(reason, drain_limit(walltime_end)).await?;
         reloads.abort();
         anyhow::Ok(())
     })
+}
+
+/// The server's registration with its batch job: the job, its queue, when it ends.
+fn with_batch_job(
+    info: v1::ServerInfo,
+    cli: &Cli,
+    job: Option<&ninf_compute_server::batch_job::BatchJob>,
+) -> v1::ServerInfo {
+    let now = unix_seconds();
+    let walltime_end = cli.walltime_end.or_else(|| {
+        let job = job?;
+        let left = ninf_compute_server::batch_job::remaining_from_squeue(&job.slurm_id)?;
+        Some(now + left)
+    });
+    if let Some(job) = job {
+        tracing::info!(job = %job.id, ?walltime_end, "running in a Slurm job");
+    }
+    v1::ServerInfo {
+        walltime_end: walltime_end.unwrap_or(0.0),
+        batch_job: job.map(|j| j.id.clone()).unwrap_or_default(),
+        allocation: cli.allocation.clone().unwrap_or_default(),
+        ..info
+    }
+}
+
+/// Completes `before` seconds ahead of the walltime end; never without one.
+async fn until_drain_time(walltime_end: Option<f64>, before: f64) {
+    match walltime_end {
+        Some(end) => {
+            let wait = (end - before - unix_seconds()).max(0.0);
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a drain may take: up to a few seconds before the walltime end, else 30 s.
+fn drain_limit(walltime_end: Option<f64>) -> Duration {
+    let seconds = match walltime_end {
+        Some(end) => (end - 3.0 - unix_seconds()).clamp(1.0, 300.0),
+        None => 30.0,
+    };
+    Duration::from_secs_f64(seconds)
+}
+
+/// Unix seconds now.
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

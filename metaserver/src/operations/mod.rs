@@ -2,7 +2,9 @@
 //! `impl Metaserver` block over the shared state in `lib.rs`.
 
 pub mod actuals;
+pub mod alloc;
 pub mod heartbeat;
+pub mod leave;
 pub mod network;
 pub mod register;
 pub mod schedule;

@@ -47,6 +47,8 @@ impl Metaserver {
             (before, rejected)
         };
         self.log_registration(&request.address, before, &routines, &rejected);
+        // Requests waiting for capacity look again.
+        self.alloc.registered.notify_waiters();
         for (routine, reason) in &rejected {
             tracing::warn!(server = %request.address, %routine, %reason, "routine refused");
         }

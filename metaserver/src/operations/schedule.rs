@@ -38,11 +38,41 @@ struct Plan {
     registry: Registry,
 }
 
+/// Whether a graph refused for `error` may run once an allocation queue's servers come: no
+/// live server serves one of its routines, or none has the walltime left for one of its tasks.
+fn wants_capacity(error: &MetaserverError) -> bool {
+    matches!(
+        error,
+        MetaserverError::Graph(GraphRejection::UnknownRoutine { .. })
+            | MetaserverError::Graph(GraphRejection::Structure(
+                ninf_scheduling::GraphError::Unimplemented { .. }
+            ))
+            | MetaserverError::NoCapacity(_)
+    )
+}
+
 impl Metaserver {
-    /// Steps 4-5: checks and places a graph, records the placements.
+    /// Steps 4-5: checks and places a graph, records the placements. A graph that only
+    /// fits on servers still to come waits for them while an allocation queue is active.
     pub async fn schedule(
         &self,
         request: v1::ScheduleRequest,
+    ) -> Result<v1::ScheduleReply, MetaserverError> {
+        let since = std::time::Instant::now();
+        loop {
+            match self.schedule_now(&request).await {
+                Err(e) if wants_capacity(&e) && self.wait_for_capacity(since).await => {
+                    tracing::debug!(error = %e, "graph waits for an allocation queue's servers");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Places a graph on the servers there are now.
+    async fn schedule_now(
+        &self,
+        request: &v1::ScheduleRequest,
     ) -> Result<v1::ScheduleReply, MetaserverError> {
         let _one_at_a_time = self.scheduling.lock().await;
         let scheduler = if request.scheduler.is_empty() {
@@ -51,7 +81,7 @@ impl Metaserver {
             request.scheduler.clone()
         };
         let now = unix_now();
-        let input = self.plan_input(&request, scheduler.clone(), now);
+        let input = self.plan_input(request, scheduler.clone(), now);
         let plan = self.plan_off_lock(input).await?;
         let inter_server_ratio = plan.schedule.inter_server_ratio(&plan.tasks);
         let record = GraphRecord {
@@ -83,7 +113,7 @@ impl Metaserver {
         // The proxy's measurements enter the DB only now that it asks for a schedule, and
         // only those it has not sent before.
         let (proxy_links, newest) =
-            unstored_client_links(&request, &self.state().client_links_stored, now);
+            unstored_client_links(request, &self.state().client_links_stored, now);
         self.db.add_links(&proxy_links).await?;
         {
             let mut state = self.state();
@@ -91,14 +121,21 @@ impl Metaserver {
                 planner,
                 running,
                 client_links_stored,
+                registry,
                 ..
             } = &mut *state;
             client_links_stored.extend(newest);
+            let placed = unix_now();
+            for placement in &plan.placements {
+                registry.busy_until(
+                    &placement.server_address,
+                    placed + placement.predicted_finish,
+                );
+            }
             // The graph starts once its proxy has the reply, not when it was planned: the
             // rows above took 1-6 ms under `ninf load`, as long as a whole graph there.
             // Timed from the plan, its calls were booked on the servers before they ran,
             // and a server's load sample missed the calls it was running.
-            let placed = unix_now();
             planner.record(
                 graph_id,
                 &plan.tasks,
@@ -113,6 +150,7 @@ impl Metaserver {
             running.insert(graph_id, graph);
         }
         self.graph_changed(graph_id);
+        self.alloc.worked(now);
         tracing::info!(
             graph = graph_id,
             label = %request.label,
@@ -202,6 +240,7 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
             *now,
         )
         .map_err(GraphRejection::from)?;
+    within_walltime(&tasks, &schedule, registry, &input)?;
     let servers = registry.servers();
     let address = |server: usize| servers.get(server).map(|s| s.address.clone());
     let placements = schedule
@@ -238,6 +277,35 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         staging,
         registry: input.registry,
     })
+}
+
+/// Refuses a schedule with a task predicted to end past its server's batch job (less the
+/// margin): the predictor made every such placement the worst, so no server can take it now.
+fn within_walltime(
+    tasks: &TaskGraph,
+    schedule: &Schedule,
+    registry: &Registry,
+    input: &PlanInput,
+) -> Result<(), MetaserverError> {
+    let margin = input.planner.walltime_margin;
+    let deadlines = registry.deadlines(input.now, margin);
+    for (task, (&server, timing)) in schedule.servers.iter().zip(&schedule.timings).enumerate() {
+        let Some(Some(deadline)) = deadlines.get(server) else {
+            continue;
+        };
+        if timing.finish > *deadline {
+            let name = registry
+                .servers()
+                .get(server)
+                .map_or("?", |s| s.address.as_str());
+            return Err(MetaserverError::NoCapacity(format!(
+                "no server has the time left for task {}: the best placement, on {name}, \
+                 would end past its batch job's end less {margin} s",
+                tasks.tasks[task].label
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn reply(

@@ -23,10 +23,12 @@ impl Metaserver {
                 .servers()
                 .iter()
                 .map(|s| {
-                    server_status(
+                    let mut status = server_status(
                         crate::dashboard::views::server_view(&state.registry, s, now),
                         &s.info,
-                    )
+                    );
+                    status.draining = s.draining;
+                    status
                 })
                 .collect();
             let network = state
@@ -49,6 +51,7 @@ impl Metaserver {
             servers,
             network,
             graphs: self.db.recent_graphs(recent_graphs).await?,
+            queues: self.list_queues(),
         })
     }
 }
@@ -83,5 +86,9 @@ fn server_status(
         failed_modules,
         bulk_address: info.bulk_address.clone(),
         bulk_local: info.bulk_local.clone(),
+        walltime_end: info.walltime_end,
+        batch_job: info.batch_job.clone(),
+        allocation: info.allocation.clone(),
+        draining: false,
     }
 }
