@@ -294,3 +294,77 @@ fn a_restarted_metaserver_still_knows_its_queue_and_its_jobs() {
     assert_eq!(running.servers, 1);
     assert_eq!(job_ids(&after), job_ids(&before));
 }
+
+#[test]
+fn servers_of_one_minute_jobs_drain_and_are_replaced_with_nothing_lost() {
+    let slurm = LocalSlurm::start().unwrap();
+    let margin = 5.0;
+    let grid = TestGrid::start(Vec::new(), |options| {
+        options.server_program = Some(binaries().join("ninf-server"));
+        options.slurm_conf = Some(slurm.conf.clone());
+        options.walltime_margin_seconds = margin;
+    });
+    let metaserver = grid.grid().metaserver.clone();
+    let spec = v1::AllocQueueSpec {
+        time_limit_minutes: 1,
+        ..queue_spec("short", &[])
+    };
+    grid.runtime.block_on(metaserver.add_queue(spec)).unwrap();
+    // Two clients send transactions without pause for 100 s: across the first job's end.
+    let proxy = grid.grid().endpoints.proxy.clone();
+    let until = Instant::now() + Duration::from_secs(100);
+    let clients: Vec<_> = (0..2u64)
+        .map(|client| {
+            let proxy = proxy.clone();
+            std::thread::spawn(move || {
+                let grid = GridClient::connect(&proxy).unwrap().with_scheduler("flow");
+                let mut done = 0u64;
+                while Instant::now() < until {
+                    mmul_chain(&grid, 32, client * 1000 + done);
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let transactions: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    assert!(transactions > 20, "{transactions} transactions");
+    // The first servers drained and left; the queue had submitted their replacements.
+    let status = grid.status();
+    let left = status.servers.iter().filter(|s| !s.up).count();
+    assert!(left >= 1, "a server left: {:?}", status.servers);
+    let queue = &metaserver.list_queues()[0];
+    assert!(
+        queue.jobs.len() >= 3,
+        "replacements submitted: {:?}",
+        queue.jobs
+    );
+    assert!(
+        queue.jobs.iter().any(|j| j.state == "ended"),
+        "{:?}",
+        queue.jobs
+    );
+    assert_eq!(queue.failures, 0, "{}", queue.last_error);
+    let events: Vec<String> = metaserver
+        .events_since(0, 100_000)
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(events.iter().any(|k| k == "draining"), "{events:?}");
+    assert!(events.iter().any(|k| k == "left"), "{events:?}");
+    // No task was ever placed to end past its server's deadline.
+    let placements = grid
+        .runtime
+        .block_on(metaserver.db().walltime_placements())
+        .unwrap();
+    assert!(
+        placements.len() as u64 >= transactions,
+        "{} placements",
+        placements.len()
+    );
+    let past: Vec<_> = placements
+        .iter()
+        .filter(|p| p.past_deadline(margin))
+        .collect();
+    assert!(past.is_empty(), "placed past the deadline: {past:?}");
+}

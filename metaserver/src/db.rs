@@ -253,8 +253,8 @@ impl ResourceDb {
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
                  bulk_address, registered_at, last_heartbeat, state, quantum_seconds,
-                 bulk_local, walltime_end, batch_job, allocation)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14)
+                 bulk_local, walltime_end, batch_job, allocation, drain_seconds)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14, $15)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
@@ -262,7 +262,7 @@ impl ResourceDb {
                  last_heartbeat = excluded.last_heartbeat, state = 'up',
                  quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local,
                  walltime_end = excluded.walltime_end, batch_job = excluded.batch_job,
-                 allocation = excluded.allocation
+                 allocation = excluded.allocation, drain_seconds = excluded.drain_seconds
              RETURNING id",
         )
         .bind(address)
@@ -279,6 +279,7 @@ impl ResourceDb {
         .bind(finite(info.walltime_end))
         .bind(&info.batch_job)
         .bind(&info.allocation)
+        .bind(finite(info.drain_seconds))
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -310,7 +311,7 @@ impl ResourceDb {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
                     bulk_address, last_heartbeat, quantum_seconds, bulk_local,
-                    walltime_end, batch_job, allocation
+                    walltime_end, batch_job, allocation, drain_seconds
              FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -332,6 +333,7 @@ impl ResourceDb {
                 walltime_end: row.try_get(11)?,
                 batch_job: row.try_get(12)?,
                 allocation: row.try_get(13)?,
+                drain_seconds: row.try_get(14)?,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

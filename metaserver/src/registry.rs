@@ -150,12 +150,16 @@ impl Registry {
         }
     }
 
-    /// When each up server must have finished its tasks, relative to `now` (seconds):
-    /// its job's end less `margin`; by server index, `None` for servers without an end.
+    /// When each server must have finished its tasks, relative to `now` (seconds): its
+    /// job's end less the longer of `margin` and the time it drains before the end; by
+    /// server index, `None` for servers without an end.
     pub fn deadlines(&self, now: f64, margin: f64) -> Vec<Option<f64>> {
         self.servers
             .iter()
-            .map(|s| (s.info.walltime_end > 0.0).then_some(s.info.walltime_end - margin - now))
+            .map(|s| {
+                let before = margin.max(s.info.drain_seconds);
+                (s.info.walltime_end > 0.0).then_some(s.info.walltime_end - before - now)
+            })
             .collect()
     }
 

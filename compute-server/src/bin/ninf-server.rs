@@ -188,11 +188,15 @@ fn main() -> anyhow::Result<()> {
         println!("listening on {}", server.address);
         tracing::info!(address = %server.address, modules = server.state.catalog().modules.len(), ?walltime_end, "serving");
         let reloads = tokio::spawn(reload_on_hangup(cli, server.state.clone()));
-        let reason = tokio::select! {
-            () = shutdown_signal() => "signal",
-            () = until_drain_time(walltime_end, drain_before_end) => "walltime",
+        // SIGTERM or SIGINT: leave now (a `scancel`, the time limit, an operator). SIGUSR1 is
+        // Slurm's warning (`--signal=B:USR1@S`, which may come up to a minute early): the
+        // server drains at its drain time, or at once if it does not know its end.
+        let (reason, limit) = tokio::select! {
+            () = shutdown_signal() => ("signal", drain_limit(walltime_end).min(SIGNALLED_DRAIN)),
+            () = until_drain_time(walltime_end, drain_before_end) => ("walltime", drain_limit(walltime_end)),
+            () = slurm_warning(walltime_end) => ("batch system's warning", drain_limit(walltime_end)),
         };
-        server.drain_and_stop(reason, drain_limit(walltime_end)).await?;
+        server.drain_and_stop(reason, limit).await?;
         reloads.abort();
         anyhow::Ok(())
     })
@@ -217,8 +221,33 @@ fn with_batch_job(
         walltime_end: walltime_end.unwrap_or(0.0),
         batch_job: job.map(|j| j.id.clone()).unwrap_or_default(),
         allocation: cli.allocation.clone().unwrap_or_default(),
+        drain_seconds: if walltime_end.is_some() {
+            cli.drain_before_end.max(0.0)
+        } else {
+            0.0
+        },
         ..info
     }
+}
+
+/// How long a server told to stop (SIGTERM) drains at most: less than Slurm's default
+/// KillWait (30 s) before its SIGKILL, so that it says it is gone.
+const SIGNALLED_DRAIN: Duration = Duration::from_secs(20);
+
+/// Completes on SIGUSR1 when the server does not know its end (when it does, its drain
+/// time comes anyway); never otherwise.
+async fn slurm_warning(walltime_end: Option<f64>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut warnings) = signal(SignalKind::user_defined1()) else {
+        return std::future::pending().await;
+    };
+    while warnings.recv().await.is_some() {
+        tracing::info!(?walltime_end, "the batch system's warning (SIGUSR1)");
+        if walltime_end.is_none() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// Completes `before` seconds ahead of the walltime end; never without one.

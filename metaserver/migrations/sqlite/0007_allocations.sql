@@ -1,8 +1,10 @@
--- Batch jobs (docs/slurm.md): each server's job end, job and allocation queue, so that a
--- restarted metaserver still knows when its servers must stop; 0 and '' when it has none.
+-- Batch jobs (docs/slurm.md): each server's job end, job, allocation queue and how long
+-- before the end it drains, so that a restarted metaserver still knows when its servers
+-- must stop; 0 and '' when it has none.
 ALTER TABLE servers ADD COLUMN walltime_end REAL NOT NULL DEFAULT 0;
 ALTER TABLE servers ADD COLUMN batch_job TEXT NOT NULL DEFAULT '';
 ALTER TABLE servers ADD COLUMN allocation TEXT NOT NULL DEFAULT '';
+ALTER TABLE servers ADD COLUMN drain_seconds REAL NOT NULL DEFAULT 0;
 
 -- Allocation queues: the settings as given (the protobuf ninf.v1.AllocQueueSpec), whether
 -- it is paused, and its failures in a row with the last one's message.

@@ -149,3 +149,170 @@ fn idle_cancellations(
 pub fn pauses(failures: u32) -> bool {
     failures >= PAUSE_AFTER_FAILURES
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> QueueSpec {
+        QueueSpec {
+            name: "q".into(),
+            time_limit_minutes: 60,
+            servers_per_job: 1,
+            max_servers: 3,
+            backlog: 1,
+            idle_timeout_seconds: 120.0,
+            data_dir: String::new(),
+            grid_file: String::new(),
+            batch_args: Vec::new(),
+        }
+    }
+
+    fn job(id: &str, state: JobState, servers: Vec<ServerView>) -> JobView {
+        JobView {
+            id: id.into(),
+            state,
+            registered: !servers.is_empty(),
+            servers,
+        }
+    }
+
+    fn server(idle_since: Option<f64>, walltime_end: f64) -> ServerView {
+        ServerView {
+            idle_since,
+            walltime_end: Some(walltime_end),
+        }
+    }
+
+    const WAITING: Demand = Demand {
+        waiting: 2,
+        busy: true,
+    };
+    const NOTHING: Demand = Demand {
+        waiting: 0,
+        busy: false,
+    };
+
+    #[test]
+    fn nothing_is_submitted_without_work_and_a_backlog_is_kept_while_work_waits() {
+        let now = 1000.0;
+        assert_eq!(decide(&spec(), false, &[], NOTHING, now), vec![]);
+        assert_eq!(
+            decide(&spec(), false, &[], WAITING, now),
+            vec![Decision::Submit(1)]
+        );
+        // One pending: the backlog of one is there.
+        let pending = [job("1_0", JobState::Pending, vec![])];
+        assert_eq!(decide(&spec(), false, &pending, WAITING, now), vec![]);
+        // Running but no server yet: still the backlog.
+        let starting = [job("1_0", JobState::Running, vec![])];
+        assert_eq!(decide(&spec(), false, &starting, WAITING, now), vec![]);
+        // Its server is up and work still waits: one more, up to the maximum.
+        let up = [job(
+            "1_0",
+            JobState::Running,
+            vec![server(None, now + 3000.0)],
+        )];
+        assert_eq!(
+            decide(&spec(), false, &up, WAITING, now),
+            vec![Decision::Submit(1)]
+        );
+        let full = [
+            job("1_0", JobState::Running, vec![server(None, now + 3000.0)]),
+            job("2_0", JobState::Running, vec![server(None, now + 3000.0)]),
+            job("3_0", JobState::Pending, vec![]),
+        ];
+        assert_eq!(decide(&spec(), false, &full, WAITING, now), vec![]);
+        // A paused queue decides nothing.
+        assert_eq!(decide(&spec(), true, &[], WAITING, now), vec![]);
+    }
+
+    #[test]
+    fn a_larger_backlog_and_servers_per_job_are_counted_in_servers() {
+        let spec = QueueSpec {
+            servers_per_job: 2,
+            max_servers: 5,
+            backlog: 3,
+            ..spec()
+        };
+        // Room for two jobs of two servers under five.
+        assert_eq!(
+            decide(&spec, false, &[], WAITING, 0.0),
+            vec![Decision::Submit(2)]
+        );
+    }
+
+    #[test]
+    fn idle_servers_go_after_the_timeout_unless_work_waits() {
+        let now = 1000.0;
+        let jobs = [
+            job(
+                "1_0",
+                JobState::Running,
+                vec![server(Some(now - 130.0), now + 3000.0)],
+            ),
+            job(
+                "2_0",
+                JobState::Running,
+                vec![server(Some(now - 60.0), now + 3000.0)],
+            ),
+            job("3_0", JobState::Running, vec![server(None, now + 3000.0)]),
+        ];
+        assert_eq!(
+            decide(&spec(), false, &jobs, NOTHING, now),
+            vec![Decision::Cancel {
+                job: "1_0".into(),
+                reason: "its servers were idle for 120 s".into()
+            }]
+        );
+        let waiting = Demand {
+            waiting: 1,
+            busy: true,
+        };
+        let decided = decide(&spec(), false, &jobs, waiting, now);
+        assert!(
+            decided.iter().all(|d| matches!(d, Decision::Submit(_))),
+            "{decided:?}"
+        );
+        let never = QueueSpec {
+            idle_timeout_seconds: 0.0,
+            ..spec()
+        };
+        assert_eq!(decide(&never, false, &jobs, NOTHING, now), vec![]);
+    }
+
+    #[test]
+    fn a_server_about_to_end_is_replaced_on_a_busy_grid() {
+        let now = 1000.0;
+        // 60 minutes: replaced 15 minutes before the end.
+        let ending = [job(
+            "1_0",
+            JobState::Running,
+            vec![server(None, now + 600.0)],
+        )];
+        let busy = Demand {
+            waiting: 0,
+            busy: true,
+        };
+        assert_eq!(
+            decide(&spec(), false, &ending, busy, now),
+            vec![Decision::Submit(1)]
+        );
+        assert_eq!(decide(&spec(), false, &ending, NOTHING, now), vec![]);
+        let later = [job(
+            "1_0",
+            JobState::Running,
+            vec![server(None, now + 1200.0)],
+        )];
+        assert_eq!(decide(&spec(), false, &later, busy, now), vec![]);
+        // Its replacement pending: nothing more.
+        let replaced = [ending[0].clone(), job("2_0", JobState::Pending, vec![])];
+        assert_eq!(decide(&spec(), false, &replaced, busy, now), vec![]);
+    }
+
+    #[test]
+    fn three_failures_in_a_row_pause() {
+        assert!(!pauses(2));
+        assert!(pauses(PAUSE_AFTER_FAILURES));
+    }
+}

@@ -226,7 +226,7 @@ impl Metaserver {
                 );
                 queue.failures += 1;
                 queue.last_error = job.reason.clone();
-                self.log_event("job failed", &queue.spec.name, None, job.reason.clone());
+                self.log_event("job-failed", &queue.spec.name, None, job.reason.clone());
             }
             self.db.save_job(&queue.spec.name, job).await?;
         }
@@ -293,9 +293,9 @@ impl Metaserver {
                     queue.last_error = e.to_string();
                     return Ok(());
                 }
-                tracing::info!(queue = %queue.spec.name, %job, %reason, "job cancelled");
+                tracing::info!(queue = %queue.spec.name, %job, %reason, "job-cancelled");
                 self.log_event(
-                    "job cancelled",
+                    "job-cancelled",
                     &queue.spec.name,
                     None,
                     format!("{job}: {reason}"),
@@ -324,7 +324,7 @@ impl Metaserver {
                 queue.failures += 1;
                 queue.last_error = e.to_string();
                 tracing::warn!(queue = %queue.spec.name, error = %e, "submission refused");
-                self.log_event("submit failed", &queue.spec.name, None, e.to_string());
+                self.log_event("submit-failed", &queue.spec.name, None, e.to_string());
                 return Ok(());
             }
         };

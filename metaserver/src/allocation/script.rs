@@ -6,8 +6,8 @@ use std::path::Path;
 
 use super::QueueSpec;
 
-/// Seconds before the time limit at which Slurm sends the servers SIGTERM, so that they
-/// drain: they take no new calls and finish the ones they run (docs/slurm.md).
+/// Seconds before the time limit at which the servers drain: they take no new calls and
+/// finish the ones they run (docs/slurm.md). Slurm warns them then with SIGUSR1.
 pub fn drain_seconds(spec: &QueueSpec) -> u32 {
     // A tenth of the time limit, between 20 s and 5 minutes.
     (spec.time_limit_minutes.saturating_mul(6)).clamp(20, 300)
@@ -53,7 +53,7 @@ pub fn job_script(spec: &QueueSpec, settings: &ScriptSettings) -> String {
         format!("#SBATCH --output={}", output.display()),
         // One server per job is the batch shell itself (exec); several are job steps.
         format!(
-            "#SBATCH --signal={}TERM@{}",
+            "#SBATCH --signal={}USR1@{}",
             if many { "" } else { "B:" },
             drain_seconds(spec)
         ),
@@ -75,7 +75,13 @@ pub fn job_script(spec: &QueueSpec, settings: &ScriptSettings) -> String {
             "\"$(hostname)\"".into(),
         ]),
     }
-    server.extend(["--allocation".into(), quoted(&spec.name)]);
+    server.extend([
+        "--allocation".into(),
+        quoted(&spec.name),
+        // It drains by itself then too, should the signal not come.
+        "--drain-before-end".into(),
+        drain_seconds(spec).to_string(),
+    ]);
     lines.push("set -u".into());
     // An error that stops the server ends its output in a line or two, so that the queue
     // can show it, not in a backtrace (panics still print theirs).
@@ -118,11 +124,11 @@ mod tests {
             dir,
         };
         let one = job_script(&spec(1), &settings);
-        assert!(one.contains("#SBATCH --signal=B:TERM@300\n"), "{one}");
+        assert!(one.contains("#SBATCH --signal=B:USR1@300\n"), "{one}");
         assert!(one.contains("#SBATCH --output=/var/ninf/allocations/q1/job-%A_%a.out\n"));
         assert!(one.ends_with(
             "exec '/opt/ninf/bin/ninf-server' --grid '/var/ninf/grid.toml' --listen 0.0.0.0:0 \
-             --advertise-host \"$(hostname)\" --allocation 'q1'\n"
+             --advertise-host \"$(hostname)\" --allocation 'q1' --drain-before-end 300\n"
         ));
         let settings = ScriptSettings {
             grid_file: None,
@@ -131,7 +137,7 @@ mod tests {
         };
         let two = job_script(&spec(2), &settings);
         assert!(
-            two.contains("#SBATCH --signal=TERM@300\n#SBATCH --ntasks=2\n"),
+            two.contains("#SBATCH --signal=USR1@300\n#SBATCH --ntasks=2\n"),
             "{two}"
         );
         assert!(two.contains("srun --kill-on-bad-exit=0 '/opt/ninf/bin/ninf-server' --metaserver '10.0.0.1:7000' --listen '127.0.0.1:0'"));

@@ -134,3 +134,52 @@ impl ResourceDb {
             .collect()
     }
 }
+
+/// A placement on a server with a batch job's end, as the resource DB recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalltimePlacement {
+    pub graph_id: i64,
+    pub label: String,
+    pub server: String,
+    /// The task's predicted finish and its server's job end (Unix seconds), and how long
+    /// before the end the server drains.
+    pub predicted_finish: f64,
+    pub walltime_end: f64,
+    pub drain_seconds: f64,
+}
+
+impl WalltimePlacement {
+    /// Whether the task was predicted to end past the server's deadline: its end less the
+    /// longer of `margin` and its drain time.
+    pub fn past_deadline(&self, margin: f64) -> bool {
+        self.predicted_finish > self.walltime_end - margin.max(self.drain_seconds) + 1e-6
+    }
+}
+
+impl ResourceDb {
+    /// Every recorded placement on a server whose batch job ends: what the walltime rule
+    /// is audited against (docs/slurm.md, "Walltime").
+    pub async fn walltime_placements(&self) -> Result<Vec<WalltimePlacement>, DbError> {
+        let rows = sqlx::query(
+            "SELECT g.id, p.label, p.server_address, g.created + p.predicted_finish,
+                    s.walltime_end, s.drain_seconds
+             FROM placements p JOIN graphs g ON g.id = p.graph_id
+                  JOIN servers s ON s.address = p.server_address
+             WHERE s.walltime_end > 0 ORDER BY g.id, p.task",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(WalltimePlacement {
+                    graph_id: row.try_get(0)?,
+                    label: row.try_get(1)?,
+                    server: row.try_get(2)?,
+                    predicted_finish: row.try_get(3)?,
+                    walltime_end: row.try_get(4)?,
+                    drain_seconds: row.try_get(5)?,
+                })
+            })
+            .collect()
+    }
+}

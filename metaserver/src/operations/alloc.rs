@@ -41,7 +41,7 @@ impl Metaserver {
         self.alloc.set_queues(queues);
         tracing::info!(queue = %queue.spec.name, "allocation queue added");
         self.log_event(
-            "queue added",
+            "queue-added",
             &queue.spec.name,
             None,
             format!("script {}", script.display()),
@@ -81,7 +81,7 @@ impl Metaserver {
             job.reason = "the queue was removed".into();
         }
         self.log_event(
-            "queue removed",
+            "queue-removed",
             name,
             None,
             format!("cancelled {}", live.join(", ")),
