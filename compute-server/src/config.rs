@@ -39,6 +39,11 @@ pub struct ServerConfig {
     /// node's name (`ninf-server --advertise-host`).
     #[serde(default)]
     pub advertise_host: Option<String>,
+    /// Address of the bulk-data port (calls with large arrays, docs/bulk-protocol.md);
+    /// default: a free port on the listening address's host. Set it where a firewall must
+    /// know the port (docs/deploy.md).
+    #[serde(default)]
+    pub bulk_listen: Option<String>,
     /// Processors offered to jobs; also the warm pool size of each module. Default: all cores.
     #[serde(default)]
     pub processors: Option<usize>,
@@ -456,6 +461,7 @@ impl Default for ServerConfig {
             listen: default_listen(),
             advertise: None,
             advertise_host: None,
+            bulk_listen: None,
             processors: None,
             modules: Vec::new(),
             extra_modules: Vec::new(),

@@ -67,7 +67,11 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         (None, None) => bound.to_string(),
     };
     // Bulk calls (large arrays) come on a second port of the same host.
-    let bulk = ninf_proto::net::listen(&format!("{}:0", bound.ip())).await?;
+    let bulk_listen = config
+        .bulk_listen
+        .clone()
+        .unwrap_or_else(|| format!("{}:0", bound.ip()));
+    let bulk = ninf_proto::net::listen(&bulk_listen).await?;
     let bulk_port = bulk.local_addr().map_err(StartError::Io)?.port();
     let bulk_host = match advertise.rsplit_once(':') {
         Some((host, _)) => host.to_string(),

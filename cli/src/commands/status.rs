@@ -130,7 +130,10 @@ fn json(endpoints: &Endpoints, status: &v1::GridStatus) -> serde_json::Value {
             "failed_modules": s.failed_modules.iter().map(|f| serde_json::json!({
                 "executable": f.executable, "reason": f.reason,
             })).collect::<Vec<_>>(),
+            "batch_job": s.batch_job, "allocation": s.allocation,
+            "walltime_end": s.walltime_end, "draining": s.draining,
         })).collect::<Vec<_>>(),
+        "queues": super::alloc::queues_json(&status.queues),
         "network": status.network.iter().map(|n| serde_json::json!({
             "from": n.from, "to": n.to,
             "throughput_bytes_per_second": n.throughput_bytes_per_second,
@@ -184,6 +187,18 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
             s.seconds_since_heartbeat
         );
         let _ = writeln!(out, "{:<22} modules: {}", "", s.modules.join(", "));
+        if !s.batch_job.is_empty() {
+            let left = s.walltime_end - unix_now();
+            let _ = writeln!(
+                out,
+                "{:<22} job {} of queue {}, {:.0} s left{}",
+                "",
+                s.batch_job,
+                s.allocation,
+                left.max(0.0),
+                if s.draining { ", draining" } else { "" }
+            );
+        }
         for failed in &s.failed_modules {
             let _ = writeln!(
                 out,
@@ -191,6 +206,10 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
                 "", failed.executable, failed.reason
             );
         }
+    }
+    if !status.queues.is_empty() {
+        let _ = writeln!(out, "\nallocation queues");
+        out.push_str(&super::alloc::queues_text(&status.queues));
     }
     let _ = writeln!(out, "\nnetwork (latest samples)");
     for n in &status.network {
@@ -227,4 +246,11 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
         );
     }
     out
+}
+
+/// Unix seconds now.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

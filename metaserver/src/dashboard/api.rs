@@ -32,6 +32,11 @@ fn failure(status: StatusCode, message: String) -> Response {
 pub async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Json<Overview> {
     let metaserver = &dashboard.metaserver;
     let now = unix_now();
+    let queues = metaserver
+        .list_queues()
+        .iter()
+        .map(views::queue_view)
+        .collect();
     let state = metaserver.state();
     let servers = state
         .registry
@@ -45,6 +50,7 @@ pub async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Json<Overview>
         servers,
         running_graphs: state.running.len(),
         last_event: state.events.last_seq(),
+        queues,
     })
 }
 

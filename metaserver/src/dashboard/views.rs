@@ -29,6 +29,12 @@ pub struct ServerView {
     pub modules: BTreeMap<String, Vec<String>>,
     /// Modules the server could not start: (executable, why).
     pub failed_modules: Vec<(String, String)>,
+    /// Its batch job and allocation queue, and the seconds its job has left; empty and 0
+    /// when it runs outside a batch system.
+    pub batch_job: String,
+    pub allocation: String,
+    pub walltime_left: f64,
+    pub draining: bool,
 }
 
 /// The servers page.
@@ -39,6 +45,39 @@ pub struct Overview {
     pub servers: Vec<ServerView>,
     pub running_graphs: usize,
     pub last_event: u64,
+    /// The allocation queues (docs/slurm.md).
+    pub queues: Vec<QueueView>,
+}
+
+/// One allocation queue, for the servers page.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueView {
+    pub name: String,
+    /// `active` or `paused`.
+    pub state: String,
+    pub pending: usize,
+    pub running: usize,
+    /// Its servers up now.
+    pub servers: u32,
+    pub failures: u32,
+    pub last_error: String,
+}
+
+pub fn queue_view(queue: &ninf_proto::v1::AllocQueue) -> QueueView {
+    let count = |state: &str| queue.jobs.iter().filter(|j| j.state == state).count();
+    QueueView {
+        name: queue
+            .spec
+            .as_ref()
+            .map(|s| s.name.clone())
+            .unwrap_or_default(),
+        state: queue.state.clone(),
+        pending: count("pending"),
+        running: count("running"),
+        servers: queue.jobs.iter().map(|j| j.servers).sum(),
+        failures: queue.failures,
+        last_error: queue.last_error.clone(),
+    }
 }
 
 pub fn server_view(registry: &Registry, server: &ServerEntry, now: f64) -> ServerView {
@@ -68,6 +107,14 @@ pub fn server_view(registry: &Registry, server: &ServerEntry, now: f64) -> Serve
             .iter()
             .map(|f| (f.executable.clone(), f.reason.clone()))
             .collect(),
+        batch_job: server.info.batch_job.clone(),
+        allocation: server.info.allocation.clone(),
+        walltime_left: if server.info.walltime_end > 0.0 {
+            (server.info.walltime_end - now).max(0.0)
+        } else {
+            0.0
+        },
+        draining: server.draining,
     }
 }
 

@@ -67,15 +67,25 @@ async function serversPage() {
       <td class="num">${s.running_jobs} / ${s.queued_jobs}</td>
       <td class="num">${bytes(s.stored_bytes)}</td>
       <td class="num">${s.seconds_since_heartbeat.toFixed(1)} s</td>
-      <td>${modules}</td></tr>`;
+      <td>${modules}${s.batch_job ? ` <span class="muted">job ${esc(s.batch_job)} of ${esc(s.allocation)},
+        ${s.walltime_left.toFixed(0)} s left${s.draining ? ", draining" : ""}</span>` : ""}</td></tr>`;
   }).join("");
+  const queues = o.queues.map((q) => `<tr class="queue" data-name="${esc(q.name)}">
+      <td>${esc(q.name)}</td><td><span class="badge ${q.state === "active" ? "up" : "down"}">${esc(q.state)}</span></td>
+      <td class="num">${q.pending}</td><td class="num">${q.running}</td><td class="num">${q.servers}</td>
+      <td class="num">${q.failures}</td><td><pre>${esc(q.last_error)}</pre></td></tr>`).join("");
+  const queueTable = o.queues.length === 0 ? "" : `<h2>Allocation queues</h2>
+    <table id="queues"><thead><tr><th>queue</th><th>state</th><th class="num">pending</th>
+    <th class="num">running</th><th class="num">servers</th><th class="num">failures</th>
+    <th>last error</th></tr></thead><tbody>${queues}</tbody></table>`;
   page.innerHTML = `<h2>Servers</h2>
     <p class="muted">scheduler <b>${esc(o.scheduler)}</b>, predictor <b>${esc(o.predictor)}</b>,
     ${o.running_graphs} graph(s) running</p>
     <table id="servers"><thead><tr><th>server</th><th>state</th><th class="num">MFLOPS</th>
     <th class="num">procs</th><th class="num">load</th><th>load history</th>
     <th class="num">running / queued</th><th class="num">stored</th>
-    <th class="num">heartbeat</th><th>modules</th></tr></thead><tbody>${rows}</tbody></table>`;
+    <th class="num">heartbeat</th><th>modules</th></tr></thead><tbody>${rows}</tbody></table>
+    ${queueTable}`;
 }
 
 async function networkPage() {
