@@ -127,6 +127,13 @@ fn sites_reach_each_other_through_their_shaped_classes_and_nothing_is_left() {
         .arg("600")
         .spawn()
         .unwrap();
+    // `ip netns exec` enters the namespace before it execs; until then the tear-down
+    // cannot see the sleeper there.
+    let pid = sleeper.id() as i32;
+    while !bed.pids("b").contains(&pid) {
+        assert!(sleeper.try_wait().unwrap().is_none(), "the sleeper exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     drop(bed);
     let status = sleeper.wait().unwrap();
     assert!(!status.success(), "the sleeper was killed");

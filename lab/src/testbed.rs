@@ -611,6 +611,11 @@ impl Testbed {
         command
     }
 
+    /// The processes inside `site`'s namespace now.
+    pub fn pids(&self, site: &str) -> Vec<i32> {
+        pids_in(&self.namespace(site))
+    }
+
     /// The commands that cut `site` off (a partition): two policy rules in the router,
     /// ahead of every other, blackhole what comes from the site and what is addressed to
     /// it: dropped silently, as on a dead link (no ICMP error tells the senders).
@@ -657,7 +662,6 @@ impl Testbed {
     }
 }
 
-/// SIGKILL every process in a namespace (twice: a dying parent may start one more).
 /// The network namespaces named `PREFIX-...` that exist now.
 pub fn namespaces_of(prefix: &str) -> Vec<String> {
     let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
@@ -683,15 +687,20 @@ fn down_prefix(prefix: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn pids_in(ns: &str) -> Vec<i32> {
+    let Ok(output) = Command::new("ip").args(["netns", "pids", ns]).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// SIGKILL every process in a namespace (twice: a dying parent may start one more).
 fn kill_all_in(ns: &str) {
     for _ in 0..2 {
-        let Ok(output) = Command::new("ip").args(["netns", "pids", ns]).output() else {
-            return;
-        };
-        let pids: Vec<i32> = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
+        let pids = pids_in(ns);
         if pids.is_empty() {
             return;
         }
