@@ -503,12 +503,7 @@ struct Failed {
     incidents: Vec<v1::GraphIncident>,
 }
 
-/// Now, in Unix milliseconds.
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use ninf_proto::clock::unix_ms;
 
 /// Measures the path to each server every `probe_seconds` for as long as the task runs, and
 /// a newly registered server's within a second.

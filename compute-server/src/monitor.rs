@@ -30,9 +30,7 @@ pub fn sample(running_jobs: usize, queued_jobs: usize, stored_bytes: u64) -> v1:
         queued_jobs: queued_jobs as u32,
         free_memory_bytes: free_memory_bytes().unwrap_or(0),
         stored_bytes,
-        sampled_unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
+        sampled_unix_ms: ninf_proto::clock::unix_ms(),
         ..Default::default()
     }
 }

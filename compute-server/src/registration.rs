@@ -122,9 +122,7 @@ async fn measure_peers(
                 to: peer.clone(),
                 throughput_bytes_per_second: m.throughput_bytes_per_second,
                 latency_seconds: m.latency_seconds,
-                measured_unix_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64),
+                measured_unix_ms: ninf_proto::clock::unix_ms(),
             }),
             Err(status) => {
                 tracing::debug!(%peer, error = %status.message(), "probe failed");

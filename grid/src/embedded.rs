@@ -154,6 +154,26 @@ impl Endpoints {
         }
     }
 
+    /// A channel to the metaserver with the grid's TLS, and the interceptor that presents
+    /// its token: what every tool that talks to the metaserver needs.
+    pub async fn metaserver_channel(
+        &self,
+    ) -> anyhow::Result<(
+        tonic::transport::Channel,
+        ninf_proto::net::auth::AttachToken,
+    )> {
+        let tls = self.tls()?;
+        let channel = ninf_proto::net::connect(
+            &self.metaserver,
+            tls.as_ref(),
+            ninf_proto::net::ConnectionSettings::default(),
+        )
+        .await
+        .with_context(|| format!("cannot reach the metaserver at {}", self.metaserver))?;
+        let token = ninf_proto::net::auth::AttachToken::new(self.token()?.as_deref());
+        Ok((channel, token))
+    }
+
     /// The dashboard's address to open: with `?token=...` when the grid has a token, so one
     /// click opens it (the dashboard then keeps the token in a cookie).
     pub fn dashboard_link(&self) -> anyhow::Result<Option<String>> {

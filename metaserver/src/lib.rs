@@ -39,12 +39,7 @@ use graph::GraphRejection;
 use planner::Planner;
 pub use registry::{CLIENT, Registry};
 
-/// Unix seconds now.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub use ninf_proto::clock::unix_now;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaserverError {

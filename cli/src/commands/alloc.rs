@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use ninf_grid::embedded::Endpoints;
 use ninf_proto::net::auth::AttachToken;
@@ -171,15 +170,7 @@ impl SlurmArgs {
 }
 
 async fn connect(endpoints: &Endpoints) -> anyhow::Result<AllocationClient> {
-    let tls = endpoints.tls()?;
-    let channel = ninf_proto::net::connect(
-        &endpoints.metaserver,
-        tls.as_ref(),
-        ninf_proto::net::ConnectionSettings::default(),
-    )
-    .await
-    .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
-    let token = AttachToken::new(endpoints.token()?.as_deref());
+    let (channel, token) = endpoints.metaserver_channel().await?;
     Ok(v1::allocation_client::AllocationClient::with_interceptor(
         channel, token,
     ))

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use ninf_grid::embedded::Endpoints;
 use ninf_proto::v1;
@@ -56,15 +55,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 async fn fetch(endpoints: &Endpoints, graphs: u32) -> anyhow::Result<v1::GridStatus> {
-    let tls = endpoints.tls()?;
-    let channel = ninf_proto::net::connect(
-        &endpoints.metaserver,
-        tls.as_ref(),
-        ninf_proto::net::ConnectionSettings::default(),
-    )
-    .await
-    .with_context(|| format!("cannot reach the metaserver at {}", endpoints.metaserver))?;
-    let token = ninf_proto::net::auth::AttachToken::new(endpoints.token()?.as_deref());
+    let (channel, token) = endpoints.metaserver_channel().await?;
     let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
         .status(v1::StatusRequest {
             recent_graphs: graphs,
@@ -188,7 +179,7 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
         );
         let _ = writeln!(out, "{:<22} modules: {}", "", s.modules.join(", "));
         if !s.batch_job.is_empty() {
-            let left = s.walltime_end - unix_now();
+            let left = s.walltime_end - ninf_proto::clock::unix_now();
             let _ = writeln!(
                 out,
                 "{:<22} job {} of queue {}, {:.0} s left{}",
@@ -246,11 +237,4 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
         );
     }
     out
-}
-
-/// Unix seconds now.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -270,9 +270,4 @@ fn drain_limit(walltime_end: Option<f64>) -> Duration {
     Duration::from_secs_f64(seconds)
 }
 
-/// Unix seconds now.
-fn unix_seconds() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+use ninf_proto::clock::unix_now as unix_seconds;
