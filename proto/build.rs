@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/ninf/v1/interface.proto",
         "proto/ninf/v1/executable.proto",
         "proto/ninf/v1/server.proto",
+        "proto/ninf/v1/data.proto",
         "proto/ninf/v1/bench.proto",
         "proto/ninf/v1/metaserver.proto",
         "proto/ninf/v1/proxy.proto",

@@ -69,7 +69,9 @@ pub fn code_of(error: &CallError) -> GrpcError {
         ErrorKind::CommunicationFailed => GRPC_COMMUNICATION_FAILED,
         ErrorKind::SessionFailed | ErrorKind::Canceled => GRPC_SESSION_FAILED,
         ErrorKind::InvalidSessionId => GRPC_INVALID_SESSION_ID,
-        ErrorKind::BadArgument | ErrorKind::Timeout => GRPC_OTHER_ERROR_CODE,
+        ErrorKind::BadArgument | ErrorKind::Timeout | ErrorKind::DataNotFound => {
+            GRPC_OTHER_ERROR_CODE
+        }
     }
 }
 

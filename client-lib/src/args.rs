@@ -163,6 +163,12 @@ pub enum Arg<'a> {
     Out(ArrayMut<'a>),
     /// A WORK array: allocated by the server, never sent.
     Work,
+    /// An array kept on the grid (a data handle, [`crate::grid::DataRef`]): checked by its
+    /// type and length, never sent with the call. Only transactions through a proxy take it.
+    Data {
+        element_type: ElementType,
+        len: usize,
+    },
 }
 
 impl Arg<'_> {
@@ -176,6 +182,9 @@ impl Arg<'_> {
             Arg::In(a) => format!("a read-only array of {}", a.element_type().keyword()),
             Arg::Out(a) => format!("a mutable array of {}", a.as_ref().element_type().keyword()),
             Arg::Work => "a WORK placeholder".into(),
+            Arg::Data { element_type, len } => {
+                format!("a data handle of {len} {}", element_type.keyword())
+            }
         }
     }
 }
@@ -294,6 +303,18 @@ pub fn check_and_encode(
     args: &[Arg<'_>],
     bulk: bool,
 ) -> Result<Vec<Encoded>, CallError> {
+    if let Some((p, _)) = function
+        .parameters
+        .iter()
+        .zip(args)
+        .find(|(_, a)| matches!(a, Arg::Data { .. }))
+    {
+        return Err(CallError::bad_argument(format!(
+            "argument `{}` of `{}` is a data handle, which only a call through a grid's proxy \
+             takes, not a call straight to a server",
+            p.name, function.name
+        )));
+    }
     check_and_encode_with(function, args, &vec![bulk; args.len()], &[])
 }
 
@@ -438,6 +459,7 @@ fn encode_array(
                 "`Arg::Work` (WORK arrays stay on the server)".into(),
             ));
         }
+        (Mode::In | Mode::InOut | Mode::Out, Arg::Data { .. }) => None,
         (Mode::In, Arg::In(a)) => Some(a),
         (Mode::InOut | Mode::Out, Arg::In(_)) if is_writable => None,
         (Mode::In, Arg::Out(_)) | (Mode::InOut | Mode::Out, Arg::Out(_)) => None,
@@ -458,6 +480,7 @@ fn encode_array(
     let (actual_type, actual_len) = match arg {
         Arg::In(a) => (Some(a.element_type()), a.len()),
         Arg::Out(a) => (Some(a.as_ref().element_type()), a.as_ref().len()),
+        Arg::Data { element_type, len } => (Some(*element_type), *len),
         _ => (None, 0),
     };
     if let Some(actual_type) = actual_type {

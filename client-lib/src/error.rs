@@ -18,6 +18,8 @@ pub enum ErrorKind {
     /// The grid turned the call away: over a limit of the proxy that waiting would not lift
     /// (its queue full, a transaction larger than the client's quota).
     RpcRefused,
+    /// A data handle is not on the grid (freed, its lease ran out, or never made).
+    DataNotFound,
 }
 
 impl ErrorKind {
@@ -33,6 +35,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "TIMEOUT",
             ErrorKind::InvalidSessionId => "INVALID_SESSION_ID",
             ErrorKind::RpcRefused => "RPC_REFUSED",
+            ErrorKind::DataNotFound => "DATA_NOT_FOUND",
         }
     }
 }
@@ -73,6 +76,9 @@ impl From<tonic::Status> for CallError {
     fn from(status: tonic::Status) -> Self {
         use tonic::Code;
         let kind = match status.code() {
+            Code::NotFound if ninf_proto::net::missing_data(&status).is_some() => {
+                ErrorKind::DataNotFound
+            }
             Code::NotFound => ErrorKind::FunctionNotFound,
             Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
                 ErrorKind::BadArgument

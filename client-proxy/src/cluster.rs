@@ -43,6 +43,16 @@ pub trait Cluster: Send + Sync + 'static {
     async fn delete_owner(&self, server: &str, owner: &str) -> Result<(), Status>;
     /// Extends `owner`'s lease on `server`.
     async fn renew(&self, server: &str, owner: &str) -> Result<(), Status>;
+    /// Gives a stored object to another owner (a call's output becomes a data handle's).
+    async fn adopt(&self, object: &v1::ObjectRef, owner: &str) -> Result<(), Status> {
+        let _ = (object, owner);
+        Err(Status::unimplemented("this cluster keeps no data handles"))
+    }
+    /// Deletes one stored object.
+    async fn delete(&self, object: &v1::ObjectRef) -> Result<(), Status> {
+        let _ = object;
+        Err(Status::unimplemented("this cluster keeps no data handles"))
+    }
     /// Whether `server` answers at all (it lists its modules).
     async fn health(&self, server: &str) -> Result<(), Status>;
     /// Measures the path to `server` with `bytes` of payload.
@@ -425,6 +435,23 @@ impl Cluster for GrpcCluster {
             owner: owner.to_string(),
         };
         self.storage(server)?.renew(request).await?;
+        Ok(())
+    }
+
+    async fn adopt(&self, object: &v1::ObjectRef, owner: &str) -> Result<(), Status> {
+        let request = v1::AdoptRequest {
+            object_id: object.object_id.clone(),
+            owner: owner.to_string(),
+        };
+        self.storage(&object.server)?.adopt(request).await?;
+        Ok(())
+    }
+
+    async fn delete(&self, object: &v1::ObjectRef) -> Result<(), Status> {
+        let request = v1::DeleteRequest {
+            object_id: object.object_id.clone(),
+        };
+        self.storage(&object.server)?.delete(request).await?;
         Ok(())
     }
 

@@ -63,7 +63,11 @@ struct Dataflow {
 }
 
 impl Dataflow {
-    fn new(graph: &v1::TaskGraph, arguments: &[v1::TaskArguments]) -> Result<Dataflow, Status> {
+    fn new(
+        graph: &v1::TaskGraph,
+        arguments: &[v1::TaskArguments],
+        data_writes: &[(usize, u32, String)],
+    ) -> Result<Dataflow, Status> {
         let n = graph.tasks.len();
         let mut fed: Vec<Vec<(u32, usize, u32)>> = vec![Vec::new(); n];
         let mut keep: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
@@ -78,6 +82,11 @@ impl Dataflow {
             fed[to].push((edge.to_parameter, from, edge.from_parameter));
             keep[from].insert(edge.from_parameter);
             fed_bytes[to] += edge.bytes;
+        }
+        for (task, parameter, _) in data_writes {
+            if let Some(kept) = keep.get_mut(*task) {
+                kept.insert(*parameter);
+            }
         }
         let returns = arguments
             .iter()
@@ -236,6 +245,8 @@ struct GraphExecution<'a> {
     /// Whether its finished tasks are being journaled yet (see
     /// [`GraphExecution::journal_progress`]).
     progress_journaled: bool,
+    /// The outputs that become data handles' values.
+    data_writes: &'a [(usize, u32, String)],
 }
 
 impl Proxy {
@@ -248,9 +259,10 @@ impl Proxy {
         (owner, used): (&str, &UsedServers),
         sink: &ProgressSink,
         journaling: Journaling<'_>,
+        data_writes: &[(usize, u32, String)],
     ) -> Result<Executed, Failed> {
         let start = Instant::now();
-        let flow = match Dataflow::new(graph, arguments) {
+        let flow = match Dataflow::new(graph, arguments, data_writes) {
             Ok(flow) => flow,
             Err(status) => {
                 return Err(Failed {
@@ -283,6 +295,7 @@ impl Proxy {
             sink,
             journal_key: journaling.key,
             progress_journaled: false,
+            data_writes,
         };
         let outcome = execution.run().await;
         execution.finish(outcome).await
@@ -810,8 +823,17 @@ impl GraphExecution<'_> {
                 report.outputs.push(output);
             }
         }
+        let data_objects = self
+            .data_writes
+            .iter()
+            .filter_map(|(task, parameter, _)| {
+                let object = self.progress.objects.get(&(*task, *parameter))?;
+                Some((*task, *parameter, object.clone()))
+            })
+            .collect();
         let faults = self.progress.faults;
         Ok(Executed {
+            data_objects,
             reports,
             actuals: self.progress.actuals,
             makespan: makespan(),

@@ -14,6 +14,7 @@ mod batching;
 mod bulk;
 pub mod cluster;
 pub mod config;
+mod data;
 mod execution;
 #[cfg(test)]
 mod fake;
@@ -335,7 +336,8 @@ impl Proxy {
             // Taken by the gRPC shell before the run (`service.rs`).
             output_region: _,
         } = request;
-        let graph = graph.unwrap_or_default();
+        let mut graph = graph.unwrap_or_default();
+        let mut arguments = arguments;
         let n = graph.tasks.len();
         if arguments.len() != n {
             return Err(Status::invalid_argument(format!(
@@ -343,6 +345,9 @@ impl Proxy {
                 arguments.len()
             )));
         }
+        let data = self
+            .resolve_data(admitted.client(), &mut graph, &arguments)
+            .await?;
         let key = journal_key(admitted.client(), &transaction_id).filter(|_| self.journal.is_on());
         // A resend waits for the run it replaces (its client went away) to clean up.
         let _exclusive = match &key {
@@ -369,6 +374,7 @@ impl Proxy {
         tracing::Span::current().record("graph_id", placement.graph_id);
         progress.placed(placement.graph_id, n);
         let (mut servers, predicted) = placed_servers(placement, n)?;
+        data::bind_data(&data, &mut arguments, &servers);
         let staging = staging_within_quota(placement, admitted);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         Self::lock(&used).extend(placed.also_used.iter().cloned());
@@ -385,6 +391,7 @@ impl Proxy {
                 (&placed.owner, &used),
                 progress,
                 journaling,
+                &data.writes,
             ) => outcome,
             () = cancel.cancelled() => Err(Failed {
                 status: Status::cancelled("the client cancelled the transaction"),
@@ -394,6 +401,9 @@ impl Proxy {
             }),
         };
         renewals.abort();
+        let outcome = self
+            .keep_data_outputs(admitted.client(), &data, outcome)
+            .await;
         // Clean-up and the report need no core: the next graph starts meanwhile.
         drop(slot);
         // Whatever happened, nothing the graph stored may stay behind, on the servers first
@@ -472,6 +482,9 @@ type UsedServers = Arc<Mutex<BTreeSet<String>>>;
 /// A graph that ran to the end.
 #[derive(Debug)]
 struct Executed {
+    /// Where the outputs that become data handles' values were kept: (task, parameter,
+    /// object).
+    data_objects: Vec<(usize, u32, v1::ObjectRef)>,
     reports: Vec<v1::TaskReport>,
     actuals: Vec<v1::TaskActual>,
     makespan: f64,

@@ -31,6 +31,11 @@ pub trait Metaserver: Send + Sync + 'static {
     async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status>;
     /// What a graph did, task by task.
     async fn report_actuals(&self, report: v1::ActualsReport) -> Result<(), Status>;
+    /// Data kept on the grid (docs/data.md): one request to the metaserver's records.
+    async fn data(&self, request: DataRecordsRequest) -> Result<DataRecordsReply, Status> {
+        let _ = request;
+        Err(Status::unimplemented("this metaserver keeps no data handles"))
+    }
     /// How many metaservers the list has: with more than one, a failed attempt goes to the
     /// next at once instead of waiting.
     fn count(&self) -> usize {
@@ -53,6 +58,27 @@ pub trait Metaserver: Send + Sync + 'static {
             })
             .collect())
     }
+}
+
+/// A request to the metaserver's records of data handles (service `DataRecords`).
+#[derive(Debug, Clone)]
+pub enum DataRecordsRequest {
+    Create(v1::CreateDataRequest),
+    AddCopy(v1::AddCopyRequest),
+    Lookup(v1::LookupDataRequest),
+    Forget(v1::LookupDataRequest),
+    List(v1::ListDataRecordsRequest),
+    Renew(v1::RenewDataRecordsRequest),
+}
+
+/// Its answer, by request.
+#[derive(Debug, Clone)]
+pub enum DataRecordsReply {
+    Created(v1::CreateDataReply),
+    CopyAdded(v1::AddCopyReply),
+    Info(v1::DataInfo),
+    List(v1::ListDataReply),
+    Renewed(v1::RenewDataReply),
 }
 
 /// Runs `call` against `metaserver`. A metaserver that is restarting (unreachable) or a
@@ -163,6 +189,23 @@ impl Metaserver for GrpcMetaserver {
     async fn report_actuals(&self, report: v1::ActualsReport) -> Result<(), Status> {
         let (used, mut client) = self.scheduling();
         let answer = client.report_actuals(report).await.map(|_| ());
+        self.noted(used, answer)
+    }
+
+    async fn data(&self, request: DataRecordsRequest) -> Result<DataRecordsReply, Status> {
+        use DataRecordsReply as Reply;
+        use DataRecordsRequest as Ask;
+        let (used, channel) = self.metaservers.channel();
+        let mut client =
+            v1::data_records_client::DataRecordsClient::with_interceptor(channel, self.token.clone());
+        let answer = match request {
+            Ask::Create(r) => client.create(r).await.map(|a| Reply::Created(a.into_inner())),
+            Ask::AddCopy(r) => client.add_copy(r).await.map(|a| Reply::CopyAdded(a.into_inner())),
+            Ask::Lookup(r) => client.lookup(r).await.map(|a| Reply::Info(a.into_inner())),
+            Ask::Forget(r) => client.forget(r).await.map(|a| Reply::Info(a.into_inner())),
+            Ask::List(r) => client.list(r).await.map(|a| Reply::List(a.into_inner())),
+            Ask::Renew(r) => client.renew(r).await.map(|a| Reply::Renewed(a.into_inner())),
+        };
         self.noted(used, answer)
     }
 

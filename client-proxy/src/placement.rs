@@ -96,6 +96,7 @@ impl Proxy {
                 makespan,
                 counts: run_counts,
                 incidents,
+                data_objects: _,
             }) => {
                 counts = run_counts;
                 for report in reports.iter_mut() {

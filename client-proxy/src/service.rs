@@ -253,4 +253,115 @@ impl v1::proxy_server::Proxy for ProxyService {
             functions: self.0.functions().await?,
         }))
     }
+
+    async fn put_data(
+        &self,
+        request: Request<tonic::Streaming<v1::DataUpload>>,
+    ) -> Result<Response<v1::DataInfo>, Status> {
+        let owner = client_of(&request);
+        let (spec, data) = receive_upload(request.into_inner(), self.0.config.max_request_bytes)
+            .await
+            .map_err(answer)?;
+        let info = self.0.put_data(&owner, spec, data).await.map_err(answer)?;
+        Ok(Response::new(info))
+    }
+
+    type GetDataStream = Pin<Box<dyn Stream<Item = Result<v1::DataChunk, Status>> + Send>>;
+
+    async fn get_data(
+        &self,
+        request: Request<v1::DataHandle>,
+    ) -> Result<Response<Self::GetDataStream>, Status> {
+        let owner = client_of(&request);
+        let id = request.into_inner().id;
+        let (_, array) = self.0.get_data(&owner, &id).await.map_err(answer)?;
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            data_chunks(array).into_iter().map(Ok),
+        ))))
+    }
+
+    async fn free_data(
+        &self,
+        request: Request<v1::DataHandle>,
+    ) -> Result<Response<v1::DataInfo>, Status> {
+        let owner = client_of(&request);
+        let id = request.into_inner().id;
+        Ok(Response::new(
+            self.0.free_data(&owner, &id).await.map_err(answer)?,
+        ))
+    }
+
+    async fn list_data(
+        &self,
+        request: Request<v1::ListDataRequest>,
+    ) -> Result<Response<v1::ListDataReply>, Status> {
+        let owner = client_of(&request);
+        Ok(Response::new(v1::ListDataReply {
+            data: self.0.list_data(&owner).await.map_err(answer)?,
+        }))
+    }
+
+    async fn renew_data(
+        &self,
+        request: Request<v1::RenewDataRequest>,
+    ) -> Result<Response<v1::RenewDataReply>, Status> {
+        let owner = client_of(&request);
+        let ids = request.into_inner().ids;
+        Ok(Response::new(
+            self.0.renew_data(&owner, ids).await.map_err(answer)?,
+        ))
+    }
+}
+
+/// A put's spec and bytes, at most `limit` of them.
+async fn receive_upload(
+    mut stream: tonic::Streaming<v1::DataUpload>,
+    limit: usize,
+) -> Result<(v1::DataSpec, bytes::Bytes), Status> {
+    let first = stream
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument("a put must send its spec first"))?;
+    let spec = first
+        .spec
+        .ok_or_else(|| Status::invalid_argument("a put must send its spec first"))?;
+    if spec.bytes > limit as u64 {
+        return Err(Status::resource_exhausted(format!(
+            "a put of {} bytes is over the proxy's limit of {limit} bytes",
+            spec.bytes
+        )));
+    }
+    let mut data = bytes::BytesMut::with_capacity(if spec.empty { 0 } else { spec.bytes as usize });
+    data.extend_from_slice(&first.data);
+    while let Some(chunk) = stream.message().await? {
+        if data.len() + chunk.data.len() > spec.bytes as usize {
+            return Err(Status::invalid_argument(format!(
+                "a put of {} bytes sent more",
+                spec.bytes
+            )));
+        }
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok((spec, data.freeze()))
+}
+
+/// An array as the chunks a stream of it carries (the first with its type and size).
+fn data_chunks(array: v1::Array) -> Vec<v1::DataChunk> {
+    const CHUNK: usize = 1 << 20;
+    let total = array.data.len();
+    let mut chunks = Vec::with_capacity(total / CHUNK + 1);
+    let mut offset = 0;
+    loop {
+        let end = (offset + CHUNK).min(total);
+        chunks.push(v1::DataChunk {
+            element_type: if offset == 0 { array.element_type } else { 0 },
+            total_bytes: if offset == 0 { total as u64 } else { 0 },
+            data: array.data.slice(offset..end),
+        });
+        offset = end;
+        if offset >= total {
+            break;
+        }
+    }
+    chunks
 }

@@ -168,6 +168,12 @@ pub async fn resolve(
                 parameter.name, function.name
             )));
         }
+        Some(Source::Data(data)) => {
+            return Err(bad(format!(
+                "argument `{}` of `{}` names data handle `{}`, which only a proxy resolves",
+                parameter.name, function.name, data.id
+            )));
+        }
         Some(Source::Object(object)) => {
             if !parameter.is_array() || !parameter.mode.is_input() {
                 return Err(bad(format!(

@@ -284,6 +284,24 @@ impl v1::storage_server::Storage for StorageService {
         Ok(Response::new(v1::DeleteReply { objects, bytes }))
     }
 
+    async fn adopt(
+        &self,
+        request: Request<v1::AdoptRequest>,
+    ) -> Result<Response<v1::ObjectInfo>, Status> {
+        let request = request.into_inner();
+        if request.owner.is_empty() {
+            return Err(Status::invalid_argument("an adoption must name an owner"));
+        }
+        let info = self
+            .0
+            .store
+            .adopt(&request.object_id, &request.owner)
+            .map_err(storage_status)?;
+        // The new owner's lease starts now.
+        self.0.touch(&request.owner);
+        Ok(Response::new(info_to_proto(info)))
+    }
+
     async fn renew(
         &self,
         request: Request<v1::RenewRequest>,

@@ -77,6 +77,10 @@ pub struct GridOptions {
     pub slurm_conf: Option<PathBuf>,
     /// Seconds before a server's batch job ends by which its tasks must be predicted to end.
     pub walltime_margin_seconds: f64,
+    /// How long data kept on the grid outlives its client's last renewal (the metaserver's
+    /// `data_lease_seconds`), and the servers' storage leases with it; `None`: the defaults.
+    /// The proxy renews its running transactions four times per lease.
+    pub data_lease_seconds: Option<f64>,
 }
 
 impl GridOptions {
@@ -109,6 +113,7 @@ impl GridOptions {
             server_program: None,
             slurm_conf: None,
             walltime_margin_seconds: AllocationConfig::default().walltime_margin_seconds,
+            data_lease_seconds: None,
         }
     }
 }
@@ -309,6 +314,9 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
             walltime_margin_seconds: options.walltime_margin_seconds,
             ..AllocationConfig::default()
         },
+        data_lease_seconds: options
+            .data_lease_seconds
+            .unwrap_or(MetaserverConfig::default().data_lease_seconds),
         ..MetaserverConfig::default()
     }
 }
@@ -389,6 +397,10 @@ impl EmbeddedGrid {
             same_host_calls: options.same_host_calls,
             same_host_uploads: options.same_host_uploads,
             tls: component_tls(&options, "proxy"),
+            lease_renew_seconds: options.data_lease_seconds.map_or(
+                ProxyConfig::new("").lease_renew_seconds,
+                |lease| lease / 4.0,
+            ),
             ..ProxyConfig::new(metaserver_address.clone())
         })
         .await
@@ -523,6 +535,9 @@ async fn start_server(
         extra_modules: options.extra_modules.clone(),
         storage: ninf_compute_server::config::StorageConfig {
             spill_dir: Some(options.data_dir.join(format!("spill-{index}"))),
+            lease_seconds: options
+                .data_lease_seconds
+                .unwrap_or(ninf_compute_server::config::StorageConfig::default().lease_seconds),
             ..Default::default()
         },
         metaserver: Some(metaserver.to_string()),

@@ -42,6 +42,11 @@ pub struct MetaserverConfig {
     /// unless the grid has a token); none: not served.
     #[serde(default)]
     pub dashboard_listen: Option<String>,
+    /// How long data kept on the grid (docs/data.md) lives unless its client renews it: the
+    /// client library renews its handles every quarter of this, so a handle outlives its
+    /// client by at most this long.
+    #[serde(default = "default_data_lease")]
+    pub data_lease_seconds: f64,
     /// How monitoring history becomes a prediction: `latest` or `forecast`.
     #[serde(default = "default_predictor")]
     pub predictor: String,
@@ -194,6 +199,9 @@ fn default_max_tasks() -> usize {
 fn default_mflops() -> f64 {
     1000.0
 }
+fn default_data_lease() -> f64 {
+    120.0
+}
 fn default_throughput() -> f64 {
     100e6
 }
@@ -210,6 +218,7 @@ impl Default for MetaserverConfig {
             scheduler: default_scheduler(),
             metrics_listen: None,
             dashboard_listen: None,
+            data_lease_seconds: default_data_lease(),
             predictor: default_predictor(),
             calibrate: default_calibrate(),
             random_seed: 0,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use ninf_idl::{FunctionInterface, Mode};
 use ninf_proto::v1;
-use ninf_scheduling::{ClientInput, GraphError, Task, TaskGraph};
+use ninf_scheduling::{ClientInput, GraphError, ResidentInput, Task, TaskGraph};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GraphRejection {
@@ -30,15 +30,24 @@ pub enum GraphRejection {
     },
     #[error("edge {edge}: {reason}")]
     Edge { edge: usize, reason: String },
+    #[error("task {task} (`{label}`): {reason}")]
+    Data {
+        task: usize,
+        label: String,
+        reason: String,
+    },
     #[error("{0}")]
     Structure(#[from] GraphError),
 }
 
-/// Checks `graph` and computes its tasks' costs; `describe` finds a routine's descriptor.
+/// Checks `graph` and computes its tasks' costs; `describe` finds a routine's descriptor,
+/// `locate` the index in the grid of a server that is up, by its address (for data kept
+/// on the grid).
 pub fn check_graph<'a>(
     graph: &v1::TaskGraph,
     limit: usize,
     describe: impl Fn(&str) -> Option<&'a FunctionInterface>,
+    locate: impl Fn(&str) -> Option<usize>,
 ) -> Result<TaskGraph, GraphRejection> {
     if graph.tasks.is_empty() {
         return Err(GraphRejection::Empty);
@@ -74,14 +83,24 @@ pub fn check_graph<'a>(
     }
     let mut tasks = Vec::with_capacity(graph.tasks.len());
     let mut client_inputs = Vec::with_capacity(graph.tasks.len());
+    let mut resident_inputs = Vec::with_capacity(graph.tasks.len());
     for (i, (task, interface)) in graph.tasks.iter().zip(&interfaces).enumerate() {
+        let resident = resident_inputs_of(i, task, interface, &mut fed, &locate)?;
+        let resident_bytes: u64 = resident.iter().map(|r| r.bytes).sum();
         client_inputs.push(inputs_from_client(i, task, interface, &fed)?);
-        tasks.push(costed_task(i, task, interface, fed_bytes[i])?);
+        tasks.push(costed_task(
+            i,
+            task,
+            interface,
+            fed_bytes[i].saturating_add(resident_bytes),
+        )?);
+        resident_inputs.push(resident);
     }
     let graph = TaskGraph {
         tasks,
         edges,
         client_inputs,
+        resident_inputs,
     };
     graph.validate()?;
     Ok(graph)
@@ -166,6 +185,83 @@ fn check_edge<'b>(
         )));
     }
     Ok(produced)
+}
+
+/// The arrays task `i` reads from data kept on the grid: each data argument is checked
+/// against the IDL (mode and size), and one it reads must be an IN/INOUT array no edge
+/// feeds, with a copy on a server that is up. Marks those in `fed`, since the client does
+/// not send them either.
+fn resident_inputs_of(
+    i: usize,
+    task: &v1::GraphTask,
+    interface: &FunctionInterface,
+    fed: &mut HashSet<(usize, u32)>,
+    locate: &impl Fn(&str) -> Option<usize>,
+) -> Result<Vec<ResidentInput>, GraphRejection> {
+    let bad = |reason: String| GraphRejection::Data {
+        task: i,
+        label: task.label.clone(),
+        reason,
+    };
+    let mut inputs = Vec::with_capacity(task.data.len());
+    for d in &task.data {
+        let parameter = interface
+            .parameters
+            .get(d.parameter as usize)
+            .filter(|p| p.is_array())
+            .ok_or_else(|| {
+                bad(format!(
+                    "data handle `{}` is given for parameter {}, which is not an array of {}",
+                    d.id, d.parameter, interface.name
+                ))
+            })?;
+        let (reads, writes) = (
+            matches!(parameter.mode, Mode::In | Mode::InOut),
+            matches!(parameter.mode, Mode::Out | Mode::InOut),
+        );
+        if (d.reads && !reads) || (d.writes && !writes) {
+            return Err(bad(format!(
+                "data handle `{}` cannot be {} through `{}`, an {} parameter",
+                d.id,
+                if d.reads && !reads { "read" } else { "written" },
+                parameter.name,
+                parameter.mode.keyword()
+            )));
+        }
+        let bytes = interface
+            .byte_size(parameter, &task.scalars)
+            .map_err(|e| cost_error(i, task, e.to_string()))?;
+        if d.bytes != bytes {
+            return Err(bad(format!(
+                "argument `{}`: data handle `{}` holds {} bytes, but the call needs {bytes}",
+                parameter.name, d.id, d.bytes
+            )));
+        }
+        if !d.reads {
+            continue;
+        }
+        if !fed.insert((i, d.parameter)) {
+            return Err(bad(format!(
+                "`{}` is both fed by an edge and read from data handle `{}`",
+                parameter.name, d.id
+            )));
+        }
+        let copies: Vec<usize> = d.servers.iter().filter_map(|s| locate(s)).collect();
+        if copies.is_empty() {
+            return Err(bad(format!(
+                "data handle `{}` (for `{}`) has no copy on a server that is up: {}",
+                d.id,
+                parameter.name,
+                if d.servers.is_empty() {
+                    "it holds no value yet".to_string()
+                } else {
+                    format!("its copies were on {}", d.servers.join(", "))
+                }
+            )));
+        }
+        inputs.push(ResidentInput { bytes, copies });
+    }
+    Ok(inputs)
 }
 
 /// The IN arrays of task `i` that no edge feeds: they come from the client, and each can be

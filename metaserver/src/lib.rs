@@ -10,6 +10,7 @@
 
 pub mod allocation;
 pub mod config;
+pub mod data;
 pub mod dashboard;
 pub mod db;
 pub mod events;
@@ -65,6 +66,11 @@ pub enum MetaserverError {
     UnknownQueue(String),
     #[error("{0}")]
     NoCapacity(String),
+    #[error(
+        "data handle `{0}` is not on the grid: it was freed, its lease ran out, or it never \
+         existed"
+    )]
+    DataNotFound(String),
     #[error(transparent)]
     Listen(#[from] ninf_proto::net::NetError),
 }
@@ -93,11 +99,16 @@ impl From<MetaserverError> for tonic::Status {
             MetaserverError::UnknownServer(_)
             | MetaserverError::UnknownGraph(_)
             | MetaserverError::UnknownQueue(_) => tonic::Status::not_found(message),
+            MetaserverError::DataNotFound(id) => data_not_found(message, &id),
             MetaserverError::Allocation(_) => tonic::Status::failed_precondition(message),
             MetaserverError::QueueExists(_) => tonic::Status::already_exists(message),
             MetaserverError::NoCapacity(_) => tonic::Status::resource_exhausted(message),
         }
     }
+}
+
+fn data_not_found(message: String, id: &str) -> tonic::Status {
+    ninf_proto::net::data_not_found(message, id)
 }
 
 /// A graph scheduled and not yet reported: what its report is measured against.
@@ -422,6 +433,12 @@ async fn run(
         ))
         .add_service(InterceptedService::new(
             v1::allocation_server::AllocationServer::new(service::AllocationService(
+                metaserver.clone(),
+            )),
+            CheckToken::new("metaserver", metaserver.token.as_deref()),
+        ))
+        .add_service(InterceptedService::new(
+            v1::data_records_server::DataRecordsServer::new(service::DataRecordsService(
                 metaserver.clone(),
             )),
             CheckToken::new("metaserver", metaserver.token.as_deref()),

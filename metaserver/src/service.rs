@@ -106,6 +106,70 @@ impl v1::allocation_server::Allocation for AllocationService {
     }
 }
 
+/// Proxies' side of data kept on the grid (docs/data.md).
+pub struct DataRecordsService(pub Arc<Metaserver>);
+
+#[tonic::async_trait]
+impl v1::data_records_server::DataRecords for DataRecordsService {
+    async fn create(
+        &self,
+        request: Request<v1::CreateDataRequest>,
+    ) -> Result<Response<v1::CreateDataReply>, Status> {
+        self.0.serving()?;
+        Ok(Response::new(self.0.create_data(request.into_inner()).await?))
+    }
+
+    async fn add_copy(
+        &self,
+        request: Request<v1::AddCopyRequest>,
+    ) -> Result<Response<v1::AddCopyReply>, Status> {
+        self.0.serving()?;
+        let (info, stale) = self.0.add_data_copy(request.into_inner()).await?;
+        Ok(Response::new(v1::AddCopyReply {
+            info: Some(info),
+            stale,
+        }))
+    }
+
+    async fn lookup(
+        &self,
+        request: Request<v1::LookupDataRequest>,
+    ) -> Result<Response<v1::DataInfo>, Status> {
+        self.0.serving()?;
+        let r = request.into_inner();
+        Ok(Response::new(self.0.owned_data(&r.id, &r.owner).await?))
+    }
+
+    async fn forget(
+        &self,
+        request: Request<v1::LookupDataRequest>,
+    ) -> Result<Response<v1::DataInfo>, Status> {
+        self.0.serving()?;
+        let r = request.into_inner();
+        Ok(Response::new(self.0.forget_data(&r.id, &r.owner).await?))
+    }
+
+    async fn list(
+        &self,
+        request: Request<v1::ListDataRecordsRequest>,
+    ) -> Result<Response<v1::ListDataReply>, Status> {
+        self.0.serving()?;
+        let owner = request.into_inner().owner;
+        Ok(Response::new(v1::ListDataReply {
+            data: self.0.list_data(&owner).await?,
+        }))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<v1::RenewDataRecordsRequest>,
+    ) -> Result<Response<v1::RenewDataReply>, Status> {
+        self.0.serving()?;
+        let r = request.into_inner();
+        Ok(Response::new(self.0.renew_data(&r.owner, &r.ids).await?))
+    }
+}
+
 #[tonic::async_trait]
 impl v1::scheduling_server::Scheduling for SchedulingService {
     async fn schedule(

@@ -57,6 +57,12 @@ pyo3::create_exception!(
     NinfError,
     "The grid turned the call away: a proxy limit that waiting would not lift."
 );
+pyo3::create_exception!(
+    ninf,
+    DataNotFound,
+    NinfError,
+    "A data handle is not on the grid: it was freed, its lease ran out, or it never existed."
+);
 
 /// The Python exception for a client-library error.
 pub fn to_py(error: CallError) -> PyErr {
@@ -71,6 +77,7 @@ pub fn to_py(error: CallError) -> PyErr {
         ErrorKind::Timeout => Timeout::new_err(message),
         ErrorKind::InvalidSessionId => InvalidSessionId::new_err(message),
         ErrorKind::RpcRefused => RpcRefused::new_err(message),
+        ErrorKind::DataNotFound => DataNotFound::new_err(message),
     }
 }
 
@@ -82,7 +89,7 @@ pub fn bad_argument(message: String) -> PyErr {
 /// Adds the exceptions to the module, each with its GridRPC code as `code`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
-    let classes: [(Bound<'_, PyType>, &str); 10] = [
+    let classes: [(Bound<'_, PyType>, &str); 11] = [
         (py.get_type::<NinfError>(), "OTHER_ERROR_CODE"),
         (py.get_type::<ServerNotFound>(), "SERVER_NOT_FOUND"),
         (py.get_type::<FunctionNotFound>(), "FUNCTION_NOT_FOUND"),
@@ -93,6 +100,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         (py.get_type::<Timeout>(), "TIMEOUT"),
         (py.get_type::<InvalidSessionId>(), "INVALID_SESSION_ID"),
         (py.get_type::<RpcRefused>(), "RPC_REFUSED"),
+        (py.get_type::<DataNotFound>(), "DATA_NOT_FOUND"),
     ];
     for (class, code) in classes {
         class.setattr("code", code)?;

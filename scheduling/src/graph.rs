@@ -3,6 +3,7 @@
 //! client. Edges carry an intermediate array from the task that produces it to a task that
 //! consumes it.
 
+use crate::grid::ServerId;
 use serde::{Deserialize, Serialize};
 
 /// Index of a task in its graph.
@@ -42,6 +43,27 @@ pub struct ClientInput {
     pub bytes: u64,
 }
 
+/// One array a task reads from data kept on the grid (a data handle's copies): no client
+/// sends it, and the call reads it from the copy nearest its server, or in place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResidentInput {
+    pub bytes: u64,
+    /// The servers holding a copy (at least one).
+    pub copies: Vec<ServerId>,
+}
+
+impl ResidentInput {
+    /// Where the call on `server` reads it from: in place when the server holds a copy,
+    /// otherwise from the first copy.
+    pub fn source_for(&self, server: ServerId) -> Option<ServerId> {
+        if self.copies.contains(&server) {
+            Some(server)
+        } else {
+            self.copies.first().copied()
+        }
+    }
+}
+
 /// A transaction's dataflow graph.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskGraph {
@@ -52,6 +74,10 @@ pub struct TaskGraph {
     /// travels with their calls.
     #[serde(default)]
     pub client_inputs: Vec<Vec<ClientInput>>,
+    /// Per task, the arrays it reads from data kept on the grid (not in `client_in_bytes`).
+    /// Shorter than `tasks`, or empty, for tasks that read none.
+    #[serde(default)]
+    pub resident_inputs: Vec<Vec<ResidentInput>>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -82,6 +108,11 @@ impl TaskGraph {
 
     pub fn add_edge(&mut self, from: TaskId, to: TaskId, bytes: u64) {
         self.edges.push(Edge { from, to, bytes });
+    }
+
+    /// The arrays `task` reads from data kept on the grid.
+    pub fn resident(&self, task: TaskId) -> &[ResidentInput] {
+        self.resident_inputs.get(task).map_or(&[], Vec::as_slice)
     }
 
     /// Checks the structure: task ids, self-loops, cycles, flops and processor counts.

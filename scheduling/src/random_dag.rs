@@ -154,6 +154,7 @@ pub fn layered(tasks: usize, ccr: f64, platform: &Platform, seed: u64) -> TaskGr
         tasks: graph_tasks,
         edges,
         client_inputs: Vec::new(),
+        resident_inputs: Vec::new(),
     }
 }
 

@@ -164,10 +164,11 @@ pub fn predict(
 /// it is in and the client's data at the start. An iterator, not a list: every candidate
 /// server of every task is timed through here, and an allocation each time was a tenth of
 /// FLOW's cost.
+#[allow(clippy::too_many_arguments)]
 fn call_inputs<'a>(
     graph: &'a TaskGraph,
     predecessors: &'a [Vec<(TaskId, u64)>],
-    task: TaskId,
+    (task, server): (TaskId, ServerId),
     placed: &'a [Option<(ServerId, Timing)>],
     staged: &'a [StagedArrival],
     model: Model,
@@ -202,9 +203,17 @@ fn call_inputs<'a>(
     let uploads = staged
         .iter()
         .map(move |&(via, bytes, arrived)| (Location::Server(via), bytes, leaves(arrived)));
+    // Data kept on the grid is there before the call: it leaves when the call is issued.
+    let resident = graph.resident(task).iter().filter_map(move |r| {
+        r.source_for(server)
+            .map(|from| (Location::Server(from), r.bytes, leaves(0.0)))
+    });
     (
         issue,
-        std::iter::once(client).chain(producers).chain(uploads),
+        std::iter::once(client)
+            .chain(producers)
+            .chain(uploads)
+            .chain(resident),
     )
 }
 
@@ -220,7 +229,7 @@ pub fn predict_staged(
 ) -> Timing {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let (issue, inputs) = call_inputs(graph, predecessors, task, placed, staged, predictor.model());
+    let (issue, inputs) = call_inputs(graph, predecessors, (task, server), placed, staged, predictor.model());
     let ready = inputs
         .map(|(from, bytes, leaves)| leaves + predictor.transfer_time(from, here, bytes, leaves))
         .fold(issue, f64::max);
@@ -277,7 +286,7 @@ pub fn record_staged(
 ) -> f64 {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let (_, inputs) = call_inputs(graph, predecessors, task, placed, staged, predictor.model());
+    let (_, inputs) = call_inputs(graph, predecessors, (task, server), placed, staged, predictor.model());
     for (from, bytes, leaves) in inputs {
         if bytes > 0 && from != here {
             let finish = leaves + predictor.transfer_time(from, here, bytes, leaves);

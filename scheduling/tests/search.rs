@@ -77,6 +77,7 @@ fn heft_ranks_then_inserts_and_keeps_a_fork_on_the_fast_server() {
         tasks: vec![task("a", 2.0), task("b", 2.0), task("c", 2.0)],
         edges: vec![edge(0, 1, 100_000_000), edge(0, 2, 100_000_000)],
         client_inputs: Vec::new(),
+        resident_inputs: Vec::new(),
     };
     let (servers, makespan) = schedule("heft", &graph, &grid, 1e8);
     assert_eq!(servers, vec![0, 0, 0]);
@@ -106,6 +107,7 @@ fn a_fork_join_with_cheap_edges_is_spread_and_an_expensive_chain_is_kept_togethe
             edge(3, 4, 1_000),
         ],
         client_inputs: Vec::new(),
+        resident_inputs: Vec::new(),
     };
     let (best_servers, best) = optimum(&fork_join, &grid, 1e8);
     assert!((best - 3.0).abs() < 1e-3, "{best}");
@@ -129,6 +131,7 @@ fn a_fork_join_with_cheap_edges_is_spread_and_an_expensive_chain_is_kept_togethe
         tasks: (0..3).map(|i| task(&format!("t{i}"), 2.0)).collect(),
         edges: vec![edge(0, 1, 1_000_000_000), edge(1, 2, 1_000_000_000)],
         client_inputs: Vec::new(),
+        resident_inputs: Vec::new(),
     };
     assert_eq!(optimum(&chain, &grid, 1e7), (vec![0, 0, 0], 3.0));
     for name in ["flow", "heft", "search"] {
@@ -261,6 +264,7 @@ fn paper_cascade() -> (TaskGraph, GridView, LoadPredictor) {
         tasks,
         edges,
         client_inputs,
+        resident_inputs: Vec::new(),
     };
     (graph, grid, predictor)
 }

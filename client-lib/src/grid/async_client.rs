@@ -35,6 +35,8 @@ pub struct AsyncGridClient {
     reconnect: std::time::Duration,
     /// Memory shared with a proxy on this host, for runs' large arrays.
     uploads: Arc<super::same_host::SharedUploads>,
+    /// Renews this client's data handles while it lives.
+    renewal: super::data::SharedRenewal,
 }
 
 /// A new transaction id, unique to this client: its identity, a number, the time (so a
@@ -131,6 +133,7 @@ impl AsyncGridClient {
             identity: new_identity(),
             reconnect: crate::environment::reconnect_from_env()?,
             uploads: Arc::new(super::same_host::SharedUploads::from_env()?),
+            renewal: Arc::default(),
         })
     }
 
@@ -181,7 +184,33 @@ impl AsyncGridClient {
         self.scheduler.as_deref()
     }
 
-    fn proxy(&self) -> v1::proxy_client::ProxyClient<InterceptedService<Channel, AttachToken>> {
+    /// `message` as a request that says which client sends it.
+    pub(crate) fn identified<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request
+            .metadata_mut()
+            .insert(ninf_proto::net::CLIENT_ID_METADATA, self.identity.clone());
+        request
+    }
+
+    pub(crate) fn renewal(&self) -> &super::data::Renewal {
+        &self.renewal
+    }
+
+    /// What the background renewal of data handles sends with.
+    pub(crate) fn renewal_parts(
+        &self,
+    ) -> (Channel, AttachToken, tonic::metadata::AsciiMetadataValue) {
+        (
+            self.channel.clone(),
+            self.token.clone(),
+            self.identity.clone(),
+        )
+    }
+
+    pub(crate) fn proxy(
+        &self,
+    ) -> v1::proxy_client::ProxyClient<InterceptedService<Channel, AttachToken>> {
         v1::proxy_client::ProxyClient::with_interceptor(self.channel.clone(), self.token.clone())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX)

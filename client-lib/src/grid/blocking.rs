@@ -101,6 +101,11 @@ impl GridClient {
                 Arg::In(a) => TxArg::Buffer(tx.input(a.reborrow())),
                 Arg::Out(a) => TxArg::Buffer(tx.buffer(a.reborrow_mut())),
                 Arg::Work => TxArg::Work,
+                Arg::Data { .. } => {
+                    return Err(CallError::bad_argument(format!(
+                        "`{function}`: pass a data handle as `TxArg::Data` in a transaction"
+                    )));
+                }
             });
         }
         tx.call(function, &tx_args)?;
@@ -108,6 +113,60 @@ impl GridClient {
         Ok(CallOutcome {
             status: plan.tasks.first().map_or(0, |t| t.status),
         })
+    }
+
+    /// Sends `array` (of `shape`; one dimension when empty) once and keeps it on the grid:
+    /// see [`AsyncGridClient::put`].
+    pub fn put<'a>(
+        &self,
+        array: impl Into<crate::ArrayRef<'a>>,
+        shape: &[u64],
+        mode: super::DataMode,
+    ) -> Result<super::DataRef, CallError> {
+        runtime()?.block_on(self.inner.put(array.into(), shape, mode))
+    }
+
+    /// A handle of `shape` that receives a call's output on the grid.
+    pub fn empty(
+        &self,
+        element_type: ninf_idl::ElementType,
+        shape: &[u64],
+        mode: super::DataMode,
+    ) -> Result<super::DataRef, CallError> {
+        runtime()?.block_on(self.inner.empty(element_type, shape, mode))
+    }
+
+    /// Reads the handle's value into `out`, of its type and length.
+    pub fn get<'a>(
+        &self,
+        data: &super::DataRef,
+        out: impl Into<crate::ArrayMut<'a>>,
+    ) -> Result<(), CallError> {
+        let bytes = runtime()?.block_on(self.inner.get_bytes(data))?;
+        let mut out = out.into();
+        if out.as_ref().element_type() != data.element_type() || out.as_ref().len() != data.len() {
+            return Err(CallError::bad_argument(format!(
+                "data handle `{}` holds {} {}; the array given has {} {}",
+                data.id(),
+                data.len(),
+                data.element_type().keyword(),
+                out.as_ref().len(),
+                out.as_ref().element_type().keyword()
+            )));
+        }
+        out.decode_from(&bytes).map_err(|e| {
+            CallError::new(crate::ErrorKind::CommunicationFailed, format!("data handle: {e}"))
+        })
+    }
+
+    /// Deletes the handle and its data on the grid.
+    pub fn free(&self, data: &super::DataRef) -> Result<(), CallError> {
+        runtime()?.block_on(self.inner.free(data))
+    }
+
+    /// This client's handles, oldest first.
+    pub fn data(&self) -> Result<Vec<super::DataInfo>, CallError> {
+        runtime()?.block_on(self.inner.data())
     }
 
     /// Starts recording a transaction; nothing runs until [`Transaction::end`].

@@ -28,6 +28,14 @@ pub enum TxArg {
     File(std::path::PathBuf),
     Buffer(Buffer),
     Work,
+    /// Data kept on the grid: read where it is, written there (docs/data.md).
+    Data(super::DataRef),
+}
+
+impl From<&super::DataRef> for TxArg {
+    fn from(d: &super::DataRef) -> TxArg {
+        TxArg::Data(d.clone())
+    }
 }
 
 impl From<Buffer> for TxArg {
@@ -81,6 +89,8 @@ pub struct Recording {
     writer: Vec<Option<(usize, u32)>>,
     /// Bytes of each array parameter of each call, for the outputs the client gets back.
     sizes: Vec<BTreeMap<u32, u64>>,
+    /// The call and parameter that last wrote each data handle, by id.
+    data_writer: HashMap<String, (usize, u32)>,
 }
 
 impl Recording {
@@ -189,6 +199,9 @@ impl Recording {
                 .value
                 .is_some()
                 .then_some(v1::call_argument::Source::Value(value));
+            if let TxArg::Data(data) = arg {
+                source = self.data_source(data, p.mode, (index, parameter));
+            }
             if let TxArg::Buffer(Buffer(b)) = arg {
                 let bytes = interface
                     .byte_size(p, &scalars)
@@ -221,6 +234,7 @@ impl Recording {
             function: function.clone(),
             scalars,
             client_out_bytes: 0,
+            data: Vec::new(),
         });
         self.arguments.push(v1::TaskArguments {
             arguments: call_arguments,
@@ -229,6 +243,51 @@ impl Recording {
         self.interfaces.push(interface.clone());
         self.sizes.push(sizes);
         Ok(())
+    }
+
+    /// Where call `index`'s argument `parameter`, data handle `data` of `mode`, comes from:
+    /// an edge from the call of this transaction that last wrote the handle, or the handle
+    /// itself. A call that writes the handle becomes its last writer; the one before no
+    /// longer gives the handle its value.
+    fn data_source(
+        &mut self,
+        data: &super::DataRef,
+        mode: Mode,
+        (index, parameter): (usize, u32),
+    ) -> Option<v1::call_argument::Source> {
+        let earlier = self.data_writer.get(data.id()).copied();
+        let mut reads = mode.is_input();
+        if reads && let Some((from, from_parameter)) = earlier {
+            self.edges.push(v1::GraphEdge {
+                from_task: from as u32,
+                from_parameter,
+                to_task: index as u32,
+                to_parameter: parameter,
+                bytes: data.nbytes(),
+            });
+            reads = false;
+        }
+        let writes = mode.is_output();
+        if writes {
+            if let Some((from, from_parameter)) = earlier
+                && let Some(v1::CallArgument {
+                    source: Some(v1::call_argument::Source::Data(d)),
+                }) = self.arguments[from]
+                    .arguments
+                    .get_mut(from_parameter as usize)
+            {
+                d.writes = false;
+            }
+            self.data_writer
+                .insert(data.id().to_string(), (index, parameter));
+        }
+        (reads || writes).then(|| {
+            v1::call_argument::Source::Data(v1::DataArgument {
+                id: data.id().to_string(),
+                reads,
+                writes,
+            })
+        })
     }
 
     /// The graph recorded so far.

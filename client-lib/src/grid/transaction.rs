@@ -106,6 +106,13 @@ impl<'a> Transaction<'a> {
                 TxArg::File(p) => (Arg::File(p), false),
                 TxArg::Buffer(Buffer(b)) => (Arg::In(slot(*b)?.view()), slot(*b)?.writable()),
                 TxArg::Work => (Arg::Work, false),
+                TxArg::Data(d) => (
+                    Arg::Data {
+                        element_type: d.element_type(),
+                        len: d.len(),
+                    },
+                    true,
+                ),
             };
             views.push(view);
             writable.push(can_write);

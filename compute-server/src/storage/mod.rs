@@ -250,6 +250,17 @@ impl ObjectStore {
         Some(object.bytes)
     }
 
+    /// Gives object `id` to `owner`.
+    pub fn adopt(&self, id: &str, owner: &str) -> Result<ObjectInfo, StorageError> {
+        let mut objects = self.lock();
+        let object = objects
+            .by_id
+            .get_mut(id)
+            .ok_or_else(|| StorageError::UnknownObject(id.to_string()))?;
+        object.owner = owner.to_string();
+        Ok(Self::info(id, object))
+    }
+
     pub fn delete(&self, id: &str) -> Result<u64, StorageError> {
         Self::remove(&mut self.lock(), id)
             .ok_or_else(|| StorageError::UnknownObject(id.to_string()))
@@ -467,6 +478,11 @@ mod tests {
         assert_eq!(store.delete_owner("t1"), (2, 12));
         assert_eq!(store.len(), 1);
         assert_eq!(store.stat(&c.id).unwrap().owner, "t2");
+        // An adopted object goes with its new owner, not its old one.
+        assert_eq!(store.adopt(&c.id, "data-1").unwrap().owner, "data-1");
+        assert_eq!(store.delete_owner("t2"), (0, 0));
+        assert_eq!(store.delete_owner("data-1"), (1, 4));
+        assert!(store.adopt(&c.id, "x").is_err());
         let error = store.get(&a.id).unwrap_err();
         assert_eq!(
             error.to_string(),

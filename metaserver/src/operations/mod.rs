@@ -3,6 +3,7 @@
 
 pub mod actuals;
 pub mod alloc;
+pub mod data;
 pub mod heartbeat;
 pub mod leave;
 pub mod network;

@@ -228,7 +228,18 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
     } = &input;
     let mut scheduler = ninf_scheduling::by_name(&input.scheduler, input.seed)
         .map_err(|e| MetaserverError::BadRequest(e.to_string()))?;
-    let tasks = graph::check_graph(graph, input.max_tasks, |f| registry.describe(f, *now))?;
+    let locate = |address: &str| {
+        let index = registry.index_of(address)?;
+        registry
+            .is_up(&registry.servers()[index], *now)
+            .then_some(index)
+    };
+    let tasks = graph::check_graph(
+        graph,
+        input.max_tasks,
+        |f| registry.describe(f, *now),
+        locate,
+    )?;
     let schedule = input
         .planner
         .plan_avoiding(

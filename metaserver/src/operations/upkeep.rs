@@ -24,6 +24,11 @@ pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
             if let Err(e) = metaserver.mark_down().await {
                 tracing::error!(error = %e, "marking silent servers down failed");
             }
+            match metaserver.expire_data().await {
+                Ok(n) if n > 0 => tracing::info!(handles = n, "data handles expired"),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "expiring data handles failed"),
+            }
             if last_prune.elapsed() >= PRUNE_EVERY {
                 last_prune = tokio::time::Instant::now();
                 match metaserver.prune().await {

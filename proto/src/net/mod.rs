@@ -190,6 +190,25 @@ pub const CLIENT_ID_MAX: usize = 64;
 /// died or restarts: the client sends the transaction again, by its id).
 pub const ANSWER_METADATA: &str = "ninf-answer";
 
+/// Metadata on a NOT_FOUND that names a data handle (docs/data.md) no longer on the grid:
+/// freed, expired or never made. Its value is the handle's id.
+pub const DATA_NOT_FOUND_METADATA: &str = "ninf-data-not-found";
+
+/// NOT_FOUND for the data handle `id`, marked so that clients raise their `DataNotFound`.
+pub fn data_not_found(message: impl Into<String>, id: &str) -> tonic::Status {
+    let mut status = tonic::Status::not_found(message);
+    if let Ok(value) = id.parse() {
+        status.metadata_mut().insert(DATA_NOT_FOUND_METADATA, value);
+    }
+    status
+}
+
+/// The data handle a NOT_FOUND names, if it is about one.
+pub fn missing_data(status: &tonic::Status) -> Option<String> {
+    let value = status.metadata().get(DATA_NOT_FOUND_METADATA)?;
+    value.to_str().ok().map(str::to_string)
+}
+
 /// Whether `status` is the proxy's own answer rather than a broken connection.
 pub fn is_answer(status: &tonic::Status) -> bool {
     status.metadata().contains_key(ANSWER_METADATA)

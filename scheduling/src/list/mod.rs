@@ -56,6 +56,12 @@ impl Partial {
         let mut ready = predictor
             .link(Location::Client, here)
             .transfer_time(t.client_in_bytes);
+        for r in graph.resident(task) {
+            if let Some(from) = r.source_for(server) {
+                let link = predictor.link(Location::Server(from), here);
+                ready = ready.max(link.transfer_time(r.bytes));
+            }
+        }
         for &(p, bytes) in &prepared.predecessors[task] {
             if !self.placed[p] {
                 continue;

@@ -1,0 +1,232 @@
+//! Data kept on the grid (docs/data.md) through the Rust client: a put array read back,
+//! handles in calls and transactions beside ordinary arrays, an INOUT handle updated on the
+//! grid, calls placed next to their data, freed and other clients' handles refused with
+//! nothing run, and a dead client's handles gone with their bytes once the lease runs out.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::TestGrid;
+use ninf::ErrorKind;
+use ninf::grid::{DataMode, TxArg};
+use ninf::ElementType;
+
+/// A well-conditioned n × n matrix (diagonally dominant).
+fn system(n: usize) -> Vec<f64> {
+    (0..n * n)
+        .map(|i| {
+            if i % (n + 1) == 0 {
+                n as f64
+            } else {
+                ((i * 7) % 11) as f64 / 11.0
+            }
+        })
+        .collect()
+}
+
+/// `dgefa` then `dgesl` with every array sent: the reference the handles must match.
+fn solved_by_sending(
+    client: &ninf::grid::GridClient,
+    a0: &[f64],
+    b: &[f64],
+) -> (Vec<f64>, Vec<i32>, Vec<f64>) {
+    let n = b.len();
+    let (mut a, mut ipvt, mut x) = (a0.to_vec(), vec![0i32; n], b.to_vec());
+    let order = n as i32;
+    client
+        .call(
+            "dgefa",
+            &mut [(&mut a).into(), order.into(), (&mut ipvt).into()],
+        )
+        .unwrap();
+    client
+        .call(
+            "dgesl",
+            &mut [(&a).into(), order.into(), (&ipvt).into(), (&mut x).into()],
+        )
+        .unwrap();
+    (a, ipvt, x)
+}
+
+#[test]
+fn a_matrix_factored_once_on_the_grid_solves_many_right_hand_sides_next_to_it() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let client = grid.client("flow");
+    let n = 60usize;
+    let order = n as i32;
+    let a0 = system(n);
+    // Put, read back, listed with the server that holds it.
+    let a = client.put(&a0, &[n as u64, n as u64], DataMode::Sticky).unwrap();
+    assert_eq!(a.nbytes(), (n * n * 8) as u64);
+    assert_eq!(a.shape(), &[n as u64, n as u64]);
+    let mut back = vec![0.0; n * n];
+    client.get(&a, &mut back).unwrap();
+    assert_eq!(back, a0);
+    let listed = client.data().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].data, a);
+    assert_eq!(listed[0].servers.len(), 1, "{listed:?}");
+    let holder = listed[0].servers[0].clone();
+    // Factored in place on the grid: INOUT `a`, OUT `ipvt` into an empty handle.
+    let ipvt = client
+        .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
+        .unwrap();
+    let plan = client
+        .transaction(|tx| {
+            tx.call("dgefa", &[(&a).into(), order.into(), (&ipvt).into()])?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(plan.tasks[0].server, holder, "dgefa runs where `a` is");
+    let b0: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let (a_factored, ipvt_sent, x_sent) = solved_by_sending(&client, &a0, &b0);
+    client.get(&a, &mut back).unwrap();
+    assert_eq!(back, a_factored, "the factors replaced `a` on the grid");
+    let mut pivots = vec![0i32; n];
+    client.get(&ipvt, &mut pivots).unwrap();
+    assert_eq!(pivots, ipvt_sent);
+    // Many solves: each reads the factors where they are, only `b` travels.
+    for k in 0..3 {
+        let b: Vec<f64> = b0.iter().map(|v| v + k as f64).collect();
+        let (_, _, expected) = solved_by_sending(&client, &a0, &b);
+        let mut x = b.clone();
+        let plan = client
+            .transaction(|tx| {
+                let xb = tx.buffer(&mut x);
+                tx.call(
+                    "dgesl",
+                    &[(&a).into(), order.into(), (&ipvt).into(), xb.into()],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(x, expected, "solve {k}");
+        assert_eq!(plan.tasks[0].server, holder, "solve {k} runs next to its data");
+        if k == 0 {
+            assert_eq!(x, x_sent);
+        }
+    }
+    // The handles' bytes are all that stays on the servers; freed, nothing does.
+    let stored: u64 = grid.grid().stored_bytes().iter().sum();
+    assert_eq!(stored, (n * n * 8 + n * 4) as u64);
+    client.free(&a).unwrap();
+    client.free(&ipvt).unwrap();
+    assert!(client.data().unwrap().is_empty());
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn a_handle_written_and_read_in_one_transaction_flows_by_an_edge_beside_ordinary_arrays() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let client = grid.client("simple");
+    let n = 30usize;
+    let order = n as i32;
+    let a0 = system(n);
+    let b0: Vec<f64> = (0..n).map(|i| (i * i) as f64).collect();
+    let (_, _, expected) = solved_by_sending(&client, &a0, &b0);
+    let a = client.put(&a0, &[], DataMode::Persistent).unwrap();
+    let ipvt = client
+        .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
+        .unwrap();
+    let mut x = b0.clone();
+    let mut tx = client.transaction_begin();
+    let xb = tx.buffer(&mut x);
+    tx.call("dgefa", &[TxArg::from(&a), order.into(), (&ipvt).into()])
+        .unwrap();
+    tx.call("dgesl", &[(&a).into(), order.into(), (&ipvt).into(), xb.into()])
+        .unwrap();
+    let graph = tx.graph();
+    assert_eq!(graph.edges.len(), 2, "a and ipvt flow by edges: {graph:?}");
+    tx.end().unwrap();
+    assert_eq!(x, expected);
+    let mut pivots = vec![0i32; n];
+    client.get(&ipvt, &mut pivots).unwrap();
+    assert!(pivots.iter().all(|&p| p >= 1 && p <= n as i32), "{pivots:?}");
+    client.free(&a).unwrap();
+    client.free(&ipvt).unwrap();
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn freed_unknown_foreign_and_ill_fitting_handles_are_refused_and_nothing_runs() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let client = grid.client("simple");
+    let n = 20usize;
+    let order = n as i32;
+    let a = client.put(&system(n), &[], DataMode::Sticky).unwrap();
+    let ipvt = client
+        .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
+        .unwrap();
+    // Another client (another identity) neither sees nor uses them.
+    let other = grid.client("simple");
+    assert!(other.data().unwrap().is_empty());
+    let mut back = vec![0.0; n * n];
+    let stolen = other.get(&a, &mut back).unwrap_err();
+    assert_eq!(stolen.kind, ErrorKind::DataNotFound, "{stolen}");
+    assert!(stolen.message.contains(a.id()), "{stolen}");
+    // An empty handle has no value to read.
+    let mut pivots = vec![0i32; n];
+    let unwritten = client.get(&ipvt, &mut pivots).unwrap_err();
+    assert!(unwritten.message.contains("no value yet"), "{unwritten}");
+    // Too small for the call: the size is named.
+    let small = client.put(&system(n - 1), &[], DataMode::Sticky).unwrap();
+    let refused = client
+        .transaction(|tx| {
+            tx.call("dgefa", &[(&small).into(), order.into(), (&ipvt).into()])?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::BadArgument, "{refused}");
+    assert!(
+        refused.message.contains(&format!("{} elements", (n - 1) * (n - 1))),
+        "{refused}"
+    );
+    // Freed: the call sends nothing and names the handle.
+    client.free(&a).unwrap();
+    let graphs_before = grid.status().graphs.len();
+    let gone = client
+        .transaction(|tx| {
+            tx.call("dgefa", &[(&a).into(), order.into(), (&ipvt).into()])?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert_eq!(gone.kind, ErrorKind::DataNotFound, "{gone}");
+    assert!(gone.message.contains(a.id()), "{gone}");
+    assert_eq!(client.free(&a).unwrap_err().kind, ErrorKind::DataNotFound);
+    assert_eq!(grid.status().graphs.len(), graphs_before, "nothing was placed");
+    client.free(&small).unwrap();
+    client.free(&ipvt).unwrap();
+    grid.assert_no_leftovers();
+}
+
+#[test]
+fn a_dead_clients_handles_expire_with_their_bytes() {
+    let grid = TestGrid::start(vec![1], |o| o.data_lease_seconds = Some(1.0));
+    let n = 50usize;
+    {
+        let client = grid.client("simple");
+        let a = client.put(&system(n), &[], DataMode::Sticky).unwrap();
+        // While the client lives it renews: past several leases the data is still there.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let mut back = vec![0.0; n * n];
+        client.get(&a, &mut back).unwrap();
+        assert_eq!(back, system(n));
+    }
+    // The client is gone: nothing renews its handle, which goes with its bytes.
+    let records = || {
+        grid.runtime
+            .block_on(grid.grid().metaserver.all_data())
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while grid.grid().stored_bytes().iter().sum::<u64>() > 0 || !records().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead client's data stayed: {:?} bytes, {:?}",
+            grid.grid().stored_bytes(),
+            records()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
