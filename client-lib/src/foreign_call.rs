@@ -79,6 +79,10 @@ impl ForeignCall {
                     }
                 }
                 ForeignArg::Work => Arg::Work,
+                ForeignArg::Data(d) => Arg::Data {
+                    element_type: d.element_type(),
+                    len: d.len(),
+                },
             })
             .collect()
     }

@@ -20,9 +20,9 @@ mod same_host;
 pub use args::{Arg, ArrayMut, ArrayRef, CallOutcome, decode_outputs, encode_arguments};
 pub use blocking::{CallResult, Client, OwnedArg, SessionId, ninf_call};
 pub use error::{CallError, ErrorKind};
-pub use ninf_idl::ElementType;
 pub use foreign_call::ForeignCall;
 pub use grid::{AsyncGridClient, Buffer, GridClient, Plan, Transaction, TxArg};
+pub use ninf_idl::ElementType;
 pub use num_complex;
 pub use remote::NinfClient;
 

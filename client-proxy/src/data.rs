@@ -14,8 +14,8 @@ use bytes::Bytes;
 use ninf_proto::v1;
 use tonic::Status;
 
-use crate::{Executed, Failed, Proxy};
 use crate::metaserver::{DataRecordsReply, DataRecordsRequest};
+use crate::{Executed, Failed, Proxy};
 
 /// The handles a run's arguments name, looked up once before it is placed.
 #[derive(Debug, Default)]
@@ -29,7 +29,9 @@ pub(crate) struct DataUses {
 }
 
 fn unexpected(what: &str) -> Status {
-    Status::internal(format!("the metaserver answered {what} with something else"))
+    Status::internal(format!(
+        "the metaserver answered {what} with something else"
+    ))
 }
 
 impl Proxy {
@@ -145,7 +147,11 @@ impl Proxy {
     }
 
     /// `owner`'s handle `id` and its value, read from the first copy that answers.
-    pub async fn get_data(&self, owner: &str, id: &str) -> Result<(v1::DataInfo, v1::Array), Status> {
+    pub async fn get_data(
+        &self,
+        owner: &str,
+        id: &str,
+    ) -> Result<(v1::DataInfo, v1::Array), Status> {
         let info = self.lookup_data(owner, id).await?;
         if info.copies.is_empty() {
             return Err(Status::failed_precondition(format!(
@@ -294,9 +300,7 @@ impl Proxy {
         objects: &[(usize, u32, v1::ObjectRef)],
     ) -> Result<(), Status> {
         for (task, parameter, id) in &uses.writes {
-            let Some((_, _, object)) = objects
-                .iter()
-                .find(|(t, p, _)| t == task && p == parameter)
+            let Some((_, _, object)) = objects.iter().find(|(t, p, _)| t == task && p == parameter)
             else {
                 return Err(Status::internal(format!(
                     "task {task} did not keep parameter {parameter}, the new value of data \

@@ -34,7 +34,9 @@ pub trait Metaserver: Send + Sync + 'static {
     /// Data kept on the grid (docs/data.md): one request to the metaserver's records.
     async fn data(&self, request: DataRecordsRequest) -> Result<DataRecordsReply, Status> {
         let _ = request;
-        Err(Status::unimplemented("this metaserver keeps no data handles"))
+        Err(Status::unimplemented(
+            "this metaserver keeps no data handles",
+        ))
     }
     /// How many metaservers the list has: with more than one, a failed attempt goes to the
     /// next at once instead of waiting.
@@ -196,15 +198,26 @@ impl Metaserver for GrpcMetaserver {
         use DataRecordsReply as Reply;
         use DataRecordsRequest as Ask;
         let (used, channel) = self.metaservers.channel();
-        let mut client =
-            v1::data_records_client::DataRecordsClient::with_interceptor(channel, self.token.clone());
+        let mut client = v1::data_records_client::DataRecordsClient::with_interceptor(
+            channel,
+            self.token.clone(),
+        );
         let answer = match request {
-            Ask::Create(r) => client.create(r).await.map(|a| Reply::Created(a.into_inner())),
-            Ask::AddCopy(r) => client.add_copy(r).await.map(|a| Reply::CopyAdded(a.into_inner())),
+            Ask::Create(r) => client
+                .create(r)
+                .await
+                .map(|a| Reply::Created(a.into_inner())),
+            Ask::AddCopy(r) => client
+                .add_copy(r)
+                .await
+                .map(|a| Reply::CopyAdded(a.into_inner())),
             Ask::Lookup(r) => client.lookup(r).await.map(|a| Reply::Info(a.into_inner())),
             Ask::Forget(r) => client.forget(r).await.map(|a| Reply::Info(a.into_inner())),
             Ask::List(r) => client.list(r).await.map(|a| Reply::List(a.into_inner())),
-            Ask::Renew(r) => client.renew(r).await.map(|a| Reply::Renewed(a.into_inner())),
+            Ask::Renew(r) => client
+                .renew(r)
+                .await
+                .map(|a| Reply::Renewed(a.into_inner())),
         };
         self.noted(used, answer)
     }

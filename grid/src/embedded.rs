@@ -397,10 +397,11 @@ impl EmbeddedGrid {
             same_host_calls: options.same_host_calls,
             same_host_uploads: options.same_host_uploads,
             tls: component_tls(&options, "proxy"),
-            lease_renew_seconds: options.data_lease_seconds.map_or(
-                ProxyConfig::new("").lease_renew_seconds,
-                |lease| lease / 4.0,
-            ),
+            lease_renew_seconds: options
+                .data_lease_seconds
+                .map_or(ProxyConfig::new("").lease_renew_seconds, |lease| {
+                    lease / 4.0
+                }),
             ..ProxyConfig::new(metaserver_address.clone())
         })
         .await

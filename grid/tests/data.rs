@@ -8,9 +8,9 @@
 mod common;
 
 use common::TestGrid;
+use ninf::ElementType;
 use ninf::ErrorKind;
 use ninf::grid::{DataMode, TxArg};
-use ninf::ElementType;
 
 /// A well-conditioned n × n matrix (diagonally dominant).
 fn system(n: usize) -> Vec<f64> {
@@ -57,7 +57,9 @@ fn a_matrix_factored_once_on_the_grid_solves_many_right_hand_sides_next_to_it() 
     let order = n as i32;
     let a0 = system(n);
     // Put, read back, listed with the server that holds it.
-    let a = client.put(&a0, &[n as u64, n as u64], DataMode::Sticky).unwrap();
+    let a = client
+        .put(&a0, &[n as u64, n as u64], DataMode::Sticky)
+        .unwrap();
     assert_eq!(a.nbytes(), (n * n * 8) as u64);
     assert_eq!(a.shape(), &[n as u64, n as u64]);
     let mut back = vec![0.0; n * n];
@@ -102,7 +104,10 @@ fn a_matrix_factored_once_on_the_grid_solves_many_right_hand_sides_next_to_it() 
             })
             .unwrap();
         assert_eq!(x, expected, "solve {k}");
-        assert_eq!(plan.tasks[0].server, holder, "solve {k} runs next to its data");
+        assert_eq!(
+            plan.tasks[0].server, holder,
+            "solve {k} runs next to its data"
+        );
         if k == 0 {
             assert_eq!(x, x_sent);
         }
@@ -134,15 +139,21 @@ fn a_handle_written_and_read_in_one_transaction_flows_by_an_edge_beside_ordinary
     let xb = tx.buffer(&mut x);
     tx.call("dgefa", &[TxArg::from(&a), order.into(), (&ipvt).into()])
         .unwrap();
-    tx.call("dgesl", &[(&a).into(), order.into(), (&ipvt).into(), xb.into()])
-        .unwrap();
+    tx.call(
+        "dgesl",
+        &[(&a).into(), order.into(), (&ipvt).into(), xb.into()],
+    )
+    .unwrap();
     let graph = tx.graph();
     assert_eq!(graph.edges.len(), 2, "a and ipvt flow by edges: {graph:?}");
     tx.end().unwrap();
     assert_eq!(x, expected);
     let mut pivots = vec![0i32; n];
     client.get(&ipvt, &mut pivots).unwrap();
-    assert!(pivots.iter().all(|&p| p >= 1 && p <= n as i32), "{pivots:?}");
+    assert!(
+        pivots.iter().all(|&p| p >= 1 && p <= n as i32),
+        "{pivots:?}"
+    );
     client.free(&a).unwrap();
     client.free(&ipvt).unwrap();
     grid.assert_no_leftovers();
@@ -179,7 +190,9 @@ fn freed_unknown_foreign_and_ill_fitting_handles_are_refused_and_nothing_runs() 
         .unwrap_err();
     assert_eq!(refused.kind, ErrorKind::BadArgument, "{refused}");
     assert!(
-        refused.message.contains(&format!("{} elements", (n - 1) * (n - 1))),
+        refused
+            .message
+            .contains(&format!("{} elements", (n - 1) * (n - 1))),
         "{refused}"
     );
     // Freed: the call sends nothing and names the handle.
@@ -194,7 +207,11 @@ fn freed_unknown_foreign_and_ill_fitting_handles_are_refused_and_nothing_runs() 
     assert_eq!(gone.kind, ErrorKind::DataNotFound, "{gone}");
     assert!(gone.message.contains(a.id()), "{gone}");
     assert_eq!(client.free(&a).unwrap_err().kind, ErrorKind::DataNotFound);
-    assert_eq!(grid.status().graphs.len(), graphs_before, "nothing was placed");
+    assert_eq!(
+        grid.status().graphs.len(),
+        graphs_before,
+        "nothing was placed"
+    );
     client.free(&small).unwrap();
     client.free(&ipvt).unwrap();
     grid.assert_no_leftovers();

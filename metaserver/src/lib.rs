@@ -10,8 +10,8 @@
 
 pub mod allocation;
 pub mod config;
-pub mod data;
 pub mod dashboard;
+pub mod data;
 pub mod db;
 pub mod events;
 pub mod graph;

@@ -116,7 +116,9 @@ impl v1::data_records_server::DataRecords for DataRecordsService {
         request: Request<v1::CreateDataRequest>,
     ) -> Result<Response<v1::CreateDataReply>, Status> {
         self.0.serving()?;
-        Ok(Response::new(self.0.create_data(request.into_inner()).await?))
+        Ok(Response::new(
+            self.0.create_data(request.into_inner()).await?,
+        ))
     }
 
     async fn add_copy(

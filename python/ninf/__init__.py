@@ -24,6 +24,7 @@ from ._native import (
     BadArgument,
     Canceled,
     CommunicationFailed,
+    DataNotFound,
     FunctionNotFound,
     InvalidSessionId,
     NinfError,
@@ -32,6 +33,7 @@ from ._native import (
     SessionFailed,
     Timeout,
 )
+from ._data import Data
 from ._describe import Function, Parameter
 from ._grid import Future, Grid, Progress, Transaction, connect, wait_all, wait_any
 from ._local import local_grid
@@ -42,6 +44,8 @@ __all__ = [
     "BadArgument",
     "Canceled",
     "CommunicationFailed",
+    "Data",
+    "DataNotFound",
     "Function",
     "FunctionNotFound",
     "Future",

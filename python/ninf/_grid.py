@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Union
 
+import numpy
+
 from . import _native
+from ._data import Data, unwrap
 from ._describe import Function
 from ._plan import Plan
 
@@ -100,7 +103,7 @@ class Grid:
         """
         tx = self._native.transaction()
         # Sent at once and waited for: its arrays are read when sent, not copied first.
-        tx.call_sent_at_once(name, *args)
+        tx.call_sent_at_once(name, *unwrap(args))
         run = tx.start()
         _wait_interruptibly(run)
         return _status(run.result())
@@ -110,7 +113,7 @@ class Grid:
         The arrays must stay untouched until it ends (they are read as it is sent, not
         copied first); the future keeps them alive."""
         tx = self._native.transaction()
-        tx.call_sent_at_once(name, *args)
+        tx.call_sent_at_once(name, *unwrap(args))
         return Future(name, tx.start())
 
     def transaction(
@@ -131,6 +134,30 @@ class Grid:
         exception it raises is reported as unraisable and the transaction goes on.
         """
         return Transaction(self._native.transaction(), label, progress)
+
+    def put(self, array: Any, *, mode: str = "sticky") -> Data:
+        """Sends ``array`` (a NumPy array) once and keeps it on the grid; returns its
+        :class:`Data`, which calls then read where it is. ``mode`` is ``"sticky"`` (kept
+        where it is put or last written), ``"unique_sticky"`` or ``"persistent"`` (the grid
+        may keep copies where they are cheaper); see docs/data.md.
+
+        >>> a = grid.put(numpy.random.rand(n, n))
+        >>> grid.call("dgefa", a, n, ipvt)     # factored on the grid, nothing comes back
+        """
+        return Data(self._native.put(numpy.asarray(array), mode))
+
+    def empty(
+        self, shape: Any, dtype: Any = numpy.float64, *, mode: str = "sticky", order: str = "C"
+    ) -> Data:
+        """A :class:`Data` of ``shape`` and ``dtype`` that receives an output on the grid
+        (an OUT or INOUT argument writes it there)."""
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        fortran = order.upper() == "F"
+        return Data(self._native.empty(list(dims), numpy.dtype(dtype), fortran, mode))
+
+    def data(self) -> List[Data]:
+        """This client's handles on the grid, oldest first."""
+        return [Data(d) for d in self._native.data()]
 
     def describe(self, name: str) -> Function:
         """The routine's interface (its IDL declaration) as a plain object."""
@@ -270,7 +297,7 @@ class Transaction:
     def call(self, name: str, *args: Any) -> None:
         """Records a call (see :meth:`Grid.call` for the arguments); checked now, so a
         mistake is raised at the call that made it."""
-        self._native.call(name, *args)
+        self._native.call(name, *unwrap(args))
 
     def scratch(self, array: Any) -> Any:
         """Marks ``array`` as an intermediate: calls may write it and later calls read

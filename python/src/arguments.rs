@@ -26,7 +26,9 @@ pub fn convert(
     let mut converted = Vec::with_capacity(args.len());
     let mut arrays = Vec::new();
     for (p, arg) in interface.parameters.iter().zip(args.iter()) {
-        let value = if p.is_array() {
+        let value = if let Ok(data) = arg.cast::<crate::data::DataHandle>() {
+            data_argument(name, p, data.get())?
+        } else if p.is_array() {
             array_argument(name, p, &arg)?
         } else {
             scalar_argument(name, p, &arg)?
@@ -148,9 +150,37 @@ fn array_argument(function: &str, p: &Parameter, arg: &Bound<'_, PyAny>) -> PyRe
     Ok(ForeignArg::Array(foreign))
 }
 
+/// A data handle as argument `p`: an array parameter of its element type (the client
+/// library checks its size).
+fn data_argument(
+    function: &str,
+    p: &Parameter,
+    data: &crate::data::DataHandle,
+) -> PyResult<ForeignArg> {
+    let handle = &data.inner;
+    if !p.is_array() || p.mode == Mode::Work {
+        return Err(bad_argument(format!(
+            "argument `{}` of `{function}` is `{}`; a ninf.Data goes only where an IN, OUT or \
+             INOUT array does",
+            p.name,
+            p.declaration()
+        )));
+    }
+    if handle.element_type() != p.element_type {
+        return Err(bad_argument(format!(
+            "argument `{}` of `{function}` must be an array of {} (IDL {}), got a ninf.Data of {}",
+            p.name,
+            dtype_name(p.element_type),
+            p.element_type.keyword(),
+            dtype_name(handle.element_type())
+        )));
+    }
+    Ok(ForeignArg::Data(handle.clone()))
+}
+
 /// Where a contiguous array's elements are and whether it may be written; `what` names it
 /// in the error.
-fn memory(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<(*mut u8, bool)> {
+pub fn memory(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<(*mut u8, bool)> {
     if !(array.is_c_contiguous() || array.is_fortran_contiguous()) {
         return Err(bad_argument(format!(
             "{what} must be C- or Fortran-contiguous, got a strided view \
@@ -174,26 +204,41 @@ pub fn scratch_array(arg: &Bound<'_, PyAny>) -> PyResult<ForeignArray> {
             type_name(arg)
         )));
     };
-    let dtype = array.dtype();
+    let element_type = element_type_of(arg)?;
+    let (data, writable) = memory(array, "a scratch array")?;
+    // SAFETY: a contiguous ndarray of `len` elements of this dtype at `data`; a scratch
+    // array is only compared by address, never read or written.
+    unsafe { ForeignArray::new(data, array.len(), element_type, writable) }
+        .map_err(crate::errors::to_py)
+}
+
+/// The IDL element type of an ndarray's dtype.
+pub fn element_type_of(arg: &Bound<'_, PyAny>) -> PyResult<ElementType> {
+    let Ok(array) = arg.cast::<PyUntypedArray>() else {
+        return Err(bad_argument(format!(
+            "expected a numpy.ndarray, got {}",
+            type_name(arg)
+        )));
+    };
+    element_type_of_dtype(&array.dtype())
+}
+
+/// The IDL element type of a dtype routines take.
+pub fn element_type_of_dtype(dtype: &Bound<'_, numpy::PyArrayDescr>) -> PyResult<ElementType> {
     // Only array types have a dtype.
-    let element_type = ElementType::ALL
+    ElementType::ALL
         .into_iter()
-        .find(|t| numpy_dtype(arg.py(), *t).is_ok_and(|d| dtype.is_equiv_to(&d)))
+        .find(|t| numpy_dtype(dtype.py(), *t).is_ok_and(|d| dtype.is_equiv_to(&d)))
         .ok_or_else(|| {
             let actual = dtype
                 .as_any()
                 .str()
                 .map_or_else(|_| "?".to_string(), |s| s.to_string());
             bad_argument(format!(
-                "a scratch array must have a dtype routines take (uint8, int16, int32, int64, \
-                 float32, float64, complex64, complex128), got {actual}"
+                "the dtype must be one routines take (uint8, int16, int32, int64, float32, \
+                 float64, complex64, complex128), got {actual}"
             ))
-        })?;
-    let (data, writable) = memory(array, "a scratch array")?;
-    // SAFETY: a contiguous ndarray of `len` elements of this dtype at `data`; a scratch
-    // array is only compared by address, never read or written.
-    unsafe { ForeignArray::new(data, array.len(), element_type, writable) }
-        .map_err(crate::errors::to_py)
+        })
 }
 
 fn numpy_dtype(py: Python<'_>, t: ElementType) -> PyResult<Bound<'_, numpy::PyArrayDescr>> {

@@ -101,6 +101,40 @@ impl Client {
         block_on(py, async move { client.functions().await })
     }
 
+    /// Sends `array` once and keeps it on the grid.
+    #[pyo3(signature = (array, mode="sticky"))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<crate::data::DataHandle> {
+        crate::data::put(py, &self.inner, array, mode)
+    }
+
+    /// A handle of `shape` and `dtype` that receives an output on the grid.
+    #[pyo3(signature = (shape, dtype, fortran_order=false, mode="sticky"))]
+    fn empty(
+        &self,
+        py: Python<'_>,
+        shape: Vec<u64>,
+        dtype: &Bound<'_, PyAny>,
+        fortran_order: bool,
+        mode: &str,
+    ) -> PyResult<crate::data::DataHandle> {
+        crate::data::empty(py, &self.inner, (shape, dtype, fortran_order), mode)
+    }
+
+    /// This client's handles, oldest first.
+    fn data(&self, py: Python<'_>) -> PyResult<Vec<crate::data::DataHandle>> {
+        let client = self.inner.clone();
+        let handles = block_on(py, async move { client.data().await })?;
+        Ok(handles
+            .into_iter()
+            .map(|d| crate::data::DataHandle::of(d.data, &self.inner))
+            .collect())
+    }
+
     /// A new transaction on this grid.
     fn transaction(slf: Bound<'_, Self>) -> Transaction {
         let recording = ForeignTransaction::for_client(&slf.borrow().inner);

@@ -4,6 +4,7 @@
 
 mod arguments;
 mod client;
+mod data;
 mod errors;
 mod run;
 
@@ -17,6 +18,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<client::Client>()?;
     module.add_class::<client::Transaction>()?;
     module.add_class::<run::Run>()?;
+    module.add_class::<data::DataHandle>()?;
     module.add_function(wrap_pyfunction!(run::wait_any, module)?)?;
     errors::register(module)?;
     Ok(())

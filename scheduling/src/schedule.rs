@@ -229,7 +229,14 @@ pub fn predict_staged(
 ) -> Timing {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let (issue, inputs) = call_inputs(graph, predecessors, (task, server), placed, staged, predictor.model());
+    let (issue, inputs) = call_inputs(
+        graph,
+        predecessors,
+        (task, server),
+        placed,
+        staged,
+        predictor.model(),
+    );
     let ready = inputs
         .map(|(from, bytes, leaves)| leaves + predictor.transfer_time(from, here, bytes, leaves))
         .fold(issue, f64::max);
@@ -286,7 +293,14 @@ pub fn record_staged(
 ) -> f64 {
     let t = &graph.tasks[task];
     let here = Location::Server(server);
-    let (_, inputs) = call_inputs(graph, predecessors, (task, server), placed, staged, predictor.model());
+    let (_, inputs) = call_inputs(
+        graph,
+        predecessors,
+        (task, server),
+        placed,
+        staged,
+        predictor.model(),
+    );
     for (from, bytes, leaves) in inputs {
         if bytes > 0 && from != here {
             let finish = leaves + predictor.transfer_time(from, here, bytes, leaves);

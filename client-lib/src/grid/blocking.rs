@@ -133,6 +133,10 @@ impl GridClient {
         shape: &[u64],
         mode: super::DataMode,
     ) -> Result<super::DataRef, CallError> {
+        let shape = super::Shape {
+            dims: shape,
+            fortran_order: false,
+        };
         runtime()?.block_on(self.inner.empty(element_type, shape, mode))
     }
 
@@ -155,7 +159,10 @@ impl GridClient {
             )));
         }
         out.decode_from(&bytes).map_err(|e| {
-            CallError::new(crate::ErrorKind::CommunicationFailed, format!("data handle: {e}"))
+            CallError::new(
+                crate::ErrorKind::CommunicationFailed,
+                format!("data handle: {e}"),
+            )
         })
     }
 

@@ -73,6 +73,7 @@ pub struct DataRef {
     id: String,
     element_type: ElementType,
     shape: Vec<u64>,
+    fortran_order: bool,
     bytes: u64,
     mode: DataMode,
 }
@@ -87,6 +88,10 @@ impl DataRef {
     }
     pub fn shape(&self) -> &[u64] {
         &self.shape
+    }
+    /// Whether the shape is in Fortran (column-major) order.
+    pub fn fortran_order(&self) -> bool {
+        self.fortran_order
     }
     pub fn nbytes(&self) -> u64 {
         self.bytes
@@ -117,6 +122,7 @@ impl DataRef {
             id: info.id.clone(),
             element_type,
             shape: spec.shape,
+            fortran_order: spec.fortran_order,
             bytes: spec.bytes,
             mode: DataMode::from_proto(spec.mode),
         })
@@ -185,6 +191,10 @@ impl AsyncGridClient {
         mode: DataMode,
     ) -> Result<DataRef, CallError> {
         let bytes = Bytes::copy_from_slice(&array.le_bytes());
+        let shape = Shape {
+            dims: shape,
+            fortran_order: false,
+        };
         self.put_bytes(array.element_type(), shape, bytes, mode)
             .await
     }
@@ -193,7 +203,7 @@ impl AsyncGridClient {
     pub async fn put_bytes(
         &self,
         element_type: ElementType,
-        shape: &[u64],
+        shape: Shape<'_>,
         data: Bytes,
         mode: DataMode,
     ) -> Result<DataRef, CallError> {
@@ -205,11 +215,11 @@ impl AsyncGridClient {
     pub async fn empty(
         &self,
         element_type: ElementType,
-        shape: &[u64],
+        shape: Shape<'_>,
         mode: DataMode,
     ) -> Result<DataRef, CallError> {
         let size = element_type.size_bytes().unwrap_or(0);
-        let bytes = shape.iter().product::<u64>() * size;
+        let bytes = shape.dims.iter().product::<u64>() * size;
         let spec = spec(element_type, shape, bytes, mode, true)?;
         self.upload(spec, Bytes::new()).await
     }
@@ -296,19 +306,33 @@ impl AsyncGridClient {
     }
 }
 
+/// An array's shape, for the client that reads it back: its dimensions (one, of every
+/// element, when empty) and whether they are in Fortran (column-major) order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shape<'a> {
+    pub dims: &'a [u64],
+    pub fortran_order: bool,
+}
+
 fn spec(
     element_type: ElementType,
-    shape: &[u64],
+    Shape {
+        dims: shape,
+        fortran_order,
+    }: Shape<'_>,
     bytes: u64,
     mode: DataMode,
     empty: bool,
 ) -> Result<v1::DataSpec, CallError> {
-    let size = element_type.size_bytes().filter(|&s| s > 0).ok_or_else(|| {
-        CallError::bad_argument(format!(
-            "data on the grid must be an array of numbers, not {}",
-            element_type.keyword()
-        ))
-    })?;
+    let size = element_type
+        .size_bytes()
+        .filter(|&s| s > 0)
+        .ok_or_else(|| {
+            CallError::bad_argument(format!(
+                "data on the grid must be an array of numbers, not {}",
+                element_type.keyword()
+            ))
+        })?;
     let shape = if shape.is_empty() {
         vec![bytes / size]
     } else {
@@ -328,6 +352,7 @@ fn spec(
         mode: mode.to_proto().into(),
         empty,
         replicas: 0,
+        fortran_order,
     })
 }
 

@@ -190,6 +190,8 @@ pub enum ForeignArg {
     Array(ForeignArray),
     /// A WORK array: the server allocates it.
     Work,
+    /// Data kept on the grid (docs/data.md).
+    Data(super::DataRef),
 }
 
 /// A transaction being recorded over foreign memory. A single call is a transaction of one.
@@ -297,6 +299,7 @@ impl ForeignTransaction {
                 ForeignArg::File(p) => TxArg::File(p.clone()),
                 ForeignArg::Array(array) => TxArg::Buffer(self.buffer(*array)),
                 ForeignArg::Work => TxArg::Work,
+                ForeignArg::Data(d) => TxArg::Data(d.clone()),
             });
         }
         let borrowed: Vec<Option<bytes::Bytes>> = match &keep_alive {
@@ -323,12 +326,19 @@ impl ForeignTransaction {
                 (ForeignArg::Text(s), _) => Arg::Text(s),
                 (ForeignArg::File(p), _) => Arg::File(p),
                 (ForeignArg::Array(_), TxArg::Buffer(Buffer(b))) => Arg::In(self.arrays[*b].view()),
+                (ForeignArg::Data(d), _) => Arg::Data {
+                    element_type: d.element_type(),
+                    len: d.len(),
+                },
                 _ => Arg::Work,
             })
             .collect();
         let writable: Vec<bool> = args
             .iter()
-            .map(|a| matches!(a, ForeignArg::Array(array) if array.writable))
+            .map(|a| {
+                matches!(a, ForeignArg::Array(array) if array.writable)
+                    || matches!(a, ForeignArg::Data(_))
+            })
             .collect();
         let recorded = self
             .recording

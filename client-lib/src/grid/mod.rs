@@ -56,7 +56,7 @@ pub use crate::environment::{
 };
 pub use async_client::AsyncGridClient;
 pub use blocking::GridClient;
-pub use data::{DataInfo, DataMode, DataRef};
+pub use data::{DataInfo, DataMode, DataRef, Shape};
 pub use foreign::{ForeignArg, ForeignArray, ForeignRun, ForeignTransaction};
 pub use grid_file::{GRID_FILE_ENV, GridFile, GridFileError, default_data_dir, default_grid_file};
 pub use ninf_proto::net::tls::GridTls;

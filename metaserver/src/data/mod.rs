@@ -106,13 +106,27 @@ mod tests {
 
     #[test]
     fn new_data_goes_to_the_server_holding_least_that_has_room() {
-        let holders = [holder("a", 500, 10_000), holder("b", 100, 50), holder("c", 200, 0)];
-        assert_eq!(choose_holder(&holders, 60), Ok("c"), "b has no room; c's is unknown");
+        let holders = [
+            holder("a", 500, 10_000),
+            holder("b", 100, 50),
+            holder("c", 200, 0),
+        ];
+        assert_eq!(
+            choose_holder(&holders, 60),
+            Ok("c"),
+            "b has no room; c's is unknown"
+        );
         assert_eq!(choose_holder(&holders, 10), Ok("b"));
         assert_eq!(choose_holder(&[], 10), Err(PlaceError::NoServer));
         let full = [holder("a", 0, 10), holder("b", 0, 20)];
         let refused = choose_holder(&full, 30).unwrap_err();
-        assert_eq!(refused, PlaceError::NoRoom { bytes: 30, largest: 20 });
+        assert_eq!(
+            refused,
+            PlaceError::NoRoom {
+                bytes: 30,
+                largest: 20
+            }
+        );
         assert!(refused.to_string().contains("30 bytes"), "{refused}");
     }
 
@@ -125,8 +139,16 @@ mod tests {
             ..Default::default()
         };
         assert!(check_spec(&spec(80, vec![2, 5])).is_ok());
-        assert!(check_spec(&spec(81, vec![])).unwrap_err().contains("whole number"));
-        assert!(check_spec(&spec(80, vec![3, 3])).unwrap_err().contains("shape"));
+        assert!(
+            check_spec(&spec(81, vec![]))
+                .unwrap_err()
+                .contains("whole number")
+        );
+        assert!(
+            check_spec(&spec(80, vec![3, 3]))
+                .unwrap_err()
+                .contains("shape")
+        );
         let unknown = v1::DataSpec::default();
         assert!(check_spec(&unknown).unwrap_err().contains("element type"));
     }

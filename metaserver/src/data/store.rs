@@ -135,10 +135,7 @@ impl ResourceDb {
         self.with_copies(&rows).await
     }
 
-    async fn with_copies(
-        &self,
-        rows: &[sqlx::any::AnyRow],
-    ) -> Result<Vec<v1::DataInfo>, DbError> {
+    async fn with_copies(&self, rows: &[sqlx::any::AnyRow]) -> Result<Vec<v1::DataInfo>, DbError> {
         let mut handles = Vec::with_capacity(rows.len());
         for row in rows {
             let mut info = info_of(row)?;
@@ -150,7 +147,12 @@ impl ResourceDb {
 
     /// Extends the leases of `owner`'s handles (all of them when `ids` is empty) to `until`;
     /// the number renewed.
-    pub async fn renew_data(&self, owner: &str, ids: &[String], until: f64) -> Result<u32, DbError> {
+    pub async fn renew_data(
+        &self,
+        owner: &str,
+        ids: &[String],
+        until: f64,
+    ) -> Result<u32, DbError> {
         let renewed = if ids.is_empty() {
             sqlx::query("UPDATE data_handles SET lease_until = $2 WHERE owner = $1")
                 .bind(owner)

@@ -81,7 +81,11 @@ impl Metaserver {
     }
 
     /// Forgets `owner`'s handle `id`; the reply lists the copies to delete.
-    pub async fn forget_data(&self, id: &str, owner: &str) -> Result<v1::DataInfo, MetaserverError> {
+    pub async fn forget_data(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<v1::DataInfo, MetaserverError> {
         let info = self.owned_data(id, owner).await?;
         self.db.delete_data(id).await?;
         tracing::info!(%id, %owner, "data handle freed");
