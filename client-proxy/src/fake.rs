@@ -168,6 +168,7 @@ impl Cluster for FakeCluster {
                 Some(v1::call_argument::Source::Object(_)) => "object",
                 Some(v1::call_argument::Source::Bulk(_)) => "bulk",
                 Some(v1::call_argument::Source::Shared(_)) => "shared",
+                Some(v1::call_argument::Source::Data(_)) => "data",
                 None => "none",
             })
             .collect();

@@ -166,6 +166,7 @@ impl Run {
                     key: None,
                     restored,
                 },
+                &[],
             )
             .await
     }

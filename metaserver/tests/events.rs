@@ -21,6 +21,7 @@ fn chain() -> v1::TaskGraph {
         function: "mmul".into(),
         scalars: HashMap::from([("n".to_string(), 50)]),
         client_out_bytes: 20_000,
+        data: Vec::new(),
     };
     v1::TaskGraph {
         tasks: vec![task(0), task(1)],

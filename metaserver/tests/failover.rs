@@ -30,6 +30,7 @@ fn one_product() -> v1::ScheduleRequest {
                 function: "mmul".into(),
                 scalars: HashMap::from([("n".to_string(), 50)]),
                 client_out_bytes: 20_000,
+                data: Vec::new(),
             }],
             edges: Vec::new(),
         }),

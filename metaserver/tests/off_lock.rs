@@ -20,6 +20,7 @@ fn wide_graph(tasks: usize) -> v1::TaskGraph {
                 function: "mmul".into(),
                 scalars: HashMap::from([("n".to_string(), 100)]),
                 client_out_bytes: 80_000,
+                data: Vec::new(),
             })
             .collect(),
         edges: Vec::new(),

@@ -8,7 +8,7 @@ use ninf::{CallError, ErrorKind};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-use crate::arguments::{dtype_name, element_type_of, memory};
+use crate::arrays::{dtype_name, element_type_of, element_type_of_dtype, memory};
 use crate::errors::{bad_argument, to_py};
 
 /// A handle of data kept on the grid.
@@ -68,7 +68,7 @@ pub fn empty(
 ) -> PyResult<DataHandle> {
     let mode = DataMode::from_name(mode).map_err(to_py)?;
     let probe = numpy::PyArrayDescr::new(dtype.py(), dtype)?;
-    let element_type = crate::arguments::element_type_of_dtype(&probe)?;
+    let element_type = element_type_of_dtype(&probe)?;
     let client = client.clone();
     let inner = block_on(py, async {
         let shape = Shape {

@@ -3,6 +3,7 @@
 //! the caller's arrays. The public API is the Python package `ninf` over it.
 
 mod arguments;
+mod arrays;
 mod client;
 mod data;
 mod errors;

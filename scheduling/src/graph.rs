@@ -3,7 +3,6 @@
 //! client. Edges carry an intermediate array from the task that produces it to a task that
 //! consumes it.
 
-use crate::grid::ServerId;
 use serde::{Deserialize, Serialize};
 
 /// Index of a task in its graph.
@@ -48,14 +47,14 @@ pub struct ClientInput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResidentInput {
     pub bytes: u64,
-    /// The servers holding a copy (at least one).
-    pub copies: Vec<ServerId>,
+    /// The servers holding a copy (their `ServerId`s, at least one).
+    pub copies: Vec<usize>,
 }
 
 impl ResidentInput {
     /// Where the call on `server` reads it from: in place when the server holds a copy,
     /// otherwise from the first copy.
-    pub fn source_for(&self, server: ServerId) -> Option<ServerId> {
+    pub fn source_for(&self, server: usize) -> Option<usize> {
         if self.copies.contains(&server) {
             Some(server)
         } else {

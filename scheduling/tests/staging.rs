@@ -42,6 +42,7 @@ fn tasks_with_inputs(tasks: usize, inputs: usize, bytes: u64) -> TaskGraph {
                 .collect();
             tasks
         ],
+        resident_inputs: Vec::new(),
     }
 }
 

@@ -36,7 +36,7 @@ pub struct AsyncGridClient {
     /// Memory shared with a proxy on this host, for runs' large arrays.
     uploads: Arc<super::same_host::SharedUploads>,
     /// Renews this client's data handles while it lives.
-    renewal: super::data::SharedRenewal,
+    renewal: super::renewal::SharedRenewal,
 }
 
 /// A new transaction id, unique to this client: its identity, a number, the time (so a
@@ -193,7 +193,7 @@ impl AsyncGridClient {
         request
     }
 
-    pub(crate) fn renewal(&self) -> &super::data::Renewal {
+    pub(crate) fn renewal(&self) -> &super::renewal::Renewal {
         &self.renewal
     }
 

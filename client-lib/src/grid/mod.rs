@@ -42,11 +42,13 @@
 mod async_client;
 mod blocking;
 mod data;
+mod data_ref;
 mod foreign;
 mod grid_file;
 mod plan;
 mod progress;
 mod recording;
+mod renewal;
 mod same_host;
 mod transaction;
 
@@ -56,7 +58,7 @@ pub use crate::environment::{
 };
 pub use async_client::AsyncGridClient;
 pub use blocking::GridClient;
-pub use data::{DataInfo, DataMode, DataRef, Shape};
+pub use data_ref::{DataInfo, DataMode, DataRef, Shape};
 pub use foreign::{ForeignArg, ForeignArray, ForeignRun, ForeignTransaction};
 pub use grid_file::{GRID_FILE_ENV, GridFile, GridFileError, default_data_dir, default_grid_file};
 pub use ninf_proto::net::tls::GridTls;

@@ -29,11 +29,11 @@ pub enum TxArg {
     Buffer(Buffer),
     Work,
     /// Data kept on the grid: read where it is, written there (docs/data.md).
-    Data(super::DataRef),
+    Data(super::data_ref::DataRef),
 }
 
-impl From<&super::DataRef> for TxArg {
-    fn from(d: &super::DataRef) -> TxArg {
+impl From<&super::data_ref::DataRef> for TxArg {
+    fn from(d: &super::data_ref::DataRef) -> TxArg {
         TxArg::Data(d.clone())
     }
 }
@@ -251,7 +251,7 @@ impl Recording {
     /// longer gives the handle its value.
     fn data_source(
         &mut self,
-        data: &super::DataRef,
+        data: &super::data_ref::DataRef,
         mode: Mode,
         (index, parameter): (usize, u32),
     ) -> Option<v1::call_argument::Source> {

@@ -62,7 +62,7 @@ pub fn check_spec(spec: &v1::DataSpec) -> Result<(), String> {
         .ok_or_else(|| format!("unknown element type {}", spec.element_type))?;
     let size = element_size(element)
         .ok_or_else(|| format!("{element:?} is not an array's element type"))?;
-    if spec.bytes % size != 0 {
+    if !spec.bytes.is_multiple_of(size) {
         return Err(format!(
             "{} bytes is not a whole number of {size}-byte elements",
             spec.bytes
