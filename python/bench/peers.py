@@ -6,8 +6,15 @@ client sees, data transfer included; each is the median of the trials. Run by
 scripts/bench-peers, which installs the peers into a virtual environment first.
 
     python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
+                            [--factor-n 2000] [--solves 50] [--only factor]
                             [--systems ninf,ray,dask,numpy] [--json] [--interleave]
                             [--no-lend-cores]
+
+Factor once, solve many (docs/data.md): one n x n matrix factored once, then --solves right-
+hand sides solved against the factors. "kept" keeps the matrix on the grid (Ninf's
+grid.put, Ray's ray.put, Dask's scatter) and the factors with it; "resent" sends the factors
+with every solve. Ninf factors with LINPACK's dgefa and solves with dgesl; the peers with
+SciPy's lu_factor and lu_solve, the same algorithm. --only factor runs just these.
 
 With --interleave every system is started at once and each workload's trials alternate
 between them, so that a change in the machine's other load falls on all of them alike.
@@ -110,6 +117,31 @@ class NinfSide:
         self.grid.call("echo", x.size, x, y)
         return y
 
+    def factor_kept(self, a: np.ndarray, bs: List[np.ndarray]) -> List[np.ndarray]:
+        n = a.shape[0]
+        d = self.grid.put(a)
+        ipvt = self.grid.empty(n, np.int32)
+        try:
+            self.grid.call("dgefa", d, n, ipvt)
+            xs = [b.copy() for b in bs]
+            futures = [self.grid.call_async("dgesl", d, n, ipvt, x) for x in xs]
+            for f in futures:
+                f.result()
+            return xs
+        finally:
+            d.free()
+            ipvt.free()
+
+    def factor_resent(self, a: np.ndarray, bs: List[np.ndarray]) -> List[np.ndarray]:
+        n = a.shape[0]
+        lu, ipvt = a.copy(order="F"), np.empty(n, np.int32)
+        self.grid.call("dgefa", lu, n, ipvt)
+        xs = [b.copy() for b in bs]
+        futures = [self.grid.call_async("dgesl", lu, n, ipvt, x) for x in xs]
+        for f in futures:
+            f.result()
+        return xs
+
 
 # ---- Ray -------------------------------------------------------------------------------
 
@@ -143,6 +175,22 @@ class RaySide:
 
     def echo(self, x):
         return self.ray.get(self.echo_task.remote(x))
+
+    def factor_kept(self, a, bs):
+        import scipy.linalg
+
+        factor = self.ray.remote(scipy.linalg.lu_factor)
+        solve = self.ray.remote(lambda f, b: scipy.linalg.lu_solve(f, b))
+        factors = factor.remote(self.ray.put(a))
+        return self.ray.get([solve.remote(factors, b) for b in bs])
+
+    def factor_resent(self, a, bs):
+        import scipy.linalg
+
+        factor = self.ray.remote(scipy.linalg.lu_factor)
+        solve = self.ray.remote(lambda f, b: scipy.linalg.lu_solve(f, b))
+        factors = self.ray.get(factor.remote(a))
+        return self.ray.get([solve.remote(factors, b) for b in bs])
 
 
 # ---- Dask ------------------------------------------------------------------------------
@@ -179,6 +227,21 @@ class DaskSide:
     def echo(self, x):
         return self.client.submit(np.copy, x, pure=False).result()
 
+    def factor_kept(self, a, bs):
+        import scipy.linalg
+
+        c = self.client
+        [matrix] = c.scatter([a])
+        factors = c.submit(scipy.linalg.lu_factor, matrix, pure=False)
+        return c.gather([c.submit(scipy.linalg.lu_solve, factors, b, pure=False) for b in bs])
+
+    def factor_resent(self, a, bs):
+        import scipy.linalg
+
+        c = self.client
+        factors = c.submit(scipy.linalg.lu_factor, a, pure=False).result()
+        return c.gather([c.submit(scipy.linalg.lu_solve, factors, b, pure=False) for b in bs])
+
 
 # ---- NumPy alone -----------------------------------------------------------------------
 
@@ -201,9 +264,49 @@ class NumpySide:
     def echo(self, x):
         return x.copy()
 
+    def factor_kept(self, a, bs):
+        import scipy.linalg
+
+        factors = scipy.linalg.lu_factor(a)
+        return [scipy.linalg.lu_solve(factors, b) for b in bs]
+
+    def factor_resent(self, a, bs):
+        raise NotImplementedError
+
+
+def factor_problem(n: int, solves: int):
+    rng = np.random.default_rng(11)
+    a = np.asfortranarray(rng.random((n, n)) + n * np.eye(n))
+    return a, [rng.random(n) for _ in range(solves)]
+
+
+def factor_workloads(args):
+    """(name, run on a side, check a side) of factor once, solve many, kept and resent."""
+    a, bs = factor_problem(args.factor_n, args.solves)
+    label = f"factor n={args.factor_n} + {args.solves} solves"
+    out = []
+    for how in ("kept", "resent"):
+
+        def run(side, how=how):
+            return getattr(side, f"factor_{how}")(a, bs)
+
+        def check(side, run=run, how=how):
+            for b, x in zip(bs, run(side)):
+                assert np.allclose(a @ x, b, rtol=1e-6), f"{side.name}: wrong {how} solve"
+
+        out.append((f"{label}, {how}", run, check))
+    return out
+
 
 def run_side(side, args) -> Dict[str, float]:
     results: Dict[str, float] = {}
+    for name, run, check in factor_workloads(args):
+        if side.name == "numpy" and name.endswith("resent"):
+            continue
+        check(side)
+        results[name] = median_time(lambda: run(side), args.trials)
+    if args.only == "factor":
+        return results
     for n in args.sizes:
         m = matrices(n, 8)
         expected = cascade_expected(m)
@@ -224,7 +327,9 @@ def run_side(side, args) -> Dict[str, float]:
 
 def workloads(args):
     """(name, data, how to run it on a side, how to check a side's answer) for each workload."""
-    out = []
+    out = factor_workloads(args)
+    if args.only == "factor":
+        return out
     for n in args.sizes:
         m = matrices(n, 8)
         expected = cascade_expected(m)
@@ -258,7 +363,11 @@ def run_interleaved(sides, args) -> Dict[str, Dict[str, float]]:
     change in the machine's other load falls on all of them alike."""
     results: Dict[str, Dict[str, float]] = {side.name: {} for side in sides}
     for name, run, check in workloads(args):
-        taking = [side for side in sides if not (side.name == "numpy" and "tiny" in name)]
+        taking = [
+            side
+            for side in sides
+            if not (side.name == "numpy" and ("tiny" in name or name.endswith("resent")))
+        ]
         for side in taking:
             check(side)
             run(side)  # warm up
@@ -312,6 +421,9 @@ def main() -> None:
     parser.add_argument("--tiny", type=int, default=10000)
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--systems", default="ninf,ray,dask,numpy")
+    parser.add_argument("--factor-n", type=int, default=2000)
+    parser.add_argument("--solves", type=int, default=50)
+    parser.add_argument("--only", choices=["factor"], default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--no-lend-cores",
