@@ -27,6 +27,38 @@ fn status_lists_the_grid_and_watch_redraws_until_interrupted() {
     assert_eq!(status["servers"][0]["queued_jobs"], 0);
     let dashboard = status["dashboard"].as_str().unwrap();
     assert!(dashboard.starts_with("http://127.0.0.1:"), "{dashboard}");
+    assert_eq!(status["data"], serde_json::json!([]));
+
+    // A handle kept on the grid is listed with its server and owner.
+    let file = ninf::grid::GridFile::read(&dir.path().join("grid.toml")).unwrap();
+    let runtime = ninf::runtime::runtime().unwrap();
+    let client = ninf::grid::GridClient::from_async(runtime.block_on(file.connect()).unwrap());
+    let kept = client
+        .put(&vec![1.5f64; 1000], &[], ninf::grid::DataMode::Persistent)
+        .unwrap();
+    let output = Command::new(ninf())
+        .args(["status", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let data = &status["data"][0];
+    assert_eq!(data["id"], kept.id(), "{status}");
+    assert_eq!(data["bytes"], 8000);
+    assert_eq!(data["mode"], "persistent");
+    assert_eq!(data["servers"].as_array().unwrap().len(), 1);
+    let text = Command::new(ninf())
+        .args(["status", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("data on the grid"), "{text}");
+    assert!(
+        text.contains(" 1 handles ") && text.contains(" 8000 B"),
+        "{text}"
+    );
+    client.free(&kept).unwrap();
 
     let watching = Command::new(ninf())
         .args(["status", "--watch", "--interval", "0.2", "--data-dir"])

@@ -171,7 +171,10 @@ impl Metaserver for GrpcMetaserver {
 
     async fn status(&self) -> Result<v1::GridStatus, Status> {
         let (used, mut client) = self.scheduling();
-        let request = v1::StatusRequest { recent_graphs: 0 };
+        let request = v1::StatusRequest {
+            recent_graphs: 0,
+            data: false,
+        };
         let answer = client
             .status(request)
             .await

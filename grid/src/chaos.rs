@@ -548,7 +548,10 @@ async fn metaserver_status(address: &str) -> anyhow::Result<v1::GridStatus> {
     )
     .await?;
     let status = v1::scheduling_client::SchedulingClient::new(channel)
-        .status(v1::StatusRequest { recent_graphs: 0 })
+        .status(v1::StatusRequest {
+            recent_graphs: 0,
+            data: false,
+        })
         .await?;
     Ok(status.into_inner())
 }

@@ -247,3 +247,65 @@ fn a_dead_clients_handles_expire_with_their_bytes() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+#[test]
+fn a_sticky_handle_whose_only_server_died_is_named_with_that_server_and_nothing_hangs() {
+    let grid = TestGrid::start(vec![1], |o| {
+        o.heartbeat_seconds = 0.2;
+        o.heartbeat_timeout_seconds = 1.0;
+    });
+    let mut external = common::ExternalServer::start(&grid, &["linpack"]);
+    grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    let client = grid.client("simple");
+    let n = 40usize;
+    // Put until one lands on the external server (the emptiest takes each new handle).
+    let mut handles = Vec::new();
+    let on_external = loop {
+        let d = client.put(&system(n), &[], DataMode::Sticky).unwrap();
+        let servers = client
+            .data()
+            .unwrap()
+            .into_iter()
+            .find(|i| i.data == d)
+            .unwrap()
+            .servers;
+        if servers == [external.address.clone()] {
+            break d;
+        }
+        handles.push(d);
+        assert!(handles.len() < 10, "no handle went to the external server");
+        // The next put sees this one's bytes in the servers' next load samples.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+    };
+    external.kill();
+    let ipvt = client
+        .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
+        .unwrap();
+    // Once the metaserver has marked it down, the call is refused naming handle and server;
+    // until then, it fails when its input cannot be fetched. Neither waits forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let refused = loop {
+        let error = client
+            .transaction(|tx| {
+                tx.call(
+                    "dgefa",
+                    &[(&on_external).into(), (n as i32).into(), (&ipvt).into()],
+                )?;
+                Ok(())
+            })
+            .unwrap_err();
+        if error.message.contains("no copy on a server that is up") {
+            break error;
+        }
+        assert!(std::time::Instant::now() < deadline, "{error}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(refused.message.contains(on_external.id()), "{refused}");
+    assert!(refused.message.contains(&external.address), "{refused}");
+    // The handles on the live server still work.
+    let mut back = vec![0.0; n * n];
+    for d in &handles {
+        client.get(d, &mut back).unwrap();
+        assert_eq!(back, system(n));
+    }
+}

@@ -80,7 +80,10 @@ fn a_standby_metaserver_takes_over_and_the_grid_keeps_computing() {
             .await
             .unwrap();
         v1::scheduling_client::SchedulingClient::new(channel)
-            .status(v1::StatusRequest { recent_graphs: 0 })
+            .status(v1::StatusRequest {
+                recent_graphs: 0,
+                data: false,
+            })
             .await
             .unwrap_err()
     });

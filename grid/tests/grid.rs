@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{TestGrid, binaries, local_mmul, matrix, max_difference, module};
+use common::{ExternalServer, TestGrid, local_mmul, matrix, max_difference};
 use ninf::grid::{GridClient, TxArg};
 use ninf_grid::workloads;
 use ninf_proto::net::tls::GridTls;
@@ -460,70 +460,6 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
         "{plan}"
     );
     grid.assert_no_leftovers();
-}
-
-/// A compute server in its own process, registered with the grid's metaserver, that a test
-/// can kill with SIGKILL.
-struct ExternalServer {
-    child: std::process::Child,
-    address: String,
-}
-
-impl ExternalServer {
-    fn start(grid: &TestGrid, modules: &[&str]) -> ExternalServer {
-        ExternalServer::start_with(grid, modules, "plain", "")
-    }
-
-    /// With `settings` (TOML: top-level keys, then tables) in its configuration file
-    /// `external-NAME.toml`.
-    fn start_with(grid: &TestGrid, modules: &[&str], name: &str, settings: &str) -> ExternalServer {
-        use std::io::BufRead;
-        let dir = grid._dir.path();
-        let config = dir.join(format!("external-{name}-{}.toml", modules.join("-")));
-        let mut text = format!(
-            "listen = \"127.0.0.1:0\"\nmetaserver = \"{}\"\nprocessors = 4\n{settings}\n",
-            grid.grid().endpoints.metaserver
-        );
-        for name in modules {
-            let m = module(name);
-            text.push_str(&format!(
-                "\n[[modules]]\nexecutable = \"{}\"\nidl = \"{}\"\n",
-                m.executable.display(),
-                m.idl.display()
-            ));
-        }
-        std::fs::write(&config, text).unwrap();
-        let mut child = std::process::Command::new(binaries().join("ninf-server"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--no-benchmark")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        ExternalServer { child, address }
-    }
-
-    fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for ExternalServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A grid of one in-process server and one external server that has registered (and whose

@@ -238,7 +238,10 @@ async fn settle(metaserver: &str, servers: usize, limit: Duration) -> anyhow::Re
             )
             .await?;
             let reply = ninf_proto::v1::scheduling_client::SchedulingClient::new(channel)
-                .status(ninf_proto::v1::StatusRequest { recent_graphs: 0 })
+                .status(ninf_proto::v1::StatusRequest {
+                    recent_graphs: 0,
+                    data: false,
+                })
                 .await?;
             anyhow::Ok(reply.into_inner())
         }

@@ -227,7 +227,11 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
         request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::GridStatus>, Status> {
         self.0.serving()?;
-        let recent = request.into_inner().recent_graphs.min(1000);
-        Ok(Response::new(self.0.status(recent).await?))
+        let request = request.into_inner();
+        let mut status = self.0.status(request.recent_graphs.min(1000)).await?;
+        if request.data {
+            status.data = self.0.all_data().await?;
+        }
+        Ok(Response::new(status))
     }
 }

@@ -59,6 +59,7 @@ async fn fetch(endpoints: &Endpoints, graphs: u32) -> anyhow::Result<v1::GridSta
     let reply = v1::scheduling_client::SchedulingClient::with_interceptor(channel, token)
         .status(v1::StatusRequest {
             recent_graphs: graphs,
+            data: true,
         })
         .await
         .map_err(|s| anyhow::anyhow!("metaserver: {}", s.message()))?;
@@ -125,6 +126,18 @@ fn json(endpoints: &Endpoints, status: &v1::GridStatus) -> serde_json::Value {
             "walltime_end": s.walltime_end, "draining": s.draining,
         })).collect::<Vec<_>>(),
         "queues": super::alloc::queues_json(&status.queues),
+        "data": status.data.iter().map(|d| {
+            let spec = d.spec.clone().unwrap_or_default();
+            serde_json::json!({
+                "id": d.id, "owner": d.owner, "bytes": spec.bytes, "shape": spec.shape,
+                "mode": v1::DataMode::try_from(spec.mode)
+                    .map_or("sticky", |m| m.as_str_name())
+                    .trim_start_matches("DATA_MODE_")
+                    .to_lowercase(),
+                "servers": d.copies.iter().map(|c| c.server.clone()).collect::<Vec<_>>(),
+                "lease_until": d.lease_until,
+            })
+        }).collect::<Vec<_>>(),
         "network": status.network.iter().map(|n| serde_json::json!({
             "from": n.from, "to": n.to,
             "throughput_bytes_per_second": n.throughput_bytes_per_second,
@@ -202,6 +215,13 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
         let _ = writeln!(out, "\nallocation queues");
         out.push_str(&super::alloc::queues_text(&status.queues));
     }
+    if !status.data.is_empty() {
+        let _ = writeln!(
+            out,
+            "\ndata on the grid (handles and bytes, by server and owner)"
+        );
+        out.push_str(&data_text(&status.data));
+    }
     let _ = writeln!(out, "\nnetwork (latest samples)");
     for n in &status.network {
         let _ = writeln!(
@@ -234,6 +254,32 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
             g.actual_makespan,
             g.inter_server_ratio * 100.0,
             g.error
+        );
+    }
+    out
+}
+
+/// The handles kept on the grid, summed by the server holding them and their owner.
+fn data_text(data: &[v1::DataInfo]) -> String {
+    let mut sums: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
+    for d in data {
+        let bytes = d.spec.as_ref().map_or(0, |s| s.bytes);
+        let servers: Vec<&str> = if d.copies.is_empty() {
+            vec!["(no value yet)"]
+        } else {
+            d.copies.iter().map(|c| c.server.as_str()).collect()
+        };
+        for server in servers {
+            let sum = sums.entry((server, d.owner.as_str())).or_default();
+            sum.0 += 1;
+            sum.1 += bytes;
+        }
+    }
+    let mut out = String::new();
+    for ((server, owner), (handles, bytes)) in sums {
+        let _ = writeln!(
+            out,
+            "  {server:<22} {owner:<28} {handles:>5} handles {bytes:>14} B"
         );
     }
     out

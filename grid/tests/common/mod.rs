@@ -121,3 +121,72 @@ pub fn local_mmul(n: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
     ninf_routines::blas::mmul(n as i32, a, b, &mut c).unwrap();
     c
 }
+
+/// A compute server in its own process, registered with the grid's metaserver, that a test
+/// can kill with SIGKILL.
+pub struct ExternalServer {
+    pub child: std::process::Child,
+    pub address: String,
+}
+
+impl ExternalServer {
+    pub fn start(grid: &TestGrid, modules: &[&str]) -> ExternalServer {
+        ExternalServer::start_with(grid, modules, "plain", "")
+    }
+
+    /// With `settings` (TOML: top-level keys, then tables) in its configuration file
+    /// `external-NAME.toml`.
+    pub fn start_with(
+        grid: &TestGrid,
+        modules: &[&str],
+        name: &str,
+        settings: &str,
+    ) -> ExternalServer {
+        use std::io::BufRead;
+        let dir = grid._dir.path();
+        let config = dir.join(format!("external-{name}-{}.toml", modules.join("-")));
+        let mut text = format!(
+            "listen = \"127.0.0.1:0\"\nmetaserver = \"{}\"\nprocessors = 4\n{settings}\n",
+            grid.grid().endpoints.metaserver
+        );
+        for name in modules {
+            let m = module(name);
+            text.push_str(&format!(
+                "\n[[modules]]\nexecutable = \"{}\"\nidl = \"{}\"\n",
+                m.executable.display(),
+                m.idl.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
+        let mut child = std::process::Command::new(binaries().join("ninf-server"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--no-benchmark")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        ExternalServer { child, address }
+    }
+
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ExternalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

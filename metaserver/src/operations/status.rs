@@ -52,6 +52,7 @@ impl Metaserver {
             network,
             graphs: self.db.recent_graphs(recent_graphs).await?,
             queues: self.list_queues(),
+            data: Vec::new(),
         })
     }
 }
