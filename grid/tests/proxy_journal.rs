@@ -243,3 +243,37 @@ fn the_journal_keeps_to_postgresql_as_well() {
     });
     assert_eq!(loaded, vec![run]);
 }
+
+/// Data kept on the grid is the metaserver's record and the servers' bytes, not the proxy's:
+/// a handle put through a proxy that is then killed is read and used through the restarted
+/// one.
+#[test]
+fn data_handles_outlive_the_proxy_they_were_put_through() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = ProxyProcess::start(dir.path(), &grid.grid().endpoints.metaserver);
+    let client = GridClient::connect(&proxy.address).unwrap();
+    let x: Vec<f64> = (0..500).map(|i| f64::from(i) * 0.25).collect();
+    let kept = client.put(&x, &[], ninf::grid::DataMode::Sticky).unwrap();
+    proxy.kill();
+    proxy.restart();
+    let mut back = vec![0.0; x.len()];
+    client.get(&kept, &mut back).unwrap();
+    assert_eq!(back, x);
+    // And a call reads it on the grid through the new proxy.
+    let mut out = vec![0.0; x.len()];
+    client
+        .transaction(|tx| {
+            let y = tx.buffer(&mut out);
+            tx.call(
+                "slow_echo",
+                &[1.into(), (x.len() as i64).into(), (&kept).into(), y.into()],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(out, x);
+    assert_eq!(client.data().unwrap().len(), 1);
+    client.free(&kept).unwrap();
+    assert!(no_bytes_left(&grid));
+}
