@@ -123,12 +123,22 @@ fn a_standby_metaserver_takes_over_and_the_grid_keeps_computing() {
     eventually("the server's registration", || up(&first.metaserver) == 1);
     let client = GridClient::connect(&proxy.address).unwrap();
     square(&client, 16, 1);
+    // A handle kept on the grid is in the shared resource DB, not the active one's memory.
+    let kept_value: Vec<f64> = (0..256).map(f64::from).collect();
+    let kept = client
+        .put(&kept_value, &[], ninf::grid::DataMode::Persistent)
+        .unwrap();
 
     // The active metaserver stops: the standby takes the lock, the registry the DB holds
     // and the server's heartbeats, and the proxy's next schedule goes to it.
     rt.block_on(first.stop()).unwrap();
     eventually("the standby's take-over", || second.metaserver.is_active());
     square(&client, 16, 2);
+    let mut back = vec![0.0; kept_value.len()];
+    client.get(&kept, &mut back).unwrap();
+    assert_eq!(back, kept_value, "the handle survived the fail-over");
+    assert_eq!(client.data().unwrap()[0].data, kept);
+    client.free(&kept).unwrap();
     let status = rt.block_on(second.metaserver.status(10)).unwrap();
     assert_eq!(status.servers.len(), 1);
     assert!(status.servers[0].up);
