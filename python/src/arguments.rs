@@ -174,7 +174,7 @@ pub fn scratch_array(arg: &Bound<'_, PyAny>) -> PyResult<ForeignArray> {
             type_name(arg)
         )));
     };
-    let element_type = element_type_of(arg)?;
+    let element_type = element_type_of(arg, "a scratch array")?;
     let (data, writable) = memory(array, "a scratch array")?;
     // SAFETY: a contiguous ndarray of `len` elements of this dtype at `data`; a scratch
     // array is only compared by address, never read or written.

@@ -39,21 +39,24 @@ pub fn memory(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<(*mut u
     Ok((data, flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0))
 }
 
-/// The IDL element type of an ndarray's dtype.
-pub fn element_type_of(arg: &Bound<'_, PyAny>) -> PyResult<ElementType> {
+/// The IDL element type of an ndarray's dtype; `what` names the array in the error.
+pub fn element_type_of(arg: &Bound<'_, PyAny>, what: &str) -> PyResult<ElementType> {
     let Ok(array) = arg.cast::<PyUntypedArray>() else {
         return Err(bad_argument(format!(
-            "expected a numpy.ndarray, got {}",
+            "{what} must be a numpy.ndarray, got {}",
             arg.get_type()
                 .name()
                 .map_or_else(|_| "?".to_string(), |n| n.to_string())
         )));
     };
-    element_type_of_dtype(&array.dtype())
+    element_type_of_dtype(&array.dtype(), what)
 }
 
 /// The IDL element type of a dtype routines take.
-pub fn element_type_of_dtype(dtype: &Bound<'_, numpy::PyArrayDescr>) -> PyResult<ElementType> {
+pub fn element_type_of_dtype(
+    dtype: &Bound<'_, numpy::PyArrayDescr>,
+    what: &str,
+) -> PyResult<ElementType> {
     // Only array types have a dtype.
     ElementType::ALL
         .into_iter()
@@ -64,7 +67,7 @@ pub fn element_type_of_dtype(dtype: &Bound<'_, numpy::PyArrayDescr>) -> PyResult
                 .str()
                 .map_or_else(|_| "?".to_string(), |s| s.to_string());
             bad_argument(format!(
-                "the dtype must be one routines take (uint8, int16, int32, int64, float32, \
+                "{what} must have a dtype routines take (uint8, int16, int32, int64, float32, \
                  float64, complex64, complex128), got {actual}"
             ))
         })

@@ -37,7 +37,7 @@ pub fn put(
     let Ok(ndarray) = array.cast::<PyUntypedArray>() else {
         return Err(bad_argument("put takes a numpy.ndarray".to_string()));
     };
-    let element_type = element_type_of(array)?;
+    let element_type = element_type_of(array, "the array to put")?;
     let (data, _) = memory(ndarray, "the array to put")?;
     let dims: Vec<u64> = ndarray.shape().iter().map(|&d| d as u64).collect();
     let fortran_order = ndarray.is_fortran_contiguous() && !ndarray.is_c_contiguous();
@@ -68,7 +68,7 @@ pub fn empty(
 ) -> PyResult<DataHandle> {
     let mode = DataMode::from_name(mode).map_err(to_py)?;
     let probe = numpy::PyArrayDescr::new(dtype.py(), dtype)?;
-    let element_type = element_type_of_dtype(&probe)?;
+    let element_type = element_type_of_dtype(&probe, "a ninf.Data")?;
     let client = client.clone();
     let inner = block_on(py, async {
         let shape = Shape {
@@ -145,7 +145,7 @@ impl DataHandle {
         let Ok(ndarray) = out.cast::<PyUntypedArray>() else {
             return Err(bad_argument("out must be a numpy.ndarray".to_string()));
         };
-        let element_type = element_type_of(out)?;
+        let element_type = element_type_of(out, "out")?;
         let (data, writable) = memory(ndarray, "out")?;
         let bytes = ndarray.len() as u64 * element_type.size_bytes().unwrap_or(1);
         if element_type != self.inner.element_type() || bytes != self.inner.nbytes() || !writable {
