@@ -78,26 +78,31 @@ impl Proxy {
         else {
             return Err(unexpected("a new handle"));
         };
-        let info = created.info.unwrap_or_default();
+        let mut info = created.info.unwrap_or_default();
         if empty {
             return Ok(info);
         }
-        let array = v1::Array { element_type, data };
-        let stored = self.cluster.put(&created.server, &info.id, array).await;
-        let object = match stored {
-            Ok(object) => object,
-            Err(status) => {
-                // Nothing is half made: the record goes with the failed store.
-                let _ = self.forget_record(owner, &info.id).await;
-                return Err(Status::unavailable(format!(
-                    "cannot store data handle `{}` on {}: {}",
-                    info.id,
-                    created.server,
-                    status.message()
-                )));
-            }
+        let servers = if created.servers.is_empty() {
+            vec![created.server]
+        } else {
+            created.servers
         };
-        self.add_copy(owner, &info.id, object, false).await
+        let array = v1::Array { element_type, data };
+        for server in &servers {
+            match self.cluster.put(server, &info.id, array.clone()).await {
+                Ok(object) => info = self.add_copy(owner, &info.id, object, false).await?,
+                Err(status) => {
+                    // Nothing is half made: the record and the copies stored go.
+                    let _ = self.free_data(owner, &info.id).await;
+                    return Err(Status::unavailable(format!(
+                        "cannot store data handle `{}` on {server}: {}",
+                        info.id,
+                        status.message()
+                    )));
+                }
+            }
+        }
+        Ok(info)
     }
 
     /// Records `object` as a copy of `owner`'s handle `id` (with `replace`, its only one:
@@ -321,7 +326,9 @@ impl Proxy {
 }
 
 /// The run's arguments with each handle it reads replaced by a copy (the one on the task's
-/// server when there is one) and each it only writes by nothing: what the servers see.
+/// server when there is one, else one on a server the run was placed on, which the
+/// metaserver saw up, else the first) and each it only writes by nothing: what the servers
+/// see.
 pub(crate) fn bind_data(uses: &DataUses, arguments: &mut [v1::TaskArguments], servers: &[String]) {
     for args in arguments.iter_mut() {
         for argument in &mut args.arguments {
@@ -338,6 +345,7 @@ pub(crate) fn bind_data(uses: &DataUses, arguments: &mut [v1::TaskArguments], se
             .copies
             .iter()
             .find(|c| &c.server == server)
+            .or_else(|| info.copies.iter().find(|c| servers.contains(&c.server)))
             .or_else(|| info.copies.first());
         let Some(copy) = copy else {
             continue;

@@ -309,3 +309,80 @@ fn a_sticky_handle_whose_only_server_died_is_named_with_that_server_and_nothing_
         assert_eq!(back, system(n));
     }
 }
+
+#[test]
+fn persistent_data_in_two_copies_loses_nothing_with_a_server() {
+    let grid = TestGrid::start(vec![1], |o| {
+        o.heartbeat_seconds = 0.2;
+        o.heartbeat_timeout_seconds = 1.0;
+    });
+    let mut external = common::ExternalServer::start(&grid, &["linpack"]);
+    grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    let client = grid.client("simple");
+    let n = 40usize;
+    let a0 = system(n);
+    let bytes = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(&a0));
+    let shape = ninf::grid::Shape {
+        dims: &[n as u64, n as u64],
+        fortran_order: true,
+    };
+    let runtime = ninf::runtime::runtime().unwrap();
+    let sticky = runtime.block_on(client.inner().put_bytes_replicated(
+        ElementType::Double,
+        shape,
+        bytes.clone(),
+        DataMode::Sticky,
+        2,
+    ));
+    assert!(
+        sticky
+            .unwrap_err()
+            .message
+            .contains("needs mode \"persistent\""),
+        "only persistent data is replicated"
+    );
+    let a = runtime
+        .block_on(client.inner().put_bytes_replicated(
+            ElementType::Double,
+            shape,
+            bytes,
+            DataMode::Persistent,
+            2,
+        ))
+        .unwrap();
+    let mut copies = client.data().unwrap()[0].servers.clone();
+    copies.sort();
+    let mut both = grid.grid().endpoints.servers.clone();
+    both.push(external.address.clone());
+    both.sort();
+    assert_eq!(copies, both, "a copy on each server");
+    external.kill();
+    // Read back from the copy that answers, at once.
+    let mut back = vec![0.0; n * n];
+    client.get(&a, &mut back).unwrap();
+    assert_eq!(back, a0);
+    // Once the metaserver has marked the dead server down, calls read the live copy.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while grid.status().servers.iter().filter(|s| s.up).count() > 1 {
+        assert!(std::time::Instant::now() < deadline, "never marked down");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let b0: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let (_, _, expected) = solved_by_sending(&client, &a0, &b0);
+    let ipvt = client
+        .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
+        .unwrap();
+    let mut x = b0.clone();
+    client
+        .transaction(|tx| {
+            let xb = tx.buffer(&mut x);
+            tx.call("dgefa", &[(&a).into(), (n as i32).into(), (&ipvt).into()])?;
+            tx.call(
+                "dgesl",
+                &[(&a).into(), (n as i32).into(), (&ipvt).into(), xb.into()],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(x, expected);
+}

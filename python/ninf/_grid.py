@@ -135,16 +135,18 @@ class Grid:
         """
         return Transaction(self._native.transaction(), label, progress)
 
-    def put(self, array: Any, *, mode: str = "sticky") -> Data:
+    def put(self, array: Any, *, mode: str = "sticky", replicas: int = 1) -> Data:
         """Sends ``array`` (a NumPy array) once and keeps it on the grid; returns its
         :class:`Data`, which calls then read where it is. ``mode`` is ``"sticky"`` (kept
         where it is put or last written), ``"unique_sticky"`` or ``"persistent"`` (the grid
-        may keep copies where they are cheaper); see docs/data.md.
+        may keep copies where they are cheaper); see docs/data.md. ``replicas=2`` (with
+        ``mode="persistent"``) keeps a copy on each of two servers, so that losing one loses
+        nothing the calls only read.
 
         >>> a = grid.put(numpy.random.rand(n, n))
         >>> grid.call("dgefa", a, n, ipvt)     # factored on the grid, nothing comes back
         """
-        return Data(self._native.put(numpy.asarray(array), mode))
+        return Data(self._native.put(numpy.asarray(array), mode, replicas))
 
     def empty(
         self, shape: Any, dtype: Any = numpy.float64, *, mode: str = "sticky", order: str = "C"

@@ -102,14 +102,15 @@ impl Client {
     }
 
     /// Sends `array` once and keeps it on the grid.
-    #[pyo3(signature = (array, mode="sticky"))]
+    #[pyo3(signature = (array, mode="sticky", replicas=1))]
     fn put(
         &self,
         py: Python<'_>,
         array: &Bound<'_, PyAny>,
         mode: &str,
+        replicas: u32,
     ) -> PyResult<crate::data::DataHandle> {
-        crate::data::put(py, &self.inner, array, mode)
+        crate::data::put(py, &self.inner, array, (mode, replicas))
     }
 
     /// A handle of `shape` and `dtype` that receives an output on the grid.

@@ -31,7 +31,7 @@ pub fn put(
     py: Python<'_>,
     client: &AsyncGridClient,
     array: &Bound<'_, PyAny>,
-    mode: &str,
+    (mode, replicas): (&str, u32),
 ) -> PyResult<DataHandle> {
     let mode = DataMode::from_name(mode).map_err(to_py)?;
     let Ok(ndarray) = array.cast::<PyUntypedArray>() else {
@@ -51,7 +51,9 @@ pub fn put(
             dims: &dims,
             fortran_order,
         };
-        client.put_bytes(element_type, shape, copied, mode).await
+        client
+            .put_bytes_replicated(element_type, shape, copied, mode, replicas)
+            .await
     })?;
     Ok(DataHandle {
         inner,

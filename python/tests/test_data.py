@@ -109,3 +109,16 @@ def test_freed_foreign_and_ill_fitting_handles_are_refused_and_nothing_is_sent(g
     for d in grid.data():
         d.free()
     assert grid.data() == []
+
+
+def test_persistent_data_is_kept_in_as_many_copies_as_asked(grid, rng):
+    a = fortran(rng.random((10, 10)))
+    with pytest.raises(ninf.BadArgument, match='needs mode "persistent"'):
+        grid.put(a, replicas=2)
+    d = grid.put(a, mode="persistent", replicas=2)
+    assert sorted(d.servers) == sorted(servers(grid))
+    np.testing.assert_array_equal(d.get(), a)
+    with pytest.raises(ninf.RpcRefused, match="3 copies need as many up servers"):
+        grid.put(a, mode="persistent", replicas=3)
+    d.free()
+    assert grid.data() == []

@@ -37,7 +37,28 @@ impl AsyncGridClient {
         data: Bytes,
         mode: DataMode,
     ) -> Result<DataRef, CallError> {
-        let spec = spec(element_type, shape, data.len() as u64, mode, false)?;
+        self.put_bytes_replicated(element_type, shape, data, mode, 1)
+            .await
+    }
+
+    /// [`AsyncGridClient::put_bytes`] of persistent data kept in `replicas` copies, each on
+    /// a server of its own, so that losing a server loses no data that is only read.
+    pub async fn put_bytes_replicated(
+        &self,
+        element_type: ElementType,
+        shape: Shape<'_>,
+        data: Bytes,
+        mode: DataMode,
+        replicas: u32,
+    ) -> Result<DataRef, CallError> {
+        if replicas > 1 && mode != DataMode::Persistent {
+            return Err(CallError::bad_argument(format!(
+                "replicas={replicas} needs mode \"persistent\": {} data is kept in one copy",
+                mode.name()
+            )));
+        }
+        let mut spec = spec(element_type, shape, data.len() as u64, mode, false)?;
+        spec.replicas = replicas;
         self.upload(spec, data).await
     }
 

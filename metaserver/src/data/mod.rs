@@ -28,6 +28,8 @@ pub enum PlaceError {
          {largest} bytes"
     )]
     NoRoom { bytes: u64, largest: u64 },
+    #[error("{copies} copies need as many up servers with room; {servers} have it")]
+    TooFewServers { copies: usize, servers: usize },
 }
 
 /// Where a new handle of `bytes` goes: the server holding the fewest stored bytes among
@@ -51,6 +53,33 @@ pub fn choose_holder<'a>(holders: &[Holder<'a>], bytes: u64) -> Result<&'a str, 
                 .max()
                 .unwrap_or(0),
         })
+}
+
+/// Where a new handle's `copies` copies of `bytes` go: each on a server of its own, chosen
+/// by [`choose_holder`] among those not yet chosen.
+pub fn choose_holders<'a>(
+    holders: &[Holder<'a>],
+    bytes: u64,
+    copies: usize,
+) -> Result<Vec<&'a str>, PlaceError> {
+    let mut left: Vec<Holder<'a>> = holders.to_vec();
+    let mut chosen = Vec::with_capacity(copies);
+    while chosen.len() < copies {
+        match choose_holder(&left, bytes) {
+            Ok(address) => {
+                chosen.push(address);
+                left.retain(|h| h.address != address);
+            }
+            Err(_) if !chosen.is_empty() => {
+                return Err(PlaceError::TooFewServers {
+                    copies,
+                    servers: chosen.len(),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(chosen)
 }
 
 /// Checks a client's spec: a known element type and a size that is a whole number of
@@ -128,6 +157,25 @@ mod tests {
             }
         );
         assert!(refused.to_string().contains("30 bytes"), "{refused}");
+    }
+
+    #[test]
+    fn replicas_go_to_servers_of_their_own_or_are_refused() {
+        let holders = [
+            holder("a", 500, 0),
+            holder("b", 100, 0),
+            holder("c", 200, 0),
+        ];
+        assert_eq!(choose_holders(&holders, 10, 2), Ok(vec!["b", "c"]));
+        assert_eq!(choose_holders(&holders, 10, 3), Ok(vec!["b", "c", "a"]));
+        let refused = choose_holders(&holders, 10, 4).unwrap_err();
+        assert_eq!(
+            refused,
+            PlaceError::TooFewServers {
+                copies: 4,
+                servers: 3
+            }
+        );
     }
 
     #[test]

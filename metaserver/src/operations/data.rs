@@ -5,7 +5,7 @@
 
 use ninf_proto::v1;
 
-use crate::data::{Holder, check_spec, choose_holder};
+use crate::data::{Holder, check_spec, choose_holders};
 use crate::{Metaserver, MetaserverError, unix_now};
 
 impl Metaserver {
@@ -16,7 +16,13 @@ impl Metaserver {
     ) -> Result<v1::CreateDataReply, MetaserverError> {
         let spec = request.spec.unwrap_or_default();
         check_spec(&spec).map_err(|e| MetaserverError::BadRequest(format!("data: {e}")))?;
-        let server = self.data_holder(spec.bytes)?;
+        let copies = if spec.mode == v1::DataMode::Persistent as i32 {
+            spec.replicas.max(1) as usize
+        } else {
+            1
+        };
+        let servers = self.data_holders(spec.bytes, copies)?;
+        let server = servers.first().cloned().unwrap_or_default();
         let id = ninf_proto::net::local::random_name("")
             .map_err(|e| MetaserverError::Planning(format!("no random handle id: {e}")))?;
         let now = unix_now();
@@ -33,11 +39,12 @@ impl Metaserver {
         Ok(v1::CreateDataReply {
             info: Some(info),
             server,
+            servers,
         })
     }
 
-    /// The up server, not draining, that a new handle of `bytes` goes to.
-    fn data_holder(&self, bytes: u64) -> Result<String, MetaserverError> {
+    /// The up servers, not draining, that a new handle's `copies` copies of `bytes` go to.
+    fn data_holders(&self, bytes: u64, copies: usize) -> Result<Vec<String>, MetaserverError> {
         let state = self.state();
         let now = unix_now();
         let holders: Vec<Holder> = state
@@ -51,8 +58,8 @@ impl Metaserver {
                 free_memory_bytes: s.latest.as_ref().map_or(0, |l| l.free_memory_bytes),
             })
             .collect();
-        choose_holder(&holders, bytes)
-            .map(str::to_string)
+        choose_holders(&holders, bytes, copies)
+            .map(|chosen| chosen.into_iter().map(str::to_string).collect())
             .map_err(|e| MetaserverError::NoCapacity(e.to_string()))
     }
 
