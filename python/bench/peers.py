@@ -6,7 +6,7 @@ client sees, data transfer included; each is the median of the trials. Run by
 scripts/bench-peers, which installs the peers into a virtual environment first.
 
     python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
-                            [--factor-n 2000] [--solves 50] [--only factor]
+                            [--factor-n 2000] [--solves 50] [--only data]
                             [--systems ninf,ray,dask,numpy] [--json] [--interleave]
                             [--no-lend-cores]
 
@@ -14,7 +14,9 @@ Factor once, solve many (docs/data.md): one n x n matrix factored once, then --s
 hand sides solved against the factors. "kept" keeps the matrix on the grid (Ninf's
 grid.put, Ray's ray.put, Dask's scatter) and the factors with it; "resent" sends the factors
 with every solve. Ninf factors with LINPACK's dgefa and solves with dgesl; the peers with
-SciPy's lu_factor and lu_solve, the same algorithm. --only factor runs just these.
+SciPy's lu_factor and lu_solve, the same algorithm. A chain of 10 transactions over the same
+64 MiB of inputs (two vectors of 32 MiB, one ddot each): "kept" puts them once, "resent"
+sends them with every transaction. --only data runs just these.
 
 With --interleave every system is started at once and each workload's trials alternate
 between them, so that a change in the machine's other load falls on all of them alike.
@@ -132,6 +134,29 @@ class NinfSide:
             d.free()
             ipvt.free()
 
+    def chain_kept(self, x: np.ndarray, y: np.ndarray, count: int) -> List[float]:
+        dx, dy = self.grid.put(x), self.grid.put(y)
+        try:
+            results = []
+            for _ in range(count):
+                r = np.zeros(1)
+                with self.grid.transaction() as tx:
+                    tx.call("ddot", x.size, dx, dy, r)
+                results.append(r[0])
+            return results
+        finally:
+            dx.free()
+            dy.free()
+
+    def chain_resent(self, x: np.ndarray, y: np.ndarray, count: int) -> List[float]:
+        results = []
+        for _ in range(count):
+            r = np.zeros(1)
+            with self.grid.transaction() as tx:
+                tx.call("ddot", x.size, x, y, r)
+            results.append(r[0])
+        return results
+
     def factor_resent(self, a: np.ndarray, bs: List[np.ndarray]) -> List[np.ndarray]:
         n = a.shape[0]
         lu, ipvt = a.copy(order="F"), np.empty(n, np.int32)
@@ -184,6 +209,15 @@ class RaySide:
         factors = factor.remote(self.ray.put(a))
         return self.ray.get([solve.remote(factors, b) for b in bs])
 
+    def chain_kept(self, x, y, count):
+        dot = self.ray.remote(np.dot)
+        rx, ry = self.ray.put(x), self.ray.put(y)
+        return [self.ray.get(dot.remote(rx, ry)) for _ in range(count)]
+
+    def chain_resent(self, x, y, count):
+        dot = self.ray.remote(np.dot)
+        return [self.ray.get(dot.remote(x, y)) for _ in range(count)]
+
     def factor_resent(self, a, bs):
         import scipy.linalg
 
@@ -235,6 +269,15 @@ class DaskSide:
         factors = c.submit(scipy.linalg.lu_factor, matrix, pure=False)
         return c.gather([c.submit(scipy.linalg.lu_solve, factors, b, pure=False) for b in bs])
 
+    def chain_kept(self, x, y, count):
+        c = self.client
+        fx, fy = c.scatter([x, y])
+        return [c.submit(np.dot, fx, fy, pure=False).result() for _ in range(count)]
+
+    def chain_resent(self, x, y, count):
+        c = self.client
+        return [c.submit(np.dot, x, y, pure=False).result() for _ in range(count)]
+
     def factor_resent(self, a, bs):
         import scipy.linalg
 
@@ -273,6 +316,12 @@ class NumpySide:
     def factor_resent(self, a, bs):
         raise NotImplementedError
 
+    def chain_kept(self, x, y, count):
+        return [float(np.dot(x, y)) for _ in range(count)]
+
+    def chain_resent(self, x, y, count):
+        raise NotImplementedError
+
 
 def factor_problem(n: int, solves: int):
     rng = np.random.default_rng(11)
@@ -280,8 +329,9 @@ def factor_problem(n: int, solves: int):
     return a, [rng.random(n) for _ in range(solves)]
 
 
-def factor_workloads(args):
-    """(name, run on a side, check a side) of factor once, solve many, kept and resent."""
+def data_workloads(args):
+    """(name, run on a side, check a side) of factor once, solve many and of the chain of
+    transactions, each kept and resent."""
     a, bs = factor_problem(args.factor_n, args.solves)
     label = f"factor n={args.factor_n} + {args.solves} solves"
     out = []
@@ -295,17 +345,30 @@ def factor_workloads(args):
                 assert np.allclose(a @ x, b, rtol=1e-6), f"{side.name}: wrong {how} solve"
 
         out.append((f"{label}, {how}", run, check))
+    rng = np.random.default_rng(12)
+    x, y = rng.random(args.mib * 1024 * 1024 // 16), rng.random(args.mib * 1024 * 1024 // 16)
+    expected = float(np.dot(x, y))
+    for how in ("kept", "resent"):
+
+        def run(side, how=how):
+            return getattr(side, f"chain_{how}")(x, y, 10)
+
+        def check(side, run=run, how=how):
+            for got in run(side):
+                assert abs(got - expected) <= 1e-9 * abs(expected), f"{side.name}: {how} chain"
+
+        out.append((f"10 transactions over {args.mib} MiB, {how}", run, check))
     return out
 
 
 def run_side(side, args) -> Dict[str, float]:
     results: Dict[str, float] = {}
-    for name, run, check in factor_workloads(args):
+    for name, run, check in data_workloads(args):
         if side.name == "numpy" and name.endswith("resent"):
             continue
         check(side)
         results[name] = median_time(lambda: run(side), args.trials)
-    if args.only == "factor":
+    if args.only == "data":
         return results
     for n in args.sizes:
         m = matrices(n, 8)
@@ -327,8 +390,8 @@ def run_side(side, args) -> Dict[str, float]:
 
 def workloads(args):
     """(name, data, how to run it on a side, how to check a side's answer) for each workload."""
-    out = factor_workloads(args)
-    if args.only == "factor":
+    out = data_workloads(args)
+    if args.only == "data":
         return out
     for n in args.sizes:
         m = matrices(n, 8)
@@ -423,7 +486,7 @@ def main() -> None:
     parser.add_argument("--systems", default="ninf,ray,dask,numpy")
     parser.add_argument("--factor-n", type=int, default=2000)
     parser.add_argument("--solves", type=int, default=50)
-    parser.add_argument("--only", choices=["factor"], default=None)
+    parser.add_argument("--only", choices=["data"], default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--no-lend-cores",
