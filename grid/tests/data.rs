@@ -248,14 +248,21 @@ fn a_dead_clients_handles_expire_with_their_bytes() {
     }
 }
 
-#[test]
-fn a_sticky_handle_whose_only_server_died_is_named_with_that_server_and_nothing_hangs() {
+/// A grid of one server in the test's process and one in its own, both registered, whose
+/// heartbeats time out within a second once it is killed.
+fn grid_with_a_server_to_kill() -> (TestGrid, common::ExternalServer) {
     let grid = TestGrid::start(vec![1], |o| {
         o.heartbeat_seconds = 0.2;
         o.heartbeat_timeout_seconds = 1.0;
     });
-    let mut external = common::ExternalServer::start(&grid, &["linpack"]);
+    let external = common::ExternalServer::start(&grid, &["linpack"]);
     grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    (grid, external)
+}
+
+#[test]
+fn a_sticky_handle_whose_only_server_died_is_named_with_that_server_and_nothing_hangs() {
+    let (grid, mut external) = grid_with_a_server_to_kill();
     let client = grid.client("simple");
     let n = 40usize;
     // Put until one lands on the external server (the emptiest takes each new handle).
@@ -312,12 +319,7 @@ fn a_sticky_handle_whose_only_server_died_is_named_with_that_server_and_nothing_
 
 #[test]
 fn persistent_data_in_two_copies_loses_nothing_with_a_server() {
-    let grid = TestGrid::start(vec![1], |o| {
-        o.heartbeat_seconds = 0.2;
-        o.heartbeat_timeout_seconds = 1.0;
-    });
-    let mut external = common::ExternalServer::start(&grid, &["linpack"]);
-    grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    let (grid, mut external) = grid_with_a_server_to_kill();
     let client = grid.client("simple");
     let n = 40usize;
     let a0 = system(n);

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use ninf::grid::{
     AsyncGridClient, ForeignTransaction, GridFile, GridFileError, Progress, ProgressCallback,
 };
-use ninf::runtime::runtime;
 use ninf::{CallError, ErrorKind};
 use ninf_idl::FunctionInterface;
 use pyo3::prelude::*;
@@ -17,20 +16,12 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::arguments::{convert, scratch_array};
 use crate::errors::to_py;
 use crate::run::Run;
+use crate::runtime::block_on;
 
 /// A connection to a grid's client proxy.
 #[pyclass(module = "ninf._native", frozen)]
 pub struct Client {
     inner: AsyncGridClient,
-}
-
-/// Runs `future` on the library's runtime with the GIL released.
-fn block_on<T: Send>(
-    py: Python<'_>,
-    future: impl Future<Output = Result<T, CallError>> + Send,
-) -> PyResult<T> {
-    let runtime = runtime().map_err(to_py)?;
-    py.detach(|| runtime.block_on(future)).map_err(to_py)
 }
 
 fn grid_file_error(error: GridFileError) -> PyErr {

@@ -3,27 +3,19 @@
 //! and passed as an argument wherever an array goes (`arguments.rs`).
 
 use ninf::grid::{AsyncGridClient, DataMode, DataRef, Shape};
-use ninf::runtime::runtime;
 use ninf::{CallError, ErrorKind};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::arrays::{dtype_name, element_type_of, element_type_of_dtype, memory};
 use crate::errors::{bad_argument, to_py};
+use crate::runtime::block_on;
 
 /// A handle of data kept on the grid.
 #[pyclass(module = "ninf._native", frozen)]
 pub struct DataHandle {
     pub(crate) inner: DataRef,
     client: AsyncGridClient,
-}
-
-fn block_on<T: Send>(
-    py: Python<'_>,
-    future: impl Future<Output = Result<T, CallError>> + Send,
-) -> PyResult<T> {
-    let runtime = runtime().map_err(to_py)?;
-    py.detach(|| runtime.block_on(future)).map_err(to_py)
 }
 
 /// Puts `array` on the grid through `client`.

@@ -8,6 +8,7 @@ mod client;
 mod data;
 mod errors;
 mod run;
+mod runtime;
 
 use pyo3::prelude::*;
 
