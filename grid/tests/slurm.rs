@@ -357,9 +357,11 @@ fn servers_of_one_minute_jobs_drain_and_are_replaced_with_nothing_lost() {
         .runtime
         .block_on(metaserver.db().walltime_placements())
         .unwrap();
+    // The DB keeps the graphs of the latest `retention_graphs` (1000) transactions, pruned
+    // every minute: a fast run leaves fewer placements than it made, never fewer than that.
     assert!(
-        placements.len() as u64 >= transactions,
-        "{} placements",
+        placements.len() as u64 >= transactions.min(1000),
+        "{} placements of {transactions} transactions",
         placements.len()
     );
     let past: Vec<_> = placements
