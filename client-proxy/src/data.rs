@@ -262,6 +262,10 @@ impl Proxy {
                         servers: info.copies.iter().map(|c| c.server.clone()).collect(),
                         reads: data.reads,
                         writes: data.writes,
+                        // Only persistent data may move; an unset mode is the default, sticky.
+                        sticky: info.spec.as_ref().is_some_and(|s| {
+                            v1::DataMode::try_from(s.mode) != Ok(v1::DataMode::Persistent)
+                        }),
                     });
                 }
             }

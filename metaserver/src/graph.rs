@@ -84,8 +84,10 @@ pub fn check_graph<'a>(
     let mut tasks = Vec::with_capacity(graph.tasks.len());
     let mut client_inputs = Vec::with_capacity(graph.tasks.len());
     let mut resident_inputs = Vec::with_capacity(graph.tasks.len());
+    let mut pinned = Vec::with_capacity(graph.tasks.len());
     for (i, (task, interface)) in graph.tasks.iter().zip(&interfaces).enumerate() {
         let resident = resident_inputs_of(i, task, interface, &mut fed, &locate)?;
+        pinned.push(sticky_pin(i, task, &locate)?);
         let resident_bytes: u64 = resident.iter().map(|r| r.bytes).sum();
         client_inputs.push(inputs_from_client(i, task, interface, &fed)?);
         tasks.push(costed_task(
@@ -101,6 +103,7 @@ pub fn check_graph<'a>(
         edges,
         client_inputs,
         resident_inputs,
+        pinned,
     };
     graph.validate()?;
     Ok(graph)
@@ -185,6 +188,44 @@ fn check_edge<'b>(
         )));
     }
     Ok(produced)
+}
+
+/// The server task `i` must run on: the one holding the sticky data it writes, since sticky
+/// data never moves. A sticky handle with no value yet is written wherever the task runs.
+fn sticky_pin(
+    i: usize,
+    task: &v1::GraphTask,
+    locate: &impl Fn(&str) -> Option<usize>,
+) -> Result<Option<usize>, GraphRejection> {
+    let bad = |reason: String| GraphRejection::Data {
+        task: i,
+        label: task.label.clone(),
+        reason,
+    };
+    let mut pin: Option<(usize, &v1::GraphData, &str)> = None;
+    for d in task.data.iter().filter(|d| d.writes && d.sticky) {
+        let Some(server) = d.servers.first() else {
+            continue;
+        };
+        let at = locate(server).ok_or_else(|| {
+            bad(format!(
+                "sticky data handle `{}` is kept on {server}, which is down; a call that \
+                 writes it must run there",
+                d.id
+            ))
+        })?;
+        match pin {
+            Some((other, first, first_server)) if other != at => {
+                return Err(bad(format!(
+                    "writes sticky data handles `{}` (on {first_server}) and `{}` (on \
+                     {server}); sticky data never moves, and no one server holds both",
+                    first.id, d.id
+                )));
+            }
+            _ => pin = Some((at, d, server)),
+        }
+    }
+    Ok(pin.map(|(at, _, _)| at))
 }
 
 /// The arrays task `i` reads from data kept on the grid: each data argument is checked
@@ -325,5 +366,64 @@ fn cost_error(task: usize, graph_task: &v1::GraphTask, reason: String) -> GraphR
         task,
         label: graph_task.label.clone(),
         reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writing(handles: &[(&str, &str, bool)]) -> v1::GraphTask {
+        v1::GraphTask {
+            label: "dgefa#0".into(),
+            function: "dgefa".into(),
+            data: handles
+                .iter()
+                .map(|(id, server, sticky)| v1::GraphData {
+                    parameter: 0,
+                    id: id.to_string(),
+                    bytes: 8,
+                    servers: vec![server.to_string()],
+                    reads: true,
+                    writes: true,
+                    sticky: *sticky,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn locate(server: &str) -> Option<usize> {
+        ["a:1", "b:1"].iter().position(|s| *s == server)
+    }
+
+    #[test]
+    fn a_task_writing_sticky_data_is_pinned_where_it_is_and_persistent_data_pins_nothing() {
+        assert_eq!(
+            sticky_pin(0, &writing(&[("d1", "b:1", true)]), &locate),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            sticky_pin(0, &writing(&[("d1", "b:1", false)]), &locate),
+            Ok(None)
+        );
+        let task = writing(&[("d1", "a:1", true), ("d2", "a:1", true)]);
+        assert_eq!(sticky_pin(0, &task, &locate), Ok(Some(0)));
+    }
+
+    #[test]
+    fn sticky_data_on_two_servers_or_on_a_down_one_is_refused_naming_handles_and_servers() {
+        let task = writing(&[("d1", "a:1", true), ("d2", "b:1", true)]);
+        assert_eq!(
+            sticky_pin(0, &task, &locate).unwrap_err().to_string(),
+            "task 0 (`dgefa#0`): writes sticky data handles `d1` (on a:1) and `d2` (on b:1); \
+             sticky data never moves, and no one server holds both"
+        );
+        let task = writing(&[("d1", "c:1", true)]);
+        assert_eq!(
+            sticky_pin(0, &task, &locate).unwrap_err().to_string(),
+            "task 0 (`dgefa#0`): sticky data handle `d1` is kept on c:1, which is down; a call \
+             that writes it must run there"
+        );
     }
 }

@@ -77,6 +77,11 @@ pub struct TaskGraph {
     /// Shorter than `tasks`, or empty, for tasks that read none.
     #[serde(default)]
     pub resident_inputs: Vec<Vec<ResidentInput>>,
+    /// Per task, the one server it must run on, if any: a call that writes sticky data runs
+    /// where that data is, since sticky data never moves. Shorter than `tasks`, or empty,
+    /// for tasks free to go anywhere.
+    #[serde(default)]
+    pub pinned: Vec<Option<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -97,6 +102,15 @@ pub enum GraphError {
     NoProcessors { label: String, processors: u32 },
     #[error("no server implements `{function}` (task `{label}`)")]
     Unimplemented { label: String, function: String },
+    #[error(
+        "task `{label}` must run on {server}, where the sticky data it writes is, but that \
+         server {why}"
+    )]
+    PinnedAway {
+        label: String,
+        server: String,
+        why: &'static str,
+    },
 }
 
 impl TaskGraph {
@@ -112,6 +126,11 @@ impl TaskGraph {
     /// The arrays `task` reads from data kept on the grid.
     pub fn resident(&self, task: TaskId) -> &[ResidentInput] {
         self.resident_inputs.get(task).map_or(&[], Vec::as_slice)
+    }
+
+    /// The server `task` must run on, if any.
+    pub fn pinned(&self, task: TaskId) -> Option<usize> {
+        self.pinned.get(task).copied().flatten()
     }
 
     /// Checks the structure: task ids, self-loops, cycles, flops and processor counts.

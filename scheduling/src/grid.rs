@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::graph::{GraphError, TaskGraph};
+use crate::graph::{GraphError, TaskGraph, TaskId};
 
 /// Index of a server in the grid view.
 pub type ServerId = usize;
@@ -66,14 +66,45 @@ impl GridView {
         }
     }
 
-    /// Checks that every task's routine is served by some up server.
+    /// The up servers that may run task `task` of `graph`: those serving its routine, or
+    /// only its pinned server.
+    pub fn capable_for(&self, graph: &TaskGraph, task: TaskId) -> Vec<ServerId> {
+        let function = &graph.tasks[task].function;
+        match graph.pinned(task) {
+            Some(pin) => self.capable(function).filter(|&s| s == pin).collect(),
+            None => self.capable(function).collect(),
+        }
+    }
+
+    /// Checks that every task's routine is served by some up server, and that each pinned
+    /// task's server is up and serves it.
     pub fn check(&self, graph: &TaskGraph) -> Result<(), GraphError> {
-        for task in &graph.tasks {
+        for (i, task) in graph.tasks.iter().enumerate() {
             if self.capable(&task.function).next().is_none() {
                 return Err(GraphError::Unimplemented {
                     label: task.label.clone(),
                     function: task.function.clone(),
                 });
+            }
+            if let Some(pin) = graph.pinned(i) {
+                let why = match self.servers.get(pin) {
+                    None => Some("is not in the grid"),
+                    Some(s) if !s.up => Some("is down"),
+                    Some(s) if !s.functions.contains(&task.function) => {
+                        Some("does not serve its routine")
+                    }
+                    Some(_) => None,
+                };
+                if let Some(why) = why {
+                    return Err(GraphError::PinnedAway {
+                        label: task.label.clone(),
+                        server: self
+                            .servers
+                            .get(pin)
+                            .map_or_else(|| format!("server {pin}"), |s| s.name.clone()),
+                        why,
+                    });
+                }
             }
         }
         Ok(())

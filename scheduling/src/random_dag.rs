@@ -155,6 +155,7 @@ pub fn layered(tasks: usize, ccr: f64, platform: &Platform, seed: u64) -> TaskGr
         edges,
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
+        pinned: Vec::new(),
     }
 }
 

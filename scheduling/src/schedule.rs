@@ -84,9 +84,9 @@ pub fn check(graph: &TaskGraph, grid: &GridView) -> Result<Vec<TaskId>, GraphErr
 pub struct Prepared {
     pub order: Vec<TaskId>,
     pub predecessors: Vec<Vec<(TaskId, u64)>>,
-    /// Index of each task's routine in `capable`.
+    /// Index of each task's class (its routine and pin) in `capable`.
     pub function_of: Vec<usize>,
-    /// For each routine, the up servers that serve it, in id order.
+    /// For each class, the up servers that may run it, in id order.
     pub capable: Vec<Vec<ServerId>>,
     /// `serves[routine][server]`.
     pub serves: Vec<Vec<bool>>,
@@ -95,15 +95,19 @@ pub struct Prepared {
 impl Prepared {
     pub fn new(graph: &TaskGraph, grid: &GridView) -> Result<Prepared, GraphError> {
         let order = check(graph, grid)?;
-        let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        // Tasks are grouped by the servers open to them: their routine, and their pin.
+        let mut index: std::collections::HashMap<(&str, Option<ServerId>), usize> =
+            std::collections::HashMap::new();
         let mut capable = Vec::new();
         let mut serves = Vec::new();
         let function_of = graph
             .tasks
             .iter()
-            .map(|t| {
-                *index.entry(t.function.as_str()).or_insert_with(|| {
-                    let servers: Vec<ServerId> = grid.capable(&t.function).collect();
+            .enumerate()
+            .map(|(i, t)| {
+                let class = (t.function.as_str(), graph.pinned(i));
+                *index.entry(class).or_insert_with(|| {
+                    let servers: Vec<ServerId> = grid.capable_for(graph, i);
                     let mut row = vec![false; grid.servers.len()];
                     for &s in &servers {
                         row[s] = true;

@@ -98,3 +98,40 @@ fn a_task_reads_the_copy_where_it_runs_or_else_the_first() {
     };
     assert_eq!(none.source_for(1), None);
 }
+
+#[test]
+fn every_scheduler_runs_a_task_that_writes_sticky_data_where_that_data_is() {
+    let grid = GridView {
+        servers: vec![server("a"), server("b"), server("c")],
+    };
+    for pin in [0, 2] {
+        // Its input is on server 1, so a scheduler free to choose would go there.
+        let mut graph = graph(1);
+        graph.pinned = vec![Some(pin)];
+        for name in SCHEDULERS {
+            let mut scheduler = by_name(name, 7).unwrap();
+            let schedule = scheduler
+                .schedule(&graph, &grid, &mut predictor(&grid))
+                .unwrap();
+            assert_eq!(schedule.servers[0], pin, "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_task_pinned_to_a_server_that_is_down_is_refused_naming_it() {
+    let mut grid = GridView {
+        servers: vec![server("a"), server("b")],
+    };
+    grid.servers[1].up = false;
+    let mut graph = graph(0);
+    graph.pinned = vec![Some(1)];
+    let error = by_name("flow", 7)
+        .unwrap()
+        .schedule(&graph, &grid, &mut predictor(&grid))
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "task `solve#0` must run on b, where the sticky data it writes is, but that server is down"
+    );
+}

@@ -78,6 +78,7 @@ fn heft_ranks_then_inserts_and_keeps_a_fork_on_the_fast_server() {
         edges: vec![edge(0, 1, 100_000_000), edge(0, 2, 100_000_000)],
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
+        pinned: Vec::new(),
     };
     let (servers, makespan) = schedule("heft", &graph, &grid, 1e8);
     assert_eq!(servers, vec![0, 0, 0]);
@@ -108,6 +109,7 @@ fn a_fork_join_with_cheap_edges_is_spread_and_an_expensive_chain_is_kept_togethe
         ],
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
+        pinned: Vec::new(),
     };
     let (best_servers, best) = optimum(&fork_join, &grid, 1e8);
     assert!((best - 3.0).abs() < 1e-3, "{best}");
@@ -132,6 +134,7 @@ fn a_fork_join_with_cheap_edges_is_spread_and_an_expensive_chain_is_kept_togethe
         edges: vec![edge(0, 1, 1_000_000_000), edge(1, 2, 1_000_000_000)],
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
+        pinned: Vec::new(),
     };
     assert_eq!(optimum(&chain, &grid, 1e7), (vec![0, 0, 0], 3.0));
     for name in ["flow", "heft", "search"] {
@@ -265,6 +268,7 @@ fn paper_cascade() -> (TaskGraph, GridView, LoadPredictor) {
         edges,
         client_inputs,
         resident_inputs: Vec::new(),
+        pinned: Vec::new(),
     };
     (graph, grid, predictor)
 }

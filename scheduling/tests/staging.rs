@@ -43,6 +43,7 @@ fn tasks_with_inputs(tasks: usize, inputs: usize, bytes: u64) -> TaskGraph {
             tasks
         ],
         resident_inputs: Vec::new(),
+        pinned: Vec::new(),
     }
 }
 
