@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::library::runtime;
 use ninf_client::ForeignCall;
-use ninf_client::grid::ForeignTransaction;
+use ninf_client::grid::{ForeignArg, ForeignTransaction};
 
 use crate::argstack::ArgStack;
 use crate::codes::{
@@ -186,6 +186,13 @@ unsafe fn start(c_handle: usize, handle: Handle, raw: Vec<Raw>) -> Result<i32, F
                 let reply = run.send(&grid.proxy).await;
                 move || reply.and_then(|reply| run.finish(reply)).map(drop)
             })
+        }
+        Target::Server(_) if args.iter().any(|a| matches!(a, ForeignArg::Data(_))) => {
+            return Err(other(&format!(
+                "`{}`: data kept on the grid goes through the grid's proxy; call it through \
+                 a handle from grpc_function_handle_default",
+                interface.name
+            )));
         }
         Target::Server(client) => {
             let mut call = ForeignCall::new(&client, interface, args)?;

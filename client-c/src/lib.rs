@@ -1,5 +1,5 @@
 //! The C client (`libninf.so`, `libninf.a`): the GridRPC end-user API of GFD-R.52
-//! (`include/grpc.h`) and Ninf's own `Ninf_call` (`include/ninf.h`), over the Rust client
+//! (`include/grpc.h`), its data-management API of GFD.186 (`include/grpc_data.h`), and Ninf's own `Ninf_call` (`include/ninf.h`), over the Rust client
 //! library's async core. Calls through a function handle made by
 //! `grpc_function_handle_default` go through the grid's proxy, which has the metaserver
 //! place each one; a handle made by `grpc_function_handle_init` calls its named server
@@ -11,6 +11,8 @@
 
 mod argstack;
 mod codes;
+mod data;
+mod data_api;
 mod ffi;
 mod grpc_api;
 mod handles;

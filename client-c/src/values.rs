@@ -228,6 +228,11 @@ pub unsafe fn sized(
                     .map_err(|e| bad(format!("argument `{}` of `{function}`: {e}", p.name)))?;
                 let count = usize::try_from(count)
                     .map_err(|_| bad(format!("argument `{}` of `{function}` is too large", p.name)))?;
+                if let Some(data) = crate::data::handle_at(pointer) {
+                    let data = data?;
+                    crate::data::transfer::wait_for(&data)?;
+                    return crate::data::argument(&data, function, p, count);
+                }
                 if pointer.is_null() && count > 0 {
                     return Err(bad(format!(
                         "argument `{}` of `{function}` is NULL but must hold {count} elements of {}",

@@ -76,6 +76,18 @@ fn a_server(data_dir: &Path) -> String {
         .to_string()
 }
 
+/// The data kept on the grid, as `ninf status --json` lists it.
+fn kept_data(data_dir: &Path) -> serde_json::Value {
+    let output = Command::new(target_dir().join("ninf"))
+        .args(["status", "--json", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    status["data"].clone()
+}
+
 /// Compiles `tests/c/NAME.c` as a user would: warnings are errors, `-lninf`.
 fn compile(name: &str, out_dir: &Path) -> PathBuf {
     let program = out_dir.join(name);
@@ -194,6 +206,23 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     let text = show(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("all passed"), "{text}");
+
+    let program = compile("grpc_data", dir.path());
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let output = Command::new(&program)
+        .arg(&grid_file)
+        .arg(&scratch)
+        .output()
+        .unwrap();
+    let text = show(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains(" checks passed"), "{text}");
+    assert_eq!(
+        kept_data(&data_dir),
+        serde_json::json!([]),
+        "the program freed every handle"
+    );
 
     let program = compile_fortran("fortran_api", dir.path());
     let output = Command::new(&program)
