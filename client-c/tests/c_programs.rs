@@ -159,6 +159,14 @@ fn grid_file_with_a_wrong_token(grid_file: &Path, dir: &Path) -> PathBuf {
     path
 }
 
+/// Runs a test program, which must exit 0 having printed `last_line`'s words.
+fn passes(command: &mut Command, last_line: &str) {
+    let output = command.output().unwrap();
+    let text = show(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains(last_line), "{text}");
+}
+
 fn show(output: &Output) -> String {
     format!(
         "status {}\nstdout:\n{}\nstderr:\n{}",
@@ -182,42 +190,29 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     let wrong_token = grid_file_with_a_wrong_token(&grid_file, dir.path());
 
     let program = compile("grpc_api", dir.path());
-    let output = Command::new(&program)
-        .arg(&grid_file)
-        .arg(&missing)
-        .arg(&malformed)
-        .arg(&server)
-        .arg(&wrong_token)
-        .env("NINF_GRID", &grid_file)
-        .output()
-        .unwrap();
-    let text = show(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(
-        text.contains("all ") && text.contains(" checks passed"),
-        "{text}"
+    passes(
+        Command::new(&program)
+            .arg(&grid_file)
+            .arg(&missing)
+            .arg(&malformed)
+            .arg(&server)
+            .arg(&wrong_token)
+            .env("NINF_GRID", &grid_file),
+        " checks passed",
     );
-
     let program = compile("ninf_api", dir.path());
-    let output = Command::new(&program)
-        .env("NINF_GRID", &grid_file)
-        .output()
-        .unwrap();
-    let text = show(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains("all passed"), "{text}");
+    passes(
+        Command::new(&program).env("NINF_GRID", &grid_file),
+        "all passed",
+    );
 
     let program = compile("grpc_data", dir.path());
     let scratch = dir.path().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
-    let output = Command::new(&program)
-        .arg(&grid_file)
-        .arg(&scratch)
-        .output()
-        .unwrap();
-    let text = show(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains(" checks passed"), "{text}");
+    passes(
+        Command::new(&program).arg(&grid_file).arg(&scratch),
+        " checks passed",
+    );
     assert_eq!(
         kept_data(&data_dir),
         serde_json::json!([]),
@@ -225,14 +220,10 @@ fn c_programs_call_the_grid_through_grpc_h_and_ninf_h() {
     );
 
     let program = compile_fortran("fortran_api", dir.path());
-    let output = Command::new(&program)
-        .arg(&grid_file)
-        .arg(&missing)
-        .output()
-        .unwrap();
-    let text = show(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains("all passed"), "{text}");
+    passes(
+        Command::new(&program).arg(&grid_file).arg(&missing),
+        "all passed",
+    );
 
     the_example_installs_builds_and_runs_clean(dir.path(), &grid_file);
 }
