@@ -207,16 +207,13 @@ fn bind_inputs(d: &mut Data) -> Result<(), Failure> {
             }
             Location::Grid(Some(id)) => {
                 let grid = library::grid()?;
-                let kept = runtime()?.block_on(grid.proxy.data())?;
-                let found = kept
-                    .into_iter()
-                    .find(|i| i.data.id() == id)
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "grpc_data_init: `{text}`: no data handle `{id}` of this client on the \
-                         grid (freed, expired, or never made)"
-                        ))
-                    })?;
+                let found = runtime()?.block_on(grid.proxy.data_info(id)).map_err(|e| {
+                    bad(format!(
+                        "grpc_data_init: `{text}`: no data handle `{id}` of this client on the \
+                         grid ({})",
+                        e.message
+                    ))
+                })?;
                 let on_grid = found.data;
                 if on_grid.element_type() != d.element_type || on_grid.len() as u64 != d.elements()
                 {
@@ -389,16 +386,10 @@ fn info_of(shared: &Shared, tag: c_int) -> Result<String, Failure> {
             Some(on_grid) => {
                 drop(d);
                 let grid = library::grid()?;
-                let kept = runtime()?.block_on(grid.proxy.data())?;
-                kept.into_iter()
-                    .find(|i| i.data == on_grid)
-                    .map(|i| i.servers.join("\n"))
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "data handle `{}` is gone from the grid",
-                            on_grid.id()
-                        ))
-                    })?
+                runtime()?
+                    .block_on(grid.proxy.data_info(on_grid.id()))?
+                    .servers
+                    .join("\n")
             }
             None => lines(d.inputs.iter().map(|(u, _)| u).collect()),
         },

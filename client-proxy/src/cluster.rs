@@ -332,9 +332,6 @@ impl GrpcCluster {
     }
 }
 
-/// Bytes per chunk of an upload's stream.
-const CHUNK_BYTES: usize = 1 << 20;
-
 #[tonic::async_trait]
 impl Cluster for GrpcCluster {
     async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
@@ -397,20 +394,13 @@ impl Cluster for GrpcCluster {
         owner: &str,
         array: v1::Array,
     ) -> Result<v1::ObjectRef, Status> {
-        let mut chunks = Vec::with_capacity(array.data.len() / CHUNK_BYTES + 1);
-        let mut offset = 0;
-        loop {
-            let end = (offset + CHUNK_BYTES).min(array.data.len());
-            chunks.push(v1::PutChunk {
+        let chunks: Vec<v1::PutChunk> = ninf_proto::chunks::stream_chunks(&array.data)
+            .map(|(_, data)| v1::PutChunk {
                 owner: owner.to_string(),
                 element_type: array.element_type,
-                data: array.data.slice(offset..end),
-            });
-            offset = end;
-            if offset >= array.data.len() {
-                break;
-            }
-        }
+                data,
+            })
+            .collect();
         let info = self
             .storage(server)?
             .put(tokio_stream::iter(chunks))

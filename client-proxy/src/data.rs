@@ -199,6 +199,23 @@ impl Proxy {
         }
     }
 
+    /// Those of `ids` that are handles of `owner`'s, in order.
+    pub async fn find_data(
+        &self,
+        owner: &str,
+        ids: &[String],
+    ) -> Result<Vec<v1::DataInfo>, Status> {
+        let mut found = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.lookup_data(owner, id).await {
+                Ok(info) => found.push(info),
+                Err(status) if ninf_proto::net::missing_data(&status).is_some() => {}
+                Err(status) => return Err(status),
+            }
+        }
+        Ok(found)
+    }
+
     /// Renews `owner`'s handles (all when `ids` is empty): their records, and their bytes'
     /// leases on the servers holding them.
     pub async fn renew_data(

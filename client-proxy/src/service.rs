@@ -296,9 +296,13 @@ impl v1::proxy_server::Proxy for ProxyService {
         request: Request<v1::ListDataRequest>,
     ) -> Result<Response<v1::ListDataReply>, Status> {
         let owner = client_of(&request);
-        Ok(Response::new(v1::ListDataReply {
-            data: self.0.list_data(&owner).await.map_err(answer)?,
-        }))
+        let ids = request.into_inner().ids;
+        let data = if ids.is_empty() {
+            self.0.list_data(&owner).await.map_err(answer)?
+        } else {
+            self.0.find_data(&owner, &ids).await.map_err(answer)?
+        };
+        Ok(Response::new(v1::ListDataReply { data }))
     }
 
     async fn renew_data(
@@ -347,21 +351,12 @@ async fn receive_upload(
 
 /// An array as the chunks a stream of it carries (the first with its type and size).
 fn data_chunks(array: v1::Array) -> Vec<v1::DataChunk> {
-    const CHUNK: usize = 1 << 20;
-    let total = array.data.len();
-    let mut chunks = Vec::with_capacity(total / CHUNK + 1);
-    let mut offset = 0;
-    loop {
-        let end = (offset + CHUNK).min(total);
-        chunks.push(v1::DataChunk {
+    let total = array.data.len() as u64;
+    ninf_proto::chunks::stream_chunks(&array.data)
+        .map(|(offset, data)| v1::DataChunk {
             element_type: if offset == 0 { array.element_type } else { 0 },
-            total_bytes: if offset == 0 { total as u64 } else { 0 },
-            data: array.data.slice(offset..end),
-        });
-        offset = end;
-        if offset >= total {
-            break;
-        }
-    }
-    chunks
+            total_bytes: if offset == 0 { total } else { 0 },
+            data,
+        })
+        .collect()
 }

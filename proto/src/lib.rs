@@ -2,6 +2,7 @@
 //! with `protox`, no system `protoc`), conversions between the IDL's interface descriptors
 //! and their protobuf form, and the packed little-endian array encoding every component uses.
 
+pub mod chunks;
 pub mod clock;
 pub mod descriptor;
 pub mod net;

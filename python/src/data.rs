@@ -3,7 +3,6 @@
 //! and passed as an argument wherever an array goes (`arguments.rs`).
 
 use ninf::grid::{AsyncGridClient, DataMode, DataRef, Shape};
-use ninf::{CallError, ErrorKind};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
@@ -123,15 +122,7 @@ impl DataHandle {
     fn servers(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         let client = self.client.clone();
         let id = self.inner.id().to_string();
-        block_on(py, async move {
-            let found = client.data().await?.into_iter().find(|d| d.data.id() == id);
-            found.map(|d| d.servers).ok_or_else(|| {
-                CallError::new(
-                    ErrorKind::DataNotFound,
-                    format!("data handle `{id}` is not on the grid"),
-                )
-            })
-        })
+        block_on(py, async move { Ok(client.data_info(&id).await?.servers) })
     }
 
     /// Reads the value into `out`, a writable contiguous array of its dtype and size.

@@ -168,7 +168,6 @@ pub fn predict(
 /// it is in and the client's data at the start. An iterator, not a list: every candidate
 /// server of every task is timed through here, and an allocation each time was a tenth of
 /// FLOW's cost.
-#[allow(clippy::too_many_arguments)]
 fn call_inputs<'a>(
     graph: &'a TaskGraph,
     predecessors: &'a [Vec<(TaskId, u64)>],

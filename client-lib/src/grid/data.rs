@@ -76,20 +76,14 @@ impl AsyncGridClient {
     }
 
     async fn upload(&self, spec: v1::DataSpec, data: Bytes) -> Result<DataRef, CallError> {
-        const CHUNK: usize = 1 << 20;
-        let mut chunks = vec![v1::DataUpload {
+        let first = v1::DataUpload {
             spec: Some(spec),
             data: Bytes::new(),
-        }];
-        let mut offset = 0;
-        while offset < data.len() {
-            let end = (offset + CHUNK).min(data.len());
-            chunks.push(v1::DataUpload {
-                spec: None,
-                data: data.slice(offset..end),
-            });
-            offset = end;
-        }
+        };
+        let rest = ninf_proto::chunks::stream_chunks(&data)
+            .filter(|(_, chunk)| !chunk.is_empty())
+            .map(|(_, data)| v1::DataUpload { spec: None, data });
+        let chunks: Vec<v1::DataUpload> = std::iter::once(first).chain(rest).collect();
         let request = self.identified(tokio_stream::iter(chunks));
         let info = self.proxy().put_data(request).await?.into_inner();
         self.renewal()
@@ -135,7 +129,25 @@ impl AsyncGridClient {
 
     /// This client's handles, oldest first.
     pub async fn data(&self) -> Result<Vec<DataInfo>, CallError> {
-        let request = self.identified(v1::ListDataRequest {});
+        self.listed(Vec::new()).await
+    }
+
+    /// This client's handle of id `id` as the grid records it now (where its copies are);
+    /// `DataNotFound` when it has none of that id.
+    pub async fn data_info(&self, id: &str) -> Result<DataInfo, CallError> {
+        self.listed(vec![id.to_string()])
+            .await?
+            .pop()
+            .ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::DataNotFound,
+                    format!("data handle `{id}` is not on the grid (freed, expired, or another client's)"),
+                )
+            })
+    }
+
+    async fn listed(&self, ids: Vec<String>) -> Result<Vec<DataInfo>, CallError> {
+        let request = self.identified(v1::ListDataRequest { ids });
         let reply = self.proxy().list_data(request).await?.into_inner();
         reply
             .data

@@ -15,6 +15,12 @@ pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
         let period = Duration::from_secs_f64(metaserver.config.heartbeat_seconds.max(0.05));
         let mut ticker = tokio::time::interval(period);
         let mut last_prune = tokio::time::Instant::now();
+        // Expired handles need no prompt removal (each server drops their bytes on its own
+        // lease); a quarter of the lease bounds how long a dead record lingers.
+        let expire_every = Duration::from_secs_f64(
+            (metaserver.config.data_lease_seconds / 4.0).clamp(period.as_secs_f64(), 60.0),
+        );
+        let mut last_expiry: Option<tokio::time::Instant> = None;
         loop {
             ticker.tick().await;
             // A standby's registry is stale until it takes over: it decides nothing.
@@ -24,10 +30,13 @@ pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
             if let Err(e) = metaserver.mark_down().await {
                 tracing::error!(error = %e, "marking silent servers down failed");
             }
-            match metaserver.expire_data().await {
-                Ok(n) if n > 0 => tracing::info!(handles = n, "data handles expired"),
-                Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "expiring data handles failed"),
+            if last_expiry.is_none_or(|at| at.elapsed() >= expire_every) {
+                last_expiry = Some(tokio::time::Instant::now());
+                match metaserver.expire_data().await {
+                    Ok(n) if n > 0 => tracing::info!(handles = n, "data handles expired"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "expiring data handles failed"),
+                }
             }
             if last_prune.elapsed() >= PRUNE_EVERY {
                 last_prune = tokio::time::Instant::now();
