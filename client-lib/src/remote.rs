@@ -263,6 +263,7 @@ impl NinfClient {
             authorization: String::new(),
             // A direct call cannot tell what else its caller runs at the same time.
             alone: false,
+            call_key: String::new(),
         })
     }
 
@@ -358,6 +359,7 @@ impl NinfClient {
             timeout_seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
             authorization: self.token.header(),
             alone: false,
+            call_key: String::new(),
         };
         Ok((request, encoded))
     }

@@ -495,6 +495,11 @@ impl GraphExecution<'_> {
             task,
             self.owner,
         )?;
+        if self.journal_key.is_some() {
+            // A journaled task outlives this proxy on its server: restarted, the proxy sends
+            // it again under the same key and is answered by the run under way.
+            call.call_key = format!("{}/task-{task}", self.owner);
+        }
         for (parameter, object) in self.staging.objects_for(task, distrusted) {
             if let Some(slot) = call.arguments.get_mut(parameter as usize) {
                 *slot = v1::CallArgument {
@@ -1020,6 +1025,7 @@ fn build_call(
         // gRPC calls carry the token in their metadata.
         authorization: String::new(),
         alone: false,
+        call_key: String::new(),
     })
 }
 

@@ -12,6 +12,7 @@ pub mod batch_job;
 pub mod benchmark;
 pub mod bulk;
 pub mod config;
+pub mod detached;
 pub mod drain;
 pub mod gang;
 pub mod invoke;

@@ -75,6 +75,7 @@ pub struct ServerMetrics {
     storage_bytes: Gauge,
     store_region: Family<StoreRegionLabels, Counter>,
     call_batches: Counter,
+    calls_rejoined: Counter,
     lent_threads: Counter,
     /// Switches already counted, from the agents' reports.
     switches_seen: std::sync::atomic::AtomicU64,
@@ -93,6 +94,7 @@ impl ServerMetrics {
             storage_bytes: Gauge::default(),
             store_region: Family::default(),
             call_batches: Counter::default(),
+            calls_rejoined: Counter::default(),
             lent_threads: Counter::default(),
             switches_seen: Default::default(),
         };
@@ -139,6 +141,11 @@ impl ServerMetrics {
             metrics.call_batches.clone(),
         );
         r.register(
+            "ninf_calls_rejoined",
+            "Keyed calls answered by the run an earlier request with the same key started, without running them again (a proxy restarted on its journal came back for them)",
+            metrics.calls_rejoined.clone(),
+        );
+        r.register(
             "ninf_lent_threads",
             "Threads calls computed with on cores other servers of this host lent them, one per lent core per call (docs/gang.md)",
             metrics.lent_threads.clone(),
@@ -174,6 +181,11 @@ impl ServerMetrics {
     /// One `CallBatch` request received.
     pub fn call_batch(&self) {
         self.call_batches.inc();
+    }
+
+    /// A keyed call answered by the run an earlier request started (its caller came back).
+    pub fn call_rejoined(&self) {
+        self.calls_rejoined.inc();
     }
 
     /// One call served: its routine, whether it succeeded, how long it took, and the bytes

@@ -62,12 +62,16 @@ impl v1::invoke_server::Invoke for InvokeService {
         let state = self.0.clone();
         // The call's span names its owner: a transaction's owner is its proxy and graph.
         let span = tracing::info_span!("call", %function, owner = %request.owner);
-        let outcome = until_the_caller_leaves(
-            async move { crate::invoke::call(&state, request).await },
-            span,
-        )
-        .await
-        .and_then(|outcome| outcome);
+        let outcome = if request.call_key.is_empty() {
+            until_the_caller_leaves(
+                async move { crate::invoke::call(&state, request).await },
+                span,
+            )
+            .await
+            .and_then(|outcome| outcome)
+        } else {
+            self.outliving_the_caller(request, span).await
+        };
         self.record(
             &function,
             &outcome,
@@ -146,6 +150,25 @@ impl InvokeService {
                 tracing::info!(%function, code = ?status.code(), message = status.message(), "call failed")
             }
         }
+    }
+}
+
+impl InvokeService {
+    /// A keyed call: answered by the run an earlier request with its key started, if there
+    /// is one, else run on its own, going on if the caller goes away.
+    async fn outliving_the_caller(
+        &self,
+        request: v1::CallRequest,
+        span: tracing::Span,
+    ) -> Result<v1::CallReply, Status> {
+        let (key, owner) = (request.call_key.clone(), request.owner.clone());
+        let state = self.0.clone();
+        let work = async move { crate::invoke::call(&state, request).await }.instrument(span);
+        let answer = self.0.detached.call(key, owner, work).await;
+        if answer.rejoined {
+            self.0.metrics.call_rejoined();
+        }
+        answer.outcome
     }
 }
 
@@ -280,7 +303,9 @@ impl v1::storage_server::Storage for StorageService {
         &self,
         request: Request<v1::DeleteOwnerRequest>,
     ) -> Result<Response<v1::DeleteReply>, Status> {
-        let (objects, bytes) = self.0.store.delete_owner(&request.into_inner().owner);
+        let owner = request.into_inner().owner;
+        self.0.detached.forget_owner(&owner);
+        let (objects, bytes) = self.0.store.delete_owner(&owner);
         Ok(Response::new(v1::DeleteReply { objects, bytes }))
     }
 

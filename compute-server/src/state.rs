@@ -102,6 +102,8 @@ pub struct ServerState {
     /// calls and finishes those it has ([`crate::drain`]).
     pub draining: std::sync::atomic::AtomicBool,
     pub store: ObjectStore,
+    /// Keyed calls, which outlive a caller that goes away ([`crate::detached`]).
+    pub detached: Arc<crate::detached::Detached>,
     /// Where large stored arrays live, shared with the executables (`None` without memfd).
     pub store_region: Option<Arc<StoreRegion>>,
     pub info: v1::ServerInfo,
@@ -214,6 +216,9 @@ impl ServerState {
             reregister: tokio::sync::Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             store,
+            detached: Arc::new(crate::detached::Detached::new(Duration::from_secs_f64(
+                config.storage.lease_seconds.max(0.001),
+            ))),
             store_region,
             info,
             max_request_bytes: config.max_request_bytes,

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{ExternalServer, TestGrid, local_mmul, matrix, max_difference};
+use common::{ExternalServer, TestGrid, local_mmul, matrix, max_difference, sample_sum, scrape};
 use ninf::grid::{GridClient, TxArg};
 use ninf_grid::workloads;
 use ninf_proto::net::tls::GridTls;
@@ -1034,7 +1034,6 @@ fn with_a_grid_token_only_those_holding_it_get_in() {
     assert_eq!(status.servers.len(), 2, "{:?}", status.servers);
 }
 
-/// `GET /metrics` from `address`, as a scraper would.
 /// Four independent products `a * b` of n x n matrices in one transaction, checked against
 /// the local product.
 fn four_products(client: &GridClient, n: usize) -> ninf::grid::Plan {
@@ -1057,29 +1056,6 @@ fn four_products(client: &GridClient, n: usize) -> ninf::grid::Plan {
         assert_eq!(product, &local_mmul(n, &a, &b));
     }
     plan
-}
-
-fn scrape(address: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: ninf\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
-}
-
-/// The sum of the samples of `metric` whose labels include every one of `labels`.
-fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|line| {
-            line.starts_with(&format!("{metric}{{")) || line.starts_with(&format!("{metric} "))
-        })
-        .filter(|line| labels.iter().all(|l| line.contains(l)))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! A proxy SIGKILLed in the middle of a transaction and restarted on its journal: the client
 //! sends the transaction again and it completes, its finished tasks not run again, with
 //! nothing left on the servers; and a transaction whose client does not come back is deleted
-//! from the servers and reported failed.
+//! from the servers and reported failed; a call in flight when its proxy dies goes on on its
+//! server, and the restarted proxy picks up its result instead of running it again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,9 +10,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{TestGrid, binaries};
+use common::{TestGrid, binaries, sample_sum, scrape};
 use ninf::CallError;
 use ninf::grid::{GridClient, Plan};
 use ninf_client_proxy::journal::{JournalStore, JournaledRun};
@@ -276,4 +277,64 @@ fn data_handles_outlive_the_proxy_they_were_put_through() {
     assert_eq!(client.data().unwrap().len(), 1);
     client.free(&kept).unwrap();
     assert!(no_bytes_left(&grid));
+}
+
+/// The case: a 20 s call whose proxy is killed at 5 s and restarted goes on on its
+/// server meanwhile, and the restarted proxy is answered by that run (the server counts the
+/// rejoin) instead of running it again.
+#[test]
+fn a_call_in_flight_outlives_its_proxy_and_is_not_run_again() {
+    const LONG_MS: i32 = 20_000;
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = ProxyProcess::start(dir.path(), &grid.grid().endpoints.metaserver);
+    let client = GridClient::connect(&proxy.address).unwrap();
+    let x: Vec<f64> = (0..16).map(f64::from).collect();
+    let input = x.clone();
+    let started = Instant::now();
+    let worker = std::thread::spawn(move || {
+        let mut out = vec![0.0; input.len()];
+        let n = input.len() as i64;
+        let plan = client.transaction(|tx| {
+            let (from, to) = (tx.input(&input), tx.buffer(&mut out));
+            tx.call(
+                "slow_echo",
+                &[LONG_MS.into(), n.into(), from.into(), to.into()],
+            )?;
+            Ok(())
+        })?;
+        Ok::<_, CallError>((out, plan))
+    });
+    eventually("the transaction in the journal", || {
+        !proxy.journaled(&grid).is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed()));
+    proxy.kill();
+    let killed_at = started.elapsed();
+    proxy.restart();
+
+    let (out, plan) = worker.join().unwrap().expect("the transaction completes");
+    let elapsed = started.elapsed();
+    assert_eq!(out, x, "the echo gives x back");
+    let rejoined: f64 = grid
+        .grid()
+        .endpoints
+        .metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("server-"))
+        .map(|(_, address)| sample_sum(&scrape(address), "ninf_calls_rejoined_total", &[]))
+        .sum();
+    assert_eq!(
+        rejoined, 1.0,
+        "the restarted proxy rejoined the run: {plan:?}"
+    );
+    eprintln!(
+        "a {LONG_MS} ms call, its proxy killed at {:.1} s and restarted: done after {:.1} s",
+        killed_at.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    eventually("the journal forgetting the transaction", || {
+        proxy.journaled(&grid).is_empty()
+    });
+    assert!(no_bytes_left(&grid), "{:?}", grid.grid().stored_bytes());
 }

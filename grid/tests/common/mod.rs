@@ -190,3 +190,27 @@ impl Drop for ExternalServer {
         let _ = self.child.wait();
     }
 }
+
+/// `GET /metrics` from `address`, as a scraper would.
+pub fn scrape(address: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: ninf\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The sum of the samples of `metric` whose labels include every one of `labels`.
+pub fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|line| {
+            line.starts_with(&format!("{metric}{{")) || line.starts_with(&format!("{metric} "))
+        })
+        .filter(|line| labels.iter().all(|l| line.contains(l)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
