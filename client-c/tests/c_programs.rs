@@ -61,16 +61,20 @@ fn up(data_dir: &Path) -> Up {
     grid
 }
 
-/// The address of one of the grid's compute servers.
-fn a_server(data_dir: &Path) -> String {
+/// What `ninf status --json` says of the grid.
+fn status(data_dir: &Path) -> serde_json::Value {
     let output = Command::new(target_dir().join("ninf"))
         .args(["status", "--json", "--data-dir"])
         .arg(data_dir)
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    status["servers"][0]["address"]
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The address of one of the grid's compute servers.
+fn a_server(data_dir: &Path) -> String {
+    status(data_dir)["servers"][0]["address"]
         .as_str()
         .unwrap()
         .to_string()
@@ -78,14 +82,7 @@ fn a_server(data_dir: &Path) -> String {
 
 /// The data kept on the grid, as `ninf status --json` lists it.
 fn kept_data(data_dir: &Path) -> serde_json::Value {
-    let output = Command::new(target_dir().join("ninf"))
-        .args(["status", "--json", "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    status["data"].clone()
+    status(data_dir)["data"].clone()
 }
 
 /// Compiles `tests/c/NAME.c` as a user would: warnings are errors, `-lninf`.
