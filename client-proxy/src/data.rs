@@ -79,6 +79,7 @@ impl Proxy {
             return Err(unexpected("a new handle"));
         };
         let mut info = created.info.unwrap_or_default();
+        self.delete_copies(&info.id, &created.evicted).await;
         if empty {
             return Ok(info);
         }
@@ -128,16 +129,22 @@ impl Proxy {
         else {
             return Err(unexpected("a new copy"));
         };
-        for stale in &added.stale {
+        self.delete_copies(id, &added.stale).await;
+        Ok(added.info.unwrap_or_default())
+    }
+
+    /// Deletes copies the records no longer list (old values, evicted replicas) from their
+    /// servers; one that cannot be deleted now goes with its lease.
+    async fn delete_copies(&self, id: &str, copies: &[v1::DataCopy]) {
+        for copy in copies {
             let object = v1::ObjectRef {
-                server: stale.server.clone(),
-                object_id: stale.object_id.clone(),
+                server: copy.server.clone(),
+                object_id: copy.object_id.clone(),
             };
             if let Err(status) = self.cluster.delete(&object).await {
-                tracing::warn!(%id, server = %stale.server, error = %status.message(), "cannot delete an old copy; its lease will");
+                tracing::warn!(%id, server = %copy.server, error = %status.message(), "cannot delete a copy the records dropped; its lease will");
             }
         }
-        Ok(added.info.unwrap_or_default())
     }
 
     async fn forget_record(&self, owner: &str, id: &str) -> Result<v1::DataInfo, Status> {

@@ -14,6 +14,7 @@
 //! [storage]
 //! memory_limit_bytes = 268435456
 //! spill_dir = "/var/tmp/ninf-spill"
+//! data_cap_bytes = 17179869184
 //!
 //! [executable_limits]
 //! memory_bytes = 8589934592
@@ -415,6 +416,11 @@ pub struct StorageConfig {
     /// proxy or client that disappeared run out.
     #[serde(default = "default_lease")]
     pub lease_seconds: f64,
+    /// The most bytes of data kept on the grid (handles' copies, docs/data.md) this server
+    /// holds; 0 (the default): no cap but its memory. The metaserver evicts replicas, least
+    /// recently used first, to stay under it, and refuses a put that fits under no cap.
+    #[serde(default)]
+    pub data_cap_bytes: u64,
 }
 
 fn default_lease() -> f64 {
@@ -427,6 +433,7 @@ impl Default for StorageConfig {
             memory_limit_bytes: default_memory_limit(),
             spill_dir: None,
             lease_seconds: default_lease(),
+            data_cap_bytes: 0,
         }
     }
 }

@@ -86,6 +86,7 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         bulk_address: format!("{bulk_host}:{bulk_port}"),
         bulk_local: local_name,
         quantum_seconds: config.gang.core(1).quantum,
+        data_cap_bytes: config.storage.data_cap_bytes,
         ..info
     };
     let state = ServerState::start(config, advertise.clone(), info).await?;

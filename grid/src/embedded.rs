@@ -81,6 +81,8 @@ pub struct GridOptions {
     /// `data_lease_seconds`), and the servers' storage leases with it; `None`: the defaults.
     /// The proxy renews its running transactions four times per lease.
     pub data_lease_seconds: Option<f64>,
+    /// Every server's cap on data kept on the grid (`[storage] data_cap_bytes`); 0: none.
+    pub data_cap_bytes: u64,
 }
 
 impl GridOptions {
@@ -114,6 +116,7 @@ impl GridOptions {
             slurm_conf: None,
             walltime_margin_seconds: AllocationConfig::default().walltime_margin_seconds,
             data_lease_seconds: None,
+            data_cap_bytes: 0,
         }
     }
 }
@@ -539,6 +542,7 @@ async fn start_server(
             lease_seconds: options
                 .data_lease_seconds
                 .unwrap_or(ninf_compute_server::config::StorageConfig::default().lease_seconds),
+            data_cap_bytes: options.data_cap_bytes,
             ..Default::default()
         },
         metaserver: Some(metaserver.to_string()),

@@ -391,3 +391,139 @@ fn persistent_data_in_two_copies_loses_nothing_with_a_server() {
         .unwrap();
     assert_eq!(x, expected);
 }
+
+/// Where `d`'s copies are, as the client's listing says.
+fn copies_of(client: &ninf::grid::GridClient, d: &ninf::grid::DataRef) -> Vec<String> {
+    let listed = client.data().unwrap();
+    let entry = listed.iter().find(|e| &e.data == d).expect("listed");
+    let mut servers = entry.servers.clone();
+    servers.sort();
+    servers
+}
+
+#[test]
+fn under_a_small_data_cap_replicas_go_least_recently_used_first_and_last_copies_never() {
+    // Two servers that keep at most 20,000 bytes of data each: two arrays of 8,000 bytes
+    // and half of a third.
+    let grid = TestGrid::start(vec![1, 1], |o| o.data_cap_bytes = 20_000);
+    let client = grid.client("simple");
+    let runtime = ninf::runtime::runtime().unwrap();
+    let values = |k: usize| -> Vec<f64> { (0..1000).map(|i| (i * k) as f64).collect() };
+    let put = |k: usize, mode: DataMode, replicas: u32| {
+        let bytes = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(&values(k)));
+        let shape = ninf::grid::Shape {
+            dims: &[1000],
+            fortran_order: true,
+        };
+        runtime.block_on(client.inner().put_bytes_replicated(
+            ElementType::Double,
+            shape,
+            bytes,
+            mode,
+            replicas,
+        ))
+    };
+    let mut both = grid.grid().endpoints.servers.clone();
+    both.sort();
+    let status = grid.runtime.block_on(async {
+        let channel =
+            ninf_proto::net::connect(&grid.grid().endpoints.metaserver, None, Default::default())
+                .await
+                .unwrap();
+        ninf_proto::v1::scheduling_client::SchedulingClient::new(channel)
+            .status(ninf_proto::v1::StatusRequest {
+                recent_graphs: 0,
+                data: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let caps: Vec<u64> = status.servers.iter().map(|s| s.data_cap_bytes).collect();
+    assert_eq!(
+        caps,
+        vec![20_000, 20_000],
+        "the status shows each server's cap"
+    );
+    let h1 = put(1, DataMode::Persistent, 2).unwrap();
+    let h2 = put(2, DataMode::Persistent, 2).unwrap();
+    assert_eq!(copies_of(&client, &h1), both);
+    assert_eq!(copies_of(&client, &h2), both);
+    // h1 is read, so h2 is the least recently used.
+    let mut back = vec![0.0; 1000];
+    client.get(&h1, &mut back).unwrap();
+    // h3 fits on neither server as it stands: one of them drops its replica of h2.
+    let h3 = put(3, DataMode::Sticky, 1).unwrap();
+    let at = copies_of(&client, &h3);
+    assert_eq!(at.len(), 1);
+    let other: Vec<String> = both.iter().filter(|s| **s != at[0]).cloned().collect();
+    assert_eq!(
+        copies_of(&client, &h2),
+        other,
+        "h2's replica beside h3 went"
+    );
+    assert_eq!(copies_of(&client, &h1), both, "h1 was used since");
+    // h4: the only replica left is h1's, on both servers; one of them drops it, and h1
+    // keeps its other copy.
+    let h4 = put(4, DataMode::Sticky, 1).unwrap();
+    assert_eq!(copies_of(&client, &h1).len(), 1);
+    assert_eq!(copies_of(&client, &h4).len(), 1);
+    // Every server now keeps 16,000 bytes of last copies: h5 fits nowhere.
+    let refused = put(5, DataMode::Sticky, 1).unwrap_err();
+    assert!(
+        refused
+            .message
+            .contains("no server has room for 8000 bytes")
+            && refused
+                .message
+                .contains("the most any up server can take is 4000 bytes"),
+        "{}",
+        refused.message
+    );
+    // Nothing was lost, and the evicted replicas' bytes are gone from the servers.
+    for (k, d) in [(1, &h1), (2, &h2), (3, &h3), (4, &h4)] {
+        client.get(d, &mut back).unwrap();
+        assert_eq!(back, values(k), "h{k}");
+    }
+    assert_eq!(
+        client.data().unwrap().len(),
+        4,
+        "the refused put left no handle"
+    );
+    let stored: Vec<u64> = grid.grid().stored_bytes();
+    assert_eq!(stored, vec![16_000, 16_000]);
+    for d in [&h1, &h2, &h3, &h4] {
+        client.free(d).unwrap();
+    }
+    // A call's output written into a handle makes room too: `echo` writes 16,000 bytes
+    // beside g's replica (8,000), and that replica goes.
+    let g = put(6, DataMode::Persistent, 2).unwrap();
+    let e = client
+        .empty(ElementType::Double, &[2000], DataMode::Sticky)
+        .unwrap();
+    let mut x: Vec<f64> = (0..2000).map(|i| i as f64).collect();
+    client
+        .transaction(|tx| {
+            let xb = tx.buffer(&mut x);
+            tx.call("echo", &[2000i64.into(), xb.into(), (&e).into()])?;
+            Ok(())
+        })
+        .unwrap();
+    let written = copies_of(&client, &e);
+    assert_eq!(written.len(), 1);
+    let left: Vec<String> = both.iter().filter(|s| **s != written[0]).cloned().collect();
+    assert_eq!(
+        copies_of(&client, &g),
+        left,
+        "g's replica beside the output went"
+    );
+    let mut out = vec![0.0; 2000];
+    client.get(&e, &mut out).unwrap();
+    assert_eq!(out, x);
+    let mut stored = grid.grid().stored_bytes();
+    stored.sort();
+    assert_eq!(stored, vec![8_000, 16_000]);
+    client.free(&g).unwrap();
+    client.free(&e).unwrap();
+    grid.assert_no_leftovers();
+}

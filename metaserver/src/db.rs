@@ -253,8 +253,9 @@ impl ResourceDb {
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
                  bulk_address, registered_at, last_heartbeat, state, quantum_seconds,
-                 bulk_local, walltime_end, batch_job, allocation, drain_seconds)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14, $15)
+                 bulk_local, walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14, $15,
+                 $16)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
@@ -262,7 +263,8 @@ impl ResourceDb {
                  last_heartbeat = excluded.last_heartbeat, state = 'up',
                  quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local,
                  walltime_end = excluded.walltime_end, batch_job = excluded.batch_job,
-                 allocation = excluded.allocation, drain_seconds = excluded.drain_seconds
+                 allocation = excluded.allocation, drain_seconds = excluded.drain_seconds,
+                 data_cap_bytes = excluded.data_cap_bytes
              RETURNING id",
         )
         .bind(address)
@@ -280,6 +282,7 @@ impl ResourceDb {
         .bind(&info.batch_job)
         .bind(&info.allocation)
         .bind(finite(info.drain_seconds))
+        .bind(to_i64(info.data_cap_bytes))
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -311,7 +314,7 @@ impl ResourceDb {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
                     bulk_address, last_heartbeat, quantum_seconds, bulk_local,
-                    walltime_end, batch_job, allocation, drain_seconds
+                    walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes
              FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -334,6 +337,7 @@ impl ResourceDb {
                 batch_job: row.try_get(12)?,
                 allocation: row.try_get(13)?,
                 drain_seconds: row.try_get(14)?,
+                data_cap_bytes: to_u64(row.try_get(15)?),
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

@@ -140,6 +140,9 @@ pub struct Metaserver {
     state: Mutex<State>,
     /// One schedule at a time, so each sees the placements of the one before.
     scheduling: tokio::sync::Mutex<()>,
+    /// Handles whose copies are being stored, held while a handle is placed or a copy
+    /// recorded so that evictions see each other ([`data::room`]).
+    data_room: tokio::sync::Mutex<data::room::Reserved>,
     /// Graphs being planned off the lock (see [`operations::schedule`]).
     planning: std::sync::atomic::AtomicU64,
     /// What it counts for Prometheus, and the registry it is served from.
@@ -257,6 +260,7 @@ impl Metaserver {
                 client_links_stored: Default::default(),
             }),
             scheduling: tokio::sync::Mutex::new(()),
+            data_room: tokio::sync::Mutex::new(data::room::Reserved::default()),
             planning: std::sync::atomic::AtomicU64::new(0),
             metrics,
             metrics_registry: Arc::new(metrics_registry),

@@ -139,7 +139,7 @@ impl v1::data_records_server::DataRecords for DataRecordsService {
     ) -> Result<Response<v1::DataInfo>, Status> {
         self.0.serving()?;
         let r = request.into_inner();
-        Ok(Response::new(self.0.owned_data(&r.id, &r.owner).await?))
+        Ok(Response::new(self.0.use_data(&r.id, &r.owner).await?))
     }
 
     async fn forget(

@@ -115,6 +115,7 @@ fn json(endpoints: &Endpoints, status: &v1::GridStatus) -> serde_json::Value {
         "servers": status.servers.iter().map(|s| serde_json::json!({
             "address": s.address, "up": s.up, "mflops": s.mflops,
             "processors": s.processors, "load": s.load, "stored_bytes": s.stored_bytes,
+            "data_cap_bytes": s.data_cap_bytes,
             "running_jobs": s.running_jobs, "queued_jobs": s.queued_jobs,
             "seconds_since_heartbeat": s.seconds_since_heartbeat,
             "routines": s.functions,
@@ -191,6 +192,9 @@ fn text(endpoints: &Endpoints, status: &v1::GridStatus) -> String {
             s.seconds_since_heartbeat
         );
         let _ = writeln!(out, "{:<22} modules: {}", "", s.modules.join(", "));
+        if s.data_cap_bytes > 0 {
+            let _ = writeln!(out, "{:<22} data cap: {} B", "", s.data_cap_bytes);
+        }
         if !s.batch_job.is_empty() {
             let left = s.walltime_end - ninf_proto::clock::unix_now();
             let _ = writeln!(

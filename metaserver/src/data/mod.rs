@@ -1,14 +1,17 @@
 //! Data kept on the grid between transactions (the GridRPC data-management API, GFD.186;
 //! docs/data.md): the metaserver's record of every handle, kept in the resource DB
 //! (`store.rs`) so that a handle outlives the proxy that made it and a fail-over. The
-//! decisions here are pure: which server a new handle's data goes to, and which handles'
-//! leases have run out.
+//! decisions here are pure: which server a new handle's data goes to, and which replicas
+//! make room for it under a server's data cap (`room.rs`).
 
+pub mod room;
 pub mod store;
 
 use ninf_proto::v1;
 
-/// A server that may take a new handle's data, as the registry sees it now.
+pub use room::{Kept, Remaining};
+
+/// A server that may take a new handle's data, as the registry and the records see it now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Holder<'a> {
     pub address: &'a str,
@@ -16,6 +19,18 @@ pub struct Holder<'a> {
     pub stored_bytes: u64,
     /// Free memory on its host (its latest load sample); 0: unknown.
     pub free_memory_bytes: u64,
+    /// Its cap on data kept on the grid; 0: none.
+    pub data_cap_bytes: u64,
+    /// The copies it keeps (and those being stored there), as the records say; only
+    /// needed under a cap.
+    pub kept: Vec<Kept>,
+}
+
+/// Where one copy of a new handle goes, and the replicas that server drops for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed<'a> {
+    pub address: &'a str,
+    pub evicted: Vec<String>,
 }
 
 /// Why a handle cannot be made.
@@ -24,18 +39,23 @@ pub enum PlaceError {
     #[error("no compute server is up to keep data")]
     NoServer,
     #[error(
-        "no server has room for {bytes} bytes: the most free memory any up server reports is \
-         {largest} bytes"
+        "no server has room for {bytes} bytes: the most any up server can take is {largest} \
+         bytes (its free memory, or its data cap less the last copies of handles it keeps)"
     )]
     NoRoom { bytes: u64, largest: u64 },
     #[error("{copies} copies need as many up servers with room; {servers} have it")]
     TooFewServers { copies: usize, servers: usize },
 }
 
-/// Where a new handle of `bytes` goes: the server holding the fewest stored bytes among
-/// those whose free memory (where known) fits it; ties go to the first, so the choice is
-/// deterministic.
-pub fn choose_holder<'a>(holders: &[Holder<'a>], bytes: u64) -> Result<&'a str, PlaceError> {
+/// Where a new handle of `bytes` goes: among the servers whose free memory (where known)
+/// fits it and whose data cap fits it, replicas evicted if need be, the one that evicts the
+/// fewest bytes, then the one holding the fewest stored bytes; ties go to the first, so the
+/// choice is deterministic.
+pub fn choose_holder<'a>(
+    holders: &[Holder<'a>],
+    bytes: u64,
+    remaining: &Remaining,
+) -> Result<Placed<'a>, PlaceError> {
     if holders.is_empty() {
         return Err(PlaceError::NoServer);
     }
@@ -43,32 +63,55 @@ pub fn choose_holder<'a>(holders: &[Holder<'a>], bytes: u64) -> Result<&'a str, 
     holders
         .iter()
         .filter(fits)
-        .min_by_key(|h| h.stored_bytes)
-        .map(|h| h.address)
+        .filter_map(|h| {
+            let evicted = room::evictions(h.data_cap_bytes, &h.kept, bytes, remaining)?;
+            let freed: u64 = evicted.iter().map(|k| k.bytes).sum();
+            let evicted = evicted.into_iter().map(|k| k.handle.clone()).collect();
+            Some(((freed, h.stored_bytes), h.address, evicted))
+        })
+        .min_by_key(|(key, _, _)| *key)
+        .map(|(_, address, evicted)| Placed { address, evicted })
         .ok_or(PlaceError::NoRoom {
             bytes,
             largest: holders
                 .iter()
-                .map(|h| h.free_memory_bytes)
+                .map(|h| {
+                    let memory = match h.free_memory_bytes {
+                        0 => u64::MAX,
+                        free => free,
+                    };
+                    memory.min(room::room(h.data_cap_bytes, &h.kept, remaining))
+                })
                 .max()
                 .unwrap_or(0),
         })
 }
 
 /// Where a new handle's `copies` copies of `bytes` go: each on a server of its own, chosen
-/// by [`choose_holder`] among those not yet chosen.
+/// by [`choose_holder`] among those not yet chosen, no handle losing its last copy to the
+/// evictions of all of them.
 pub fn choose_holders<'a>(
     holders: &[Holder<'a>],
     bytes: u64,
     copies: usize,
-) -> Result<Vec<&'a str>, PlaceError> {
+) -> Result<Vec<Placed<'a>>, PlaceError> {
     let mut left: Vec<Holder<'a>> = holders.to_vec();
-    let mut chosen = Vec::with_capacity(copies);
+    let mut chosen: Vec<Placed<'a>> = Vec::with_capacity(copies);
+    let mut remaining = Remaining::new();
     while chosen.len() < copies {
-        match choose_holder(&left, bytes) {
-            Ok(address) => {
-                chosen.push(address);
+        match choose_holder(&left, bytes, &remaining) {
+            Ok(placed) => {
+                let address = placed.address;
+                let on = left.iter().find(|h| h.address == address);
+                for handle in &placed.evicted {
+                    let copies = on
+                        .and_then(|h| h.kept.iter().find(|k| &k.handle == handle))
+                        .map_or(1, |k| k.copies);
+                    let count = remaining.entry(handle.clone()).or_insert(copies);
+                    *count = count.saturating_sub(1);
+                }
                 left.retain(|h| h.address != address);
+                chosen.push(placed);
             }
             Err(_) if !chosen.is_empty() => {
                 return Err(PlaceError::TooFewServers {
@@ -130,25 +173,51 @@ mod tests {
             address,
             stored_bytes: stored,
             free_memory_bytes: free,
+            data_cap_bytes: 0,
+            kept: Vec::new(),
+        }
+    }
+
+    fn at(address: &str) -> Placed<'_> {
+        Placed {
+            address,
+            evicted: Vec::new(),
+        }
+    }
+
+    fn capped<'a>(address: &'a str, cap: u64, kept: &[(&str, u64, usize, f64)]) -> Holder<'a> {
+        Holder {
+            data_cap_bytes: cap,
+            kept: kept
+                .iter()
+                .map(|&(handle, bytes, copies, used_at)| Kept {
+                    handle: handle.into(),
+                    bytes,
+                    copies,
+                    used_at,
+                })
+                .collect(),
+            ..holder(address, kept.iter().map(|k| k.1).sum(), 0)
         }
     }
 
     #[test]
     fn new_data_goes_to_the_server_holding_least_that_has_room() {
+        let none = Remaining::new();
         let holders = [
             holder("a", 500, 10_000),
             holder("b", 100, 50),
             holder("c", 200, 0),
         ];
         assert_eq!(
-            choose_holder(&holders, 60),
-            Ok("c"),
+            choose_holder(&holders, 60, &none),
+            Ok(at("c")),
             "b has no room; c's is unknown"
         );
-        assert_eq!(choose_holder(&holders, 10), Ok("b"));
-        assert_eq!(choose_holder(&[], 10), Err(PlaceError::NoServer));
+        assert_eq!(choose_holder(&holders, 10, &none), Ok(at("b")));
+        assert_eq!(choose_holder(&[], 10, &none), Err(PlaceError::NoServer));
         let full = [holder("a", 0, 10), holder("b", 0, 20)];
-        let refused = choose_holder(&full, 30).unwrap_err();
+        let refused = choose_holder(&full, 30, &none).unwrap_err();
         assert_eq!(
             refused,
             PlaceError::NoRoom {
@@ -166,8 +235,11 @@ mod tests {
             holder("b", 100, 0),
             holder("c", 200, 0),
         ];
-        assert_eq!(choose_holders(&holders, 10, 2), Ok(vec!["b", "c"]));
-        assert_eq!(choose_holders(&holders, 10, 3), Ok(vec!["b", "c", "a"]));
+        assert_eq!(choose_holders(&holders, 10, 2), Ok(vec![at("b"), at("c")]));
+        assert_eq!(
+            choose_holders(&holders, 10, 3),
+            Ok(vec![at("b"), at("c"), at("a")])
+        );
         let refused = choose_holders(&holders, 10, 4).unwrap_err();
         assert_eq!(
             refused,
@@ -176,6 +248,49 @@ mod tests {
                 servers: 3
             }
         );
+    }
+
+    #[test]
+    fn under_caps_a_server_with_room_wins_over_one_that_must_evict_then_the_least_evicted() {
+        let none = Remaining::new();
+        let holders = [
+            capped("a", 100, &[("r1", 60, 2, 1.0)]),
+            capped("b", 100, &[("r2", 30, 2, 5.0), ("r3", 30, 2, 6.0)]),
+        ];
+        // 40 fits on a as it is, though a holds more.
+        assert_eq!(choose_holder(&holders, 40, &none), Ok(at("a")));
+        // 50 fits nowhere as it is: b drops 30 (r2, its older), a would drop 60.
+        let placed = choose_holder(&holders, 50, &none).unwrap();
+        assert_eq!(
+            (placed.address, placed.evicted),
+            ("b", vec!["r2".to_string()])
+        );
+        let refused = choose_holder(&[capped("a", 100, &[("last", 60, 1, 0.0)])], 50, &none);
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "no server has room for 50 bytes: the most any up server can take is 40 bytes \
+             (its free memory, or its data cap less the last copies of handles it keeps)"
+        );
+    }
+
+    #[test]
+    fn two_copies_placed_together_never_evict_both_copies_of_one_handle() {
+        // `h` is on a and b, nothing else: a 2-copy put that needs both servers to evict
+        // may drop `h` from one of them only.
+        let holders = [
+            capped("a", 100, &[("h", 60, 2, 0.0)]),
+            capped("b", 100, &[("h", 60, 2, 0.0)]),
+        ];
+        let refused = choose_holders(&holders, 50, 2).unwrap_err();
+        assert_eq!(
+            refused,
+            PlaceError::TooFewServers {
+                copies: 2,
+                servers: 1
+            }
+        );
+        let one = choose_holders(&holders, 50, 1).unwrap();
+        assert_eq!(one[0].evicted, vec!["h".to_string()]);
     }
 
     #[test]

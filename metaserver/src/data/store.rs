@@ -4,6 +4,7 @@ use ninf_proto::v1;
 use prost::Message;
 use sqlx::Row;
 
+use crate::data::Kept;
 use crate::db::{DbError, ResourceDb};
 
 fn bad_spec(id: &str, reason: impl std::fmt::Display) -> DbError {
@@ -18,8 +19,8 @@ impl ResourceDb {
     pub async fn insert_data(&self, info: &v1::DataInfo) -> Result<(), DbError> {
         let spec = info.spec.clone().unwrap_or_default();
         sqlx::query(
-            "INSERT INTO data_handles (id, owner, spec, lease_until, created_at)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO data_handles (id, owner, spec, lease_until, created_at, used_at)
+             VALUES ($1, $2, $3, $4, $5, $5)",
         )
         .bind(&info.id)
         .bind(&info.owner)
@@ -97,6 +98,65 @@ impl ResourceDb {
         .execute(&self.pool)
         .await?;
         Ok(old)
+    }
+
+    /// Marks the handle used at `now` (read for a call or a get, or written): replicas are
+    /// evicted least recently used first.
+    pub async fn touch_data(&self, id: &str, now: f64) -> Result<(), DbError> {
+        sqlx::query("UPDATE data_handles SET used_at = $2 WHERE id = $1")
+            .bind(id)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The copies `server` keeps, each with its handle's bytes, number of copies and last
+    /// use.
+    pub async fn kept_on(&self, server: &str) -> Result<Vec<Kept>, DbError> {
+        let rows = sqlx::query(
+            "SELECT c.handle, h.spec, h.used_at,
+                    (SELECT COUNT(*) FROM data_copies o WHERE o.handle = c.handle) AS copies
+             FROM data_copies c JOIN data_handles h ON h.id = c.handle
+             WHERE c.server = $1",
+        )
+        .bind(server)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let handle: String = r.try_get("handle")?;
+                let spec: Vec<u8> = r.try_get("spec")?;
+                let spec =
+                    v1::DataSpec::decode(spec.as_slice()).map_err(|e| bad_spec(&handle, e))?;
+                let copies: i64 = r.try_get("copies")?;
+                Ok(Kept {
+                    handle,
+                    bytes: spec.bytes,
+                    copies: usize::try_from(copies).unwrap_or(0),
+                    used_at: r.try_get("used_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Drops the handle's copy on `server` from the records; the copy it was, if any.
+    pub async fn remove_copy(
+        &self,
+        id: &str,
+        server: &str,
+    ) -> Result<Option<v1::DataCopy>, DbError> {
+        let copy = self
+            .copies(id)
+            .await?
+            .into_iter()
+            .find(|c| c.server == server);
+        sqlx::query("DELETE FROM data_copies WHERE handle = $1 AND server = $2")
+            .bind(id)
+            .bind(server)
+            .execute(&self.pool)
+            .await?;
+        Ok(copy)
     }
 
     /// Forgets a handle and its copies.

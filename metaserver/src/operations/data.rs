@@ -5,11 +5,19 @@
 
 use ninf_proto::v1;
 
-use crate::data::{Holder, check_spec, choose_holders};
+use crate::data::room::{self, Reserved};
+use crate::data::{Holder, Kept, Remaining, check_spec, choose_holders};
 use crate::{Metaserver, MetaserverError, unix_now};
 
+/// One copy's server, and the replicas it drops for it.
+struct Placement {
+    address: String,
+    evicted: Vec<String>,
+}
+
 impl Metaserver {
-    /// A new handle for `owner` and the server its data goes to.
+    /// A new handle for `owner` and the servers its data goes to, replicas of other handles
+    /// evicted there to make room under the servers' data caps.
     pub async fn create_data(
         &self,
         request: v1::CreateDataRequest,
@@ -21,62 +29,185 @@ impl Metaserver {
         } else {
             1
         };
-        let servers = self.data_holders(spec.bytes, copies)?;
-        let server = servers.first().cloned().unwrap_or_default();
+        let now = unix_now();
+        let mut reserved = self.data_room.lock().await;
+        reserved.prune(now - self.config.data_lease_seconds);
+        // An empty handle stores nothing until a call writes it, and room is made then.
+        let placed = self
+            .data_holders(spec.bytes, copies, (!spec.empty).then_some(&*reserved))
+            .await?;
+        let servers: Vec<String> = placed.iter().map(|p| p.address.to_string()).collect();
+        let mut evicted = Vec::new();
+        if !spec.empty {
+            for p in &placed {
+                evicted.extend(self.evict(&p.address, &p.evicted).await?);
+            }
+        }
         let id = ninf_proto::net::local::random_name("")
             .map_err(|e| MetaserverError::Planning(format!("no random handle id: {e}")))?;
-        let now = unix_now();
         let info = v1::DataInfo {
             id,
             owner: request.owner,
-            spec: Some(spec),
-            copies: Vec::new(),
             lease_until: now + self.config.data_lease_seconds,
             created: now,
+            copies: Vec::new(),
+            spec: Some(spec),
         };
         self.db.insert_data(&info).await?;
-        tracing::info!(id = %info.id, owner = %info.owner, %server, "data handle made");
+        let bytes = info.spec.as_ref().map_or(0, |s| s.bytes);
+        if info.spec.as_ref().is_some_and(|s| !s.empty) {
+            reserved.reserve(&info.id, servers.clone(), bytes, now);
+        }
+        let server = servers.first().cloned().unwrap_or_default();
+        tracing::info!(id = %info.id, owner = %info.owner, %server, evicted = evicted.len(), "data handle made");
         Ok(v1::CreateDataReply {
             info: Some(info),
             server,
             servers,
+            evicted,
         })
     }
 
-    /// The up servers, not draining, that a new handle's `copies` copies of `bytes` go to.
-    fn data_holders(&self, bytes: u64, copies: usize) -> Result<Vec<String>, MetaserverError> {
-        let state = self.state();
-        let now = unix_now();
-        let holders: Vec<Holder> = state
-            .registry
-            .servers()
-            .iter()
-            .filter(|s| state.registry.is_up(s, now) && !s.draining)
-            .map(|s| Holder {
-                address: &s.address,
-                stored_bytes: s.latest.as_ref().map_or(0, |l| l.stored_bytes),
-                free_memory_bytes: s.latest.as_ref().map_or(0, |l| l.free_memory_bytes),
+    /// The up servers, not draining, that a new handle's `copies` copies of `bytes` go to;
+    /// under their data caps when `reserved` (the puts under way) is given.
+    async fn data_holders(
+        &self,
+        bytes: u64,
+        copies: usize,
+        reserved: Option<&Reserved>,
+    ) -> Result<Vec<Placement>, MetaserverError> {
+        let candidates: Vec<(String, u64, u64, u64)> = {
+            let state = self.state();
+            let now = unix_now();
+            state
+                .registry
+                .servers()
+                .iter()
+                .filter(|s| state.registry.is_up(s, now) && !s.draining)
+                .map(|s| {
+                    let latest = s.latest.as_ref();
+                    (
+                        s.address.clone(),
+                        latest.map_or(0, |l| l.stored_bytes),
+                        latest.map_or(0, |l| l.free_memory_bytes),
+                        reserved.map_or(0, |_| s.info.data_cap_bytes),
+                    )
+                })
+                .collect()
+        };
+        let mut holders = Vec::with_capacity(candidates.len());
+        for (address, stored_bytes, free_memory_bytes, data_cap_bytes) in &candidates {
+            let kept = match reserved {
+                Some(reserved) if *data_cap_bytes > 0 => self.kept_on(address, reserved).await?,
+                _ => Vec::new(),
+            };
+            holders.push(Holder {
+                address,
+                stored_bytes: *stored_bytes,
+                free_memory_bytes: *free_memory_bytes,
+                data_cap_bytes: *data_cap_bytes,
+                kept,
+            });
+        }
+        let chosen = choose_holders(&holders, bytes, copies)
+            .map_err(|e| MetaserverError::NoCapacity(e.to_string()))?;
+        Ok(chosen
+            .into_iter()
+            .map(|p| Placement {
+                address: p.address.to_string(),
+                evicted: p.evicted,
             })
-            .collect();
-        choose_holders(&holders, bytes, copies)
-            .map(|chosen| chosen.into_iter().map(str::to_string).collect())
-            .map_err(|e| MetaserverError::NoCapacity(e.to_string()))
+            .collect())
+    }
+
+    /// What `server` keeps as the records say, and what is being stored there.
+    async fn kept_on(
+        &self,
+        server: &str,
+        reserved: &Reserved,
+    ) -> Result<Vec<Kept>, MetaserverError> {
+        let mut kept = self.db.kept_on(server).await?;
+        kept.extend(reserved.on(server));
+        Ok(kept)
+    }
+
+    /// Drops the copies of `handles` on `server` from the records: the copies, for the
+    /// proxy to delete.
+    async fn evict(
+        &self,
+        server: &str,
+        handles: &[String],
+    ) -> Result<Vec<v1::DataCopy>, MetaserverError> {
+        let mut evicted = Vec::with_capacity(handles.len());
+        for handle in handles {
+            if let Some(copy) = self.db.remove_copy(handle, server).await? {
+                tracing::info!(%handle, %server, "replica evicted under the data cap");
+                evicted.push(copy);
+            }
+        }
+        Ok(evicted)
     }
 
     /// Records a copy of `owner`'s handle; with `replace`, the handle's new value: the reply
-    /// lists the handle as it is now, and the old copies in `stale` for deleting.
+    /// lists the handle as it is now, and in `stale` the old copies and the replicas evicted
+    /// to bring the copy's server under its data cap, for deleting.
     pub async fn add_data_copy(
         &self,
         request: v1::AddCopyRequest,
     ) -> Result<(v1::DataInfo, Vec<v1::DataCopy>), MetaserverError> {
         self.owned_data(&request.id, &request.owner).await?;
         let copy = request.copy.unwrap_or_default();
-        let stale = self
+        let mut reserved = self.data_room.lock().await;
+        reserved.stored(&request.id, &copy.server);
+        let mut stale = self
             .db
             .add_data_copy(&request.id, &copy, request.replace)
             .await?;
+        self.db.touch_data(&request.id, unix_now()).await?;
+        stale.extend(self.room_for(&copy.server, &request.id, &reserved).await?);
+        drop(reserved);
         let info = self.owned_data(&request.id, &request.owner).await?;
         Ok((info, stale))
+    }
+
+    /// Evicts replicas of other handles from `server` until its copy of `handle` fits under
+    /// its data cap (every replica, when that is not enough).
+    async fn room_for(
+        &self,
+        server: &str,
+        handle: &str,
+        reserved: &Reserved,
+    ) -> Result<Vec<v1::DataCopy>, MetaserverError> {
+        let cap = {
+            let state = self.state();
+            state
+                .registry
+                .servers()
+                .iter()
+                .find(|s| s.address == server)
+                .map_or(0, |s| s.info.data_cap_bytes)
+        };
+        if cap == 0 {
+            return Ok(Vec::new());
+        }
+        let (this, others): (Vec<Kept>, Vec<Kept>) = self
+            .kept_on(server, reserved)
+            .await?
+            .into_iter()
+            .partition(|k| k.handle == handle);
+        let bytes = this.iter().map(|k| k.bytes).sum();
+        let evicted: Vec<String> = room::make_room(cap, &others, bytes, &Remaining::new())
+            .into_iter()
+            .map(|k| k.handle.clone())
+            .collect();
+        self.evict(server, &evicted).await
+    }
+
+    /// `owner`'s handle `id`, marked used now (for a call or a get).
+    pub async fn use_data(&self, id: &str, owner: &str) -> Result<v1::DataInfo, MetaserverError> {
+        let info = self.owned_data(id, owner).await?;
+        self.db.touch_data(id, unix_now()).await?;
+        Ok(info)
     }
 
     /// `owner`'s handle `id`.
@@ -94,6 +225,7 @@ impl Metaserver {
         owner: &str,
     ) -> Result<v1::DataInfo, MetaserverError> {
         let info = self.owned_data(id, owner).await?;
+        self.data_room.lock().await.forget(id);
         self.db.delete_data(id).await?;
         tracing::info!(%id, %owner, "data handle freed");
         Ok(info)

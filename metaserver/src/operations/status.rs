@@ -91,5 +91,6 @@ fn server_status(
         batch_job: info.batch_job.clone(),
         allocation: info.allocation.clone(),
         draining: false,
+        data_cap_bytes: info.data_cap_bytes,
     }
 }
