@@ -264,6 +264,7 @@ impl NinfClient {
             // A direct call cannot tell what else its caller runs at the same time.
             alone: false,
             call_key: String::new(),
+            keep_inputs: Vec::new(),
         })
     }
 
@@ -360,6 +361,7 @@ impl NinfClient {
             authorization: self.token.header(),
             alone: false,
             call_key: String::new(),
+            keep_inputs: Vec::new(),
         };
         Ok((request, encoded))
     }

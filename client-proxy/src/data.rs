@@ -5,8 +5,10 @@
 //! deleting one owner and its lease is that owner's lease.
 //!
 //! In a run, a handle an argument reads becomes one of its copies (the one on the task's
-//! server when there is one); a handle it writes becomes a kept output, given to the handle
-//! once the run has succeeded, its older copies deleted. A run that fails changes no handle.
+//! server when there is one); a persistent handle read from another server is kept there as
+//! well, a replica recorded once the run has succeeded if it fits under that server's cap. A
+//! handle it writes becomes a kept output, given to the handle once the run has succeeded,
+//! its older copies deleted. A run that fails changes no handle.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +28,9 @@ pub(crate) struct DataUses {
     reads: Vec<(usize, u32, String)>,
     /// (task, parameter, handle id) of every output that becomes a handle's value.
     pub(crate) writes: Vec<(usize, u32, String)>,
+    /// (task, parameter, handle id) of the reads of persistent handles from another server
+    /// that the task's server keeps as a new replica ([`bind_data`] chooses them).
+    pub(crate) replicas: Vec<(usize, u32, String)>,
 }
 
 fn unexpected(what: &str) -> Status {
@@ -91,7 +96,11 @@ impl Proxy {
         let array = v1::Array { element_type, data };
         for server in &servers {
             match self.cluster.put(server, &info.id, array.clone()).await {
-                Ok(object) => info = self.add_copy(owner, &info.id, object, false).await?,
+                Ok(object) => {
+                    info = self
+                        .add_copy(owner, &info.id, object, (false, false))
+                        .await?
+                }
                 Err(status) => {
                     // Nothing is half made: the record and the copies stored go.
                     let _ = self.free_data(owner, &info.id).await;
@@ -113,7 +122,7 @@ impl Proxy {
         owner: &str,
         id: &str,
         object: v1::ObjectRef,
-        replace: bool,
+        (replace, only_if_room): (bool, bool),
     ) -> Result<v1::DataInfo, Status> {
         let request = v1::AddCopyRequest {
             id: id.to_string(),
@@ -123,6 +132,7 @@ impl Proxy {
                 object_id: object.object_id,
             }),
             replace,
+            only_if_room,
         };
         let DataRecordsReply::CopyAdded(added) =
             self.records(DataRecordsRequest::AddCopy(request)).await?
@@ -307,14 +317,20 @@ impl Proxy {
         outcome: Result<Executed, Failed>,
     ) -> Result<Executed, Failed> {
         let executed = match outcome {
-            Ok(executed) if !uses.writes.is_empty() => executed,
+            Ok(executed) if !uses.writes.is_empty() || !executed.data_replicas.is_empty() => {
+                executed
+            }
             other => return other,
         };
         match self
             .store_data_outputs(owner, uses, &executed.data_objects)
             .await
         {
-            Ok(()) => Ok(executed),
+            Ok(()) => {
+                self.keep_replicas(owner, uses, &executed.data_replicas)
+                    .await;
+                Ok(executed)
+            }
             Err(status) => Err(Failed {
                 status,
                 actuals: executed.actuals,
@@ -347,17 +363,92 @@ impl Proxy {
                     status.message()
                 ))
             })?;
-            self.add_copy(owner, id, object.clone(), true).await?;
+            self.add_copy(owner, id, object.clone(), (true, false))
+                .await?;
         }
         Ok(())
     }
+}
+
+impl Proxy {
+    /// Records the inputs the servers kept as replicas of the handles they read, where they
+    /// fit; the others stay the run's intermediates, deleted with them. A replica not
+    /// recorded costs nothing but its transfer, which the call paid already.
+    async fn keep_replicas(
+        &self,
+        owner: &str,
+        uses: &DataUses,
+        kept: &[(usize, u32, v1::ObjectRef)],
+    ) {
+        for (task, parameter, object) in kept {
+            let Some((_, _, id)) = uses
+                .replicas
+                .iter()
+                .find(|(t, p, _)| t == task && p == parameter)
+            else {
+                continue;
+            };
+            if let Err(status) = self.cluster.adopt(object, id).await {
+                tracing::debug!(%id, server = %object.server, error = %status.message(), "replica not adopted");
+                continue;
+            }
+            match self
+                .add_copy(owner, id, object.clone(), (false, true))
+                .await
+            {
+                Ok(info) if info.copies.iter().any(|c| c.object_id == object.object_id) => {
+                    tracing::debug!(%id, server = %object.server, "replica kept");
+                }
+                Ok(_) => {}
+                Err(status) => {
+                    tracing::debug!(%id, server = %object.server, error = %status.message(), "replica not recorded");
+                    let stale = v1::DataCopy {
+                        server: object.server.clone(),
+                        object_id: object.object_id.clone(),
+                    };
+                    self.delete_copies(id, &[stale]).await;
+                }
+            }
+        }
+    }
+}
+
+/// The reads that make a replica, of those bound to a copy on another server than the
+/// task's, `(task, parameter, handle, task's server)`: of a persistent handle, by an argument
+/// that only reads it, of a handle no task of the run writes; one per handle and server.
+fn choose_replicas(
+    uses: &DataUses,
+    remote: &[(usize, u32, String, String)],
+) -> Vec<(usize, u32, String)> {
+    let mut chosen: Vec<(usize, u32, String)> = Vec::new();
+    let mut at: Vec<(&str, &str)> = Vec::new();
+    for (task, parameter, id, on) in remote {
+        let persistent = uses.handles.get(id).is_some_and(|info| {
+            info.spec
+                .as_ref()
+                .is_some_and(|s| v1::DataMode::try_from(s.mode) == Ok(v1::DataMode::Persistent))
+        });
+        let written = uses.writes.iter().any(|(_, _, w)| w == id);
+        if !persistent || written || at.contains(&(id.as_str(), on.as_str())) {
+            continue;
+        }
+        at.push((id, on));
+        chosen.push((*task, *parameter, id.clone()));
+    }
+    chosen
 }
 
 /// The run's arguments with each handle it reads replaced by a copy (the one on the task's
 /// server when there is one, else one on a server the run was placed on, which the
 /// metaserver saw up, else the first) and each it only writes by nothing: what the servers
 /// see.
-pub(crate) fn bind_data(uses: &DataUses, arguments: &mut [v1::TaskArguments], servers: &[String]) {
+/// The reads of persistent handles from other servers are noted in `uses.replicas`: the
+/// tasks' servers keep them.
+pub(crate) fn bind_data(
+    uses: &mut DataUses,
+    arguments: &mut [v1::TaskArguments],
+    servers: &[String],
+) {
     for args in arguments.iter_mut() {
         for argument in &mut args.arguments {
             if matches!(&argument.source, Some(v1::call_argument::Source::Data(d)) if !d.reads) {
@@ -365,6 +456,7 @@ pub(crate) fn bind_data(uses: &DataUses, arguments: &mut [v1::TaskArguments], se
             }
         }
     }
+    let mut remote = Vec::new();
     for (task, parameter, id) in &uses.reads {
         let (Some(info), Some(server)) = (uses.handles.get(id), servers.get(*task)) else {
             continue;
@@ -378,6 +470,9 @@ pub(crate) fn bind_data(uses: &DataUses, arguments: &mut [v1::TaskArguments], se
         let Some(copy) = copy else {
             continue;
         };
+        if &copy.server != server {
+            remote.push((*task, *parameter, id.clone(), server.clone()));
+        }
         if let Some(argument) = arguments
             .get_mut(*task)
             .and_then(|a| a.arguments.get_mut(*parameter as usize))
@@ -387,5 +482,85 @@ pub(crate) fn bind_data(uses: &DataUses, arguments: &mut [v1::TaskArguments], se
                 object_id: copy.object_id.clone(),
             }));
         }
+    }
+    uses.replicas = choose_replicas(uses, &remote);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(id: &str, mode: v1::DataMode, on: &[&str]) -> (String, v1::DataInfo) {
+        let info = v1::DataInfo {
+            id: id.into(),
+            spec: Some(v1::DataSpec {
+                bytes: 8,
+                mode: mode as i32,
+                ..Default::default()
+            }),
+            copies: on
+                .iter()
+                .map(|s| v1::DataCopy {
+                    server: s.to_string(),
+                    object_id: format!("{id}@{s}"),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        (id.to_string(), info)
+    }
+
+    fn read(id: &str) -> v1::CallArgument {
+        v1::CallArgument {
+            source: Some(v1::call_argument::Source::Data(v1::DataArgument {
+                id: id.into(),
+                reads: true,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn persistent_reads_from_another_server_become_replicas_once_per_server_and_sticky_never() {
+        let mut uses = DataUses {
+            handles: [
+                handle("p", v1::DataMode::Persistent, &["a"]),
+                handle("s", v1::DataMode::Sticky, &["a"]),
+                handle("w", v1::DataMode::Persistent, &["a"]),
+            ]
+            .into_iter()
+            .collect(),
+            // Tasks 0 and 1 on b read p; task 2 on a reads p where it is; task 3 on b reads
+            // s and w, which task 2 writes.
+            reads: vec![
+                (0, 0, "p".into()),
+                (1, 0, "p".into()),
+                (2, 0, "p".into()),
+                (3, 0, "s".into()),
+                (3, 1, "w".into()),
+            ],
+            writes: vec![(2, 1, "w".into())],
+            replicas: Vec::new(),
+        };
+        let mut arguments: Vec<v1::TaskArguments> = [
+            vec![read("p")],
+            vec![read("p")],
+            vec![read("p"), v1::CallArgument::default()],
+            vec![read("s"), read("w")],
+        ]
+        .into_iter()
+        .map(|arguments| v1::TaskArguments {
+            arguments,
+            ..Default::default()
+        })
+        .collect();
+        let servers: Vec<String> = ["b", "b", "a", "b"].map(String::from).into();
+        bind_data(&mut uses, &mut arguments, &servers);
+        assert_eq!(uses.replicas, vec![(0, 0, "p".to_string())]);
+        let Some(v1::call_argument::Source::Object(object)) = &arguments[1].arguments[0].source
+        else {
+            panic!("p is bound to a copy");
+        };
+        assert_eq!(object.object_id, "p@a");
     }
 }

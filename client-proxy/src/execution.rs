@@ -60,13 +60,15 @@ struct Dataflow {
     returns: Vec<HashSet<u32>>,
     /// Bytes each task reads from its producers' storage (its incoming edges).
     fed_bytes: Vec<u64>,
+    /// Inputs each task's server keeps once fetched: replicas of data handles.
+    keep_inputs: Vec<BTreeSet<u32>>,
 }
 
 impl Dataflow {
     fn new(
         graph: &v1::TaskGraph,
         arguments: &[v1::TaskArguments],
-        data_writes: &[(usize, u32, String)],
+        data: &crate::data::DataUses,
     ) -> Result<Dataflow, Status> {
         let n = graph.tasks.len();
         let mut fed: Vec<Vec<(u32, usize, u32)>> = vec![Vec::new(); n];
@@ -83,8 +85,14 @@ impl Dataflow {
             keep[from].insert(edge.from_parameter);
             fed_bytes[to] += edge.bytes;
         }
-        for (task, parameter, _) in data_writes {
+        for (task, parameter, _) in &data.writes {
             if let Some(kept) = keep.get_mut(*task) {
+                kept.insert(*parameter);
+            }
+        }
+        let mut keep_inputs: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); n];
+        for (task, parameter, _) in &data.replicas {
+            if let Some(kept) = keep_inputs.get_mut(*task) {
                 kept.insert(*parameter);
             }
         }
@@ -97,6 +105,7 @@ impl Dataflow {
             keep,
             returns,
             fed_bytes,
+            keep_inputs,
         })
     }
 
@@ -141,6 +150,8 @@ struct Progress {
     owner: String,
     run: GraphRun,
     objects: HashMap<(usize, u32), v1::ObjectRef>,
+    /// Inputs the tasks' servers kept (`CallRequest.keep_inputs`), under the graph's owner.
+    kept_inputs: HashMap<(usize, u32), v1::ObjectRef>,
     reports: Vec<Option<v1::TaskReport>>,
     actuals: Vec<v1::TaskActual>,
     /// Object ids each task's latest call read from storage.
@@ -245,8 +256,8 @@ struct GraphExecution<'a> {
     /// Whether its finished tasks are being journaled yet (see
     /// [`GraphExecution::journal_progress`]).
     progress_journaled: bool,
-    /// The outputs that become data handles' values.
-    data_writes: &'a [(usize, u32, String)],
+    /// The handles the run reads and writes.
+    data: &'a crate::data::DataUses,
 }
 
 impl Proxy {
@@ -259,10 +270,10 @@ impl Proxy {
         (owner, used): (&str, &UsedServers),
         sink: &ProgressSink,
         journaling: Journaling<'_>,
-        data_writes: &[(usize, u32, String)],
+        data: &crate::data::DataUses,
     ) -> Result<Executed, Failed> {
         let start = Instant::now();
-        let flow = match Dataflow::new(graph, arguments, data_writes) {
+        let flow = match Dataflow::new(graph, arguments, data) {
             Ok(flow) => flow,
             Err(status) => {
                 return Err(Failed {
@@ -295,7 +306,7 @@ impl Proxy {
             sink,
             journal_key: journaling.key,
             progress_journaled: false,
-            data_writes,
+            data,
         };
         let outcome = execution.run().await;
         execution.finish(outcome).await
@@ -313,6 +324,7 @@ impl Progress {
             owner: owner.to_string(),
             run: GraphRun::new(n, dependencies),
             objects: HashMap::new(),
+            kept_inputs: HashMap::new(),
             reports: vec![None; n],
             actuals: Vec::new(),
             inputs: vec![Vec::new(); n],
@@ -562,6 +574,11 @@ impl GraphExecution<'_> {
         };
         let progress = &mut self.progress;
         ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
+        for kept in reply.kept_inputs {
+            if let Some(object) = kept.object {
+                progress.kept_inputs.insert((task, kept.parameter), object);
+            }
+        }
         let mut outputs = Vec::new();
         for output in reply.outputs {
             match output.result {
@@ -829,16 +846,24 @@ impl GraphExecution<'_> {
             }
         }
         let data_objects = self
-            .data_writes
+            .data
+            .writes
             .iter()
             .filter_map(|(task, parameter, _)| {
                 let object = self.progress.objects.get(&(*task, *parameter))?;
                 Some((*task, *parameter, object.clone()))
             })
             .collect();
+        let data_replicas = self
+            .progress
+            .kept_inputs
+            .into_iter()
+            .map(|((task, parameter), object)| (task, parameter, object))
+            .collect();
         let faults = self.progress.faults;
         Ok(Executed {
             data_objects,
+            data_replicas,
             reports,
             actuals: self.progress.actuals,
             makespan: makespan(),
@@ -1026,6 +1051,7 @@ fn build_call(
         authorization: String::new(),
         alone: false,
         call_key: String::new(),
+        keep_inputs: flow.keep_inputs[task].iter().copied().collect(),
     })
 }
 

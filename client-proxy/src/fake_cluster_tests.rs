@@ -166,7 +166,7 @@ impl Run {
                     key: None,
                     restored,
                 },
-                &[],
+                &crate::data::DataUses::default(),
             )
             .await
     }

@@ -345,7 +345,7 @@ impl Proxy {
                 arguments.len()
             )));
         }
-        let data = self
+        let mut data = self
             .resolve_data(admitted.client(), &mut graph, &arguments)
             .await?;
         let key = journal_key(admitted.client(), &transaction_id).filter(|_| self.journal.is_on());
@@ -374,7 +374,7 @@ impl Proxy {
         tracing::Span::current().record("graph_id", placement.graph_id);
         progress.placed(placement.graph_id, n);
         let (mut servers, predicted) = placed_servers(placement, n)?;
-        data::bind_data(&data, &mut arguments, &servers);
+        data::bind_data(&mut data, &mut arguments, &servers);
         let staging = staging_within_quota(placement, admitted);
         let used: UsedServers = Arc::new(Mutex::new(servers.iter().cloned().collect()));
         Self::lock(&used).extend(placed.also_used.iter().cloned());
@@ -391,7 +391,7 @@ impl Proxy {
                 (&placed.owner, &used),
                 progress,
                 journaling,
-                &data.writes,
+                &data,
             ) => outcome,
             () = cancel.cancelled() => Err(Failed {
                 status: Status::cancelled("the client cancelled the transaction"),
@@ -485,6 +485,9 @@ struct Executed {
     /// Where the outputs that become data handles' values were kept: (task, parameter,
     /// object).
     data_objects: Vec<(usize, u32, v1::ObjectRef)>,
+    /// Inputs the servers kept to become replicas of the handles read: (task, parameter,
+    /// object).
+    data_replicas: Vec<(usize, u32, v1::ObjectRef)>,
     reports: Vec<v1::TaskReport>,
     actuals: Vec<v1::TaskActual>,
     makespan: f64,

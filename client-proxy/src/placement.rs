@@ -97,6 +97,7 @@ impl Proxy {
                 counts: run_counts,
                 incidents,
                 data_objects: _,
+                data_replicas: _,
             }) => {
                 counts = run_counts;
                 for report in reports.iter_mut() {

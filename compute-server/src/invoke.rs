@@ -146,6 +146,62 @@ pub fn prepare<'a>(
     })
 }
 
+/// An input fetched from another server's storage that the call asked this server to keep
+/// too (`CallRequest.keep_inputs`): kept once the call has succeeded.
+pub struct FetchedInput {
+    pub parameter: u32,
+    pub array: v1::Array,
+}
+
+/// Keeps the fetched inputs under `owner`, for the reply; an input that does not fit is
+/// not kept (it was only asked for to save a later transfer).
+pub fn keep_inputs_after(
+    state: &ServerState,
+    owner: &str,
+    fetched: Vec<FetchedInput>,
+) -> Vec<v1::KeptInput> {
+    fetched
+        .into_iter()
+        .filter_map(|f| match keep_output(state, owner, &f.array, false) {
+            Ok(object) => Some(v1::KeptInput {
+                parameter: f.parameter,
+                object: Some(object),
+            }),
+            Err(status) => {
+                tracing::debug!(parameter = f.parameter, error = %status.message(), "fetched input not kept");
+                None
+            }
+        })
+        .collect()
+}
+
+/// The arguments a request asks to keep once fetched, by index.
+pub fn inputs_to_keep(request: &v1::CallRequest) -> std::collections::HashSet<u32> {
+    request.keep_inputs.iter().copied().collect()
+}
+
+/// [`resolve`], and the array fetched when it came from another server and `keep` asks for
+/// it.
+pub async fn resolve_keeping(
+    state: &ServerState,
+    function: &FunctionInterface,
+    (index, parameter): (u32, &ninf_idl::Parameter),
+    source: Option<Source>,
+    keep: bool,
+) -> Result<(v1::ArgumentValue, Option<FetchedInput>), Status> {
+    let remote = matches!(&source, Some(Source::Object(o))
+        if keep && !o.server.is_empty() && o.server != state.advertise);
+    let value = resolve(state, function, parameter, source).await?;
+    let fetched = match &value.value {
+        Some(WireValue::Array(array)) if remote => Some(FetchedInput {
+            parameter: index,
+            array: array.clone(),
+        }),
+        _ => None,
+    };
+    Ok((value, fetched))
+}
+
 /// An argument that is not in bulk: its value, fetching it from storage if needed.
 pub async fn resolve(
     state: &ServerState,
@@ -424,8 +480,20 @@ async fn call_holding(
 
     let fetch_start = Instant::now();
     let mut arguments = Vec::with_capacity(request.arguments.len());
-    for (parameter, argument) in function.parameters.iter().zip(request.arguments) {
-        arguments.push(resolve(state, function, parameter, argument.source).await?);
+    let mut fetched = Vec::new();
+    let keep_inputs = inputs_to_keep(&request);
+    for (index, (parameter, argument)) in function
+        .parameters
+        .iter()
+        .zip(request.arguments)
+        .enumerate()
+    {
+        let index = index as u32;
+        let keep = keep_inputs.contains(&index);
+        let (value, kept) =
+            resolve_keeping(state, function, (index, parameter), argument.source, keep).await?;
+        arguments.push(value);
+        fetched.extend(kept);
     }
     let fetch_seconds = fetch_start.elapsed().as_secs_f64();
 
@@ -471,6 +539,7 @@ async fn call_holding(
         outputs,
         status: success.status,
         timing: Some(timing),
+        kept_inputs: keep_inputs_after(state, &request.owner, fetched),
     })
 }
 

@@ -1,8 +1,9 @@
 //! The dashboard in a real browser: headless Chromium, driven over WebDriver (chromedriver,
 //! fantoccini), opens the link `ninf up` prints for an embedded grid with a token, and the
 //! test checks what each page shows against what the grid did: every server listed, a
-//! transaction's graph with one bar per task and its cross-server edges marked, the gang
-//! table of a parallel routine while it runs, the events of registration. Screenshots of
+//! transaction's graph with one bar per task and its cross-server edges marked, a data
+//! handle under its server and owner, the gang table of a parallel routine while it runs, the
+//! events of registration. Screenshots of
 //! each page go to `target/tmp/dashboard/` (and to `docs/figures/` with
 //! `NINF_UPDATE_FIGURES=1`).
 //!
@@ -162,6 +163,12 @@ fn the_dashboard_shows_servers_graphs_gang_tables_and_events_in_a_browser() {
         .unwrap();
     let square = local_mmul(n, &a, &a);
     assert_eq!(c, local_mmul(n, &local_mmul(n, &square, &a), &a));
+    // A handle kept on the grid, for the data page.
+    let kept = client
+        .put(&a[..], &[(n * n) as u64], ninf::grid::DataMode::Sticky)
+        .unwrap();
+    let kept_on = client.data().unwrap()[0].servers.clone();
+    assert_eq!(kept_on.len(), 1);
 
     let driver = Driver::start();
     grid.runtime.block_on(async {
@@ -223,6 +230,33 @@ fn the_dashboard_shows_servers_graphs_gang_tables_and_events_in_a_browser() {
         wait_for(&browser, "both server-to-server paths", measured).await;
         screenshot(&browser, "network").await;
 
+        // The data page: the handle under its server and its owner, and in the list.
+        open(&browser, "data").await;
+        let shown: String = kept.id().chars().take(12).collect();
+        let row = format!("tr.handle[data-id='{shown}']");
+        assert_eq!(count(&browser, &row).await, 1);
+        let on = browser
+            .execute(
+                &format!("return document.querySelector({}).textContent", json!(format!("{row} td.servers"))),
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(on.as_str().unwrap(), kept_on[0]);
+        let copies = browser
+            .execute(
+                &format!(
+                    "return document.querySelector({}).children[1].textContent",
+                    json!(format!("tr.data-server[data-server='{}']", kept_on[0]))
+                ),
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(copies.as_str().unwrap(), "1");
+        assert_eq!(count(&browser, "tr.data-owner").await, 1);
+        screenshot(&browser, "data").await;
+
         open(&browser, "events").await;
         assert_eq!(
             count(&browser, "tr.event[data-kind='registered']").await,
@@ -269,5 +303,6 @@ fn the_dashboard_shows_servers_graphs_gang_tables_and_events_in_a_browser() {
         browser.close().await.unwrap();
     });
     spinning.join().unwrap().unwrap();
+    client.free(&kept).unwrap();
     grid.assert_no_leftovers();
 }

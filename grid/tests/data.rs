@@ -490,6 +490,14 @@ fn under_a_small_data_cap_replicas_go_least_recently_used_first_and_last_copies_
         4,
         "the refused put left no handle"
     );
+    let evictions = grid
+        .grid()
+        .metaserver
+        .events_since(0, 1000)
+        .into_iter()
+        .filter(|e| e.kind == "evicted")
+        .count();
+    assert_eq!(evictions, 2, "each eviction is an event");
     let stored: Vec<u64> = grid.grid().stored_bytes();
     assert_eq!(stored, vec![16_000, 16_000]);
     for d in [&h1, &h2, &h3, &h4] {
@@ -525,5 +533,92 @@ fn under_a_small_data_cap_replicas_go_least_recently_used_first_and_last_copies_
     assert_eq!(stored, vec![8_000, 16_000]);
     client.free(&g).unwrap();
     client.free(&e).unwrap();
+    grid.assert_no_leftovers();
+}
+
+/// Two `echo` calls of `d` in one transaction under round robin: one on each server. Returns
+/// the servers they ran on and what each returned.
+fn echo_twice(
+    client: &ninf::grid::GridClient,
+    d: &ninf::grid::DataRef,
+) -> (Vec<String>, [Vec<f64>; 2]) {
+    let n = d.len();
+    let (mut y0, mut y1) = (vec![0.0; n], vec![0.0; n]);
+    let plan = client
+        .transaction(|tx| {
+            let (b0, b1) = (tx.buffer(&mut y0), tx.buffer(&mut y1));
+            tx.call("echo", &[(n as i64).into(), d.into(), b0.into()])?;
+            tx.call("echo", &[(n as i64).into(), d.into(), b1.into()])?;
+            Ok(())
+        })
+        .unwrap();
+    let mut on: Vec<String> = plan.tasks.iter().map(|t| t.server.clone()).collect();
+    on.sort();
+    (on, [y0, y1])
+}
+
+#[test]
+fn persistent_data_read_on_another_server_is_kept_there_where_it_fits_and_sticky_data_never() {
+    // Each server keeps at most 12,000 bytes: one array of 8,000 bytes, not two.
+    let grid = TestGrid::start(vec![1, 1], |o| o.data_cap_bytes = 12_000);
+    let client = grid.client("round-robin");
+    let mut both = grid.grid().endpoints.servers.clone();
+    both.sort();
+    let values: Vec<f64> = (0..1000).map(|i| i as f64 * 0.5).collect();
+
+    // Sticky data is read from where it is and never copied.
+    let s = client.put(&values[..], &[1000], DataMode::Sticky).unwrap();
+    let (on, [y0, y1]) = echo_twice(&client, &s);
+    assert_eq!(on, both, "round robin puts one call on each server");
+    assert_eq!((&y0, &y1), (&values, &values));
+    assert_eq!(
+        copies_of(&client, &s).len(),
+        1,
+        "sticky data stays in one copy"
+    );
+    client.free(&s).unwrap();
+
+    // Persistent data read on a server that has no room for it (a sticky array fills it)
+    // is not kept there, and leaves no bytes behind.
+    let p = client
+        .put(&values[..], &[1000], DataMode::Persistent)
+        .unwrap();
+    let p_on = copies_of(&client, &p);
+    let q = client.put(&values[..], &[1000], DataMode::Sticky).unwrap();
+    let q_on = copies_of(&client, &q);
+    assert_ne!(p_on, q_on, "q fits only beside nothing");
+    let (on, [y0, y1]) = echo_twice(&client, &p);
+    assert_eq!(on, both);
+    assert_eq!((&y0, &y1), (&values, &values));
+    assert_eq!(
+        copies_of(&client, &p),
+        p_on,
+        "no room for a replica beside q"
+    );
+    assert_eq!(grid.grid().stored_bytes(), vec![8_000, 8_000]);
+
+    // Once q is gone there is room: the server that read p keeps it as a replica, listed
+    // and counted, and a later read there finds it.
+    client.free(&q).unwrap();
+    let (_, [y0, y1]) = echo_twice(&client, &p);
+    assert_eq!((&y0, &y1), (&values, &values));
+    assert_eq!(
+        copies_of(&client, &p),
+        both,
+        "the reading server kept a replica"
+    );
+    assert_eq!(grid.grid().stored_bytes(), vec![8_000, 8_000]);
+    let (_, [y0, y1]) = echo_twice(&client, &p);
+    assert_eq!((&y0, &y1), (&values, &values));
+    assert_eq!(
+        copies_of(&client, &p),
+        both,
+        "one replica per server, not one per read"
+    );
+    assert_eq!(grid.grid().stored_bytes(), vec![8_000, 8_000]);
+    let mut back = vec![0.0; 1000];
+    client.get(&p, &mut back).unwrap();
+    assert_eq!(back, values);
+    client.free(&p).unwrap();
     grid.assert_no_leftovers();
 }

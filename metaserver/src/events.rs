@@ -1,7 +1,7 @@
 //! The grid's recent events, for people: servers registering, re-registering with other
 //! routines, going down and coming back, graphs failing, and the faults proxies reported
-//! (retries, suspects, regenerated outputs, moved tasks). A bounded log with sequence numbers
-//! so that a live view asks only for what it has not seen.
+//! (retries, suspects, regenerated outputs, moved tasks), and replicas of data evicted. A
+//! bounded log with sequence numbers so that a live view asks only for what it has not seen.
 
 use std::collections::VecDeque;
 
@@ -14,8 +14,9 @@ pub struct Event {
     pub seq: u64,
     /// Unix seconds.
     pub time: f64,
-    /// `registered`, `reloaded`, `down`, `up`, `graph-failed`, or an incident's kind
-    /// (`retry`, `suspect`, `regenerate`, `moved`).
+    /// `registered`, `reloaded`, `down`, `up`, `graph-failed`, `evicted` (a data handle's
+    /// replica, under a data cap), or an incident's kind (`retry`, `suspect`, `regenerate`,
+    /// `moved`).
     pub kind: String,
     /// The server concerned, if one is.
     pub server: String,

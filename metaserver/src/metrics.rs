@@ -1,6 +1,6 @@
 //! The metaserver's metrics (served at `metrics_listen`, see `ninf-telemetry`): graphs by
 //! scheduler and outcome, how far each graph's predicted makespan was from the actual one,
-//! and servers by state.
+//! servers by state, and replicas of data handles evicted under servers' data caps.
 
 use ninf_telemetry::{Counter, EncodeLabelSet, Family, Gauge, Histogram, Registry, ratio_buckets};
 
@@ -22,6 +22,7 @@ pub struct MetaserverMetrics {
     graphs: Family<GraphLabels, Counter>,
     prediction_error: Histogram,
     servers: Family<StateLabels, Gauge>,
+    data_evictions: Counter,
 }
 
 impl MetaserverMetrics {
@@ -31,6 +32,7 @@ impl MetaserverMetrics {
             graphs: Family::default(),
             prediction_error: Histogram::new(ratio_buckets()),
             servers: Family::default(),
+            data_evictions: Counter::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -48,7 +50,17 @@ impl MetaserverMetrics {
             "Registered servers, by state",
             metrics.servers.clone(),
         );
+        registry.register(
+            "ninf_data_evictions",
+            "Replicas of data handles evicted to make room under a server's data cap",
+            metrics.data_evictions.clone(),
+        );
         (metrics, registry)
+    }
+
+    /// A replica was evicted under a data cap.
+    pub fn data_evicted(&self) {
+        self.data_evictions.inc();
     }
 
     /// A graph ended: counted under its scheduler, and its prediction's error observed.

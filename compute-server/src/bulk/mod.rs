@@ -389,10 +389,12 @@ async fn call(
     // Arguments that do not come in bulk are resolved first (storage fetches may fail);
     // bulk ones are read from the socket straight into the region below.
     let fetch_start = Instant::now();
-    let parts = match resolve_parts(state, function, request.arguments).await {
-        Ok(parts) => parts,
-        Err(status) => return refuse(io, bulk_bytes, status).await,
-    };
+    let keep_inputs = invoke::inputs_to_keep(&request);
+    let (parts, fetched) =
+        match resolve_parts(state, function, request.arguments, &keep_inputs).await {
+            Ok(resolved) => resolved,
+            Err(status) => return refuse(io, bulk_bytes, status).await,
+        };
 
     let mut admitted = match pipeline::admit(state, &name, 1, None).await {
         Ok(admitted) => admitted,
@@ -470,6 +472,7 @@ async fn call(
             cold,
             threads,
         )),
+        kept_inputs: invoke::keep_inputs_after(state, &request.owner, fetched),
     };
     send_reply(io, reply, payloads, (checkout, call_id)).await
 }
@@ -542,23 +545,34 @@ fn bulk_bytes(request: &v1::CallRequest) -> u64 {
 }
 
 /// The request's arguments as the executable will get them: bulk ones to be read from the
-/// socket, the others resolved now (inline, or fetched from storage).
+/// socket, the others resolved now (inline, or fetched from storage); and the fetched inputs
+/// of `keep_inputs`, to keep after the call.
 async fn resolve_parts(
     state: &ServerState,
     function: &ninf_idl::FunctionInterface,
     arguments: Vec<v1::CallArgument>,
-) -> Result<Vec<Part>, Status> {
+    keep_inputs: &std::collections::HashSet<u32>,
+) -> Result<(Vec<Part>, Vec<invoke::FetchedInput>), Status> {
     let mut parts = Vec::with_capacity(arguments.len());
-    for (parameter, argument) in function.parameters.iter().zip(arguments) {
+    let mut fetched = Vec::new();
+    for (index, (parameter, argument)) in function.parameters.iter().zip(arguments).enumerate() {
+        let index = index as u32;
         parts.push(match argument.source {
             Some(Source::Bulk(b)) => Part::Bulk {
                 element_type: b.element_type,
                 bytes: b.bytes as usize,
             },
-            source => Part::Encoded(invoke::resolve(state, function, parameter, source).await?),
+            source => {
+                let keep = keep_inputs.contains(&index);
+                let (value, kept) =
+                    invoke::resolve_keeping(state, function, (index, parameter), source, keep)
+                        .await?;
+                fetched.extend(kept);
+                Part::Encoded(value)
+            }
         });
     }
-    Ok(parts)
+    Ok((parts, fetched))
 }
 
 /// The reply's outputs: those in `keep` copied into storage under `owner`, the others

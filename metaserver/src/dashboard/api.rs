@@ -110,6 +110,23 @@ pub async fn graph(State(dashboard): State<Arc<Dashboard>>, Path(id): Path<u64>)
     }
 }
 
+pub async fn data(State(dashboard): State<Arc<Dashboard>>) -> Response {
+    let metaserver = &dashboard.metaserver;
+    let caps: Vec<(String, u64)> = {
+        let state = metaserver.state();
+        state
+            .registry
+            .servers()
+            .iter()
+            .map(|s| (s.address.clone(), s.info.data_cap_bytes))
+            .collect()
+    };
+    match metaserver.all_data().await {
+        Ok(all) => Json(super::data::data_page(&all, &caps, unix_now())).into_response(),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
 pub async fn gang_tables(State(dashboard): State<Arc<Dashboard>>) -> Json<Vec<views::GangView>> {
     Json(gang::tables(&dashboard).await)
 }

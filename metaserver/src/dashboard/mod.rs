@@ -1,15 +1,17 @@
 //! The grid's dashboard, served by the metaserver on `dashboard_listen`: pages for servers
 //! (speed, processors, state, modules, load sparkline), the network (a heat map of measured
 //! throughput), graphs (recent transactions; a graph's Gantt chart of predicted against
-//! actual times, edges that crossed servers highlighted), gang time tables and events. The
+//! actual times, edges that crossed servers highlighted), data kept on the grid (by server,
+//! by owner, by handle), gang time tables and events. The
 //! page, its script and its style are compiled into the binary (hand-drawn SVG, no chart
 //! library, no Node toolchain); it updates live from server-sent events.
 //!
 //! [`access`] decides who may open it, [`api`] answers its JSON requests from the pure
-//! [`views`], and [`gang`] asks servers for their time tables.
+//! [`views`] and [`data`], and [`gang`] asks servers for their time tables.
 
 pub mod access;
 pub mod api;
+pub mod data;
 pub mod gang;
 mod shared;
 pub mod views;
@@ -65,6 +67,7 @@ pub fn router(metaserver: Arc<Metaserver>, https: bool) -> Router {
         .route("/api/network", get(api::network))
         .route("/api/graphs", get(api::graphs))
         .route("/api/graphs/{id}", get(api::graph))
+        .route("/api/data", get(api::data))
         .route("/api/gang", get(api::gang_tables))
         .route("/api/events", get(api::events))
         .route("/api/stream", get(api::stream))

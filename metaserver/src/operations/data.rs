@@ -142,6 +142,14 @@ impl Metaserver {
         for handle in handles {
             if let Some(copy) = self.db.remove_copy(handle, server).await? {
                 tracing::info!(%handle, %server, "replica evicted under the data cap");
+                self.metrics.data_evicted();
+                let shown: String = handle.chars().take(12).collect();
+                self.log_event(
+                    "evicted",
+                    server,
+                    None,
+                    format!("a replica of data handle {shown}… evicted under the data cap"),
+                );
                 evicted.push(copy);
             }
         }
@@ -155,9 +163,19 @@ impl Metaserver {
         &self,
         request: v1::AddCopyRequest,
     ) -> Result<(v1::DataInfo, Vec<v1::DataCopy>), MetaserverError> {
-        self.owned_data(&request.id, &request.owner).await?;
+        let before = self.owned_data(&request.id, &request.owner).await?;
         let copy = request.copy.unwrap_or_default();
         let mut reserved = self.data_room.lock().await;
+        if request.only_if_room {
+            let Some(evicted) = self.room_for_replica(&before, &copy, &reserved).await? else {
+                return Ok((before, vec![copy]));
+            };
+            self.db.add_data_copy(&request.id, &copy, false).await?;
+            drop(reserved);
+            self.db.touch_data(&request.id, unix_now()).await?;
+            let info = self.owned_data(&request.id, &request.owner).await?;
+            return Ok((info, evicted));
+        }
         reserved.stored(&request.id, &copy.server);
         let mut stale = self
             .db
@@ -170,6 +188,39 @@ impl Metaserver {
         Ok((info, stale))
     }
 
+    /// Room on `copy`'s server for a replica of `handle` the grid made: the replicas of other
+    /// handles evicted for it; `None` when it does not fit under the server's cap with every
+    /// replica gone, or when the server has a copy already.
+    async fn room_for_replica(
+        &self,
+        handle: &v1::DataInfo,
+        copy: &v1::DataCopy,
+        reserved: &Reserved,
+    ) -> Result<Option<Vec<v1::DataCopy>>, MetaserverError> {
+        if handle.copies.iter().any(|c| c.server == copy.server) {
+            return Ok(None);
+        }
+        let bytes = handle.spec.as_ref().map_or(0, |s| s.bytes);
+        let cap = self.data_cap_of(&copy.server);
+        let kept = self.kept_on(&copy.server, reserved).await?;
+        let Some(evicted) = room::evictions(cap, &kept, bytes, &Remaining::new()) else {
+            return Ok(None);
+        };
+        let evicted: Vec<String> = evicted.into_iter().map(|k| k.handle.clone()).collect();
+        Ok(Some(self.evict(&copy.server, &evicted).await?))
+    }
+
+    /// The server's data cap (0: none, or an unknown server).
+    fn data_cap_of(&self, server: &str) -> u64 {
+        let state = self.state();
+        state
+            .registry
+            .servers()
+            .iter()
+            .find(|s| s.address == server)
+            .map_or(0, |s| s.info.data_cap_bytes)
+    }
+
     /// Evicts replicas of other handles from `server` until its copy of `handle` fits under
     /// its data cap (every replica, when that is not enough).
     async fn room_for(
@@ -178,15 +229,7 @@ impl Metaserver {
         handle: &str,
         reserved: &Reserved,
     ) -> Result<Vec<v1::DataCopy>, MetaserverError> {
-        let cap = {
-            let state = self.state();
-            state
-                .registry
-                .servers()
-                .iter()
-                .find(|s| s.address == server)
-                .map_or(0, |s| s.info.data_cap_bytes)
-        };
+        let cap = self.data_cap_of(server);
         if cap == 0 {
             return Ok(Vec::new());
         }

@@ -1,5 +1,5 @@
 // The Ninf dashboard: one page per view (#/servers, #/network, #/graphs, #/graphs/ID,
-// #/gang, #/events), drawn from the metaserver's JSON API with hand-made SVG, and redrawn
+// #/data, #/gang, #/events), drawn from the metaserver's JSON API with hand-made SVG, and redrawn
 // when the live stream (/api/stream) says something changed.
 "use strict";
 
@@ -220,6 +220,32 @@ function gangCard(v) {
     ${v.admitted} admitted, ${v.finished} finished</p></div>`;
 }
 
+async function dataPage() {
+  const d = await api("/api/data");
+  const servers = d.servers.map((s) => `<tr class="data-server" data-server="${esc(s.server)}">
+      <td>${esc(s.server)}</td><td class="num">${s.copies}</td><td class="num">${bytes(s.bytes)}</td>
+      <td class="num">${s.data_cap_bytes ? bytes(s.data_cap_bytes) : "–"}</td></tr>`).join("");
+  const owners = d.owners.map((o) => `<tr class="data-owner" data-owner="${esc(o.owner)}">
+      <td>${esc(o.owner)}</td><td class="num">${o.handles}</td><td class="num">${bytes(o.bytes)}</td></tr>`).join("");
+  const handles = d.handles.map((h) => `<tr class="handle" data-id="${esc(h.id)}">
+      <td><code>${esc(h.id)}…</code></td><td>${esc(h.owner)}</td><td>${esc(h.mode)}</td>
+      <td class="num">${bytes(h.bytes)}</td>
+      <td class="servers">${h.servers.length ? h.servers.map(esc).join(", ") : `<span class="muted">no value yet</span>`}</td>
+      <td class="num">${h.lease_left.toFixed(0)} s</td></tr>`).join("");
+  page.innerHTML = `<h2>Data on the grid</h2>
+    <p class="muted">Handles kept between calls (docs/data.md): their copies by server, their bytes
+    over every copy by owner, and each handle.</p>
+    <div class="cards"><div class="card"><h3>By server</h3><table id="data-servers"><thead><tr>
+    <th>server</th><th class="num">copies</th><th class="num">bytes</th><th class="num">cap</th>
+    </tr></thead><tbody>${servers}</tbody></table></div>
+    <div class="card"><h3>By owner</h3><table id="data-owners"><thead><tr><th>owner</th>
+    <th class="num">handles</th><th class="num">bytes</th></tr></thead><tbody>${owners ||
+      `<tr><td colspan="3" class="muted">No handles.</td></tr>`}</tbody></table></div></div>
+    <h3>Handles</h3><table id="handles"><thead><tr><th>handle</th><th>owner</th><th>mode</th>
+    <th class="num">bytes</th><th>copies on</th><th class="num">lease left</th></tr></thead>
+    <tbody>${handles || `<tr><td colspan="6" class="muted">No handles.</td></tr>`}</tbody></table>`;
+}
+
 async function gangPage() {
   const tables = await api("/api/gang");
   page.innerHTML = `<h2>Gang time tables</h2><p class="muted">Rows are time slots, columns processors;
@@ -256,6 +282,7 @@ async function draw() {
     if (r.name === "network") await networkPage();
     else if (r.name === "graphs" && r.id) await graphPage(r.id);
     else if (r.name === "graphs") await graphsPage();
+    else if (r.name === "data") await dataPage();
     else if (r.name === "gang") await gangPage();
     else if (r.name === "events") await eventsPage();
     else await serversPage();
