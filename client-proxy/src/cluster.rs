@@ -53,6 +53,16 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = object;
         Err(Status::unimplemented("this cluster keeps no data handles"))
     }
+    /// Has `server` copy `source` from its server into its own storage under `owner`.
+    async fn copy_from(
+        &self,
+        server: &str,
+        source: &v1::ObjectRef,
+        owner: &str,
+    ) -> Result<v1::ObjectRef, Status> {
+        let _ = (server, source, owner);
+        Err(Status::unimplemented("this cluster keeps no data handles"))
+    }
     /// Whether `server` answers at all (it lists its modules).
     async fn health(&self, server: &str) -> Result<(), Status>;
     /// Measures the path to `server` with `bytes` of payload.
@@ -443,6 +453,23 @@ impl Cluster for GrpcCluster {
         };
         self.storage(&object.server)?.delete(request).await?;
         Ok(())
+    }
+
+    async fn copy_from(
+        &self,
+        server: &str,
+        source: &v1::ObjectRef,
+        owner: &str,
+    ) -> Result<v1::ObjectRef, Status> {
+        let request = v1::CopyFromRequest {
+            source: Some(source.clone()),
+            owner: owner.to_string(),
+        };
+        let info = self.storage(server)?.copy_from(request).await?.into_inner();
+        Ok(v1::ObjectRef {
+            server: server.to_string(),
+            object_id: info.object_id,
+        })
     }
 
     async fn health(&self, server: &str) -> Result<(), Status> {

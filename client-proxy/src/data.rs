@@ -100,6 +100,8 @@ impl Proxy {
                     info = self
                         .add_copy(owner, &info.id, object, (false, false))
                         .await?
+                        .info
+                        .unwrap_or_default()
                 }
                 Err(status) => {
                     // Nothing is half made: the record and the copies stored go.
@@ -116,14 +118,14 @@ impl Proxy {
     }
 
     /// Records `object` as a copy of `owner`'s handle `id` (with `replace`, its only one:
-    /// the older copies are deleted).
+    /// the older copies are deleted); the reply lists the handle as it is now.
     async fn add_copy(
         &self,
         owner: &str,
         id: &str,
         object: v1::ObjectRef,
         (replace, only_if_room): (bool, bool),
-    ) -> Result<v1::DataInfo, Status> {
+    ) -> Result<v1::AddCopyReply, Status> {
         let request = v1::AddCopyRequest {
             id: id.to_string(),
             owner: owner.to_string(),
@@ -140,7 +142,7 @@ impl Proxy {
             return Err(unexpected("a new copy"));
         };
         self.delete_copies(id, &added.stale).await;
-        Ok(added.info.unwrap_or_default())
+        Ok(added)
     }
 
     /// Deletes copies the records no longer list (old values, evicted replicas) from their
@@ -363,10 +365,38 @@ impl Proxy {
                     status.message()
                 ))
             })?;
-            self.add_copy(owner, id, object.clone(), (true, false))
+            let added = self
+                .add_copy(owner, id, object.clone(), (true, false))
                 .await?;
+            self.replicate(owner, id, object, &added.replicate_to).await;
         }
         Ok(())
+    }
+
+    /// Copies a persistent handle's new value from `object` to each of `servers`, server to
+    /// server, and records each copy. A copy that fails leaves the handle with fewer copies
+    /// (its value is safe where it was written); it is said in the log.
+    async fn replicate(&self, owner: &str, id: &str, object: &v1::ObjectRef, servers: &[String]) {
+        for server in servers {
+            let copied = match self.cluster.copy_from(server, object, id).await {
+                Ok(copied) => copied,
+                Err(status) => {
+                    tracing::warn!(%id, %server, error = %status.message(), "cannot copy a data handle's new value");
+                    continue;
+                }
+            };
+            if let Err(status) = self
+                .add_copy(owner, id, copied.clone(), (false, false))
+                .await
+            {
+                tracing::warn!(%id, %server, error = %status.message(), "cannot record a data handle's copy");
+                let stale = v1::DataCopy {
+                    server: copied.server,
+                    object_id: copied.object_id,
+                };
+                self.delete_copies(id, &[stale]).await;
+            }
+        }
     }
 }
 
@@ -396,7 +426,11 @@ impl Proxy {
                 .add_copy(owner, id, object.clone(), (false, true))
                 .await
             {
-                Ok(info) if info.copies.iter().any(|c| c.object_id == object.object_id) => {
+                Ok(added)
+                    if added.info.as_ref().is_some_and(|i| {
+                        i.copies.iter().any(|c| c.object_id == object.object_id)
+                    }) =>
+                {
                     tracing::debug!(%id, server = %object.server, "replica kept");
                 }
                 Ok(_) => {}

@@ -870,7 +870,10 @@ fn kept_outputs(function: &FunctionInterface, keep: &[u32]) -> Result<HashSet<u3
 }
 
 /// Reads an object from this server's storage or streams it from another server's.
-async fn fetch(state: &ServerState, object: &v1::ObjectRef) -> Result<v1::Array, String> {
+pub(crate) async fn fetch(
+    state: &ServerState,
+    object: &v1::ObjectRef,
+) -> Result<v1::Array, String> {
     if object.server.is_empty() || object.server == state.advertise {
         let (info, data) = state
             .store

@@ -327,6 +327,30 @@ impl v1::storage_server::Storage for StorageService {
         Ok(Response::new(info_to_proto(info)))
     }
 
+    async fn copy_from(
+        &self,
+        request: Request<v1::CopyFromRequest>,
+    ) -> Result<Response<v1::ObjectInfo>, Status> {
+        let request = request.into_inner();
+        let Some(source) = request.source.filter(|s| !s.object_id.is_empty()) else {
+            return Err(Status::invalid_argument(
+                "a copy must name the object it copies",
+            ));
+        };
+        if request.owner.is_empty() {
+            return Err(Status::invalid_argument("a copy must name an owner"));
+        }
+        let array = crate::invoke::fetch(&self.0, &source).await.map_err(|e| {
+            Status::failed_precondition(format!(
+                "cannot fetch object `{}` from {}: {e}",
+                source.object_id, source.server
+            ))
+        })?;
+        let kept = crate::invoke::keep_output(&self.0, &request.owner, &array, false)?;
+        let info = self.0.store.stat(&kept.object_id).map_err(storage_status)?;
+        Ok(Response::new(info_to_proto(info)))
+    }
+
     async fn renew(
         &self,
         request: Request<v1::RenewRequest>,

@@ -321,7 +321,7 @@ fn a_sticky_handle_whose_only_server_died_is_named_with_that_server_and_nothing_
 }
 
 #[test]
-fn persistent_data_in_two_copies_loses_nothing_with_a_server() {
+fn persistent_data_in_two_copies_loses_nothing_with_a_server_even_after_a_write() {
     let (grid, mut external) = grid_with_a_server_to_kill();
     let client = grid.client("simple");
     let n = 40usize;
@@ -361,19 +361,34 @@ fn persistent_data_in_two_copies_loses_nothing_with_a_server() {
     both.push(external.address.clone());
     both.sort();
     assert_eq!(copies, both, "a copy on each server");
+    // A call writes a new value (factored in place): it is copied to the other server, so
+    // that the handle is in two copies again.
+    let b0: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let (a1, _, _) = solved_by_sending(&client, &a0, &b0);
+    let pivots = client
+        .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
+        .unwrap();
+    client
+        .transaction(|tx| {
+            tx.call("dgefa", &[(&a).into(), (n as i32).into(), (&pivots).into()])?;
+            Ok(())
+        })
+        .unwrap();
+    let mut copies = copies_of(&client, &a);
+    copies.sort();
+    assert_eq!(copies, both, "the new value is kept in two copies too");
     external.kill();
-    // Read back from the copy that answers, at once.
+    // Read back from the copy that answers, at once: the new value, wherever it was written.
     let mut back = vec![0.0; n * n];
     client.get(&a, &mut back).unwrap();
-    assert_eq!(back, a0);
+    assert_eq!(back, a1);
     // Once the metaserver has marked the dead server down, calls read the live copy.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while grid.status().servers.iter().filter(|s| s.up).count() > 1 {
         assert!(std::time::Instant::now() < deadline, "never marked down");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let b0: Vec<f64> = (0..n).map(|i| i as f64).collect();
-    let (_, _, expected) = solved_by_sending(&client, &a0, &b0);
+    let (_, _, expected) = solved_by_sending(&client, &a1, &b0);
     let ipvt = client
         .empty(ElementType::Int, &[n as u64], DataMode::Sticky)
         .unwrap();

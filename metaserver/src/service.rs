@@ -126,11 +126,9 @@ impl v1::data_records_server::DataRecords for DataRecordsService {
         request: Request<v1::AddCopyRequest>,
     ) -> Result<Response<v1::AddCopyReply>, Status> {
         self.0.serving()?;
-        let (info, stale) = self.0.add_data_copy(request.into_inner()).await?;
-        Ok(Response::new(v1::AddCopyReply {
-            info: Some(info),
-            stale,
-        }))
+        Ok(Response::new(
+            self.0.add_data_copy(request.into_inner()).await?,
+        ))
     }
 
     async fn lookup(

@@ -34,7 +34,7 @@ impl Metaserver {
         reserved.prune(now - self.config.data_lease_seconds);
         // An empty handle stores nothing until a call writes it, and room is made then.
         let placed = self
-            .data_holders(spec.bytes, copies, (!spec.empty).then_some(&*reserved))
+            .data_holders(spec.bytes, copies, (!spec.empty).then_some(&*reserved), "")
             .await?;
         let servers: Vec<String> = placed.iter().map(|p| p.address.to_string()).collect();
         let mut evicted = Vec::new();
@@ -68,13 +68,14 @@ impl Metaserver {
         })
     }
 
-    /// The up servers, not draining, that a new handle's `copies` copies of `bytes` go to;
-    /// under their data caps when `reserved` (the puts under way) is given.
+    /// The up servers, not draining, other than `except`, that a new handle's `copies` copies
+    /// of `bytes` go to; under their data caps when `reserved` (the puts under way) is given.
     async fn data_holders(
         &self,
         bytes: u64,
         copies: usize,
         reserved: Option<&Reserved>,
+        except: &str,
     ) -> Result<Vec<Placement>, MetaserverError> {
         let candidates: Vec<(String, u64, u64, u64)> = {
             let state = self.state();
@@ -83,7 +84,7 @@ impl Metaserver {
                 .registry
                 .servers()
                 .iter()
-                .filter(|s| state.registry.is_up(s, now) && !s.draining)
+                .filter(|s| state.registry.is_up(s, now) && !s.draining && s.address != except)
                 .map(|s| {
                     let latest = s.latest.as_ref();
                     (
@@ -157,24 +158,33 @@ impl Metaserver {
     }
 
     /// Records a copy of `owner`'s handle; with `replace`, the handle's new value: the reply
-    /// lists the handle as it is now, and in `stale` the old copies and the replicas evicted
-    /// to bring the copy's server under its data cap, for deleting.
+    /// lists the handle as it is now, in `stale` the old copies and the replicas evicted to
+    /// bring the copy's server under its data cap, for deleting, and in `replicate_to` the
+    /// servers a persistent handle's new value is to be copied to.
     pub async fn add_data_copy(
         &self,
         request: v1::AddCopyRequest,
-    ) -> Result<(v1::DataInfo, Vec<v1::DataCopy>), MetaserverError> {
+    ) -> Result<v1::AddCopyReply, MetaserverError> {
         let before = self.owned_data(&request.id, &request.owner).await?;
         let copy = request.copy.unwrap_or_default();
         let mut reserved = self.data_room.lock().await;
         if request.only_if_room {
             let Some(evicted) = self.room_for_replica(&before, &copy, &reserved).await? else {
-                return Ok((before, vec![copy]));
+                return Ok(v1::AddCopyReply {
+                    info: Some(before),
+                    stale: vec![copy],
+                    replicate_to: Vec::new(),
+                });
             };
             self.db.add_data_copy(&request.id, &copy, false).await?;
             drop(reserved);
             self.db.touch_data(&request.id, unix_now()).await?;
             let info = self.owned_data(&request.id, &request.owner).await?;
-            return Ok((info, evicted));
+            return Ok(v1::AddCopyReply {
+                info: Some(info),
+                stale: evicted,
+                replicate_to: Vec::new(),
+            });
         }
         reserved.stored(&request.id, &copy.server);
         let mut stale = self
@@ -183,9 +193,60 @@ impl Metaserver {
             .await?;
         self.db.touch_data(&request.id, unix_now()).await?;
         stale.extend(self.room_for(&copy.server, &request.id, &reserved).await?);
+        let mut replicate_to = Vec::new();
+        if request.replace {
+            let (targets, evicted) = self
+                .replica_targets(&before, &copy.server, &mut reserved)
+                .await?;
+            replicate_to = targets;
+            stale.extend(evicted);
+        }
         drop(reserved);
         let info = self.owned_data(&request.id, &request.owner).await?;
-        Ok((info, stale))
+        Ok(v1::AddCopyReply {
+            info: Some(info),
+            stale,
+            replicate_to,
+        })
+    }
+
+    /// Where a persistent handle's new value, written on `written`, is copied to bring it
+    /// back to its `replicas`: as many servers as have room, up to that count, their room
+    /// reserved; and the replicas of other handles evicted there for it.
+    async fn replica_targets(
+        &self,
+        handle: &v1::DataInfo,
+        written: &str,
+        reserved: &mut Reserved,
+    ) -> Result<(Vec<String>, Vec<v1::DataCopy>), MetaserverError> {
+        let Some(spec) = handle.spec.as_ref() else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let persistent = spec.mode == v1::DataMode::Persistent as i32;
+        let wanted = if persistent {
+            spec.replicas.max(1) as usize - 1
+        } else {
+            0
+        };
+        for copies in (1..=wanted).rev() {
+            let Ok(placed) = self
+                .data_holders(spec.bytes, copies, Some(reserved), written)
+                .await
+            else {
+                continue;
+            };
+            let mut evicted = Vec::new();
+            for p in &placed {
+                evicted.extend(self.evict(&p.address, &p.evicted).await?);
+            }
+            let servers: Vec<String> = placed.into_iter().map(|p| p.address).collect();
+            reserved.reserve(&handle.id, servers.clone(), spec.bytes, unix_now());
+            return Ok((servers, evicted));
+        }
+        if wanted > 0 {
+            tracing::warn!(id = %handle.id, "no server has room for another copy of a persistent handle's new value");
+        }
+        Ok((Vec::new(), Vec::new()))
     }
 
     /// Room on `copy`'s server for a replica of `handle` the grid made: the replicas of other
