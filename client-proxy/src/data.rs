@@ -400,6 +400,77 @@ impl Proxy {
     }
 }
 
+impl DataUses {
+    /// A run whose `task` reads handle `info` at `parameter`, as [`Proxy::resolve_data`] finds.
+    #[cfg(test)]
+    pub(crate) fn reading(task: usize, parameter: u32, info: v1::DataInfo) -> DataUses {
+        DataUses {
+            reads: vec![(task, parameter, info.id.clone())],
+            handles: [(info.id.clone(), info)].into_iter().collect(),
+            ..DataUses::default()
+        }
+    }
+
+    /// The server of the handle copy stored as `object_id`, if it is one of the run's.
+    pub(crate) fn copy_server(&self, object_id: &str) -> Option<&str> {
+        self.handles
+            .values()
+            .flat_map(|info| &info.copies)
+            .find(|c| c.object_id == object_id)
+            .map(|c| c.server.as_str())
+    }
+
+    /// Points `task`'s reads of handles away from copies that were lost (`lost`, by object
+    /// id) and, where another copy is, from servers not trusted now (`distrusted`): a retry
+    /// reads a copy that is there. A read whose only copies were lost is an error naming the
+    /// handle and where its copy was.
+    pub(crate) fn rebind(
+        &self,
+        task: usize,
+        arguments: &mut [v1::CallArgument],
+        lost: &std::collections::HashSet<String>,
+        distrusted: &std::collections::HashSet<String>,
+    ) -> Result<(), Status> {
+        for (_, parameter, id) in self.reads.iter().filter(|(t, _, _)| *t == task) {
+            let (Some(info), Some(argument)) =
+                (self.handles.get(id), arguments.get_mut(*parameter as usize))
+            else {
+                continue;
+            };
+            let Some(v1::call_argument::Source::Object(bound)) = &argument.source else {
+                continue;
+            };
+            let is_lost = lost.contains(&bound.object_id);
+            if !is_lost && !distrusted.contains(&bound.server) {
+                continue;
+            }
+            let live = |c: &&v1::DataCopy| !lost.contains(&c.object_id);
+            let better = info
+                .copies
+                .iter()
+                .filter(live)
+                .find(|c| !distrusted.contains(&c.server))
+                .or_else(|| info.copies.iter().find(|c| is_lost && live(c)));
+            match better {
+                Some(copy) => {
+                    argument.source = Some(v1::call_argument::Source::Object(v1::ObjectRef {
+                        server: copy.server.clone(),
+                        object_id: copy.object_id.clone(),
+                    }));
+                }
+                None if is_lost => {
+                    return Err(Status::failed_precondition(format!(
+                        "data handle `{id}` has no copy left: the one on {} was lost with its server",
+                        bound.server
+                    )));
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Proxy {
     /// Records the inputs the servers kept as replicas of the handles they read, where they
     /// fit; the others stay the run's intermediates, deleted with them. A replica not

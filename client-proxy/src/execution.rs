@@ -138,6 +138,8 @@ struct Faults {
     suspects: HashMap<String, f64>,
     /// Tasks whose kept outputs are known lost.
     lost: HashSet<usize>,
+    /// Copies of data handles (object ids) a call could not read: retries read another.
+    lost_copies: HashSet<String>,
     retried: u32,
     regenerated: u32,
     /// What went wrong and what was done, for the metaserver's event log.
@@ -335,6 +337,7 @@ impl Progress {
                 crashed_on: vec![Vec::new(); n],
                 suspects: HashMap::new(),
                 lost: HashSet::new(),
+                lost_copies: HashSet::new(),
                 retried: 0,
                 regenerated: 0,
                 incidents: Vec::new(),
@@ -512,6 +515,12 @@ impl GraphExecution<'_> {
             // it again under the same key and is answered by the run under way.
             call.call_key = format!("{}/task-{task}", self.owner);
         }
+        self.data.rebind(
+            task,
+            &mut call.arguments,
+            &self.progress.faults.lost_copies,
+            distrusted,
+        )?;
         for (parameter, object) in self.staging.objects_for(task, distrusted) {
             if let Some(slot) = call.arguments.get_mut(parameter as usize) {
                 *slot = v1::CallArgument {
@@ -744,13 +753,20 @@ impl GraphExecution<'_> {
         Ok(())
     }
 
-    /// The producers of the lost objects `ids` are marked lost; their servers are blamed.
+    /// The producers of the lost objects `ids` are marked lost, and the data handles' copies
+    /// among them; their servers are blamed.
     fn blame_lost(&mut self, ids: &[String]) -> Vec<String> {
         let mut culprits = BTreeSet::new();
         for (&(producer, _), object) in &self.progress.objects {
             if ids.contains(&object.object_id) {
                 self.progress.faults.lost.insert(producer);
                 culprits.insert(object.server.clone());
+            }
+        }
+        for id in ids {
+            if let Some(server) = self.data.copy_server(id) {
+                self.progress.faults.lost_copies.insert(id.clone());
+                culprits.insert(server.to_string());
             }
         }
         culprits.into_iter().collect()

@@ -74,6 +74,7 @@ pub(crate) struct Run {
     servers: Vec<String>,
     staging: Vec<v1::StagedInput>,
     progress: ProgressSink,
+    data: crate::data::DataUses,
 }
 
 impl Run {
@@ -115,6 +116,7 @@ impl Run {
             servers: vec![first.into(), second.into()],
             staging: Vec::new(),
             progress: ProgressSink::none(),
+            data: crate::data::DataUses::default(),
         }
     }
 
@@ -131,6 +133,7 @@ impl Run {
             servers: vec![on.into()],
             staging: Vec::new(),
             progress: ProgressSink::none(),
+            data: crate::data::DataUses::default(),
         }
     }
 
@@ -166,7 +169,7 @@ impl Run {
                     key: None,
                     restored,
                 },
-                &crate::data::DataUses::default(),
+                &self.data,
             )
             .await
     }
@@ -527,4 +530,73 @@ async fn an_idle_proxy_closes_its_connections_after_idle_connection_seconds_of_q
     drop(proxy.admission.admit("client", 0).unwrap());
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(cluster.releases(), 0, "0 keeps them open");
+}
+
+/// `inc(h)` on `on`, reading data handle `h` (copies on the servers `copies` names, bound to
+/// the first, as when the run was placed); the client wants its output.
+fn reading_handle(on: &str, copies: &[&str]) -> Run {
+    let mut run = Run::single(on);
+    let info = v1::DataInfo {
+        id: "h".into(),
+        copies: copies
+            .iter()
+            .map(|s| v1::DataCopy {
+                server: s.to_string(),
+                object_id: format!("h@{s}"),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    run.arguments[0].arguments[0].source = Some(v1::call_argument::Source::Object(v1::ObjectRef {
+        server: copies[0].into(),
+        object_id: format!("h@{}", copies[0]),
+    }));
+    run.data = crate::data::DataUses::reading(0, 0, info);
+    run
+}
+
+fn holding(object_id: &str, data: &[f64]) -> FakeServer {
+    let mut s = server(100.0);
+    s.objects.insert(object_id.into(), doubles(data).data);
+    s
+}
+
+#[tokio::test]
+async fn a_handle_copy_lost_with_its_server_is_read_from_another_copy_on_the_retry() {
+    // a restarted and lost its copy of h; b holds the other.
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("a", server(100.0)),
+        ("b", holding("h@b", &[1.0, 2.0])),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = reading_handle("b", &["a", "b"]);
+    let executed = run.execute(&proxy).await.unwrap();
+    // Only b's copy holds the values: the retry read it.
+    assert_eq!(returned(&executed, 0), vec![2.0, 3.0]);
+    let servers: Vec<String> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.server)
+        .collect();
+    assert_eq!(
+        servers,
+        ["b", "b"],
+        "the first call failed to fetch a's copy"
+    );
+}
+
+#[tokio::test]
+async fn a_handle_whose_only_copy_was_lost_fails_naming_it_and_its_server() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("a", server(100.0)),
+        ("b", server(100.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = reading_handle("b", &["a"]);
+    let failed = run.execute(&proxy).await.unwrap_err();
+    assert_eq!(
+        failed.status.message(),
+        "data handle `h` has no copy left: the one on a was lost with its server"
+    );
+    assert_eq!(cluster.invocations().len(), 1, "no retry reads it again");
 }
