@@ -270,7 +270,6 @@ fn a_restarted_metaserver_still_knows_its_queue_and_its_jobs() {
         .unwrap();
     let client = grid.client("flow");
     mmul_chain(&client, 32, 7);
-    let before = metaserver.list_queues();
     let job_ids = |queues: &[v1::AllocQueue]| -> Vec<(String, String)> {
         queues[0]
             .jobs
@@ -278,7 +277,19 @@ fn a_restarted_metaserver_still_knows_its_queue_and_its_jobs() {
             .map(|j| (j.job_id.clone(), j.state.clone()))
             .collect()
     };
-    assert!(job_ids(&before).iter().any(|(_, state)| state == "running"));
+    // The job's state is what the last poll of the batch system listed: its server can
+    // register and serve the chain before the next poll sees the job running.
+    eventually(
+        &slurm,
+        "the job listed running",
+        Duration::from_secs(30),
+        || {
+            job_ids(&metaserver.list_queues())
+                .iter()
+                .any(|(_, state)| state == "running")
+        },
+    );
+    let before = metaserver.list_queues();
     let runtime = &grid.runtime;
     runtime
         .block_on(grid.grid.as_mut().unwrap().restart_metaserver())
