@@ -39,6 +39,10 @@ fn unexpected(what: &str) -> Status {
     ))
 }
 
+/// Placements a put tries before it gives up: one server dying under a put must not fail
+/// it, and a put refused everywhere is refused quickly.
+const PUT_ATTEMPTS: usize = 3;
+
 impl Proxy {
     /// One request to the metaserver's records, waiting for a restarting metaserver.
     async fn records(&self, request: DataRecordsRequest) -> Result<DataRecordsReply, Status> {
@@ -58,7 +62,8 @@ impl Proxy {
     }
 
     /// Makes a handle of `spec` for `owner` and stores `data` as its value (none for an
-    /// empty handle).
+    /// empty handle). A server that cannot take it (it died, and the metaserver does not
+    /// know yet) is avoided in a new placement, up to [`PUT_ATTEMPTS`] in all.
     pub async fn put_data(
         &self,
         owner: &str,
@@ -72,11 +77,46 @@ impl Proxy {
                 data.len()
             )));
         }
-        let element_type = spec.element_type;
-        let empty = spec.empty;
+        let array = v1::Array {
+            element_type: spec.element_type,
+            data,
+        };
+        let mut avoid = Vec::new();
+        let mut failures = Vec::new();
+        while avoid.len() < PUT_ATTEMPTS {
+            match self.put_once(owner, &spec, &array, &avoid).await {
+                Ok(Ok(info)) => return Ok(info),
+                Ok(Err((server, failure))) => {
+                    failures.push(format!("on {server}: {failure}"));
+                    avoid.push(server);
+                }
+                // No other server to try: what went wrong before says why.
+                Err(status) if !failures.is_empty() => {
+                    failures.push(status.message().to_string());
+                    break;
+                }
+                Err(status) => return Err(status),
+            }
+        }
+        Err(Status::unavailable(format!(
+            "cannot store the data: {}",
+            failures.join("; ")
+        )))
+    }
+
+    /// One placement of a put: the handle, or the server that could not store it and why
+    /// (the handle and any copy stored are gone again then: nothing is half made).
+    async fn put_once(
+        &self,
+        owner: &str,
+        spec: &v1::DataSpec,
+        array: &v1::Array,
+        avoid: &[String],
+    ) -> Result<Result<v1::DataInfo, (String, String)>, Status> {
         let request = v1::CreateDataRequest {
             owner: owner.to_string(),
-            spec: Some(spec),
+            spec: Some(spec.clone()),
+            avoid: avoid.to_vec(),
         };
         let DataRecordsReply::Created(created) =
             self.records(DataRecordsRequest::Create(request)).await?
@@ -85,17 +125,16 @@ impl Proxy {
         };
         let mut info = created.info.unwrap_or_default();
         self.delete_copies(&info.id, &created.evicted).await;
-        if empty {
-            return Ok(info);
+        if spec.empty {
+            return Ok(Ok(info));
         }
         let servers = if created.servers.is_empty() {
             vec![created.server]
         } else {
             created.servers
         };
-        let array = v1::Array { element_type, data };
-        for server in &servers {
-            match self.cluster.put(server, &info.id, array.clone()).await {
+        for server in servers {
+            match self.cluster.put(&server, &info.id, array.clone()).await {
                 Ok(object) => {
                     info = self
                         .add_copy(owner, &info.id, object, (false, false))
@@ -104,17 +143,14 @@ impl Proxy {
                         .unwrap_or_default()
                 }
                 Err(status) => {
-                    // Nothing is half made: the record and the copies stored go.
                     let _ = self.free_data(owner, &info.id).await;
-                    return Err(Status::unavailable(format!(
-                        "cannot store data handle `{}` on {server}: {}",
-                        info.id,
-                        status.message()
-                    )));
+                    let failure =
+                        format!("data handle `{}` not stored: {}", info.id, status.message());
+                    return Ok(Err((server, failure)));
                 }
             }
         }
-        Ok(info)
+        Ok(Ok(info))
     }
 
     /// Records `object` as a copy of `owner`'s handle `id` (with `replace`, its only one:

@@ -77,6 +77,9 @@ pub struct ChaosReport {
     pub mismatched: usize,
     /// Bytes the servers still store after the last transaction, plus spill files.
     pub leaked_bytes: u64,
+    /// Data handles the metaserver still records after the last transaction (each data
+    /// transaction frees its handle, whatever happened to it).
+    pub handles_left: usize,
     /// Executables of killed servers still alive at the end.
     pub leaked_processes: usize,
     pub seconds: f64,
@@ -91,6 +94,7 @@ impl ChaosReport {
             && self.lost == 0
             && self.mismatched == 0
             && self.leaked_bytes == 0
+            && self.handles_left == 0
             && self.leaked_processes == 0
     }
 }
@@ -259,6 +263,7 @@ fn run_in(
         s.iter().map(|s| s.address.clone()).collect()
     };
     let stored = runtime.block_on(stored_bytes(&addresses))?;
+    let handles_left = runtime.block_on(recorded_handles(&metaserver))?;
     let spilled: u64 = lock(&servers)
         .iter()
         .filter_map(|s| s.spill_dir.as_deref())
@@ -275,6 +280,7 @@ fn run_in(
     drop(metaserver_processes);
     drop(postgres);
     report.leaked_bytes = stored + spilled;
+    report.handles_left = handles_left;
     report.leaked_processes = leaked_processes;
     report.seconds = seconds;
     Ok(report)
@@ -509,26 +515,31 @@ fn sleep_unless(done: &AtomicBool, duration: Duration) -> bool {
     done.load(Ordering::Relaxed)
 }
 
-/// Transaction `i` of the mix: pairs and cascades alternating, three sizes each. At
+/// Transaction `i` of the mix: pairs and cascades alternating, three sizes each, then a
+/// matrix kept on the grid in [`KEPT_REPLICAS`] copies, factored there and read back. At
 /// n = 380 a dgefa call carries 1.16 MB, so the proxy sends it to the bulk port of a server
 /// that may be killed under it.
 fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ninf::CallError> {
     let seed = 1000 + i as u64;
-    match i % 6 {
+    match i % 7 {
         0 => workloads::pairs(grid, 150, 5, seed),
         1 => workloads::cascade(grid, 80, seed),
         2 => workloads::pairs(grid, 250, 3, seed),
         3 => workloads::cascade(grid, 120, seed),
         4 => workloads::pairs(grid, 380, 2, seed),
-        _ => workloads::cascade(grid, 160, seed),
+        5 => workloads::cascade(grid, 160, seed),
+        _ => workloads::kept_factor(grid, 200, KEPT_REPLICAS, seed),
     }
 }
+
+/// Copies of the mix's kept matrix: persistent data on two of the three servers.
+const KEPT_REPLICAS: u32 = 2;
 
 /// Waits until the active metaserver of the list lists `count` servers as up.
 pub async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()> {
     for _ in 0..600 {
         for address in ninf_proto::net::failover::addresses(metaservers) {
-            if let Ok(status) = metaserver_status(&address).await
+            if let Ok(status) = metaserver_status(&address, false).await
                 && status.servers.iter().filter(|s| s.up).count() >= count
             {
                 return Ok(());
@@ -539,8 +550,25 @@ pub async fn wait_until_up(metaservers: &str, count: usize) -> anyhow::Result<()
     bail!("the servers did not register with the metaserver in 30 s")
 }
 
-/// A metaserver's status; a standby refuses.
-async fn metaserver_status(address: &str) -> anyhow::Result<v1::GridStatus> {
+/// How many data handles the active metaserver of the list records, asked until one
+/// answers (one may still be restarting after the last fault).
+async fn recorded_handles(metaservers: &str) -> anyhow::Result<usize> {
+    let addresses = ninf_proto::net::failover::addresses(metaservers);
+    let mut last = anyhow::anyhow!("no metaserver listed in {metaservers:?}");
+    for _ in 0..300 {
+        for address in &addresses {
+            match metaserver_status(address, true).await {
+                Ok(status) => return Ok(status.data.len()),
+                Err(e) => last = e,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last.context("cannot count the data handles left"))
+}
+
+/// A metaserver's status, with every data handle when `data`; a standby refuses.
+async fn metaserver_status(address: &str, data: bool) -> anyhow::Result<v1::GridStatus> {
     let channel = ninf_proto::net::connect(
         address,
         None,
@@ -550,7 +578,7 @@ async fn metaserver_status(address: &str) -> anyhow::Result<v1::GridStatus> {
     let status = v1::scheduling_client::SchedulingClient::new(channel)
         .status(v1::StatusRequest {
             recent_graphs: 0,
-            data: false,
+            data,
         })
         .await?;
     Ok(status.into_inner())
@@ -565,7 +593,8 @@ fn active_metaserver(addresses: &[String]) -> Option<usize> {
     runtime.block_on(async {
         for (i, address) in addresses.iter().enumerate() {
             let answered =
-                tokio::time::timeout(Duration::from_secs(2), metaserver_status(address)).await;
+                tokio::time::timeout(Duration::from_secs(2), metaserver_status(address, false))
+                    .await;
             if matches!(answered, Ok(Ok(_))) {
                 return Some(i);
             }
@@ -624,7 +653,7 @@ fn directory_bytes(dir: &Path) -> u64 {
 /// The report as text.
 pub fn render(report: &ChaosReport) -> String {
     let mut out = format!(
-        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the active metaserver, of {}; {} of the proxy)\ntasks_retried    {}\nregenerated      {}\nresumed_tasks    {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nleaked_processes {}\nseconds          {:.1}\n",
+        "transactions     {}\ncompleted        {}\nfaults_injected  {} ({} of the active metaserver, of {}; {} of the proxy)\ntasks_retried    {}\nregenerated      {}\nresumed_tasks    {}\nlost             {}\nmismatched       {}\nleaked_bytes     {}\nhandles_left     {}\nleaked_processes {}\nseconds          {:.1}\n",
         report.transactions,
         report.completed,
         report.faults_injected,
@@ -637,6 +666,7 @@ pub fn render(report: &ChaosReport) -> String {
         report.lost,
         report.mismatched,
         report.leaked_bytes,
+        report.handles_left,
         report.leaked_processes,
         report.seconds
     );

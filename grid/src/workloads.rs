@@ -126,6 +126,62 @@ pub fn pairs(
     })
 }
 
+/// A matrix of order `n` kept on the grid as persistent data in `replicas` copies, factored
+/// in place there (dgefa's INOUT on the handle) and solved against (dgesl reads it) in one
+/// transaction; then its factors are read back and the handle is freed. The factors and the
+/// solution are checked against the same routines run locally.
+pub fn kept_factor(
+    grid: &GridClient,
+    n: usize,
+    replicas: u32,
+    seed: u64,
+) -> Result<WorkloadRun, CallError> {
+    let mut random = Random(seed | 1);
+    let a = dominant_matrix(n, &mut random);
+    let b: Vec<f64> = (0..n).map(|_| random.next()).collect();
+    let order = i32::try_from(n).map_err(|_| CallError::bad_argument("n is too large"))?;
+    let start = Instant::now();
+    let handle = grid.put_replicated(
+        &a,
+        &[n as u64, n as u64],
+        ninf::grid::DataMode::Persistent,
+        replicas,
+    )?;
+    let mut x = b.clone();
+    let mut factors = vec![0.0f64; n * n];
+    let pivots = vec![0i32; n];
+    let used = grid
+        .transaction(|tx| {
+            tx.set_label(&format!("kept dgefa n={n}"));
+            let ipvt = tx.scratch(&pivots);
+            let x = tx.buffer(&mut x);
+            tx.call("dgefa", &[(&handle).into(), order.into(), ipvt.into()])?;
+            tx.call(
+                "dgesl",
+                &[(&handle).into(), order.into(), ipvt.into(), x.into()],
+            )
+        })
+        .and_then(|plan| grid.get(&handle, &mut factors).map(|()| plan));
+    // Freed whatever happened: a handle left behind is a leak the chaos run counts.
+    let freed = grid.free(&handle);
+    let plan = used?;
+    freed?;
+    let exec_seconds = start.elapsed().as_secs_f64();
+    let mut lu = a;
+    let mut ipvt = vec![0i32; n];
+    let mut local = b;
+    ninf_routines::linpack::dgefa(&mut lu, order, &mut ipvt).map_err(routine_error)?;
+    ninf_routines::linpack::dgesl(&lu, order, &ipvt, &mut local).map_err(routine_error)?;
+    Ok(WorkloadRun {
+        plan,
+        exec_seconds,
+        max_abs_error: worst_error([
+            max_abs_difference(&x, &local),
+            max_abs_difference(&factors, &lu),
+        ]),
+    })
+}
+
 /// The 3-stage cascaded product of 8 matrices of order `n` in one transaction.
 pub fn cascade(grid: &GridClient, n: usize, seed: u64) -> Result<WorkloadRun, CallError> {
     let mut random = Random(seed | 1);

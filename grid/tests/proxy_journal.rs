@@ -279,6 +279,42 @@ fn data_handles_outlive_the_proxy_they_were_put_through() {
     assert!(no_bytes_left(&grid));
 }
 
+/// Requests about data made while the proxy is down (a put, a read, a listing, a free) are
+/// asked again until it is back, as transactions are: none fails for the restart, and the
+/// put made while it was down makes one handle, not one per attempt.
+#[test]
+fn data_requests_made_while_the_proxy_restarts_wait_for_it() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = ProxyProcess::start(dir.path(), &grid.grid().endpoints.metaserver);
+    let client = GridClient::connect(&proxy.address).unwrap();
+    let x: Vec<f64> = (0..300).map(f64::from).collect();
+    let kept = client.put(&x, &[], ninf::grid::DataMode::Sticky).unwrap();
+    proxy.kill();
+    let asking = std::thread::spawn(move || {
+        let mut back = vec![0.0; x.len()];
+        client.get(&kept, &mut back).unwrap();
+        assert_eq!(back, x);
+        let second = client
+            .put(&back, &[], ninf::grid::DataMode::Sticky)
+            .unwrap();
+        let listed: Vec<String> = client
+            .data()
+            .unwrap()
+            .iter()
+            .map(|d| d.data.id().to_string())
+            .collect();
+        assert_eq!(listed, [kept.id(), second.id()]);
+        client.free(&kept).unwrap();
+        client.free(&second).unwrap();
+        client.data().unwrap().len()
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    proxy.restart();
+    assert_eq!(asking.join().unwrap(), 0, "every handle freed");
+    assert!(no_bytes_left(&grid));
+}
+
 /// The case: a 20 s call whose proxy is killed at 5 s and restarted goes on on its
 /// server meanwhile, and the restarted proxy is answered by that run (the server counts the
 /// rejoin) instead of running it again.

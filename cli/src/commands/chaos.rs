@@ -122,10 +122,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     }
     if !report.clean() {
         anyhow::bail!(
-            "the grid lost, corrupted or leaked something under faults: {} lost, {} mismatched, {} bytes and {} processes left",
+            "the grid lost, corrupted or leaked something under faults: {} lost, {} mismatched, {} bytes, {} data handles and {} processes left",
             report.lost,
             report.mismatched,
             report.leaked_bytes,
+            report.handles_left,
             report.leaked_processes
         );
     }

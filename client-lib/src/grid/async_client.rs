@@ -57,7 +57,7 @@ fn new_transaction_id(identity: &str) -> String {
 
 /// Whether a failed run should be sent again: the connection broke or could not be made (the
 /// proxy died or restarts), as opposed to an answer of the proxy's own.
-fn proxy_unreachable(status: &tonic::Status) -> bool {
+pub(crate) fn proxy_unreachable(status: &tonic::Status) -> bool {
     !ninf_proto::net::is_answer(status)
         && matches!(
             status.code(),
@@ -68,6 +68,12 @@ fn proxy_unreachable(status: &tonic::Status) -> bool {
         )
 }
 
+/// Whether the connection broke while the proxy may have had the request (so it may have
+/// been carried out), as opposed to an answer of the proxy's or no connection at all.
+pub(crate) fn broke_midway(status: &tonic::Status) -> bool {
+    proxy_unreachable(status) && !not_connected(status)
+}
+
 /// The wait before the `attempt`th try to reach a proxy again: doubling from 100 ms to 1.6 s.
 fn reconnect_wait(attempt: u32) -> std::time::Duration {
     std::time::Duration::from_millis(50 << attempt.min(5))
@@ -75,7 +81,7 @@ fn reconnect_wait(attempt: u32) -> std::time::Duration {
 
 /// Whether the connection to the proxy could not be made at all (refused, timed out,
 /// unreachable), as opposed to one that broke while the proxy had the transaction.
-fn not_connected(status: &tonic::Status) -> bool {
+pub(crate) fn not_connected(status: &tonic::Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(error) = source {
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
@@ -259,8 +265,33 @@ impl AsyncGridClient {
     }
 
     /// Runs `call`, asking again while the proxy cannot be reached (it restarts), for up to
-    /// the reconnect window.
-    async fn while_unreachable<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    /// the reconnect window. For requests that may be made twice (lookups, a handle's data,
+    /// a free).
+    pub(crate) async fn while_unreachable<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        self.asking_again(proxy_unreachable, call).await
+    }
+
+    /// Runs `call`, asking again only while no connection to the proxy can be made at all,
+    /// so that the proxy never saw the request: for requests that must not be made twice
+    /// (a put makes a new handle each time).
+    pub(crate) async fn while_not_connected<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        self.asking_again(|s| proxy_unreachable(s) && not_connected(s), call)
+            .await
+    }
+
+    async fn asking_again<T, F, Fut>(
+        &self,
+        again: impl Fn(&tonic::Status) -> bool,
+        mut call: F,
+    ) -> Result<T, tonic::Status>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
@@ -269,7 +300,7 @@ impl AsyncGridClient {
         let mut attempt = 0;
         loop {
             match call().await {
-                Err(status) if proxy_unreachable(&status) && since.elapsed() < self.reconnect => {
+                Err(status) if again(&status) && since.elapsed() < self.reconnect => {
                     attempt += 1;
                     tokio::time::sleep(reconnect_wait(attempt)).await;
                 }

@@ -126,6 +126,21 @@ impl GridClient {
         runtime()?.block_on(self.inner.put(array.into(), shape, mode))
     }
 
+    /// [`Self::put`] in `replicas` copies, each on a server of its own: persistent data
+    /// only (any other mode is refused when `replicas` > 1).
+    pub fn put_replicated<'a>(
+        &self,
+        array: impl Into<crate::ArrayRef<'a>>,
+        shape: &[u64],
+        mode: super::DataMode,
+        replicas: u32,
+    ) -> Result<super::DataRef, CallError> {
+        runtime()?.block_on(
+            self.inner
+                .put_replicated(array.into(), shape, mode, replicas),
+        )
+    }
+
     /// A handle of `shape` that receives a call's output on the grid.
     pub fn empty(
         &self,

@@ -20,12 +20,24 @@ impl AsyncGridClient {
         shape: &[u64],
         mode: DataMode,
     ) -> Result<DataRef, CallError> {
+        self.put_replicated(array, shape, mode, 1).await
+    }
+
+    /// [`AsyncGridClient::put`] in `replicas` copies (persistent data only), each on a server
+    /// of its own.
+    pub async fn put_replicated(
+        &self,
+        array: ArrayRef<'_>,
+        shape: &[u64],
+        mode: DataMode,
+        replicas: u32,
+    ) -> Result<DataRef, CallError> {
         let bytes = Bytes::copy_from_slice(&array.le_bytes());
         let shape = Shape {
             dims: shape,
             fortran_order: false,
         };
-        self.put_bytes(array.element_type(), shape, bytes, mode)
+        self.put_bytes_replicated(array.element_type(), shape, bytes, mode, replicas)
             .await
     }
 
@@ -84,8 +96,15 @@ impl AsyncGridClient {
             .filter(|(_, chunk)| !chunk.is_empty())
             .map(|(_, data)| v1::DataUpload { spec: None, data });
         let chunks: Vec<v1::DataUpload> = std::iter::once(first).chain(rest).collect();
-        let request = self.identified(tokio_stream::iter(chunks));
-        let info = self.proxy().put_data(request).await?.into_inner();
+        // Chunks hold `Bytes`: a second attempt shares the data, it does not copy it.
+        let info = self
+            .while_not_connected(|| {
+                let request = self.identified(tokio_stream::iter(chunks.clone()));
+                let mut proxy = self.proxy();
+                async move { proxy.put_data(request).await }
+            })
+            .await?
+            .into_inner();
         self.renewal()
             .start(self.renewal_parts(), info.lease_until - info.created);
         DataRef::of(&info)
@@ -93,17 +112,15 @@ impl AsyncGridClient {
 
     /// The handle's value, as little-endian bytes.
     pub async fn get_bytes(&self, data: &DataRef) -> Result<Bytes, CallError> {
-        let request = self.identified(v1::DataHandle {
-            id: data.id().to_string(),
-        });
-        let mut stream = self.proxy().get_data(request).await?.into_inner();
-        let mut bytes = bytes::BytesMut::new();
-        while let Some(chunk) = stream.message().await? {
-            if chunk.total_bytes > 0 {
-                bytes.reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
-            }
-            bytes.extend_from_slice(&chunk.data);
-        }
+        let bytes = self
+            .while_unreachable(|| {
+                let request = self.identified(v1::DataHandle {
+                    id: data.id().to_string(),
+                });
+                let mut proxy = self.proxy();
+                async move { received(proxy.get_data(request).await?.into_inner()).await }
+            })
+            .await?;
         if bytes.len() as u64 != data.nbytes() {
             return Err(CallError::new(
                 ErrorKind::CommunicationFailed,
@@ -120,11 +137,38 @@ impl AsyncGridClient {
 
     /// Deletes the handle and its data on the grid.
     pub async fn free(&self, data: &DataRef) -> Result<(), CallError> {
-        let request = self.identified(v1::DataHandle {
-            id: data.id().to_string(),
-        });
-        self.proxy().free_data(request).await?;
-        Ok(())
+        // A free whose answer was lost with the proxy may have been done: asked again, the
+        // handle is then not found, which is what was asked for.
+        let maybe_done = std::sync::atomic::AtomicBool::new(false);
+        let freed = self
+            .while_unreachable(|| {
+                let request = self.identified(v1::DataHandle {
+                    id: data.id().to_string(),
+                });
+                let mut proxy = self.proxy();
+                let maybe_done = &maybe_done;
+                async move {
+                    let answer = proxy.free_data(request).await;
+                    if answer
+                        .as_ref()
+                        .is_err_and(super::async_client::broke_midway)
+                    {
+                        maybe_done.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    answer
+                }
+            })
+            .await;
+        match freed {
+            Ok(_) => Ok(()),
+            Err(status)
+                if maybe_done.load(std::sync::atomic::Ordering::Relaxed)
+                    && ninf_proto::net::missing_data(&status).is_some() =>
+            {
+                Ok(())
+            }
+            Err(status) => Err(status.into()),
+        }
     }
 
     /// This client's handles, oldest first.
@@ -147,8 +191,14 @@ impl AsyncGridClient {
     }
 
     async fn listed(&self, ids: Vec<String>) -> Result<Vec<DataInfo>, CallError> {
-        let request = self.identified(v1::ListDataRequest { ids });
-        let reply = self.proxy().list_data(request).await?.into_inner();
+        let reply = self
+            .while_unreachable(|| {
+                let request = self.identified(v1::ListDataRequest { ids: ids.clone() });
+                let mut proxy = self.proxy();
+                async move { proxy.list_data(request).await }
+            })
+            .await?
+            .into_inner();
         reply
             .data
             .iter()
@@ -164,7 +214,27 @@ impl AsyncGridClient {
 
     /// Renews every handle's lease now (the client also does so in the background).
     pub async fn renew_data(&self) -> Result<u32, CallError> {
-        let request = self.identified(v1::RenewDataRequest { ids: Vec::new() });
-        Ok(self.proxy().renew_data(request).await?.into_inner().renewed)
+        let reply = self
+            .while_unreachable(|| {
+                let request = self.identified(v1::RenewDataRequest { ids: Vec::new() });
+                let mut proxy = self.proxy();
+                async move { proxy.renew_data(request).await }
+            })
+            .await?;
+        Ok(reply.into_inner().renewed)
     }
+}
+
+/// A handle's value as the proxy streams it.
+async fn received(
+    mut stream: tonic::Streaming<v1::DataChunk>,
+) -> Result<bytes::BytesMut, tonic::Status> {
+    let mut bytes = bytes::BytesMut::new();
+    while let Some(chunk) = stream.message().await? {
+        if chunk.total_bytes > 0 {
+            bytes.reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
+        }
+        bytes.extend_from_slice(&chunk.data);
+    }
+    Ok(bytes)
 }

@@ -34,7 +34,12 @@ impl Metaserver {
         reserved.prune(now - self.config.data_lease_seconds);
         // An empty handle stores nothing until a call writes it, and room is made then.
         let placed = self
-            .data_holders(spec.bytes, copies, (!spec.empty).then_some(&*reserved), "")
+            .data_holders(
+                spec.bytes,
+                copies,
+                (!spec.empty).then_some(&*reserved),
+                &request.avoid,
+            )
             .await?;
         let servers: Vec<String> = placed.iter().map(|p| p.address.to_string()).collect();
         let mut evicted = Vec::new();
@@ -68,14 +73,14 @@ impl Metaserver {
         })
     }
 
-    /// The up servers, not draining, other than `except`, that a new handle's `copies` copies
+    /// The up servers, not draining, none of `except`, that a new handle's `copies` copies
     /// of `bytes` go to; under their data caps when `reserved` (the puts under way) is given.
     async fn data_holders(
         &self,
         bytes: u64,
         copies: usize,
         reserved: Option<&Reserved>,
-        except: &str,
+        except: &[String],
     ) -> Result<Vec<Placement>, MetaserverError> {
         let candidates: Vec<(String, u64, u64, u64)> = {
             let state = self.state();
@@ -84,7 +89,9 @@ impl Metaserver {
                 .registry
                 .servers()
                 .iter()
-                .filter(|s| state.registry.is_up(s, now) && !s.draining && s.address != except)
+                .filter(|s| {
+                    state.registry.is_up(s, now) && !s.draining && !except.contains(&s.address)
+                })
                 .map(|s| {
                     let latest = s.latest.as_ref();
                     (
@@ -230,7 +237,7 @@ impl Metaserver {
         };
         for copies in (1..=wanted).rev() {
             let Ok(placed) = self
-                .data_holders(spec.bytes, copies, Some(reserved), written)
+                .data_holders(spec.bytes, copies, Some(reserved), &[written.to_string()])
                 .await
             else {
                 continue;
