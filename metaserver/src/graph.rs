@@ -190,8 +190,11 @@ fn check_edge<'b>(
     Ok(produced)
 }
 
-/// The server task `i` must run on: the one holding the sticky data it writes, since sticky
-/// data never moves. A sticky handle with no value yet is written wherever the task runs.
+/// The server task `i` must run on, since sticky data never moves: the one holding the
+/// sticky data it writes; or, if it writes none, the one holding the most bytes of the sticky
+/// data it reads (reading it elsewhere would make a passing copy of it; persistent data is
+/// for that). Handles it reads on other servers are read from there. A sticky handle with no
+/// value yet is written wherever the task runs.
 fn sticky_pin(
     i: usize,
     task: &v1::GraphTask,
@@ -202,19 +205,27 @@ fn sticky_pin(
         label: task.label.clone(),
         reason,
     };
-    let mut pin: Option<(usize, &v1::GraphData, &str)> = None;
-    for d in task.data.iter().filter(|d| d.writes && d.sticky) {
+    let mut written: Option<(usize, &v1::GraphData, &str)> = None;
+    let mut read_bytes: Vec<(usize, u64)> = Vec::new();
+    for d in task.data.iter().filter(|d| d.sticky) {
         let Some(server) = d.servers.first() else {
             continue;
         };
         let at = locate(server).ok_or_else(|| {
             bad(format!(
                 "sticky data handle `{}` is kept on {server}, which is down; a call that \
-                 writes it must run there",
+                 uses it must run there",
                 d.id
             ))
         })?;
-        match pin {
+        if !d.writes {
+            match read_bytes.iter_mut().find(|(s, _)| *s == at) {
+                Some((_, bytes)) => *bytes += d.bytes,
+                None => read_bytes.push((at, d.bytes)),
+            }
+            continue;
+        }
+        match written {
             Some((other, first, first_server)) if other != at => {
                 return Err(bad(format!(
                     "writes sticky data handles `{}` (on {first_server}) and `{}` (on \
@@ -222,10 +233,19 @@ fn sticky_pin(
                     first.id, d.id
                 )));
             }
-            _ => pin = Some((at, d, server)),
+            _ => written = Some((at, d, server)),
         }
     }
-    Ok(pin.map(|(at, _, _)| at))
+    // The first listed wins a tie: the same graph is pinned the same way every time.
+    let most_read =
+        read_bytes.iter().fold(
+            None,
+            |best: Option<(usize, u64)>, &(at, bytes)| match best {
+                Some((_, most)) if most >= bytes => best,
+                _ => Some((at, bytes)),
+            },
+        );
+    Ok(written.map(|(at, _, _)| at).or(most_read.map(|(at, _)| at)))
 }
 
 /// The arrays task `i` reads from data kept on the grid: each data argument is checked
@@ -398,7 +418,7 @@ mod tests {
     }
 
     #[test]
-    fn a_task_writing_sticky_data_is_pinned_where_it_is_and_persistent_data_pins_nothing() {
+    fn a_task_using_sticky_data_is_pinned_where_it_is_and_persistent_data_pins_nothing() {
         assert_eq!(
             sticky_pin(0, &writing(&[("d1", "b:1", true)]), &locate),
             Ok(Some(1))
@@ -409,6 +429,28 @@ mod tests {
         );
         let task = writing(&[("d1", "a:1", true), ("d2", "a:1", true)]);
         assert_eq!(sticky_pin(0, &task, &locate), Ok(Some(0)));
+        // A call that only reads sticky data runs where it is too: reading it elsewhere
+        // would move a copy.
+        let mut reading = writing(&[("d1", "b:1", true)]);
+        reading.data[0].writes = false;
+        assert_eq!(sticky_pin(0, &reading, &locate), Ok(Some(1)));
+        reading.data[0].sticky = false;
+        assert_eq!(sticky_pin(0, &reading, &locate), Ok(None));
+        // Reading sticky handles on two servers: where most of their bytes are; a write
+        // decides over any read.
+        let mut two = writing(&[("d1", "a:1", true), ("d2", "b:1", true)]);
+        two.data.iter_mut().for_each(|d| d.writes = false);
+        two.data[1].bytes = 16;
+        assert_eq!(sticky_pin(0, &two, &locate), Ok(Some(1)));
+        two.data[1].bytes = 8;
+        assert_eq!(
+            sticky_pin(0, &two, &locate),
+            Ok(Some(0)),
+            "a tie: the first"
+        );
+        two.data[0].writes = true;
+        two.data[1].bytes = 1 << 30;
+        assert_eq!(sticky_pin(0, &two, &locate), Ok(Some(0)));
     }
 
     #[test]
@@ -423,7 +465,7 @@ mod tests {
         assert_eq!(
             sticky_pin(0, &task, &locate).unwrap_err().to_string(),
             "task 0 (`dgefa#0`): sticky data handle `d1` is kept on c:1, which is down; a call \
-             that writes it must run there"
+             that uses it must run there"
         );
     }
 }

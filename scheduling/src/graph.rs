@@ -77,8 +77,8 @@ pub struct TaskGraph {
     /// Shorter than `tasks`, or empty, for tasks that read none.
     #[serde(default)]
     pub resident_inputs: Vec<Vec<ResidentInput>>,
-    /// Per task, the one server it must run on, if any: a call that writes sticky data runs
-    /// where that data is, since sticky data never moves. Shorter than `tasks`, or empty,
+    /// Per task, the one server it must run on, if any: a call that reads or writes sticky
+    /// data runs where that data is, since sticky data never moves. Shorter than `tasks`, or empty,
     /// for tasks free to go anywhere.
     #[serde(default)]
     pub pinned: Vec<Option<usize>>,
