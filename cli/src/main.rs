@@ -53,7 +53,7 @@ enum Command {
     /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
     Testbed(testbed::TestbedArgs),
     /// Experiments on the testbed: `wan` reproduces the metaserver paper's Tables 2-5; `partition` cuts
-    /// a site off while transactions run.
+    /// a site off while transactions run; `kept-data` times data kept on the grid against sent.
     Experiment(experiment::ExperimentArgs),
     /// The client side of `experiment wan`, run inside the client's site.
     #[command(hide = true)]
@@ -61,6 +61,9 @@ enum Command {
     /// The client side of `experiment partition`, run inside the client's site.
     #[command(hide = true)]
     PartitionClient(experiment::PartitionClientArgs),
+    /// The client side of `experiment kept-data`, run inside the client's site.
+    #[command(hide = true)]
+    KeptDataClient(experiment::KeptDataClientArgs),
     /// The metaserver's schedulers on random layered task graphs over a modelled platform
     /// (nothing runs): makespan over HEFT's, schedule length ratio, scheduling time.
     DagBench(dag_bench::DagBenchArgs),
@@ -94,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         Command::Experiment(args) => experiment::run(args),
         Command::ExperimentClient(args) => experiment::run_client(args),
         Command::PartitionClient(args) => experiment::run_partition_client(args),
+        Command::KeptDataClient(args) => experiment::run_kept_data_client(args),
         Command::DagBench(args) => dag_bench::run(args),
         Command::GangAlloc(args) => gang_alloc::run(args),
     };

@@ -141,12 +141,7 @@ pub fn kept_factor(
     let b: Vec<f64> = (0..n).map(|_| random.next()).collect();
     let order = i32::try_from(n).map_err(|_| CallError::bad_argument("n is too large"))?;
     let start = Instant::now();
-    let handle = grid.put_replicated(
-        &a,
-        &[n as u64, n as u64],
-        ninf::grid::DataMode::Persistent,
-        replicas,
-    )?;
+    let handle = put_when_servers_allow(grid, &a, n, replicas)?;
     let mut x = b.clone();
     let mut factors = vec![0.0f64; n * n];
     let pivots = vec![0i32; n];
@@ -179,6 +174,135 @@ pub fn kept_factor(
             max_abs_difference(&x, &local),
             max_abs_difference(&factors, &lu),
         ]),
+    })
+}
+
+/// Puts `a` in `replicas` copies, asking again for up to 30 s while the grid refuses it for
+/// want of servers (too few are up during a partition or a restart), as a client that
+/// needs its copies would.
+fn put_when_servers_allow(
+    grid: &GridClient,
+    a: &[f64],
+    n: usize,
+    replicas: u32,
+) -> Result<ninf::grid::DataRef, CallError> {
+    let until = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let shape = [n as u64, n as u64];
+        match grid.put_replicated(a, &shape, ninf::grid::DataMode::Persistent, replicas) {
+            Err(e) if e.kind == ErrorKind::RpcRefused && Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Factor once, solve many (issue 61's benchmark, from Rust): dgefa on a matrix of order
+/// `n`, then `solves` dgesl calls at once, each its own transaction. Kept, the matrix is put
+/// once and factored in place on the grid, and each solve names the factors' handles and
+/// sends only its right-hand side; resent, the factors come back to the client and go out
+/// with every solve. Returns the seconds the client saw, from the put or the first send to
+/// the last solution, and the largest difference of a solution from the local run's.
+pub fn factor_solves(
+    grid: &GridClient,
+    n: usize,
+    solves: usize,
+    kept: bool,
+    seed: u64,
+) -> Result<(f64, f64), CallError> {
+    let mut random = Random(seed | 1);
+    let a = dominant_matrix(n, &mut random);
+    let bs: Vec<Vec<f64>> = (0..solves)
+        .map(|_| (0..n).map(|_| random.next()).collect())
+        .collect();
+    let order = i32::try_from(n).map_err(|_| CallError::bad_argument("n is too large"))?;
+    let mut xs = bs.clone();
+    let start = Instant::now();
+    if kept {
+        solve_kept(grid, &a, order, &mut xs)?;
+    } else {
+        solve_resent(grid, &a, order, &mut xs)?;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let mut lu = a;
+    let mut ipvt = vec![0i32; n];
+    ninf_routines::linpack::dgefa(&mut lu, order, &mut ipvt).map_err(routine_error)?;
+    let mut worst = 0.0f64;
+    for (x, b) in xs.iter().zip(bs) {
+        let mut local = b;
+        ninf_routines::linpack::dgesl(&lu, order, &ipvt, &mut local).map_err(routine_error)?;
+        worst = worst_error([worst, max_abs_difference(x, &local)]);
+    }
+    Ok((seconds, worst))
+}
+
+/// The matrix put once (sticky) and factored in place; the solves name the handles.
+fn solve_kept(
+    grid: &GridClient,
+    a: &[f64],
+    order: i32,
+    xs: &mut [Vec<f64>],
+) -> Result<(), CallError> {
+    let n = order as u64;
+    let lu = grid.put(a, &[n, n], ninf::grid::DataMode::Sticky)?;
+    let ipvt = match grid.empty(ninf::ElementType::Int, &[n], ninf::grid::DataMode::Sticky) {
+        Ok(ipvt) => ipvt,
+        Err(e) => return Err(grid.free(&lu).err().unwrap_or(e)),
+    };
+    let solved = grid
+        .transaction(|tx| tx.call("dgefa", &[(&lu).into(), order.into(), (&ipvt).into()]))
+        .and_then(|_| {
+            solve_all(xs, |x| {
+                grid.transaction(|tx| {
+                    let x = tx.buffer(x);
+                    let args = [(&lu).into(), order.into(), (&ipvt).into(), x.into()];
+                    tx.call("dgesl", &args)
+                })
+            })
+        });
+    let freed = grid.free(&lu).and(grid.free(&ipvt));
+    solved.and(freed)
+}
+
+/// The factors back to the client, then sent with every solve.
+fn solve_resent(
+    grid: &GridClient,
+    a: &[f64],
+    order: i32,
+    xs: &mut [Vec<f64>],
+) -> Result<(), CallError> {
+    let mut lu = a.to_vec();
+    let mut ipvt = vec![0i32; xs.first().map_or(0, Vec::len)];
+    grid.transaction(|tx| {
+        let (lu, ipvt) = (tx.buffer(&mut lu), tx.buffer(&mut ipvt));
+        tx.call("dgefa", &[lu.into(), order.into(), ipvt.into()])
+    })?;
+    solve_all(xs, |x| {
+        grid.transaction(|tx| {
+            let (lu, ipvt, x) = (tx.input(&lu), tx.input(&ipvt), tx.buffer(x));
+            tx.call("dgesl", &[lu.into(), order.into(), ipvt.into(), x.into()])
+        })
+    })
+}
+
+/// Runs `solve` on every right-hand side at once, a thread each (as `call_async` would).
+fn solve_all(
+    xs: &mut [Vec<f64>],
+    solve: impl Fn(&mut Vec<f64>) -> Result<Plan, CallError> + Sync,
+) -> Result<(), CallError> {
+    std::thread::scope(|scope| {
+        let solve = &solve;
+        let running: Vec<_> = xs
+            .iter_mut()
+            .map(|x| scope.spawn(move || solve(x)))
+            .collect();
+        for thread in running {
+            thread.join().map_err(|_| {
+                CallError::new(ErrorKind::SessionFailed, "a solve's thread panicked")
+            })??;
+        }
+        Ok(())
     })
 }
 

@@ -171,6 +171,27 @@ class NinfSide:
 # ---- Ray -------------------------------------------------------------------------------
 
 
+def _dot(x, y):
+    """np.dot as a Python function: NumPy 2.4's np.dot is a dispatcher object, which
+    ray.remote refuses."""
+    return np.dot(x, y)
+
+
+def _lu_solve_own_pivots(factors, b):
+    """SciPy's lu_solve on a copy of the pivots (8 KB at n = 2000). SciPy's getrs wrapper
+    shifts the pivot array to 1-based in place around the LAPACK call and back after, even
+    when the array is read-only; Ray hands every worker the same pivots in shared memory, so
+    two solves at once shift them twice and one of them solves with wrong pivots (seen: some
+    of 50 solves wrong in every run, SciPy 1.17, Ray 2.60); a Dask worker may send its
+    factors to the other worker while a solve has them shifted (seen once in four runs). The
+    factors stay shared."""
+    import scipy.linalg
+
+    lu, piv = factors
+    return scipy.linalg.lu_solve((lu, piv.copy()), b)
+
+
+
 class RaySide:
     name = "ray"
 
@@ -205,24 +226,24 @@ class RaySide:
         import scipy.linalg
 
         factor = self.ray.remote(scipy.linalg.lu_factor)
-        solve = self.ray.remote(lambda f, b: scipy.linalg.lu_solve(f, b))
+        solve = self.ray.remote(_lu_solve_own_pivots)
         factors = factor.remote(self.ray.put(a))
         return self.ray.get([solve.remote(factors, b) for b in bs])
 
     def chain_kept(self, x, y, count):
-        dot = self.ray.remote(np.dot)
+        dot = self.ray.remote(_dot)
         rx, ry = self.ray.put(x), self.ray.put(y)
         return [self.ray.get(dot.remote(rx, ry)) for _ in range(count)]
 
     def chain_resent(self, x, y, count):
-        dot = self.ray.remote(np.dot)
+        dot = self.ray.remote(_dot)
         return [self.ray.get(dot.remote(x, y)) for _ in range(count)]
 
     def factor_resent(self, a, bs):
         import scipy.linalg
 
         factor = self.ray.remote(scipy.linalg.lu_factor)
-        solve = self.ray.remote(lambda f, b: scipy.linalg.lu_solve(f, b))
+        solve = self.ray.remote(_lu_solve_own_pivots)
         factors = self.ray.get(factor.remote(a))
         return self.ray.get([solve.remote(factors, b) for b in bs])
 
@@ -267,7 +288,7 @@ class DaskSide:
         c = self.client
         [matrix] = c.scatter([a])
         factors = c.submit(scipy.linalg.lu_factor, matrix, pure=False)
-        return c.gather([c.submit(scipy.linalg.lu_solve, factors, b, pure=False) for b in bs])
+        return c.gather([c.submit(_lu_solve_own_pivots, factors, b, pure=False) for b in bs])
 
     def chain_kept(self, x, y, count):
         c = self.client
@@ -283,7 +304,7 @@ class DaskSide:
 
         c = self.client
         factors = c.submit(scipy.linalg.lu_factor, a, pure=False).result()
-        return c.gather([c.submit(scipy.linalg.lu_solve, factors, b, pure=False) for b in bs])
+        return c.gather([c.submit(_lu_solve_own_pivots, factors, b, pure=False) for b in bs])
 
 
 # ---- NumPy alone -----------------------------------------------------------------------

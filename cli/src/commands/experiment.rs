@@ -1,6 +1,8 @@
-//! `ninf experiment wan|tables|partition`: the metaserver paper's experiment on the testbed and its tables
-//! beside the metaserver paper's, and partitions of a site during a run; `experiment-client` and
-//! `partition-client` are their client sides, run inside the client's site.
+//! `ninf experiment wan|tables|partition|kept-data`: the metaserver paper's experiment on the
+//! testbed and its tables beside the metaserver paper's, partitions of a site during a run, and
+//! data kept on the grid against sent across the links; `experiment-client`,
+//! `partition-client` and `kept-data-client` are their client sides, run inside the client's
+//! site.
 
 use std::path::PathBuf;
 
@@ -84,12 +86,48 @@ pub enum ExperimentKind {
         #[arg(long)]
         json: bool,
     },
+    /// Factor once, solve many across the testbed's links: dgefa on a matrix, then many
+    /// dgesl at once, with the matrix kept on the grid and with the factors sent with every
+    /// solve, in turn; every solution checked against the local run (needs root).
+    KeptData {
+        #[arg(long, default_value = "lan")]
+        profile: String,
+        /// The matrix's order.
+        #[arg(long, default_value_t = 2000)]
+        n: usize,
+        #[arg(long, default_value_t = 50)]
+        solves: usize,
+        #[arg(long, default_value_t = 3)]
+        trials: usize,
+        #[arg(long, default_value = "ninf-kd")]
+        prefix: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
     super::end_children_on_signal()?;
     match args.kind {
         ExperimentKind::Tables { results, profile } => tables(results, &profile),
+        ExperimentKind::KeptData {
+            profile,
+            n,
+            solves,
+            trials,
+            prefix,
+            json,
+        } => kept_data(
+            ninf_lab::kept_data::KeptDataOptions {
+                profile,
+                prefix,
+                bin_dir: super::bin_dir()?,
+                n,
+                solves,
+                trials: trials.max(1),
+            },
+            json,
+        ),
         ExperimentKind::Partition {
             profile,
             site,
@@ -286,5 +324,48 @@ pub fn run_partition_client(args: PartitionClientArgs) -> anyhow::Result<()> {
         &args.servers,
         args.transactions,
         args.concurrency,
+    )
+}
+
+fn kept_data(options: ninf_lab::kept_data::KeptDataOptions, json: bool) -> anyhow::Result<()> {
+    let report = ninf_lab::kept_data::run(&options)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", ninf_lab::kept_data::render(&report));
+    }
+    // Bit for bit: the grid runs the same routines as the local check.
+    if report.figures.max_abs_error != 0.0 {
+        anyhow::bail!(
+            "a solution differs from the local computation by {:e}",
+            report.figures.max_abs_error
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct KeptDataClientArgs {
+    #[arg(long)]
+    pub proxy: String,
+    #[arg(long)]
+    pub metaserver: String,
+    /// How many compute servers to wait for.
+    #[arg(long)]
+    pub servers: usize,
+    #[arg(long)]
+    pub n: usize,
+    #[arg(long)]
+    pub solves: usize,
+    #[arg(long)]
+    pub trials: usize,
+}
+
+pub fn run_kept_data_client(args: KeptDataClientArgs) -> anyhow::Result<()> {
+    ninf_lab::kept_data::client(
+        &args.proxy,
+        &args.metaserver,
+        args.servers,
+        (args.n, args.solves, args.trials),
     )
 }
