@@ -460,7 +460,8 @@ pub fn spread_errors(runs: &[WorkloadRun]) -> (f64, f64) {
     (median(tasks).unwrap_or(0.0), graph)
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
+/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {

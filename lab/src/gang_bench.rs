@@ -547,13 +547,7 @@ async fn trials_of(
 }
 
 fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
+    ninf_grid::workloads::median(values.to_vec()).unwrap_or(0.0)
 }
 
 /// How the allocation benchmark's server places jobs.

@@ -147,12 +147,7 @@ pub fn client(
 }
 
 fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        len => sorted[len / 2],
-    }
+    ninf_grid::workloads::median(values.to_vec()).unwrap_or(f64::NAN)
 }
 
 /// The report as text.
