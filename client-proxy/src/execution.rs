@@ -878,6 +878,7 @@ impl GraphExecution<'_> {
             .collect();
         let faults = self.progress.faults;
         Ok(Executed {
+            commit: None,
             data_objects,
             data_replicas,
             reports,

@@ -384,25 +384,29 @@ impl Proxy {
             key: key.as_deref(),
             restored: placed.restored,
         };
-        let outcome = tokio::select! {
-            outcome = self.execute(
-                (&graph, &arguments),
-                (&mut servers, staging),
-                (&placed.owner, &used),
-                progress,
-                journaling,
-                &data,
-            ) => outcome,
-            () = cancel.cancelled() => Err(Failed {
-                status: Status::cancelled("the client cancelled the transaction"),
-                actuals: Vec::new(),
-                makespan: started.elapsed().as_secs_f64(),
-                incidents: Vec::new(),
-            }),
+        let outcome = match placed.committed {
+            // It ran to its end before the restart: its writes are finished, nothing runs.
+            Some(commit) => Ok(Executed::committed(commit)),
+            None => tokio::select! {
+                outcome = self.execute(
+                    (&graph, &arguments),
+                    (&mut servers, staging),
+                    (&placed.owner, &used),
+                    progress,
+                    journaling,
+                    &data,
+                ) => outcome,
+                () = cancel.cancelled() => Err(Failed {
+                    status: Status::cancelled("the client cancelled the transaction"),
+                    actuals: Vec::new(),
+                    makespan: started.elapsed().as_secs_f64(),
+                    incidents: Vec::new(),
+                }),
+            },
         };
         renewals.abort();
         let outcome = self
-            .keep_data_outputs(admitted.client(), &data, outcome)
+            .keep_data_outputs(key.as_deref(), admitted.client(), &data, outcome)
             .await;
         // Clean-up and the report need no core: the next graph starts meanwhile.
         drop(slot);
@@ -493,6 +497,38 @@ struct Executed {
     makespan: f64,
     counts: RunCounts,
     incidents: Vec<v1::GraphIncident>,
+    /// The journaled commit of a transaction resumed after it had run to its end: its data
+    /// writes to finish ([`Proxy::keep_data_outputs`]).
+    commit: Option<v1::JournaledCommit>,
+}
+
+impl Executed {
+    /// A transaction resumed from its journaled `commit`: its reply as journaled, nothing run.
+    fn committed(commit: v1::JournaledCommit) -> Executed {
+        Executed {
+            data_objects: Vec::new(),
+            data_replicas: Vec::new(),
+            reports: commit.tasks.clone(),
+            actuals: Vec::new(),
+            makespan: commit.makespan,
+            counts: RunCounts {
+                resumed: commit.tasks.len() as u32,
+                ..RunCounts::default()
+            },
+            incidents: Vec::new(),
+            commit: Some(commit),
+        }
+    }
+
+    /// The run failed after all, for `status`.
+    fn failed(self, status: Status) -> Failed {
+        Failed {
+            status,
+            actuals: self.actuals,
+            makespan: self.makespan,
+            incidents: self.incidents,
+        }
+    }
 }
 
 /// What a graph that ran to the end did beyond its calls.

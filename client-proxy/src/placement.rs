@@ -66,6 +66,7 @@ impl Proxy {
                 placement: placement.clone(),
                 accepted_ms: unix_ms(),
                 tasks: Vec::new(),
+                commit: None,
             };
             self.journal
                 .record_durably(journal::Entry::Accepted(Box::new(run)))
@@ -76,6 +77,7 @@ impl Proxy {
             owner,
             also_used: Vec::new(),
             restored: None,
+            committed: None,
             schedule_seconds,
         })
     }
@@ -98,6 +100,7 @@ impl Proxy {
                 incidents,
                 data_objects: _,
                 data_replicas: _,
+                commit: _,
             }) => {
                 counts = run_counts;
                 for report in reports.iter_mut() {
@@ -171,6 +174,9 @@ pub(crate) struct Placed {
     /// Servers it may have stored on besides its placement's.
     pub(crate) also_used: Vec<String>,
     pub(crate) restored: Option<execution::Restored>,
+    /// What a resumed transaction that had run to its end did, its data writes to finish:
+    /// it does not run again.
+    pub(crate) committed: Option<v1::JournaledCommit>,
     /// Seconds the metaserver took to place it (0 when resumed).
     pub(crate) schedule_seconds: f64,
 }

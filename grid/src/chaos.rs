@@ -244,10 +244,7 @@ fn run_in(
         options,
     );
 
-    // Not with a proxy killed: a kept-data transaction resumed by a restarted proxy once came
-    // back wrong (docs/data.md, "Not yet").
-    let with_data = options.proxy_every == 0;
-    let results = run_transactions(&proxy, options.transactions, options.concurrency, with_data);
+    let results = run_transactions(&proxy, options.transactions, options.concurrency);
     let seconds = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     let injected = injector
@@ -438,14 +435,8 @@ fn spawn_injector(
 }
 
 /// Runs `total` transactions of the mix through `proxy`, `concurrency` at a time, each
-/// checked bit for bit against the local computation (`with_data`: the kept matrix among
-/// them); returns the counts.
-pub fn run_transactions(
-    proxy: &str,
-    total: usize,
-    concurrency: usize,
-    with_data: bool,
-) -> ChaosReport {
+/// checked bit for bit against the local computation; returns the counts.
+pub fn run_transactions(proxy: &str, total: usize, concurrency: usize) -> ChaosReport {
     let next = Arc::new(AtomicUsize::new(0));
     let results: Arc<Mutex<ChaosReport>> = Arc::default();
     let workers: Vec<_> = (0..concurrency.max(1))
@@ -467,7 +458,7 @@ pub fn run_transactions(
                     if i >= total {
                         return;
                     }
-                    let outcome = transaction(&grid, i, with_data);
+                    let outcome = transaction(&grid, i);
                     let mut r = lock(&results);
                     match outcome {
                         Ok(run) => {
@@ -525,17 +516,12 @@ fn sleep_unless(done: &AtomicBool, duration: Duration) -> bool {
 }
 
 /// Transaction `i` of the mix: pairs and cascades alternating, three sizes each, then a
-/// matrix kept on the grid in [`KEPT_REPLICAS`] copies, factored there and read back (only
-/// `with_data`; without, the six others in turn). At
+/// matrix kept on the grid in [`KEPT_REPLICAS`] copies, factored there and read back. At
 /// n = 380 a dgefa call carries 1.16 MB, so the proxy sends it to the bulk port of a server
 /// that may be killed under it.
-fn transaction(
-    grid: &GridClient,
-    i: usize,
-    with_data: bool,
-) -> Result<workloads::WorkloadRun, ninf::CallError> {
+fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ninf::CallError> {
     let seed = 1000 + i as u64;
-    match i % if with_data { 7 } else { 6 } {
+    match i % 7 {
         0 => workloads::pairs(grid, 150, 5, seed),
         1 => workloads::cascade(grid, 80, seed),
         2 => workloads::pairs(grid, 250, 3, seed),

@@ -456,9 +456,22 @@ impl EmbeddedGrid {
 
     /// Stops the metaserver and starts a new one on the same address and database.
     pub async fn restart_metaserver(&mut self) -> anyhow::Result<()> {
+        self.stop_metaserver().await?;
+        self.start_metaserver().await
+    }
+
+    /// Stops the metaserver (until [`EmbeddedGrid::start_metaserver`]): the grid's address
+    /// for it answers nothing meanwhile.
+    pub async fn stop_metaserver(&mut self) -> anyhow::Result<()> {
         if let Some(service) = self.metaserver_service.take() {
             service.stop().await?;
         }
+        Ok(())
+    }
+
+    /// Starts a new metaserver on the grid's metaserver address and database, after
+    /// [`EmbeddedGrid::stop_metaserver`].
+    pub async fn start_metaserver(&mut self) -> anyhow::Result<()> {
         let service = start_metaserver(&self.options, &self.endpoints.metaserver).await?;
         self.metaserver = service.metaserver.clone();
         self.metaserver_service = Some(service);

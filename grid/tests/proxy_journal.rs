@@ -216,6 +216,25 @@ fn the_journal_keeps_to_postgresql_as_well() {
             server: "s:1".into(),
             ..Default::default()
         }],
+        commit: Some(v1::JournaledCommit {
+            tasks: vec![v1::TaskReport {
+                task: 2,
+                ..Default::default()
+            }],
+            writes: vec![v1::HandleObject {
+                handle: "h".into(),
+                object: Some(v1::ObjectRef {
+                    server: "s:1".into(),
+                    object_id: "o".into(),
+                }),
+            }],
+            replicas: Vec::new(),
+            makespan: 1.5,
+        }),
+    };
+    let committed = |id: &str| Entry::Committed {
+        transaction_id: id.into(),
+        commit: run.commit.clone().unwrap(),
     };
     let loaded = runtime.block_on(async {
         let store = JournalStore::open(&postgres.url, "proxy").await.unwrap();
@@ -224,16 +243,19 @@ fn the_journal_keeps_to_postgresql_as_well() {
             .apply(&[
                 Entry::Accepted(Box::new(JournaledRun {
                     tasks: Vec::new(),
+                    commit: None,
                     ..run.clone()
                 })),
                 Entry::TaskKept {
                     transaction_id: run.transaction_id.clone(),
                     report: run.tasks[0].clone(),
                 },
+                committed("client#t1"),
                 Entry::Accepted(Box::new(JournaledRun {
                     transaction_id: "client#t2".into(),
                     ..other
                 })),
+                committed("client#t2"),
                 Entry::Finished("client#t2".into()),
             ])
             .await
@@ -369,6 +391,108 @@ fn a_call_in_flight_outlives_its_proxy_and_is_not_run_again() {
         killed_at.as_secs_f64(),
         elapsed.as_secs_f64()
     );
+    eventually("the journal forgetting the transaction", || {
+        proxy.journaled(&grid).is_empty()
+    });
+    assert!(no_bytes_left(&grid), "{:?}", grid.grid().stored_bytes());
+}
+
+/// A diagonally dominant matrix of order `n`, column-major.
+fn dominant(n: usize) -> Vec<f64> {
+    let mut a = vec![0.0; n * n];
+    for j in 0..n {
+        for i in 0..n {
+            a[i + j * n] = 1.0 / (1.0 + (i + 2 * j) as f64) + if i == j { n as f64 } else { 0.0 };
+        }
+    }
+    a
+}
+
+/// A transaction that writes a handle in place (dgefa's INOUT) is not run again by the
+/// restarted proxy once it has run to its end: it would factor the factors. Its proxy is
+/// killed after the commit is journaled and before the handle's new value is recorded (the
+/// metaserver is stopped, so the record waits); the restarted proxy records it from the
+/// journal and answers the resent transaction from there, nothing run twice.
+#[test]
+fn a_transaction_that_wrote_a_handle_is_finished_from_the_journal_not_run_again() {
+    let n = 40usize;
+    let mut grid = TestGrid::start(vec![2], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = ProxyProcess::start(dir.path(), &grid.grid().endpoints.metaserver);
+    let client = GridClient::connect(&proxy.address).unwrap();
+    let a = dominant(n);
+    let b: Vec<f64> = (0..n).map(|i| 1.0 + i as f64).collect();
+    let shape = [n as u64, n as u64];
+    let handle = client
+        .put(&a, &shape, ninf::grid::DataMode::Sticky)
+        .unwrap();
+    let (tx_handle, rhs) = (handle.clone(), b.clone());
+    let worker = std::thread::spawn(move || {
+        let order = n as i32;
+        let pivots = vec![0i32; n];
+        let mut x = rhs;
+        let echoed = vec![0.0; 4];
+        let mut back = vec![0.0; 4];
+        let plan = client.transaction(|tx| {
+            let ipvt = tx.scratch(&pivots);
+            let x = tx.buffer(&mut x);
+            tx.call("dgefa", &[(&tx_handle).into(), order.into(), ipvt.into()])?;
+            tx.call(
+                "dgesl",
+                &[(&tx_handle).into(), order.into(), ipvt.into(), x.into()],
+            )?;
+            let (from, to) = (tx.input(&echoed), tx.buffer(&mut back));
+            tx.call(
+                "slow_echo",
+                &[3000i32.into(), 4i64.into(), from.into(), to.into()],
+            )?;
+            Ok(())
+        })?;
+        let mut factors = vec![0.0; n * n];
+        client.get(&tx_handle, &mut factors)?;
+        client.free(&tx_handle)?;
+        Ok::<_, CallError>((x, factors, plan))
+    });
+    eventually("the transaction in the journal", || {
+        !proxy.journaled(&grid).is_empty()
+    });
+    let embedded = grid.grid.as_mut().unwrap();
+    grid.runtime.block_on(embedded.stop_metaserver()).unwrap();
+    eventually("the commit in the journal", || {
+        proxy
+            .journaled(&grid)
+            .iter()
+            .any(|run| run.commit.is_some())
+    });
+    proxy.kill();
+    let embedded = grid.grid.as_mut().unwrap();
+    grid.runtime.block_on(embedded.start_metaserver()).unwrap();
+    proxy.restart();
+
+    let (x, factors, plan) = worker.join().unwrap().expect("the transaction completes");
+    let mut lu = a;
+    let mut ipvt = vec![0i32; n];
+    let mut local = b;
+    ninf_routines::linpack::dgefa(&mut lu, n as i32, &mut ipvt).unwrap();
+    ninf_routines::linpack::dgesl(&lu, n as i32, &ipvt, &mut local).unwrap();
+    assert_eq!(
+        factors, lu,
+        "the handle holds the factors of a, not of its factors"
+    );
+    assert_eq!(x, local, "the reply is the first run's");
+    assert_eq!(plan.resumed_tasks, 3, "{plan:?}");
+    let metrics = grid.grid().endpoints.metrics.clone();
+    let calls = |routine: &str| -> f64 {
+        metrics
+            .iter()
+            .filter(|(name, _)| name.starts_with("server-"))
+            .map(|(_, address)| {
+                let routine = format!("routine=\"{routine}\"");
+                sample_sum(&scrape(address), "ninf_calls_total", &[&routine])
+            })
+            .sum()
+    };
+    assert_eq!((calls("dgefa"), calls("slow_echo")), (1.0, 1.0));
     eventually("the journal forgetting the transaction", || {
         proxy.journaled(&grid).is_empty()
     });

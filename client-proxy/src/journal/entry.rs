@@ -19,17 +19,27 @@ pub struct JournaledRun {
     /// Each finished task's report, its outputs the objects it kept
     /// (`call_output::Result::Object`).
     pub tasks: Vec<v1::TaskReport>,
+    /// For a transaction that ran to its end and writes data handles: what it did, recorded
+    /// before the handles were given their new values. Such a transaction never runs again.
+    pub commit: Option<v1::JournaledCommit>,
 }
 
 impl JournaledRun {
-    /// Every server it may have stored anything on: its placement's and its objects'.
+    /// Every server it may have stored anything on: its placement's, its objects' and its
+    /// commit's.
     pub fn servers(&self) -> Vec<String> {
+        let committed = self
+            .commit
+            .iter()
+            .flat_map(|c| c.writes.iter().chain(&c.replicas))
+            .filter_map(|w| w.object.as_ref());
         let mut servers: Vec<String> = self
             .placement
             .placements
             .iter()
             .map(|p| p.server.clone())
             .chain(self.objects().map(|(_, _, o)| o.server.clone()))
+            .chain(committed.map(|o| o.server.clone()))
             .collect();
         servers.sort();
         servers.dedup();
@@ -58,6 +68,12 @@ pub enum Entry {
     TaskKept {
         transaction_id: String,
         report: v1::TaskReport,
+    },
+    /// A transaction that writes data handles ran to its end: what it did, before the
+    /// handles are given their new values.
+    Committed {
+        transaction_id: String,
+        commit: v1::JournaledCommit,
     },
     /// A transaction ended (replied, failed or abandoned) and was cleaned up.
     Finished(String),

@@ -239,6 +239,7 @@ mod tests {
                 }],
                 ..Default::default()
             }],
+            commit: None,
         }
     }
 
@@ -272,6 +273,10 @@ mod tests {
                 report: one.tasks[0].clone(),
             },
             Entry::Accepted(Box::new(two.clone())),
+            Entry::Committed {
+                transaction_id: "t2".into(),
+                commit: v1::JournaledCommit::default(),
+            },
             Entry::Finished("t2".into()),
         ];
         store.apply(&entries).await.expect("writes");
@@ -287,6 +292,31 @@ mod tests {
             vec!["a:1".to_string(), "b:2".to_string()]
         );
         assert_eq!(runs[0].objects().count(), 1);
+        // A commit is kept with its transaction until the transaction finishes.
+        let commit = v1::JournaledCommit {
+            makespan: 2.5,
+            writes: vec![v1::HandleObject {
+                handle: "h".into(),
+                object: Some(v1::ObjectRef {
+                    server: "c:3".into(),
+                    object_id: "o2".into(),
+                }),
+            }],
+            ..Default::default()
+        };
+        let committed = Entry::Committed {
+            transaction_id: "t1".into(),
+            commit: commit.clone(),
+        };
+        reopened.apply(&[committed]).await.expect("writes");
+        let runs = reopened.load().await.expect("reads");
+        assert_eq!(runs[0].commit.as_ref(), Some(&commit));
+        assert!(runs[0].servers().contains(&"c:3".to_string()));
+        reopened
+            .apply(&[Entry::Finished("t1".into())])
+            .await
+            .expect("writes");
+        assert!(reopened.load().await.expect("reads").is_empty());
     }
 
     #[tokio::test]

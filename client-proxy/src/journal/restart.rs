@@ -19,8 +19,27 @@ const STAT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Proxy {
     /// Picks up a journaled transaction: its placement and owner, and its finished tasks,
-    /// with those whose kept objects are gone marked lost.
-    pub(crate) async fn resume(&self, run: JournaledRun) -> Placed {
+    /// with those whose kept objects are gone marked lost; or, for one that had run to its
+    /// end, its commit.
+    pub(crate) async fn resume(&self, mut run: JournaledRun) -> Placed {
+        let mut also_used = run.servers();
+        also_used.extend(self.up_addresses().await);
+        if let Some(commit) = run.commit.take() {
+            tracing::info!(
+                transaction = %run.transaction_id,
+                graph = run.placement.graph_id,
+                writes = commit.writes.len(),
+                "finishing a transaction's data writes from the journal"
+            );
+            return Placed {
+                owner: run.owner,
+                placement: run.placement,
+                also_used,
+                restored: None,
+                committed: Some(commit),
+                schedule_seconds: 0.0,
+            };
+        }
         let missing = self.missing_objects(&run).await;
         tracing::info!(
             transaction = %run.transaction_id,
@@ -29,8 +48,6 @@ impl Proxy {
             lost = missing.len(),
             "resuming a transaction from the journal"
         );
-        let mut also_used = run.servers();
-        also_used.extend(self.up_addresses().await);
         Placed {
             owner: run.owner,
             placement: run.placement,
@@ -39,6 +56,7 @@ impl Proxy {
                 done: run.tasks,
                 missing,
             }),
+            committed: None,
             schedule_seconds: 0.0,
         }
     }
@@ -68,10 +86,16 @@ impl Proxy {
             .unwrap_or_default()
     }
 
-    /// Gives up a journaled transaction: deletes what it stored wherever it may have, tells
-    /// the metaserver its graph failed, and forgets it.
+    /// Gives up a journaled transaction: finishes its data writes if it had run to its end
+    /// (they were committed; only its reply is lost), deletes what else it stored wherever it
+    /// may have, tells the metaserver its graph failed, and forgets it.
     pub(crate) async fn abandon(&self, run: &JournaledRun, why: &str) {
         tracing::info!(transaction = %run.transaction_id, graph = run.placement.graph_id, why, "giving up a journaled transaction");
+        if let Some(commit) = &run.commit
+            && let Err(status) = self.apply_commit(&run.client, commit).await
+        {
+            tracing::warn!(transaction = %run.transaction_id, error = %status.message(), "cannot finish a journaled transaction's data writes");
+        }
         let mut servers = run.servers();
         servers.extend(self.up_addresses().await);
         servers.sort();

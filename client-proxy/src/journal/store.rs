@@ -40,6 +40,7 @@ fn segments(entries: &[Entry]) -> Vec<&[Entry]> {
 struct Changes<'a> {
     accepted: Vec<&'a JournaledRun>,
     kept: Vec<(&'a str, &'a v1::TaskReport)>,
+    committed: Vec<(&'a str, &'a v1::JournaledCommit)>,
     finished: Vec<&'a str>,
 }
 
@@ -47,6 +48,7 @@ impl<'a> Changes<'a> {
     fn of(segment: &'a [Entry]) -> Changes<'a> {
         let mut accepted: BTreeMap<&str, &JournaledRun> = BTreeMap::new();
         let mut kept: BTreeMap<(&str, u32), &v1::TaskReport> = BTreeMap::new();
+        let mut committed: BTreeMap<&str, &v1::JournaledCommit> = BTreeMap::new();
         let mut finished = BTreeSet::new();
         for entry in segment {
             match entry {
@@ -58,6 +60,12 @@ impl<'a> Changes<'a> {
                     report,
                 } => {
                     kept.insert((transaction_id, report.task), report);
+                }
+                Entry::Committed {
+                    transaction_id,
+                    commit,
+                } => {
+                    committed.insert(transaction_id, commit);
                 }
                 Entry::Finished(id) => {
                     finished.insert(id.as_str());
@@ -76,6 +84,10 @@ impl<'a> Changes<'a> {
                 .into_iter()
                 .filter(|((id, _), _)| !finished.contains(id))
                 .map(|((id, _), r)| (id, r))
+                .collect(),
+            committed: committed
+                .into_iter()
+                .filter(|(id, _)| !finished.contains(id))
                 .collect(),
             finished: finished.into_iter().collect(),
         }
@@ -139,6 +151,7 @@ impl JournalStore {
                 placement,
                 accepted_ms: row.try_get(5)?,
                 tasks: Vec::new(),
+                commit: None,
                 transaction_id: id,
             });
         }
@@ -156,10 +169,29 @@ impl JournalStore {
                 .map_err(|e| JournalError::Decode(id.clone(), e))?;
             tasks.entry(id).or_default().push(report);
         }
+        let mut commits = self.load_commits().await?;
         for run in &mut runs {
             run.tasks = tasks.remove(&run.transaction_id).unwrap_or_default();
+            run.commit = commits.remove(&run.transaction_id);
         }
         Ok(runs)
+    }
+
+    async fn load_commits(&self) -> Result<HashMap<String, v1::JournaledCommit>, JournalError> {
+        let rows =
+            sqlx::query("SELECT transaction_id, outcome FROM journal_commits WHERE proxy = $1")
+                .bind(&self.proxy)
+                .fetch_all(&self.pool)
+                .await?;
+        let mut commits = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let id: String = row.try_get(0)?;
+            let outcome: Vec<u8> = row.try_get(1)?;
+            let commit = v1::JournaledCommit::decode(outcome.as_slice())
+                .map_err(|e| JournalError::Decode(id.clone(), e))?;
+            commits.insert(id, commit);
+        }
+        Ok(commits)
     }
 
     /// Writes `entries`, in one database transaction, with as few statements as the order
@@ -176,7 +208,12 @@ impl JournalStore {
             for chunk in changes.kept.chunks(ROWS) {
                 self.upsert_tasks(&mut tx, chunk).await?;
             }
+            for (id, commit) in &changes.committed {
+                self.upsert_commit(&mut tx, id, commit).await?;
+            }
             self.delete_from(&mut tx, "journal_tasks", &changes.finished)
+                .await?;
+            self.delete_from(&mut tx, "journal_commits", &changes.finished)
                 .await?;
             self.delete_from(&mut tx, "journal_transactions", &changes.finished)
                 .await?;
@@ -237,7 +274,27 @@ impl JournalStore {
         Ok(())
     }
 
-    /// Deletes this proxy's rows of `table` (one of the journal's two) for `ids`.
+    /// One row per commit: they are few (a transaction that writes handles has one) and
+    /// may be large (its reply's arrays).
+    async fn upsert_commit(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        id: &str,
+        commit: &v1::JournaledCommit,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO journal_commits (proxy, transaction_id, outcome) VALUES ($1, $2, $3)
+             ON CONFLICT (proxy, transaction_id) DO UPDATE SET outcome = excluded.outcome",
+        )
+        .bind(&self.proxy)
+        .bind(id)
+        .bind(commit.encode_to_vec())
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes this proxy's rows of `table` (one of the journal's tables) for `ids`.
     async fn delete_from(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,

@@ -8,7 +8,7 @@
 //! server when there is one); a persistent handle read from another server is kept there as
 //! well, a replica recorded once the run has succeeded if it fits under that server's cap. A
 //! handle it writes becomes a kept output, given to the handle once the run has succeeded,
-//! its older copies deleted. A run that fails changes no handle.
+//! its older copies deleted (`commit.rs`). A run that fails changes no handle.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +17,9 @@ use ninf_proto::v1;
 use tonic::Status;
 
 use crate::metaserver::{DataRecordsReply, DataRecordsRequest};
-use crate::{Executed, Failed, Proxy};
+
+mod commit;
+use crate::Proxy;
 
 /// The handles a run's arguments name, looked up once before it is placed.
 #[derive(Debug, Default)]
@@ -155,7 +157,7 @@ impl Proxy {
 
     /// Records `object` as a copy of `owner`'s handle `id` (with `replace`, its only one:
     /// the older copies are deleted); the reply lists the handle as it is now.
-    async fn add_copy(
+    pub(super) async fn add_copy(
         &self,
         owner: &str,
         id: &str,
@@ -183,7 +185,7 @@ impl Proxy {
 
     /// Deletes copies the records no longer list (old values, evicted replicas) from their
     /// servers; one that cannot be deleted now goes with its lease.
-    async fn delete_copies(&self, id: &str, copies: &[v1::DataCopy]) {
+    pub(super) async fn delete_copies(&self, id: &str, copies: &[v1::DataCopy]) {
         for copy in copies {
             let object = v1::ObjectRef {
                 server: copy.server.clone(),
@@ -345,74 +347,16 @@ impl Proxy {
         Ok(uses)
     }
 
-    /// A run's outcome once the outputs that become handles' values are given to them: a
-    /// run that cannot keep them fails (and its kept objects go with its other
-    /// intermediates).
-    pub(crate) async fn keep_data_outputs(
-        &self,
-        owner: &str,
-        uses: &DataUses,
-        outcome: Result<Executed, Failed>,
-    ) -> Result<Executed, Failed> {
-        let executed = match outcome {
-            Ok(executed) if !uses.writes.is_empty() || !executed.data_replicas.is_empty() => {
-                executed
-            }
-            other => return other,
-        };
-        match self
-            .store_data_outputs(owner, uses, &executed.data_objects)
-            .await
-        {
-            Ok(()) => {
-                self.keep_replicas(owner, uses, &executed.data_replicas)
-                    .await;
-                Ok(executed)
-            }
-            Err(status) => Err(Failed {
-                status,
-                actuals: executed.actuals,
-                makespan: executed.makespan,
-                incidents: executed.incidents,
-            }),
-        }
-    }
-
-    /// Gives each output that becomes a handle's value to its handle, once the run has
-    /// succeeded: `objects` are where the run kept them.
-    pub(crate) async fn store_data_outputs(
-        &self,
-        owner: &str,
-        uses: &DataUses,
-        objects: &[(usize, u32, v1::ObjectRef)],
-    ) -> Result<(), Status> {
-        for (task, parameter, id) in &uses.writes {
-            let Some((_, _, object)) = objects.iter().find(|(t, p, _)| t == task && p == parameter)
-            else {
-                return Err(Status::internal(format!(
-                    "task {task} did not keep parameter {parameter}, the new value of data \
-                     handle `{id}`"
-                )));
-            };
-            self.cluster.adopt(object, id).await.map_err(|status| {
-                Status::unavailable(format!(
-                    "cannot keep the new value of data handle `{id}` on {}: {}",
-                    object.server,
-                    status.message()
-                ))
-            })?;
-            let added = self
-                .add_copy(owner, id, object.clone(), (true, false))
-                .await?;
-            self.replicate(owner, id, object, &added.replicate_to).await;
-        }
-        Ok(())
-    }
-
     /// Copies a persistent handle's new value from `object` to each of `servers`, server to
     /// server, and records each copy. A copy that fails leaves the handle with fewer copies
     /// (its value is safe where it was written); it is said in the log.
-    async fn replicate(&self, owner: &str, id: &str, object: &v1::ObjectRef, servers: &[String]) {
+    pub(super) async fn replicate(
+        &self,
+        owner: &str,
+        id: &str,
+        object: &v1::ObjectRef,
+        servers: &[String],
+    ) {
         for server in servers {
             let copied = match self.cluster.copy_from(server, object, id).await {
                 Ok(copied) => copied,
@@ -504,53 +448,6 @@ impl DataUses {
             }
         }
         Ok(())
-    }
-}
-
-impl Proxy {
-    /// Records the inputs the servers kept as replicas of the handles they read, where they
-    /// fit; the others stay the run's intermediates, deleted with them. A replica not
-    /// recorded costs nothing but its transfer, which the call paid already.
-    async fn keep_replicas(
-        &self,
-        owner: &str,
-        uses: &DataUses,
-        kept: &[(usize, u32, v1::ObjectRef)],
-    ) {
-        for (task, parameter, object) in kept {
-            let Some((_, _, id)) = uses
-                .replicas
-                .iter()
-                .find(|(t, p, _)| t == task && p == parameter)
-            else {
-                continue;
-            };
-            if let Err(status) = self.cluster.adopt(object, id).await {
-                tracing::debug!(%id, server = %object.server, error = %status.message(), "replica not adopted");
-                continue;
-            }
-            match self
-                .add_copy(owner, id, object.clone(), (false, true))
-                .await
-            {
-                Ok(added)
-                    if added.info.as_ref().is_some_and(|i| {
-                        i.copies.iter().any(|c| c.object_id == object.object_id)
-                    }) =>
-                {
-                    tracing::debug!(%id, server = %object.server, "replica kept");
-                }
-                Ok(_) => {}
-                Err(status) => {
-                    tracing::debug!(%id, server = %object.server, error = %status.message(), "replica not recorded");
-                    let stale = v1::DataCopy {
-                        server: object.server.clone(),
-                        object_id: object.object_id.clone(),
-                    };
-                    self.delete_copies(id, &[stale]).await;
-                }
-            }
-        }
     }
 }
 
