@@ -87,6 +87,7 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         bulk_local: local_name,
         quantum_seconds: config.gang.core(1).quantum,
         data_cap_bytes: config.storage.data_cap_bytes,
+        instance: ninf_proto::net::local::random_name("").map_err(StartError::Io)?,
         ..info
     };
     let state = ServerState::start(config, advertise.clone(), info).await?;

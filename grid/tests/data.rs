@@ -643,3 +643,172 @@ fn persistent_data_read_on_another_server_is_kept_there_where_it_fits_and_sticky
     client.free(&p).unwrap();
     grid.assert_no_leftovers();
 }
+
+/// Waits up to 30 s for `condition`.
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A persistent handle in two copies whose holders are lost one after another is copied
+/// again each time from the copy left, so it loses nothing; a holder that restarts comes
+/// back with empty storage, and its copy is dropped from the records (then made again
+/// there). The in-process server's data cap keeps every copy on the external servers,
+/// which are killed and restarted.
+#[test]
+fn lost_replicas_are_made_again_from_the_copy_left_and_a_restarted_servers_copies_are_dropped() {
+    let grid = TestGrid::start(vec![1], |o| {
+        o.heartbeat_seconds = 0.2;
+        o.heartbeat_timeout_seconds = 1.0;
+        o.data_cap_bytes = 1000;
+    });
+    let mut e = common::ExternalServer::start_with(&grid, &["linpack"], "e", "");
+    let mut f = common::ExternalServer::start_with(&grid, &["linpack"], "f", "");
+    grid.runtime.block_on(grid.grid().wait_until_up(3)).unwrap();
+    let client = grid.client("simple");
+    let n = 40usize;
+    let a = system(n);
+    let bytes = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(&a));
+    let shape = ninf::grid::Shape {
+        dims: &[n as u64, n as u64],
+        fortran_order: true,
+    };
+    let runtime = ninf::runtime::runtime().unwrap();
+    let d = runtime
+        .block_on(client.inner().put_bytes_replicated(
+            ElementType::Double,
+            shape,
+            bytes,
+            DataMode::Persistent,
+            2,
+        ))
+        .unwrap();
+    let mut both = vec![e.address.clone(), f.address.clone()];
+    both.sort();
+    assert_eq!(copies_of(&client, &d), both);
+
+    // e dies: once it is marked down, its copy no longer counts and g gets one from f.
+    let g = common::ExternalServer::start_with(&grid, &["linpack"], "g", "");
+    grid.runtime.block_on(grid.grid().wait_until_up(4)).unwrap();
+    e.kill();
+    eventually("a copy on g", || {
+        copies_of(&client, &d).contains(&g.address)
+    });
+    // f dies too: the copy made on g is the one left, and it holds the data.
+    f.kill();
+    let mut back = vec![0.0; n * n];
+    client.get(&d, &mut back).unwrap();
+    assert_eq!(back, a, "read from g's copy");
+
+    // e restarts on its address, a new process with empty storage: its copy is dropped from
+    // the records, and, f being down, e gets the second copy again, from g.
+    let listed = copies_of(&client, &d);
+    assert!(listed.contains(&e.address), "{listed:?}");
+    let events = || grid.grid().metaserver.events_since(0, 1000);
+    e.restart();
+    eventually("e's old copy dropped and a new one made there", || {
+        let servers = client.data().unwrap()[0].servers.clone();
+        let restarted = events()
+            .iter()
+            .any(|ev| ev.kind == "restarted" && ev.server == e.address);
+        restarted && servers.contains(&e.address)
+    });
+    let replicated: Vec<String> = events()
+        .into_iter()
+        .filter(|ev| ev.kind == "replicated")
+        .map(|ev| ev.server)
+        .collect();
+    assert_eq!(replicated, [g.address.clone(), e.address.clone()]);
+    drop(g);
+    let mut back = vec![0.0; n * n];
+    client.get(&d, &mut back).unwrap();
+    assert_eq!(back, a, "read from e's new copy");
+    client.free(&d).unwrap();
+}
+
+/// A put sent again under its name (its first try's reply was lost, say to a proxy that
+/// died) makes one handle: the second try replaces the first, whose bytes are deleted; a put
+/// under another name is another handle. The client library names every put and sends it
+/// again while the proxy is unreachable; here two tries are sent by hand.
+#[test]
+fn a_put_sent_again_under_its_name_replaces_its_first_try() {
+    use ninf_proto::v1;
+    let grid = TestGrid::start(vec![1], |_| {});
+    let n = 64usize;
+    let values: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let data = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(&values));
+    let named = |put_id: &str| {
+        let spec = v1::DataSpec {
+            element_type: v1::ElementType::Double as i32,
+            bytes: data.len() as u64,
+            shape: vec![n as u64],
+            mode: v1::DataMode::Sticky as i32,
+            put_id: put_id.to_string(),
+            ..Default::default()
+        };
+        let chunks = vec![
+            v1::DataUpload {
+                spec: Some(spec),
+                data: bytes::Bytes::new(),
+            },
+            v1::DataUpload {
+                spec: None,
+                data: data.clone(),
+            },
+        ];
+        identified(tokio_stream::iter(chunks))
+    };
+    let proxy = grid.grid().endpoints.proxy.clone();
+    let (first, second, other, listed, gone) = grid.runtime.block_on(async {
+        let channel = ninf_proto::net::connect(&proxy, None, Default::default())
+            .await
+            .unwrap();
+        let mut client = v1::proxy_client::ProxyClient::new(channel);
+        let mut put = async |name: &str| client.put_data(named(name)).await.unwrap().into_inner();
+        let (first, second, other) = (put("p1").await, put("p1").await, put("p2").await);
+        let listed = client
+            .list_data(identified(v1::ListDataRequest { ids: Vec::new() }))
+            .await
+            .unwrap()
+            .into_inner();
+        let gone = client
+            .get_data(identified(v1::DataHandle {
+                id: first.id.clone(),
+            }))
+            .await
+            .err()
+            .unwrap();
+        (first, second, other, listed, gone)
+    });
+    let mut ids: Vec<String> = listed.data.iter().map(|d| d.id.clone()).collect();
+    ids.sort();
+    let mut expected = vec![second.id.clone(), other.id.clone()];
+    expected.sort();
+    assert_eq!(
+        ids, expected,
+        "the first try is replaced, the other name kept"
+    );
+    assert_ne!(first.id, second.id);
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone}");
+    assert_eq!(
+        grid.grid().stored_bytes(),
+        vec![2 * data.len() as u64],
+        "the first try's bytes are deleted"
+    );
+}
+
+/// `message` as the client named `put-tester` sends it.
+fn identified<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        ninf_proto::net::CLIENT_ID_METADATA,
+        tonic::metadata::MetadataValue::from_static("put-tester"),
+    );
+    request
+}

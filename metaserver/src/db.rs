@@ -240,6 +240,19 @@ impl ResourceDb {
         self.pool.close().await;
     }
 
+    /// The instance the server at `address` last registered with (`ServerInfo.instance`;
+    /// empty when it said none), if it registered before.
+    pub async fn server_instance(&self, address: &str) -> Result<Option<String>, DbError> {
+        let row = sqlx::query("SELECT instance FROM servers WHERE address = $1")
+            .bind(address)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(row) => Some(row.try_get(0)?),
+            None => None,
+        })
+    }
+
     /// Records a registration: inserts the server or replaces what was known about its
     /// address, with its routines. Returns its id.
     pub async fn register(
@@ -253,9 +266,10 @@ impl ResourceDb {
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
                  bulk_address, registered_at, last_heartbeat, state, quantum_seconds,
-                 bulk_local, walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes)
+                 bulk_local, walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes,
+                 instance)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14, $15,
-                 $16)
+                 $16, $17)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
@@ -264,7 +278,7 @@ impl ResourceDb {
                  quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local,
                  walltime_end = excluded.walltime_end, batch_job = excluded.batch_job,
                  allocation = excluded.allocation, drain_seconds = excluded.drain_seconds,
-                 data_cap_bytes = excluded.data_cap_bytes
+                 data_cap_bytes = excluded.data_cap_bytes, instance = excluded.instance
              RETURNING id",
         )
         .bind(address)
@@ -283,6 +297,7 @@ impl ResourceDb {
         .bind(&info.allocation)
         .bind(finite(info.drain_seconds))
         .bind(to_i64(info.data_cap_bytes))
+        .bind(&info.instance)
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -314,7 +329,7 @@ impl ResourceDb {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
                     bulk_address, last_heartbeat, quantum_seconds, bulk_local,
-                    walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes
+                    walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes, instance
              FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -338,6 +353,7 @@ impl ResourceDb {
                 allocation: row.try_get(13)?,
                 drain_seconds: row.try_get(14)?,
                 data_cap_bytes: to_u64(row.try_get(15)?),
+                instance: row.try_get(16)?,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

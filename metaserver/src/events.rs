@@ -15,7 +15,8 @@ pub struct Event {
     /// Unix seconds.
     pub time: f64,
     /// `registered`, `reloaded`, `down`, `up`, `graph-failed`, `evicted` (a data handle's
-    /// replica, under a data cap), or an incident's kind (`retry`, `suspect`, `regenerate`,
+    /// replica, under a data cap), `restarted` (a server registered as a new process: its data
+    /// copies dropped), `replicated` (a copy made to replace a lost one), or an incident's kind (`retry`, `suspect`, `regenerate`,
     /// `moved`).
     pub kind: String,
     /// The server concerned, if one is.

@@ -161,6 +161,9 @@ pub struct Metaserver {
     alloc: allocation::run::Allocations,
     /// The address it serves on, as servers started by a queue reach it.
     address: Mutex<String>,
+    /// A server holding data copies was lost (or a write found no room for a replica): the
+    /// upkeep looks for persistent handles short of their replicas ([`operations::data_repair`]).
+    data_repair_wanted: std::sync::atomic::AtomicBool,
 }
 
 /// The registry as the resource DB records it: every server that registered, its recent
@@ -262,6 +265,7 @@ impl Metaserver {
             scheduling: tokio::sync::Mutex::new(()),
             data_room: tokio::sync::Mutex::new(data::room::Reserved::default()),
             planning: std::sync::atomic::AtomicU64::new(0),
+            data_repair_wanted: std::sync::atomic::AtomicBool::new(false),
             metrics,
             metrics_registry: Arc::new(metrics_registry),
             token,

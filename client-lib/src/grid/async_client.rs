@@ -266,25 +266,13 @@ impl AsyncGridClient {
 
     /// Runs `call`, asking again while the proxy cannot be reached (it restarts), for up to
     /// the reconnect window. For requests that may be made twice (lookups, a handle's data,
-    /// a free).
+    /// a free, a put under its name).
     pub(crate) async fn while_unreachable<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
         self.asking_again(proxy_unreachable, call).await
-    }
-
-    /// Runs `call`, asking again only while no connection to the proxy can be made at all,
-    /// so that the proxy never saw the request: for requests that must not be made twice
-    /// (a put makes a new handle each time).
-    pub(crate) async fn while_not_connected<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
-    {
-        self.asking_again(|s| proxy_unreachable(s) && not_connected(s), call)
-            .await
     }
 
     async fn asking_again<T, F, Fut>(

@@ -87,7 +87,10 @@ impl AsyncGridClient {
         self.upload(spec, Bytes::new()).await
     }
 
-    async fn upload(&self, spec: v1::DataSpec, data: Bytes) -> Result<DataRef, CallError> {
+    async fn upload(&self, mut spec: v1::DataSpec, data: Bytes) -> Result<DataRef, CallError> {
+        // Named, so that sending it again after a try that broke midway makes no second handle.
+        spec.put_id = ninf_proto::net::local::random_name("")
+            .map_err(|e| CallError::bad_argument(format!("no random name for the put: {e}")))?;
         let first = v1::DataUpload {
             spec: Some(spec),
             data: Bytes::new(),
@@ -98,7 +101,7 @@ impl AsyncGridClient {
         let chunks: Vec<v1::DataUpload> = std::iter::once(first).chain(rest).collect();
         // Chunks hold `Bytes`: a second attempt shares the data, it does not copy it.
         let info = self
-            .while_not_connected(|| {
+            .while_unreachable(|| {
                 let request = self.identified(tokio_stream::iter(chunks.clone()));
                 let mut proxy = self.proxy();
                 async move { proxy.put_data(request).await }

@@ -177,5 +177,6 @@ pub(crate) fn spec(
         empty,
         replicas: 0,
         fortran_order,
+        put_id: String::new(),
     })
 }

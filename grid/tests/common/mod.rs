@@ -3,7 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use ninf::grid::GridClient;
@@ -127,6 +127,7 @@ pub fn local_mmul(n: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
 pub struct ExternalServer {
     pub child: std::process::Child,
     pub address: String,
+    config: PathBuf,
 }
 
 impl ExternalServer {
@@ -142,7 +143,6 @@ impl ExternalServer {
         name: &str,
         settings: &str,
     ) -> ExternalServer {
-        use std::io::BufRead;
         let dir = grid._dir.path();
         let config = dir.join(format!("external-{name}-{}.toml", modules.join("-")));
         let mut text = format!(
@@ -158,30 +158,54 @@ impl ExternalServer {
             ));
         }
         std::fs::write(&config, text).unwrap();
-        let mut child = std::process::Command::new(binaries().join("ninf-server"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--no-benchmark")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        ExternalServer { child, address }
+        let (child, address) = spawn_server(&config);
+        ExternalServer {
+            child,
+            address,
+            config,
+        }
+    }
+
+    /// Starts it again, as a new process on the same address, after [`ExternalServer::kill`].
+    pub fn restart(&mut self) {
+        let text = std::fs::read_to_string(&self.config).unwrap().replacen(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{}\"", self.address),
+            1,
+        );
+        std::fs::write(&self.config, text).unwrap();
+        let (child, address) = spawn_server(&self.config);
+        assert_eq!(address, self.address);
+        self.child = child;
     }
 
     pub fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
+}
+
+/// `ninf-server --config CONFIG` and the address it says it listens on.
+fn spawn_server(config: &Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(binaries().join("ninf-server"))
+        .arg("--config")
+        .arg(config)
+        .arg("--no-benchmark")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, address)
 }
 
 impl Drop for ExternalServer {

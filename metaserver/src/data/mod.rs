@@ -2,8 +2,10 @@
 //! docs/data.md): the metaserver's record of every handle, kept in the resource DB
 //! (`store.rs`) so that a handle outlives the proxy that made it and a fail-over. The
 //! decisions here are pure: which server a new handle's data goes to, and which replicas
-//! make room for it under a server's data cap (`room.rs`).
+//! make room for it under a server's data cap (`room.rs`), and which persistent handles are
+//! short of their replicas after a server was lost (`repair.rs`).
 
+pub mod repair;
 pub mod room;
 pub mod store;
 

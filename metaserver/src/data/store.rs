@@ -19,17 +19,35 @@ impl ResourceDb {
     pub async fn insert_data(&self, info: &v1::DataInfo) -> Result<(), DbError> {
         let spec = info.spec.clone().unwrap_or_default();
         sqlx::query(
-            "INSERT INTO data_handles (id, owner, spec, lease_until, created_at, used_at)
-             VALUES ($1, $2, $3, $4, $5, $5)",
+            "INSERT INTO data_handles (id, owner, spec, lease_until, created_at, used_at, put_id)
+             VALUES ($1, $2, $3, $4, $5, $5, $6)",
         )
         .bind(&info.id)
         .bind(&info.owner)
         .bind(spec.encode_to_vec())
         .bind(info.lease_until)
         .bind(info.created)
+        .bind(&spec.put_id)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// `owner`'s handles that a put named `put_id` made (an earlier try of it).
+    pub async fn data_put_as(
+        &self,
+        owner: &str,
+        put_id: &str,
+    ) -> Result<Vec<v1::DataInfo>, DbError> {
+        let rows = sqlx::query(
+            "SELECT id, owner, spec, lease_until, created_at FROM data_handles
+             WHERE owner = $1 AND put_id = $2 ORDER BY created_at, id",
+        )
+        .bind(owner)
+        .bind(put_id)
+        .fetch_all(&self.pool)
+        .await?;
+        self.with_copies(&rows).await
     }
 
     /// The handle `id` with its copies, if it is recorded.
@@ -157,6 +175,28 @@ impl ResourceDb {
             .execute(&self.pool)
             .await?;
         Ok(copy)
+    }
+
+    /// Drops from the records the copies on `server` (restarted with empty storage) of
+    /// handles that have another copy; the last copy of a handle stays listed, so that a call
+    /// that needs it fails naming where it was. Returns the handles whose copies went.
+    pub async fn drop_copies_on(&self, server: &str) -> Result<Vec<String>, DbError> {
+        let rows = sqlx::query(
+            "SELECT handle FROM data_copies WHERE server = $1 AND handle IN
+                 (SELECT handle FROM data_copies GROUP BY handle HAVING COUNT(*) > 1)
+             ORDER BY handle",
+        )
+        .bind(server)
+        .fetch_all(&self.pool)
+        .await?;
+        let handles: Vec<String> = rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        for handle in &handles {
+            self.remove_copy(handle, server).await?;
+        }
+        Ok(handles)
     }
 
     /// Forgets a handle and its copies.

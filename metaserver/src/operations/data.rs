@@ -32,6 +32,9 @@ impl Metaserver {
         let now = unix_now();
         let mut reserved = self.data_room.lock().await;
         reserved.prune(now - self.config.data_lease_seconds);
+        let earlier = self
+            .forget_earlier_try(&request.owner, &spec.put_id, &mut reserved)
+            .await?;
         // An empty handle stores nothing until a call writes it, and room is made then.
         let placed = self
             .data_holders(
@@ -42,7 +45,7 @@ impl Metaserver {
             )
             .await?;
         let servers: Vec<String> = placed.iter().map(|p| p.address.to_string()).collect();
-        let mut evicted = Vec::new();
+        let mut evicted = earlier;
         if !spec.empty {
             for p in &placed {
                 evicted.extend(self.evict(&p.address, &p.evicted).await?);
@@ -71,6 +74,27 @@ impl Metaserver {
             servers,
             evicted,
         })
+    }
+
+    /// Forgets what an earlier try of `owner`'s put `put_id` made (its reply was lost, so the
+    /// client sent it again): the copies it stored, for deleting.
+    async fn forget_earlier_try(
+        &self,
+        owner: &str,
+        put_id: &str,
+        reserved: &mut Reserved,
+    ) -> Result<Vec<v1::DataCopy>, MetaserverError> {
+        if put_id.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut copies = Vec::new();
+        for info in self.db.data_put_as(owner, put_id).await? {
+            tracing::info!(id = %info.id, %owner, "a put sent again replaces what its first try made");
+            self.db.delete_data(&info.id).await?;
+            reserved.forget(&info.id);
+            copies.extend(info.copies);
+        }
+        Ok(copies)
     }
 
     /// The up servers, not draining, none of `except`, that a new handle's `copies` copies
@@ -235,9 +259,32 @@ impl Metaserver {
         } else {
             0
         };
+        let except = [written.to_string()];
+        let (servers, evicted) = self
+            .copy_targets(&handle.id, spec.bytes, wanted, &except, reserved)
+            .await?;
+        if servers.len() < wanted {
+            tracing::warn!(id = %handle.id, "no server has room for another copy of a persistent handle's new value");
+            // Made whole once room appears.
+            self.want_data_repair();
+        }
+        Ok((servers, evicted))
+    }
+
+    /// Up to `wanted` servers, none of `except`, with room for another copy of handle `id`
+    /// of `bytes` (as many as have it), their room reserved; and the replicas of other
+    /// handles evicted there for it, for deleting.
+    pub(crate) async fn copy_targets(
+        &self,
+        id: &str,
+        bytes: u64,
+        wanted: usize,
+        except: &[String],
+        reserved: &mut Reserved,
+    ) -> Result<(Vec<String>, Vec<v1::DataCopy>), MetaserverError> {
         for copies in (1..=wanted).rev() {
             let Ok(placed) = self
-                .data_holders(spec.bytes, copies, Some(reserved), &[written.to_string()])
+                .data_holders(bytes, copies, Some(reserved), except)
                 .await
             else {
                 continue;
@@ -247,11 +294,8 @@ impl Metaserver {
                 evicted.extend(self.evict(&p.address, &p.evicted).await?);
             }
             let servers: Vec<String> = placed.into_iter().map(|p| p.address).collect();
-            reserved.reserve(&handle.id, servers.clone(), spec.bytes, unix_now());
+            reserved.reserve(id, servers.clone(), bytes, unix_now());
             return Ok((servers, evicted));
-        }
-        if wanted > 0 {
-            tracing::warn!(id = %handle.id, "no server has room for another copy of a persistent handle's new value");
         }
         Ok((Vec::new(), Vec::new()))
     }

@@ -32,6 +32,8 @@ impl Metaserver {
         };
         tracing::info!(server = %request.address, %reason, draining = request.draining, "server leaving");
         self.log_event(kind, &request.address, None, message);
+        // Its copies of persistent data are copied away while it can still be read.
+        self.want_data_repair();
         if !request.draining {
             self.db.set_state(id, "down").await?;
         }

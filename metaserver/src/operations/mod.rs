@@ -4,6 +4,7 @@
 pub mod actuals;
 pub mod alloc;
 pub mod data;
+pub mod data_repair;
 pub mod heartbeat;
 pub mod leave;
 pub mod network;

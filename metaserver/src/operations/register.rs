@@ -23,10 +23,15 @@ impl Metaserver {
             .flat_map(|m| m.functions.iter().cloned())
             .collect();
         let now = unix_now();
+        let previous = self.db.server_instance(&request.address).await?;
         let id = self
             .db
             .register(&request.address, &info, &routines, now)
             .await?;
+        let restarted = previous.is_some_and(|p| !p.is_empty() && p != info.instance);
+        if restarted && !info.instance.is_empty() {
+            self.forget_lost_copies(&request.address).await?;
+        }
         let (before, rejected) = {
             let mut state = self.state();
             state.down.remove(&id);
@@ -65,6 +70,29 @@ impl Metaserver {
             heartbeat_seconds: self.config.heartbeat_seconds,
             network_seconds: self.config.network_seconds,
         })
+    }
+
+    /// A server that restarted comes back with empty storage: the copies of data handles it
+    /// held are dropped from the records (a handle's last copy stays listed, to be named when
+    /// it is needed), and persistent handles left short of their replicas are made whole
+    /// again from their other copies ([`Metaserver::repair_data`]).
+    async fn forget_lost_copies(&self, address: &str) -> Result<(), MetaserverError> {
+        let dropped = self.db.drop_copies_on(address).await?;
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(server = %address, copies = dropped.len(), "a restarted server's data copies dropped");
+        self.log_event(
+            "restarted",
+            address,
+            None,
+            format!(
+                "restarted with empty storage: {} copies of data handles dropped",
+                dropped.len()
+            ),
+        );
+        self.want_data_repair();
+        Ok(())
     }
 
     /// A first registration, or a registration again (a restart) that says which routines

@@ -1,5 +1,7 @@
-//! Periodic upkeep: servers that stopped sending heartbeats are recorded as down, and history
-//! beyond the retention bounds is deleted; by the active metaserver only.
+//! Periodic upkeep: servers that stopped sending heartbeats are recorded as down, data
+//! handles whose leases ran out are forgotten, persistent handles short of their replicas are
+//! copied again, and history beyond the retention bounds is deleted; by the active
+//! metaserver only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,7 @@ pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
             (metaserver.config.data_lease_seconds / 4.0).clamp(period.as_secs_f64(), 60.0),
         );
         let mut last_expiry: Option<tokio::time::Instant> = None;
+        let (mut last_repair, mut still_short) = (tokio::time::Instant::now(), false);
         loop {
             ticker.tick().await;
             // A standby's registry is stale until it takes over: it decides nothing.
@@ -37,6 +40,28 @@ pub fn spawn(metaserver: Arc<Metaserver>) -> tokio::task::JoinHandle<()> {
                     Ok(_) => {}
                     Err(e) => tracing::error!(error = %e, "expiring data handles failed"),
                 }
+            }
+            // Asked for (a holder was lost), or short handles left by the last round, looked
+            // at again as often as leases expire.
+            let retry = still_short && last_repair.elapsed() >= expire_every;
+            if metaserver.take_data_repair_wanted() || retry {
+                last_repair = tokio::time::Instant::now();
+                still_short = match metaserver.repair_data().await {
+                    Ok(repaired) => {
+                        if repaired.copies > 0 || repaired.still_short > 0 {
+                            tracing::info!(
+                                copies = repaired.copies,
+                                still_short = repaired.still_short,
+                                "data replicas repaired"
+                            );
+                        }
+                        repaired.still_short > 0
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "repairing data replicas failed");
+                        true
+                    }
+                };
             }
             if last_prune.elapsed() >= PRUNE_EVERY {
                 last_prune = tokio::time::Instant::now();
@@ -69,6 +94,10 @@ impl Metaserver {
             self.metrics.servers(servers - down, down);
             silent
         };
+        if !newly_down.is_empty() {
+            // Their copies no longer count.
+            self.want_data_repair();
+        }
         for (id, address) in newly_down {
             tracing::warn!(server = %address, "no heartbeat: marked down");
             let message = format!(

@@ -1,0 +1,172 @@
+//! Persistent handles made whole again after a server was lost (docs/data.md, "Faults"): when
+//! a server holding copies is marked down, drains or leaves, or registers again as a new
+//! process (its storage empty), the upkeep copies each persistent handle short of its `replicas` from a
+//! live copy to servers with room, server to server, and records the new copies. Which
+//! handles and from where is decided in `data/repair.rs`; this is the I/O around it.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ninf_proto::net::auth::AttachToken;
+use ninf_proto::net::{ConnectionSettings, connect_lazy};
+use ninf_proto::v1;
+use ninf_proto::v1::storage_client::StorageClient;
+use tonic::Status;
+
+use crate::data::repair::{Holder, Shortfall, shortfalls};
+use crate::{Metaserver, MetaserverError, unix_now};
+
+/// How long one server-to-server copy may take.
+const COPY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What one round of repair did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Repaired {
+    /// Copies made and recorded.
+    pub copies: usize,
+    /// Handles still short of their replicas (no room, or a copy failed).
+    pub still_short: usize,
+}
+
+impl Metaserver {
+    /// Asks the upkeep to look for handles short of their replicas at its next tick.
+    pub(crate) fn want_data_repair(&self) {
+        self.data_repair_wanted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a repair was asked for since the last one (and clears the request).
+    pub(crate) fn take_data_repair_wanted(&self) -> bool {
+        self.data_repair_wanted.swap(false, Ordering::Relaxed)
+    }
+
+    /// One round: copies every persistent handle that is short of its replicas on servers
+    /// that are up and not draining, from a live copy, to servers with room.
+    pub async fn repair_data(&self) -> Result<Repaired, MetaserverError> {
+        let handles = self.db.all_data().await?;
+        let holders: HashMap<String, Holder> = {
+            let state = self.state();
+            let now = unix_now();
+            state
+                .registry
+                .servers()
+                .iter()
+                .filter(|s| state.registry.is_up(s, now))
+                .map(|s| {
+                    let holder = if s.draining {
+                        Holder::Leaving
+                    } else {
+                        Holder::Staying
+                    };
+                    (s.address.clone(), holder)
+                })
+                .collect()
+        };
+        let holder = |s: &str| holders.get(s).copied().unwrap_or(Holder::Gone);
+        let mut repaired = Repaired::default();
+        for shortfall in shortfalls(&handles, holder) {
+            let made = self.repair(&shortfall).await?;
+            repaired.copies += made;
+            if made < shortfall.missing {
+                repaired.still_short += 1;
+            }
+        }
+        Ok(repaired)
+    }
+
+    /// Makes up to `shortfall.missing` copies of one handle; the number made.
+    async fn repair(&self, shortfall: &Shortfall) -> Result<usize, MetaserverError> {
+        let (targets, evicted) = {
+            let mut reserved = self.data_room.lock().await;
+            self.copy_targets(
+                &shortfall.handle,
+                shortfall.bytes,
+                shortfall.missing,
+                &shortfall.listed,
+                &mut reserved,
+            )
+            .await?
+        };
+        for copy in &evicted {
+            if let Err(status) = self.delete_on(copy).await {
+                tracing::warn!(server = %copy.server, error = %status.message(), "cannot delete an evicted replica; its lease will");
+            }
+        }
+        let mut made = 0;
+        for target in &targets {
+            match self.copy_to(target, shortfall).await {
+                Ok(copy) => {
+                    self.db
+                        .add_data_copy(&shortfall.handle, &copy, false)
+                        .await?;
+                    made += 1;
+                    let shown: String = shortfall.handle.chars().take(12).collect();
+                    tracing::info!(handle = %shortfall.handle, server = %target, from = %shortfall.source.server, "data handle copied to make up a lost replica");
+                    self.log_event(
+                        "replicated",
+                        target,
+                        None,
+                        format!(
+                            "a copy of data handle {shown}… made from {} to replace a lost one",
+                            shortfall.source.server
+                        ),
+                    );
+                }
+                Err(status) => {
+                    tracing::warn!(handle = %shortfall.handle, server = %target, error = %status.message(), "cannot copy a data handle to make up a lost replica");
+                }
+            }
+            self.data_room
+                .lock()
+                .await
+                .stored(&shortfall.handle, target);
+        }
+        Ok(made)
+    }
+
+    /// Copies the shortfall's source copy to `target`, owned by the handle there.
+    async fn copy_to(&self, target: &str, shortfall: &Shortfall) -> Result<v1::DataCopy, Status> {
+        let request = v1::CopyFromRequest {
+            source: Some(v1::ObjectRef {
+                server: shortfall.source.server.clone(),
+                object_id: shortfall.source.object_id.clone(),
+            }),
+            owner: shortfall.handle.clone(),
+        };
+        let mut storage = self.storage(target)?;
+        let info = match tokio::time::timeout(COPY_TIMEOUT, storage.copy_from(request)).await {
+            Ok(reply) => reply?.into_inner(),
+            Err(_) => return Err(Status::deadline_exceeded("the copy took too long")),
+        };
+        Ok(v1::DataCopy {
+            server: target.to_string(),
+            object_id: info.object_id,
+        })
+    }
+
+    async fn delete_on(&self, copy: &v1::DataCopy) -> Result<(), Status> {
+        let request = v1::DeleteRequest {
+            object_id: copy.object_id.clone(),
+        };
+        self.storage(&copy.server)?.delete(request).await?;
+        Ok(())
+    }
+
+    /// A storage client of `server`, with the grid's token and TLS.
+    fn storage(
+        &self,
+        server: &str,
+    ) -> Result<
+        StorageClient<
+            tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>,
+        >,
+        Status,
+    > {
+        let channel = connect_lazy(server, self.tls.as_ref(), ConnectionSettings::default())
+            .map_err(|e| Status::unavailable(format!("cannot reach {server}: {e}")))?;
+        Ok(StorageClient::with_interceptor(
+            channel,
+            AttachToken::new(self.token.as_deref()),
+        ))
+    }
+}
