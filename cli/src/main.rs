@@ -50,6 +50,13 @@ enum Command {
     /// Load: many client programs at once (each its own identity) run cascades through one
     /// proxy; latency percentiles, throughput and the proxy's memory before and after.
     Load(load::LoadArgs),
+    /// A real metaserver and proxy against N emulated compute servers (registrations,
+    /// heartbeats, network reports, calls with no compute) while M clients send small graphs:
+    /// registrations, heartbeats missed, placement times, the metaserver's memory and DB size.
+    Scale(scale::ScaleArgs),
+    /// One process of emulated servers for `scale`.
+    #[command(hide = true)]
+    ScaleServers(scale::ScaleServersArgs),
     /// The wide-area testbed: sites as network namespaces with shaped links (needs root).
     Testbed(testbed::TestbedArgs),
     /// Experiments on the testbed: `wan` reproduces the metaserver paper's Tables 2-5; `partition` cuts
@@ -93,6 +100,8 @@ fn main() -> anyhow::Result<()> {
         Command::Sim(args) => sim::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Load(args) => load::run(args),
+        Command::Scale(args) => scale::run(args),
+        Command::ScaleServers(args) => scale::run_servers(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Experiment(args) => experiment::run(args),
         Command::ExperimentClient(args) => experiment::run_client(args),

@@ -262,6 +262,18 @@ impl Proxy {
     /// measurement is `max_age` old or older (never measured counts as too old); returns how
     /// many it measured.
     pub async fn probe_servers(&self, max_age: Duration) -> Result<usize, Status> {
+        self.probe_servers_within(max_age, Duration::MAX).await
+    }
+
+    /// [`Proxy::probe_servers`], one server after another (probes at once would share a
+    /// site's link and measure less than it carries), starting no probe after `budget`: the
+    /// rest wait for the next round of the background probes.
+    pub async fn probe_servers_within(
+        &self,
+        max_age: Duration,
+        budget: Duration,
+    ) -> Result<usize, Status> {
+        let began = std::time::Instant::now();
         let status = self.grid_status().await?;
         let up: Vec<String> = status
             .servers
@@ -274,6 +286,9 @@ impl Proxy {
         for address in &up {
             if !Self::lock(&self.links).due(address, unix_ms(), max_age_ms) {
                 continue;
+            }
+            if began.elapsed() >= budget {
+                break;
             }
             let began = self.clock();
             match self.cluster.probe(address, self.config.probe_bytes).await {

@@ -10,6 +10,9 @@ use tonic::Status;
 
 use crate::{Executed, Failed, Proxy, RunCounts, admission, execution, journal, unix_ms};
 
+/// How long a graph's placement waits for new servers' paths to be measured, at most.
+const PROBES_BEFORE_PLACEMENT: Duration = Duration::from_secs(1);
+
 /// Each task's predicted (start, finish), seconds from the graph's start.
 pub(crate) type PredictedTimes = Vec<(f64, f64)>;
 
@@ -38,8 +41,13 @@ impl Proxy {
             journal::Found::Nothing => {}
         }
         // A path is measured before its first use: a server that registered after the
-        // last probe round would otherwise be scheduled on the default link's guess.
-        if let Err(status) = self.probe_servers(Duration::MAX).await {
+        // last probe round would otherwise be scheduled on the default link's guess. Not
+        // more than a second of them, though: a grid that gained thousands of servers at
+        // once has its paths measured by the background probes, and the graph goes on.
+        if let Err(status) = self
+            .probe_servers_within(Duration::MAX, PROBES_BEFORE_PLACEMENT)
+            .await
+        {
             tracing::debug!(error = %status.message(), "cannot probe new servers");
         }
         // Step 4: the metaserver checks the graph against the IDL and places it.

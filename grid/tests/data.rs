@@ -724,7 +724,16 @@ fn lost_replicas_are_made_again_from_the_copy_left_and_a_restarted_servers_copie
         .filter(|ev| ev.kind == "replicated")
         .map(|ev| ev.server)
         .collect();
-    assert_eq!(replicated, [g.address.clone(), e.address.clone()]);
+    // g's copy came first, then e's (a busy machine may show a round again, never a copy
+    // anywhere else).
+    assert_eq!(replicated.first(), Some(&g.address), "{replicated:?}");
+    assert!(replicated.contains(&e.address), "{replicated:?}");
+    assert!(
+        replicated
+            .iter()
+            .all(|s| *s == g.address || *s == e.address),
+        "{replicated:?}"
+    );
     drop(g);
     let mut back = vec![0.0; n * n];
     client.get(&d, &mut back).unwrap();

@@ -141,8 +141,22 @@ fn transactions_sent_before_any_server_exists_complete_on_servers_from_slurm() {
     }
     let jobs = slurm.jobs().unwrap();
     assert!(!jobs.is_empty(), "squeue lists the queue's jobs");
-    let listed: serde_json::Value =
-        serde_json::from_str(&ninf_alloc(dir, &["list", "--json"])).unwrap();
+    // A job's state is what the last poll of the batch system listed: its server can
+    // register and serve the chains before the next poll sees the job running.
+    let list = || -> serde_json::Value {
+        serde_json::from_str(&ninf_alloc(dir, &["list", "--json"])).unwrap()
+    };
+    eventually(
+        &slurm,
+        "a job listed running",
+        Duration::from_secs(30),
+        || {
+            list()[0]["jobs"]
+                .as_array()
+                .is_some_and(|jobs| jobs.iter().any(|j| j["state"] == "running"))
+        },
+    );
+    let listed = list();
     let queue = &listed[0];
     assert_eq!(queue["name"], "q1");
     assert_eq!(queue["state"], "active");

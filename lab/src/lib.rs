@@ -2,8 +2,8 @@
 //! ([`testbed`]) and its user-space latency ([`latency`]), the metaserver paper's experiment on it
 //! ([`experiment`]), data kept on the grid against sent across its links ([`kept_data`]), the gang scheduler's benchmarks ([`gang_bench`]), on one host or on nodes in
 //! namespaces ([`gang_nodes`]), the metaserver's
-//! schedulers on random task graphs ([`dag_bench`]) and the simulator's front end
-//! ([`simulate`]).
+//! schedulers on random task graphs ([`dag_bench`]), the simulator's front end
+//! ([`simulate`]) and a metaserver against thousands of emulated servers ([`scale`]).
 
 pub mod bed_grid;
 pub mod dag_bench;
@@ -13,5 +13,6 @@ pub mod gang_nodes;
 pub mod kept_data;
 pub mod latency;
 pub mod partition;
+pub mod scale;
 pub mod simulate;
 pub mod testbed;

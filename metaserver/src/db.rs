@@ -7,6 +7,7 @@
 //! (`$1`), which both accept, and SQL both speak. Each has its own migrations
 //! (`migrations/sqlite`, `migrations/postgres`): their row ids and types differ.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ninf_proto::v1;
@@ -384,24 +385,44 @@ impl ResourceDb {
 
     /// Records a heartbeat and its load sample.
     pub async fn heartbeat(&self, server: i64, sample: StoredLoad) -> Result<(), DbError> {
+        self.heartbeats(&[(server, sample)]).await
+    }
+
+    /// Records heartbeats and their load samples, in one transaction: each server's latest
+    /// time, every sample (multi-row inserts).
+    pub async fn heartbeats(&self, beats: &[(i64, StoredLoad)]) -> Result<(), DbError> {
+        let mut latest: HashMap<i64, f64> = HashMap::new();
+        for (server, sample) in beats {
+            let time = latest.entry(*server).or_insert(sample.time);
+            *time = time.max(sample.time);
+        }
         let mut tx = self.pool.begin().await?;
-        sqlx::query("UPDATE servers SET last_heartbeat = $1, state = 'up' WHERE id = $2")
-            .bind(sample.time)
-            .bind(server)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO load_samples (server_id, time, load, load_average, free_memory_bytes,
-                 stored_bytes) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(server)
-        .bind(sample.time)
-        .bind(sample.load)
-        .bind(sample.load_average)
-        .bind(to_i64(sample.free_memory_bytes))
-        .bind(to_i64(sample.stored_bytes))
-        .execute(&mut *tx)
-        .await?;
+        for (server, time) in latest {
+            sqlx::query("UPDATE servers SET last_heartbeat = $1, state = 'up' WHERE id = $2")
+                .bind(time)
+                .bind(server)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for chunk in beats.chunks(BATCH_ROWS) {
+            let sql = format!(
+                "INSERT INTO load_samples (server_id, time, load, load_average,
+                     free_memory_bytes, stored_bytes) {}",
+                values_list(chunk.len(), 6, 1)
+            );
+            // Each row count is another statement: caching them would only fill the cache.
+            let mut insert = sqlx::query(AssertSqlSafe(sql)).persistent(false);
+            for (server, sample) in chunk {
+                insert = insert
+                    .bind(*server)
+                    .bind(sample.time)
+                    .bind(sample.load)
+                    .bind(sample.load_average)
+                    .bind(to_i64(sample.free_memory_bytes))
+                    .bind(to_i64(sample.stored_bytes));
+            }
+            insert.execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(())
     }

@@ -15,6 +15,7 @@ pub mod data;
 pub mod db;
 pub mod events;
 pub mod graph;
+pub mod heartbeats;
 pub mod leadership;
 pub mod metrics;
 pub mod operations;
@@ -73,6 +74,8 @@ pub enum MetaserverError {
     DataNotFound(String),
     #[error(transparent)]
     Listen(#[from] ninf_proto::net::NetError),
+    #[error("resource DB: {0}")]
+    Recording(String),
 }
 
 impl From<MetaserverError> for tonic::Status {
@@ -80,6 +83,7 @@ impl From<MetaserverError> for tonic::Status {
         let message = error.to_string();
         match error {
             MetaserverError::Db(_)
+            | MetaserverError::Recording(_)
             | MetaserverError::Config(_)
             | MetaserverError::Planning(_)
             | MetaserverError::Listen(_) => {
@@ -161,6 +165,13 @@ pub struct Metaserver {
     alloc: allocation::run::Allocations,
     /// The address it serves on, as servers started by a queue reach it.
     address: Mutex<String>,
+    /// Heartbeats' load samples on their way to the resource DB, written in batches.
+    heartbeat_log: heartbeats::HeartbeatLog,
+    /// Registrations writing to the resource DB at once: one with SQLite (whose writes take
+    /// turns anyway), a few with PostgreSQL. The others wait here, not holding one of the
+    /// pool's connections, so that a storm of registrations (a metaserver restarted under
+    /// thousands of servers) leaves connections for every other request.
+    registering: tokio::sync::Semaphore,
     /// A server holding data copies was lost (or a write found no room for a replica): the
     /// upkeep looks for persistent handles short of their replicas ([`operations::data_repair`]).
     data_repair_wanted: std::sync::atomic::AtomicBool,
@@ -266,6 +277,11 @@ impl Metaserver {
             data_room: tokio::sync::Mutex::new(data::room::Reserved::default()),
             planning: std::sync::atomic::AtomicU64::new(0),
             data_repair_wanted: std::sync::atomic::AtomicBool::new(false),
+            heartbeat_log: heartbeats::HeartbeatLog::start(db.clone()),
+            registering: tokio::sync::Semaphore::new(match db.backend() {
+                db::Backend::Sqlite => 1,
+                db::Backend::Postgres => 4,
+            }),
             metrics,
             metrics_registry: Arc::new(metrics_registry),
             token,

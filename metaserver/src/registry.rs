@@ -205,6 +205,25 @@ impl Registry {
         now - server.last_heartbeat <= self.heartbeat_timeout
     }
 
+    /// Up to `limit` addresses of servers that are up, other than `except`: those that follow
+    /// it in registration order, wrapping around, starting `turn · limit` places on. Asked
+    /// with a turn that moves on (the heartbeat's time), a server is shown every peer in
+    /// turn, `limit` at a time: the servers' measurements grow as N · limit, not N².
+    pub fn peers_window(&self, except: &str, now: f64, limit: usize, turn: usize) -> Vec<String> {
+        let n = self.servers.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let own = self.by_address.get(except).copied().unwrap_or(0);
+        let start = own + 1 + turn.wrapping_mul(limit) % n;
+        (0..n)
+            .map(|k| &self.servers[(start + k) % n])
+            .filter(|s| s.address != except && self.is_up(s, now))
+            .take(limit)
+            .map(|s| s.address.clone())
+            .collect()
+    }
+
     /// Addresses of the servers that are up, other than `except`.
     pub fn peers(&self, except: &str, now: f64) -> Vec<String> {
         self.servers

@@ -58,6 +58,43 @@ fn a_server_is_down_once_its_heartbeats_stop_and_up_when_they_resume() {
 }
 
 #[test]
+fn a_heartbeats_peers_are_a_window_that_moves_over_every_other_server_in_turn() {
+    let mut registry = Registry::new(10, 5.0, 1000.0);
+    let names: Vec<String> = (0..10).map(|i| format!("s{i}:1")).collect();
+    for (i, name) in names.iter().enumerate() {
+        registry.register(i as i64, name, info(500.0, 1), &linpack(), 100.0);
+    }
+    // s7 is down: it is nobody's peer.
+    for name in names.iter().filter(|n| *n != "s7:1") {
+        assert!(registry.heartbeat(name, None, 104.0));
+    }
+    let now = 106.0;
+    assert_eq!(
+        registry.peers_window("s2:1", now, 3, 0),
+        ["s3:1", "s4:1", "s5:1"]
+    );
+    assert_eq!(
+        registry.peers_window("s2:1", now, 3, 1),
+        ["s6:1", "s8:1", "s9:1"]
+    );
+    // Over enough turns a server is shown every peer that is up, and never itself.
+    let mut seen = std::collections::BTreeSet::new();
+    for turn in 0..10 {
+        let window = registry.peers_window("s2:1", now, 3, turn);
+        assert!(window.len() <= 3);
+        seen.extend(window);
+    }
+    let others: std::collections::BTreeSet<String> = names
+        .iter()
+        .filter(|n| *n != "s2:1" && *n != "s7:1")
+        .cloned()
+        .collect();
+    assert_eq!(seen, others);
+    // A window as large as the grid is every peer that is up.
+    assert_eq!(registry.peers_window("s9:1", now, 20, 5).len(), 8);
+}
+
+#[test]
 fn history_keeps_the_latest_samples_and_adds_the_proxys_measurements() {
     let mut registry = Registry::new(3, 5.0, 1000.0);
     registry.register(1, "a:1", info(500.0, 2), &linpack(), 0.0);
@@ -175,6 +212,18 @@ fn registrations_and_history_on(url: &str) {
             };
             db.heartbeat(id, sample).await.unwrap();
         }
+        // Heartbeats written together, out of order: every sample is kept, and the server's
+        // last heartbeat is the latest of them.
+        let sample = |time: f64, load: f64| StoredLoad {
+            time,
+            load,
+            load_average: 0.5,
+            free_memory_bytes: 1 << 30,
+            stored_bytes: 7,
+        };
+        db.heartbeats(&[(id, sample(24.5, 5.0)), (id, sample(24.2, 6.0))])
+            .await
+            .unwrap();
         db.add_links(&[StoredLink {
             from: "a:1".into(),
             to: "b:1".into(),
@@ -233,7 +282,7 @@ fn registrations_and_history_on(url: &str) {
             servers[0].info.bulk_local,
             "ninf-bulk-0123456789abcdef0123456789abcdef"
         );
-        assert_eq!(servers[0].last_heartbeat, 24.0);
+        assert_eq!(servers[0].last_heartbeat, 24.5);
         assert_eq!(servers[0].routines.len(), linpack().len());
         let recent: Vec<f64> = db
             .recent_load(servers[0].id, 3)
@@ -242,7 +291,7 @@ fn registrations_and_history_on(url: &str) {
             .iter()
             .map(|s| s.load)
             .collect();
-        assert_eq!(recent, vec![2.0, 3.0, 4.0]);
+        assert_eq!(recent, vec![4.0, 6.0, 5.0]);
         let graphs = db.recent_graphs(10).await.unwrap();
         assert_eq!(graphs.len(), 3);
         assert_eq!(
@@ -258,7 +307,7 @@ fn registrations_and_history_on(url: &str) {
         };
         db.prune(retention, 32.5).await.unwrap();
         let (load, network, graphs, placements) = db.history_sizes().await.unwrap();
-        assert_eq!((load, network, graphs, placements), (2, 0, 2, 2));
+        assert_eq!((load, network, graphs, placements), (4, 0, 2, 2));
         a_request_asked_again_supersedes_its_first_graph(&db).await;
         a_large_graph_keeps_every_placement_edge_and_actual_exactly(&db).await;
     });

@@ -10,6 +10,7 @@ pub mod experiment;
 pub mod gang_alloc;
 pub mod gang_bench;
 pub mod load;
+pub mod scale;
 pub mod sim;
 pub mod status;
 pub mod testbed;

@@ -6,6 +6,11 @@ use ninf_proto::v1;
 use crate::db::StoredLoad;
 use crate::{Metaserver, MetaserverError, registry, unix_now};
 
+/// Peers a heartbeat's reply names at most, for the server to measure its paths to. Every
+/// server measuring every other was N² paths (10⁸ at 10,000 servers), and a reply naming
+/// them all cost the metaserver O(N) under its lock for every heartbeat.
+pub const PEERS_PER_HEARTBEAT: usize = 16;
+
 impl Metaserver {
     /// Step 1: a heartbeat with a load sample.
     pub async fn heartbeat(
@@ -26,15 +31,21 @@ impl Metaserver {
             }
             let id = state.registry.get(&request.address).map_or(0, |s| s.id);
             let was_down = state.down.remove(&id);
-            (id, state.registry.peers(&request.address, now), was_down)
+            // The window moves on every ten seconds.
+            let turn = (now.max(0.0) / 10.0) as usize;
+            let peers =
+                state
+                    .registry
+                    .peers_window(&request.address, now, PEERS_PER_HEARTBEAT, turn);
+            (id, peers, was_down)
         };
         if was_down {
             tracing::info!(server = %request.address, "server is back up");
             self.log_event("up", &request.address, None, "heartbeats again".into());
         }
         let load = request.load.unwrap_or_default();
-        self.db
-            .heartbeat(
+        self.heartbeat_log
+            .record(
                 id,
                 StoredLoad {
                     time: now,
@@ -44,7 +55,8 @@ impl Metaserver {
                     stored_bytes: load.stored_bytes,
                 },
             )
-            .await?;
+            .await
+            .map_err(MetaserverError::Recording)?;
         Ok(v1::HeartbeatReply {
             registered: true,
             peers,

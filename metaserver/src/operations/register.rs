@@ -22,12 +22,18 @@ impl Metaserver {
             .iter()
             .flat_map(|m| m.functions.iter().cloned())
             .collect();
+        let turn = self
+            .registering
+            .acquire()
+            .await
+            .map_err(|_| MetaserverError::Recording("the metaserver is stopping".into()))?;
         let now = unix_now();
         let previous = self.db.server_instance(&request.address).await?;
         let id = self
             .db
             .register(&request.address, &info, &routines, now)
             .await?;
+        drop(turn);
         let restarted = previous.is_some_and(|p| !p.is_empty() && p != info.instance);
         if restarted && !info.instance.is_empty() {
             self.forget_lost_copies(&request.address).await?;

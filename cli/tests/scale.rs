@@ -1,0 +1,56 @@
+//! `ninf scale` against a few emulated servers: every one registers and heartbeats, graphs
+//! go through the proxy and are placed, and the report names what docs/performance.md
+//! ("A metaserver for many servers") reads from it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::ninf;
+
+#[test]
+fn emulated_servers_register_beat_and_take_the_clients_graphs() {
+    common::programs::build();
+    let output = Command::new(ninf())
+        .args(["scale", "--servers", "60", "--servers-per-process", "25"])
+        .args([
+            "--clients",
+            "2",
+            "--seconds",
+            "3",
+            "--heartbeat-seconds",
+            "0.5",
+        ])
+        .args(["--tasks", "4", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["servers_registered"], 60, "{report}");
+    assert_eq!(report["emulator_processes"], 3, "{report}");
+    assert_eq!(report["graphs_failed"], 0, "{report}");
+    assert!(report["graphs"].as_u64().unwrap() > 0, "{report}");
+    // Every emulated server beat at least once while the clients ran.
+    assert!(
+        report["heartbeats_sent"].as_u64().unwrap() >= 60,
+        "{report}"
+    );
+    assert!(report["db_bytes"].as_u64().unwrap() > 0, "{report}");
+    assert!(
+        report["metaserver_rss_mib"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    for key in [
+        "registrations_per_s",
+        "heartbeats_per_s",
+        "heartbeats_missed",
+        "schedule_p50_ms",
+        "schedule_p99_ms",
+        "graphs_per_s",
+    ] {
+        assert!(report[key].is_number(), "{key} missing: {report}");
+    }
+}
