@@ -192,9 +192,45 @@ impl Proxy {
                 object_id: copy.object_id.clone(),
             };
             if let Err(status) = self.cluster.delete(&object).await {
-                tracing::warn!(%id, server = %copy.server, error = %status.message(), "cannot delete a copy the records dropped; its lease will");
+                tracing::warn!(%id, server = %copy.server, error = %status.message(), "cannot delete a copy the records dropped; asking again in the background");
+                self.delete_later(id, object);
             }
         }
+    }
+
+    /// Deletes `object` (a copy of handle `id` the records no longer list) in the background,
+    /// with back-off, while its server cannot be reached (cut off, restarting): its lease
+    /// would keep it for as long as the handle's, which its client renews.
+    fn delete_later(&self, id: &str, object: v1::ObjectRef) {
+        let (cluster, id) = (self.cluster.clone(), id.to_string());
+        tokio::spawn(async move {
+            for attempt in 1..=crate::DELETE_ATTEMPTS {
+                let wait = crate::recovery::backoff(
+                    attempt,
+                    std::time::Duration::from_millis(500),
+                    std::time::Duration::from_secs(10),
+                );
+                tokio::time::sleep(wait).await;
+                match cluster.delete(&object).await {
+                    Ok(_) => {
+                        tracing::info!(%id, server = %object.server, attempt, "deleted a dropped copy at last");
+                        return;
+                    }
+                    // Gone already (its server restarted, or its lease ran out), or a
+                    // cluster that keeps no data.
+                    Err(status)
+                        if matches!(
+                            status.code(),
+                            tonic::Code::NotFound | tonic::Code::Unimplemented
+                        ) =>
+                    {
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+            tracing::warn!(%id, server = %object.server, "cannot delete a dropped copy; its lease will");
+        });
     }
 
     async fn forget_record(&self, owner: &str, id: &str) -> Result<v1::DataInfo, Status> {

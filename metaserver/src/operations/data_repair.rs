@@ -96,9 +96,9 @@ impl Metaserver {
         for target in &targets {
             match self.copy_to(target, shortfall).await {
                 Ok(copy) => {
-                    self.db
-                        .add_data_copy(&shortfall.handle, &copy, false)
-                        .await?;
+                    if !self.record_repair(&shortfall.handle, &copy).await? {
+                        continue;
+                    }
                     made += 1;
                     let shown: String = shortfall.handle.chars().take(12).collect();
                     tracing::info!(handle = %shortfall.handle, server = %target, from = %shortfall.source.server, "data handle copied to make up a lost replica");
@@ -122,6 +122,26 @@ impl Metaserver {
                 .stored(&shortfall.handle, target);
         }
         Ok(made)
+    }
+
+    /// Records a copy made by a repair; false, with the copy deleted again, when the handle
+    /// was freed while it was being made. Recorded first and looked up after, so that a free
+    /// either lists the copy (and its proxy deletes it) or comes before the look-up.
+    async fn record_repair(
+        &self,
+        handle: &str,
+        copy: &v1::DataCopy,
+    ) -> Result<bool, MetaserverError> {
+        self.db.add_data_copy(handle, copy, false).await?;
+        if self.db.data(handle).await?.is_some() {
+            return Ok(true);
+        }
+        tracing::info!(%handle, server = %copy.server, "a handle freed while a repair copied it: the copy goes");
+        self.db.remove_copy(handle, &copy.server).await?;
+        if let Err(status) = self.delete_on(copy).await {
+            tracing::warn!(server = %copy.server, error = %status.message(), "cannot delete a repair's copy of a freed handle; its lease will");
+        }
+        Ok(false)
     }
 
     /// Copies the shortfall's source copy to `target`, owned by the handle there.
