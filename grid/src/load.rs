@@ -355,7 +355,7 @@ fn run_clients(
 }
 
 /// The `q` quantile of sorted values (nearest rank); 0 when there are none.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -364,7 +364,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// A process's resident memory, from `/proc/PID/status`.
-fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
+pub fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read the memory of process {pid}"))?;
     let kib = status

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ninf::grid::GridClient;
+use ninf_grid::load::{percentile, resident_bytes};
 use ninf_grid::processes::{Started, binary, free_address, start, write};
 use serde::Serialize;
 
@@ -318,27 +319,6 @@ async fn database_bytes(options: &ScaleOptions, work: &Path) -> anyhow::Result<u
         }
     }
     Ok(bytes)
-}
-
-/// The `q` quantile of sorted values (nearest rank); 0 when there are none.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-/// A process's resident memory, from `/proc/PID/status`.
-fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("cannot read the memory of process {pid}"))?;
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        .context("no VmRSS line")?;
-    Ok(kib * 1024)
 }
 
 /// The report as text.
