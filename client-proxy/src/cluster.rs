@@ -4,7 +4,6 @@
 //! [`GrpcCluster`] is the real one; tests drive the proxy's graph execution and recovery
 //! with an in-memory fake (`crate::fake`), with no processes.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +20,7 @@ use tonic::transport::Channel;
 use crate::batching::{CallQueue, Waiting, answer_all, batchable, call_queued};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
 use crate::config::{CALL_LIMIT, ProxyConfig};
+use crate::connections::ConnectionCache;
 use crate::metaserver::Metaserver;
 
 /// The compute servers, as the proxy uses them.
@@ -172,7 +172,7 @@ impl ServerConnection {
 
 /// The real cluster: gRPC to the servers and the metaserver.
 pub struct GrpcCluster {
-    servers: Mutex<HashMap<String, ServerConnection>>,
+    servers: Mutex<ConnectionCache<ServerConnection>>,
     /// Asked for the servers' bulk ports.
     metaserver: Arc<dyn Metaserver>,
     token: AttachToken,
@@ -221,7 +221,7 @@ impl GrpcCluster {
             (config.bulk_calls && tls.is_none()).then(|| BulkPorts::new(config.same_host_calls));
         GrpcCluster {
             metaserver,
-            servers: Mutex::default(),
+            servers: Mutex::new(ConnectionCache::new(config.max_connected_servers)),
             token: AttachToken::new(token),
             tls,
             settings,
@@ -238,22 +238,19 @@ impl GrpcCluster {
 
     fn server(&self, address: &str) -> Result<ServerConnection, Status> {
         let mut servers = ninf_proto::sync::lock(&self.servers);
-        if let Some(c) = servers.get(address) {
-            return Ok(c.clone());
-        }
-        let channels = (0..self.connections_per_server)
-            .map(|_| lazy_channel(address, self.tls.as_ref(), self.settings))
-            .collect::<Result<Vec<_>, _>>()?;
-        let connection = ServerConnection {
-            channels: Arc::new(channels),
-            next: Arc::default(),
-            slots: Arc::new(Semaphore::new(self.max_in_flight_per_server)),
-            queue: Arc::default(),
-            batches: Arc::default(),
-            token: self.token.clone(),
-        };
-        servers.insert(address.to_string(), connection.clone());
-        Ok(connection)
+        servers.get_or_open(address, || {
+            let channels = (0..self.connections_per_server)
+                .map(|_| lazy_channel(address, self.tls.as_ref(), self.settings))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ServerConnection {
+                channels: Arc::new(channels),
+                next: Arc::default(),
+                slots: Arc::new(Semaphore::new(self.max_in_flight_per_server)),
+                queue: Arc::default(),
+                batches: Arc::default(),
+                token: self.token.clone(),
+            })
+        })
     }
 
     fn storage(
@@ -338,7 +335,7 @@ impl GrpcCluster {
 
     /// The servers as the metaserver lists them.
     async fn server_status(&self) -> Result<Vec<v1::ServerStatus>, Status> {
-        Ok(self.metaserver.status().await?.servers)
+        Ok(self.metaserver.status(0).await?.servers)
     }
 }
 

@@ -4,6 +4,7 @@
 //! listen = "127.0.0.1:7100"
 //! metaserver = "127.0.0.1:7000"
 //! probe_seconds = 5.0
+//! probe_before_placement_seconds = 1.0
 //! probe_bytes = 1048576
 //! max_in_flight_per_server = 16
 //! max_calls_per_batch = 64
@@ -18,6 +19,7 @@
 //! keepalive_seconds = 5.0
 //! keepalive_timeout_seconds = 10.0
 //! idle_connection_seconds = 5
+//! max_connected_servers = 1000
 //! bulk_calls = true
 //! same_host_calls = true
 //! same_host_uploads = true
@@ -53,6 +55,10 @@ pub struct ProxyConfig {
     /// How often the paths to the servers are measured.
     #[serde(default = "default_probe_seconds")]
     pub probe_seconds: f64,
+    /// How long a graph's placement waits, at most, for the paths of servers never
+    /// measured to be measured first (0: the background rounds measure them).
+    #[serde(default = "default_probe_before_placement")]
+    pub probe_before_placement_seconds: f64,
     /// Payload of a throughput probe.
     #[serde(default = "default_probe_bytes")]
     pub probe_bytes: usize,
@@ -69,6 +75,10 @@ pub struct ProxyConfig {
     /// HTTP/2 connections the proxy keeps to each server.
     #[serde(default = "default_connections")]
     pub connections_per_server: usize,
+    /// Servers the proxy keeps connections to at once; past it the least recently used
+    /// are closed (their calls finish first) and connected again when next called.
+    #[serde(default = "default_connected_servers")]
+    pub max_connected_servers: usize,
     /// Largest request a client may send (a graph with its input data).
     #[serde(default = "default_max_request")]
     pub max_request_bytes: usize,
@@ -236,6 +246,9 @@ fn default_renew_seconds() -> f64 {
 fn default_listen() -> String {
     "127.0.0.1:0".to_string()
 }
+fn default_probe_before_placement() -> f64 {
+    1.0
+}
 fn default_probe_seconds() -> f64 {
     5.0
 }
@@ -251,6 +264,9 @@ fn default_in_flight() -> usize {
 fn default_connections() -> usize {
     4
 }
+fn default_connected_servers() -> usize {
+    1000
+}
 fn default_max_request() -> usize {
     1 << 30
 }
@@ -264,11 +280,13 @@ impl ProxyConfig {
             name: None,
             metrics_listen: None,
             probe_seconds: default_probe_seconds(),
+            probe_before_placement_seconds: default_probe_before_placement(),
             probe_bytes: default_probe_bytes(),
             link_history: default_link_history(),
             max_in_flight_per_server: default_in_flight(),
             max_calls_per_batch: default_calls_per_batch(),
             connections_per_server: default_connections(),
+            max_connected_servers: default_connected_servers(),
             max_request_bytes: default_max_request(),
             lease_renew_seconds: default_renew_seconds(),
             max_transactions_per_client: default_per_client(),

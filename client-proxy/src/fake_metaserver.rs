@@ -106,7 +106,7 @@ impl Metaserver for FakeMetaserver {
         }
     }
 
-    async fn status(&self) -> Result<v1::GridStatus, Status> {
+    async fn status(&self, _seen: u64) -> Result<v1::GridStatus, Status> {
         self.asked()?;
         let servers = self
             .cluster

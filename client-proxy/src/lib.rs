@@ -14,6 +14,7 @@ mod batching;
 mod bulk;
 pub mod cluster;
 pub mod config;
+pub mod connections;
 mod data;
 mod execution;
 #[cfg(test)]
@@ -96,6 +97,9 @@ pub struct Proxy {
     pub shared_regions: Arc<same_host::SharedRegions>,
     /// The abstract socket those clients hand it over on, once listening.
     same_host_socket: std::sync::OnceLock<String>,
+    /// The servers as the metaserver last listed them, with the list's `servers_changes`:
+    /// asked again before every graph, and sent again only when it changed.
+    servers_known: Mutex<(u64, Arc<Vec<v1::ServerStatus>>)>,
 }
 
 impl Proxy {
@@ -172,6 +176,7 @@ impl Proxy {
             journal: journal::Journal::default(),
             shared_regions: Arc::default(),
             same_host_socket: std::sync::OnceLock::new(),
+            servers_known: Mutex::default(),
             token,
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
@@ -274,12 +279,11 @@ impl Proxy {
         budget: Duration,
     ) -> Result<usize, Status> {
         let began = std::time::Instant::now();
-        let status = self.grid_status().await?;
-        let up: Vec<String> = status
-            .servers
-            .into_iter()
+        let servers = self.grid_servers().await?;
+        let up: Vec<String> = servers
+            .iter()
             .filter(|s| s.up)
-            .map(|s| s.address)
+            .map(|s| s.address.clone())
             .collect();
         let mut measured = 0;
         let max_age_ms = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
@@ -312,19 +316,28 @@ impl Proxy {
             .await
     }
 
-    /// The metaserver's servers (no graphs), waiting for it if it is restarting.
-    async fn grid_status(&self) -> Result<v1::GridStatus, Status> {
-        self.with_metaserver(|| self.metaserver.status()).await
+    /// The metaserver's servers, waiting for it if it is restarting; the list held is
+    /// reused when the metaserver says it has not changed.
+    async fn grid_servers(&self) -> Result<Arc<Vec<v1::ServerStatus>>, Status> {
+        let (seen, known) = Self::lock(&self.servers_known).clone();
+        let status = self
+            .with_metaserver(|| self.metaserver.status(seen))
+            .await?;
+        if status.servers_unchanged && seen != 0 {
+            return Ok(known);
+        }
+        let servers = Arc::new(status.servers);
+        *Self::lock(&self.servers_known) = (status.servers_changes, Arc::clone(&servers));
+        Ok(servers)
     }
 
     /// The routines some server that is up serves, sorted, each once.
     pub async fn functions(&self) -> Result<Vec<String>, Status> {
-        let status = self.grid_status().await?;
-        let names: BTreeSet<String> = status
-            .servers
-            .into_iter()
+        let servers = self.grid_servers().await?;
+        let names: BTreeSet<String> = servers
+            .iter()
             .filter(|s| s.up)
-            .flat_map(|s| s.functions)
+            .flat_map(|s| s.functions.iter().cloned())
             .collect();
         Ok(names.into_iter().collect())
     }

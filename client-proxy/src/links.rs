@@ -1,7 +1,9 @@
 //! The proxy's own measurements of the paths to every server (the metaserver paper step 2). They stay
-//! here, and travel to the metaserver only with a schedule request (step 4), as in the paper.
+//! here, and travel to the metaserver only with a schedule request (step 4), as in the paper,
+//! each once: the metaserver keeps them (in its registry and its DB), and a proxy that sent
+//! every sample it kept with every graph sent 80,000 of them per graph at 10,000 servers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use ninf_proto::probe::PathMeasurement;
 use ninf_proto::v1;
@@ -14,6 +16,8 @@ pub const CLIENT: &str = "client";
 pub struct LinkRecord {
     samples: HashMap<String, VecDeque<(PathMeasurement, i64)>>,
     keep: usize,
+    /// Per server, the time of the newest sample a metaserver has taken.
+    sent: HashMap<String, i64>,
 }
 
 impl LinkRecord {
@@ -21,6 +25,7 @@ impl LinkRecord {
         LinkRecord {
             samples: HashMap::new(),
             keep: keep.max(1),
+            sent: HashMap::new(),
         }
     }
 
@@ -35,7 +40,35 @@ impl LinkRecord {
 
     /// Forgets servers that are no longer listed.
     pub fn retain(&mut self, servers: &[String]) {
-        self.samples.retain(|s, _| servers.contains(s));
+        // A set: with a list this was N² comparisons for every graph, 10⁸ at 10,000 servers.
+        let listed: HashSet<&str> = servers.iter().map(String::as_str).collect();
+        self.samples.retain(|s, _| listed.contains(s.as_str()));
+        self.sent.retain(|s, _| listed.contains(s.as_str()));
+    }
+
+    /// The samples no metaserver has taken yet, as [`LinkRecord::samples`] lists them.
+    pub fn unsent(&self) -> Vec<v1::NetworkSample> {
+        let mut samples = self.samples();
+        samples.retain(|s| {
+            self.sent
+                .get(&s.to)
+                .is_none_or(|&sent| s.measured_unix_ms > sent)
+        });
+        samples
+    }
+
+    /// A metaserver took `samples` (it placed the graph they came with).
+    pub fn taken(&mut self, samples: &[v1::NetworkSample]) {
+        for s in samples {
+            let sent = self.sent.entry(s.to.clone()).or_insert(i64::MIN);
+            *sent = (*sent).max(s.measured_unix_ms);
+        }
+    }
+
+    /// Sends every sample again with the next graph: a request failed, and the metaserver
+    /// that answers next may not have what the last one took.
+    pub fn send_all_again(&mut self) {
+        self.sent.clear();
     }
 
     /// Every sample, as the metaserver takes them.
@@ -124,5 +157,26 @@ mod tests {
         record.retain(&["a:1".to_string()]);
         assert_eq!(record.latest("b:1"), None);
         assert_eq!(record.latest("a:1"), Some(m(2.0)));
+    }
+
+    #[test]
+    fn each_sample_is_sent_once_unless_a_request_fails() {
+        let times = |samples: &[v1::NetworkSample]| -> Vec<(String, i64)> {
+            samples
+                .iter()
+                .map(|s| (s.to.clone(), s.measured_unix_ms))
+                .collect()
+        };
+        let mut record = LinkRecord::new(4);
+        record.add("a:1", m(1.0), 10);
+        record.add("b:1", m(2.0), 11);
+        let first = record.unsent();
+        assert_eq!(times(&first), [("a:1".into(), 10), ("b:1".into(), 11)]);
+        record.taken(&first);
+        assert!(record.unsent().is_empty());
+        record.add("b:1", m(3.0), 12);
+        assert_eq!(times(&record.unsent()), [("b:1".into(), 12)]);
+        record.send_all_again();
+        assert_eq!(record.unsent().len(), 3);
     }
 }

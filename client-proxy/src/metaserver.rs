@@ -25,8 +25,9 @@ use crate::recovery::{Candidate, backoff};
 pub trait Metaserver: Send + Sync + 'static {
     /// The routine's interface.
     async fn describe(&self, function: &str) -> Result<v1::FunctionInterface, Status>;
-    /// The grid's servers (no graphs).
-    async fn status(&self) -> Result<v1::GridStatus, Status>;
+    /// The grid's servers alone, none when the list is still the one of `seen` (a reply's
+    /// `servers_changes`; 0 for the list whatever it is).
+    async fn status(&self, seen: u64) -> Result<v1::GridStatus, Status>;
     /// A graph's placement.
     async fn schedule(&self, request: v1::ScheduleRequest) -> Result<v1::ScheduleReply, Status>;
     /// What a graph did, task by task.
@@ -47,7 +48,7 @@ pub trait Metaserver: Send + Sync + 'static {
     /// The servers the metaserver lists as up, as candidates for a task that moves.
     async fn up_servers(&self) -> Result<Vec<Candidate>, Status> {
         Ok(self
-            .status()
+            .status(0)
             .await?
             .servers
             .into_iter()
@@ -169,11 +170,13 @@ impl Metaserver for GrpcMetaserver {
         self.noted(used, answer)
     }
 
-    async fn status(&self) -> Result<v1::GridStatus, Status> {
+    async fn status(&self, seen: u64) -> Result<v1::GridStatus, Status> {
         let (used, mut client) = self.scheduling();
         let request = v1::StatusRequest {
             recent_graphs: 0,
             data: false,
+            servers_only: true,
+            servers_changes_seen: seen,
         };
         let answer = client
             .status(request)

@@ -10,9 +10,6 @@ use tonic::Status;
 
 use crate::{Executed, Failed, Proxy, RunCounts, admission, execution, journal, unix_ms};
 
-/// How long a graph's placement waits for new servers' paths to be measured, at most.
-const PROBES_BEFORE_PLACEMENT: Duration = Duration::from_secs(1);
-
 /// Each task's predicted (start, finish), seconds from the graph's start.
 pub(crate) type PredictedTimes = Vec<(f64, f64)>;
 
@@ -44,25 +41,36 @@ impl Proxy {
         // last probe round would otherwise be scheduled on the default link's guess. Not
         // more than a second of them, though: a grid that gained thousands of servers at
         // once has its paths measured by the background probes, and the graph goes on.
-        if let Err(status) = self
-            .probe_servers_within(Duration::MAX, PROBES_BEFORE_PLACEMENT)
-            .await
+        let budget = self.config.probe_before_placement_seconds;
+        if budget > 0.0
+            && let Err(status) = self
+                .probe_servers_within(Duration::MAX, Duration::from_secs_f64(budget))
+                .await
         {
             tracing::debug!(error = %status.message(), "cannot probe new servers");
         }
         // Step 4: the metaserver checks the graph against the IDL and places it.
-        let client_links = Self::lock(&self.links).samples();
+        let client_links = Self::lock(&self.links).unsent();
         let request = v1::ScheduleRequest {
             graph: Some(graph.clone()),
             proxy: self.name.clone(),
-            client_links,
+            client_links: client_links.clone(),
             scheduler,
             label,
             avoid: Self::lock(&self.suspects).current(self.clock()),
             request_id: key.map_or_else(new_request_id, str::to_string),
         };
         let asked = Instant::now();
-        let placement = self.schedule(request).await?;
+        let placement = match self.schedule(request).await {
+            Ok(placement) => {
+                Self::lock(&self.links).taken(&client_links);
+                placement
+            }
+            Err(status) => {
+                Self::lock(&self.links).send_all_again();
+                return Err(status);
+            }
+        };
         let schedule_seconds = asked.elapsed().as_secs_f64();
         let owner = format!("{}/graph-{}", self.name, placement.graph_id);
         if let Some(key) = key {

@@ -579,6 +579,7 @@ async fn metaserver_status(address: &str, data: bool) -> anyhow::Result<v1::Grid
         .status(v1::StatusRequest {
             recent_graphs: 0,
             data,
+            ..Default::default()
         })
         .await?;
     Ok(status.into_inner())

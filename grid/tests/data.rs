@@ -449,6 +449,7 @@ fn under_a_small_data_cap_replicas_go_least_recently_used_first_and_last_copies_
             .status(ninf_proto::v1::StatusRequest {
                 recent_graphs: 0,
                 data: false,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -83,6 +83,7 @@ fn a_standby_metaserver_takes_over_and_the_grid_keeps_computing() {
             .status(v1::StatusRequest {
                 recent_graphs: 0,
                 data: false,
+                ..Default::default()
             })
             .await
             .unwrap_err()

@@ -241,6 +241,7 @@ async fn settle(metaserver: &str, servers: usize, limit: Duration) -> anyhow::Re
                 .status(ninf_proto::v1::StatusRequest {
                     recent_graphs: 0,
                     data: false,
+                    ..Default::default()
                 })
                 .await?;
             anyhow::Ok(reply.into_inner())

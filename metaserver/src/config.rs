@@ -99,6 +99,10 @@ pub struct MetaserverConfig {
     /// Allocation queues (`[allocation]`, docs/slurm.md).
     #[serde(default)]
     pub allocation: AllocationConfig,
+    /// Which servers a graph on a large grid is planned on (`[shortlist]`,
+    /// [`crate::shortlist::Shortlist`]).
+    #[serde(default)]
+    pub shortlist: crate::shortlist::Shortlist,
 }
 
 /// How the metaserver runs allocation queues: compute servers as batch jobs.
@@ -235,6 +239,7 @@ impl Default for MetaserverConfig {
             auth_token_file: None,
             tls: None,
             allocation: AllocationConfig::default(),
+            shortlist: crate::shortlist::Shortlist::default(),
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod operations;
 pub mod planner;
 pub mod registry;
 pub mod service;
+pub mod shortlist;
 
 use ninf_proto::net::auth::CheckToken;
 use std::collections::{HashMap, HashSet};
@@ -175,6 +176,18 @@ pub struct Metaserver {
     /// A server holding data copies was lost (or a write found no room for a replica): the
     /// upkeep looks for persistent handles short of their replicas ([`operations::data_repair`]).
     data_repair_wanted: std::sync::atomic::AtomicBool,
+    /// Drawn at start and added to the registry's count of changes, so that a status's
+    /// `servers_changes` names one metaserver's list: a proxy that moves to another
+    /// metaserver, or sees this one restart, is sent the whole list again.
+    servers_epoch: u64,
+}
+
+/// A number no other process draws alike, from the standard library's hashing keys.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 /// The registry as the resource DB records it: every server that registered, its recent
@@ -291,6 +304,7 @@ impl Metaserver {
             db,
             alloc: allocation::run::Allocations::new(batch),
             address: Mutex::new(String::new()),
+            servers_epoch: random_u64(),
         });
         metaserver.restore_queues().await?;
         Ok(metaserver)

@@ -50,31 +50,69 @@ pub struct ServerEntry {
     pub busy_until: f64,
 }
 
+/// What ranking a server for a graph's shortlist reads, kept beside the entries and
+/// compact: ranking 10,000 servers through their entries, each field a cache miss away
+/// from the last, took 9-15 ms a graph ([`crate::shortlist`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rank {
+    pub last_heartbeat: f64,
+    pub draining: bool,
+    pub processors: f64,
+    pub flops_per_processor: f64,
+    /// The latest load sample's demand ([`demand`]), 0 without one.
+    pub demand: f64,
+}
+
 /// Servers and monitoring history.
 #[derive(Debug, Clone)]
 pub struct Registry {
     servers: Vec<ServerEntry>,
+    /// By server index, as [`Registry::refresh_rank`] last set it.
+    ranks: Vec<Rank>,
     by_address: HashMap<String, usize>,
-    /// Recent samples per directed path, oldest first.
-    links: HashMap<(String, String), VecDeque<Link>>,
+    /// The servers that registered each routine, by index, ascending: a graph's shortlist
+    /// ranks these, not the whole grid ([`crate::shortlist`]).
+    by_routine: HashMap<String, Vec<usize>>,
+    /// Recent samples per directed path (from, then to), oldest first. Nested so that a
+    /// planning's copy of a few servers' paths is looked up by address, without the whole
+    /// map: at 10,000 servers heartbeats held 160,000 paths.
+    links: HashMap<String, HashMap<String, VecDeque<Link>>>,
     /// Samples kept per series.
     history: usize,
     /// A server silent for longer is down.
     heartbeat_timeout: f64,
     /// MFLOPS assumed for a server that reports none (it skipped its benchmark).
     default_mflops: f64,
+    /// Counts the changes to which servers there are and which are up (registrations,
+    /// leaves, servers found silent or back): a proxy holding the list as of one count
+    /// need not be sent it again.
+    changes: u64,
 }
 
 impl Registry {
     pub fn new(history: usize, heartbeat_timeout: f64, default_mflops: f64) -> Registry {
         Registry {
             servers: Vec::new(),
+            ranks: Vec::new(),
             by_address: HashMap::new(),
+            by_routine: HashMap::new(),
             links: HashMap::new(),
             history: history.max(1),
             heartbeat_timeout,
             default_mflops,
+            changes: 0,
         }
+    }
+
+    /// How many times the server list has changed ([`Registry::changed`]).
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Notes a change to the server list that the registry cannot see by itself: servers
+    /// found silent.
+    pub fn changed(&mut self) {
+        self.changes += 1;
     }
 
     /// Adds or replaces a server. Routines whose descriptors do not check are skipped and
@@ -110,18 +148,137 @@ impl Registry {
             draining: false,
             busy_until: now,
         };
-        match self.by_address.get(address) {
+        let index = match self.by_address.get(address) {
             Some(&i) => {
+                self.unindex_routines(i);
                 let load = std::mem::take(&mut self.servers[i].load);
                 self.servers[i] = ServerEntry { load, ..entry };
+                i
             }
             None => {
-                self.by_address
-                    .insert(address.to_string(), self.servers.len());
+                let i = self.servers.len();
+                self.by_address.insert(address.to_string(), i);
                 self.servers.push(entry);
+                i
+            }
+        };
+        self.index_routines(index);
+        self.refresh_rank(index);
+        self.changed();
+        rejected
+    }
+
+    /// Sets server `index`'s [`Rank`] from its entry.
+    fn refresh_rank(&mut self, index: usize) {
+        let Some(server) = self.servers.get(index) else {
+            return;
+        };
+        let rank = Rank {
+            last_heartbeat: server.last_heartbeat,
+            draining: server.draining,
+            processors: f64::from(server.info.processors.max(1)),
+            flops_per_processor: self.flops_per_processor(server),
+            demand: server.load.back().copied().unwrap_or(0.0),
+        };
+        if index >= self.ranks.len() {
+            self.ranks.resize(index + 1, rank);
+        }
+        self.ranks[index] = rank;
+    }
+
+    /// Server `index`'s [`Rank`].
+    pub fn rank(&self, index: usize) -> Option<&Rank> {
+        self.ranks.get(index)
+    }
+
+    /// Whether a server whose rank is `rank` is up at `now` ([`Registry::is_up`]).
+    pub fn rank_is_up(&self, rank: &Rank, now: f64) -> bool {
+        now - rank.last_heartbeat <= self.heartbeat_timeout
+    }
+
+    fn index_routines(&mut self, index: usize) {
+        for name in self.servers[index].routines.keys() {
+            let servers = self.by_routine.entry(name.clone()).or_default();
+            if let Err(at) = servers.binary_search(&index) {
+                servers.insert(at, index);
             }
         }
-        rejected
+    }
+
+    fn unindex_routines(&mut self, index: usize) {
+        for name in self.servers[index].routines.keys() {
+            if let Some(servers) = self.by_routine.get_mut(name)
+                && let Ok(at) = servers.binary_search(&index)
+            {
+                servers.remove(at);
+            }
+        }
+    }
+
+    /// The servers that registered `function`, by index, ascending (up or not).
+    pub fn serving(&self, function: &str) -> &[usize] {
+        self.by_routine.get(function).map_or(&[], Vec::as_slice)
+    }
+
+    /// A registry of only the servers at `indices` (ascending, each once), in that order,
+    /// with the paths measured between them and the client: what one graph is planned on.
+    pub fn subset(&self, indices: &[usize]) -> Registry {
+        let servers: Vec<ServerEntry> = indices
+            .iter()
+            .filter_map(|&i| self.servers.get(i).cloned())
+            .collect();
+        let by_address: HashMap<String, usize> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.address.clone(), i))
+            .collect();
+        let mut kept = Registry {
+            servers,
+            ranks: Vec::new(),
+            by_address,
+            by_routine: HashMap::new(),
+            links: HashMap::new(),
+            ..*self
+        };
+        for i in 0..kept.servers.len() {
+            kept.index_routines(i);
+            kept.refresh_rank(i);
+        }
+        kept.links = self.links_among(&kept.by_address);
+        kept
+    }
+
+    /// The measured paths whose both ends are among `ends` or the client.
+    fn links_among(
+        &self,
+        ends: &HashMap<String, usize>,
+    ) -> HashMap<String, HashMap<String, VecDeque<Link>>> {
+        let kept = |name: &str| name == CLIENT || ends.contains_key(name);
+        let mut out = HashMap::new();
+        let froms = ends.keys().map(String::as_str).chain([CLIENT]);
+        for from in froms {
+            let Some(tos) = self.links.get(from) else {
+                continue;
+            };
+            // The client's paths reach every server a proxy measured: look those up from
+            // the few ends rather than walk them all.
+            let series: HashMap<String, VecDeque<Link>> = if tos.len() <= ends.len() + 1 {
+                tos.iter()
+                    .filter(|(to, _)| kept(to))
+                    .map(|(to, s)| (to.clone(), s.clone()))
+                    .collect()
+            } else {
+                ends.keys()
+                    .map(String::as_str)
+                    .chain([CLIENT])
+                    .filter_map(|to| tos.get(to).map(|s| (to.to_string(), s.clone())))
+                    .collect()
+            };
+            if !series.is_empty() {
+                out.insert(from.to_string(), series);
+            }
+        }
+        out
     }
 
     pub fn get(&self, address: &str) -> Option<&ServerEntry> {
@@ -139,6 +296,8 @@ impl Registry {
         if !draining {
             server.last_heartbeat = f64::NEG_INFINITY;
         }
+        self.refresh_rank(i);
+        self.changed();
         true
     }
 
@@ -172,6 +331,9 @@ impl Registry {
         let Some(&i) = self.by_address.get(address) else {
             return false;
         };
+        if !self.is_up(&self.servers[i], now) {
+            self.changed();
+        }
         let history = self.history;
         let server = &mut self.servers[i];
         server.last_heartbeat = now;
@@ -186,6 +348,7 @@ impl Registry {
                 server.busy_until = server.busy_until.max(now);
             }
         }
+        self.refresh_rank(i);
         true
     }
 
@@ -198,6 +361,7 @@ impl Registry {
             while load.len() > history {
                 load.pop_front();
             }
+            self.refresh_rank(i);
         }
     }
 
@@ -240,7 +404,9 @@ impl Registry {
         }
         let series = self
             .links
-            .entry((from.to_string(), to.to_string()))
+            .entry(from.to_string())
+            .or_default()
+            .entry(to.to_string())
             .or_default();
         series.push_back(link);
         while series.len() > self.history {
@@ -253,16 +419,41 @@ impl Registry {
         let mut out: Vec<_> = self
             .links
             .iter()
-            .filter_map(|((from, to), s)| s.back().map(|l| (from.clone(), to.clone(), *l)))
+            .flat_map(|(from, tos)| {
+                tos.iter()
+                    .filter_map(|(to, s)| s.back().map(|l| (from.clone(), to.clone(), *l)))
+            })
             .collect();
         out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         out
     }
 
+    /// The samples of the paths from `from` to each of `servers` (by address), oldest
+    /// first: a proxy's own measurements, as the planning takes them.
+    pub fn series_from(&self, from: &str, servers: &[ServerEntry]) -> Vec<(String, Link)> {
+        let Some(tos) = self.links.get(from) else {
+            return Vec::new();
+        };
+        servers
+            .iter()
+            .filter_map(|s| tos.get(&s.address).map(|series| (s, series)))
+            .flat_map(|(s, series)| series.iter().map(|l| (s.address.clone(), *l)))
+            .collect()
+    }
+
+    /// The latest sample of each path measured from `from` (an address or [`CLIENT`]).
+    pub fn latest_from(&self, from: &str) -> impl Iterator<Item = (&str, &Link)> {
+        self.links
+            .get(from)
+            .into_iter()
+            .flatten()
+            .filter_map(|(to, s)| s.back().map(|l| (to.as_str(), l)))
+    }
+
     /// A routine's descriptor as some up server registered it (any server if none is up).
     pub fn describe(&self, function: &str, now: f64) -> Option<&FunctionInterface> {
         let mut any = None;
-        for s in &self.servers {
+        for s in self.serving(function).iter().map(|&i| &self.servers[i]) {
             if let Some(f) = s.routines.get(function) {
                 if self.is_up(s, now) {
                     return Some(f);
@@ -320,12 +511,15 @@ impl Registry {
             }
         };
         let mut links: HashMap<(Location, Location), Vec<Link>> = HashMap::new();
-        for ((from, to), series) in &self.links {
-            if let (Some(a), Some(b)) = (location(from), location(to)) {
-                links
-                    .entry((a, b))
-                    .or_default()
-                    .extend(series.iter().copied());
+        for (from, tos) in &self.links {
+            let Some(a) = location(from) else { continue };
+            for (to, series) in tos {
+                if let Some(b) = location(to) {
+                    links
+                        .entry((a, b))
+                        .or_default()
+                        .extend(series.iter().copied());
+                }
             }
         }
         for (server, link) in client_links {

@@ -226,6 +226,11 @@ impl v1::scheduling_server::Scheduling for SchedulingService {
     ) -> Result<Response<v1::GridStatus>, Status> {
         self.0.serving()?;
         let request = request.into_inner();
+        if request.servers_only {
+            return Ok(Response::new(
+                self.0.servers_status(request.servers_changes_seen),
+            ));
+        }
         let mut status = self.0.status(request.recent_graphs.min(1000)).await?;
         if request.data {
             status.data = self.0.all_data().await?;

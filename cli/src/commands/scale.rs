@@ -19,6 +19,14 @@ pub struct ScaleArgs {
     /// The metaserver's resource DB (postgres://...); default SQLite.
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Without --database-url: start a private PostgreSQL cluster for the run (Debian's
+    /// `postgresql` package) and use it as the resource DB.
+    #[arg(long)]
+    pub postgres: bool,
+    /// Plan every graph on the whole grid, not on its shortlist (a baseline to measure the
+    /// shortlist against).
+    #[arg(long)]
+    pub whole_grid: bool,
     /// How often each server sends a heartbeat.
     #[arg(long, default_value_t = 5.0)]
     pub heartbeat_seconds: f64,
@@ -43,6 +51,8 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         clients: args.clients,
         seconds: args.seconds,
         database_url: args.database_url,
+        postgres: args.postgres,
+        whole_grid: args.whole_grid,
         heartbeat_seconds: args.heartbeat_seconds,
         servers_per_process: args.servers_per_process,
         tasks: args.tasks,

@@ -60,6 +60,7 @@ async fn fetch(endpoints: &Endpoints, graphs: u32) -> anyhow::Result<v1::GridSta
         .status(v1::StatusRequest {
             recent_graphs: graphs,
             data: true,
+            ..Default::default()
         })
         .await
         .map_err(|s| anyhow::anyhow!("metaserver: {}", s.message()))?;

@@ -1,4 +1,5 @@
-//! `ninf scale`: one real metaserver (SQLite, or PostgreSQL by URL) and one real proxy, then
+//! `ninf scale`: one real metaserver (SQLite, or PostgreSQL by URL or in a private cluster)
+//! and one real proxy, then
 //! N emulated compute servers in a few processes ([`emulator`]): each registers with the
 //! self-test module's routines, heartbeats with load samples, reports network samples and
 //! answers calls with no compute. M clients send graphs of independent `noop` calls through
@@ -23,12 +24,17 @@ use serde::Serialize;
 
 pub use emulator::{EmulatorOptions, EmulatorReport};
 
+#[derive(Debug, Clone)]
 pub struct ScaleOptions {
     pub bin_dir: PathBuf,
     pub servers: usize,
     pub clients: usize,
     pub seconds: f64,
     pub database_url: Option<String>,
+    /// Without a URL, start a private PostgreSQL cluster for the run and use it.
+    pub postgres: bool,
+    /// Plan every graph on the whole grid, as before the shortlist (a baseline).
+    pub whole_grid: bool,
     pub heartbeat_seconds: f64,
     /// Emulated servers per emulator process.
     pub servers_per_process: usize,
@@ -71,7 +77,18 @@ pub struct ScaleReport {
 /// Runs the measurement in a folder of its own, removed afterwards.
 pub fn run(options: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     let work = tempfile::tempdir()?;
-    run_in(options, work.path())
+    let cluster = match (&options.database_url, options.postgres) {
+        (None, true) => Some(ninf_grid::postgres::LocalPostgres::start()?),
+        _ => None,
+    };
+    let options = ScaleOptions {
+        database_url: cluster
+            .as_ref()
+            .map(|c| c.url.clone())
+            .or_else(|| options.database_url.clone()),
+        ..options.clone()
+    };
+    run_in(&options, work.path())
 }
 
 fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
@@ -89,11 +106,14 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
     };
     let (metaserver_address, metaserver) = start_metaserver(options, work)?;
     let proxy_address = free_address()?;
+    // The proxy measures no paths: measuring 10,000 servers' one after another, before
+    // graphs and between them, held both cores (docs/performance.md); what is measured
+    // here is the metaserver.
     write(
         &work.join("proxy.toml"),
         &format!(
             "listen = \"{proxy_address}\"\nmetaserver = \"{metaserver_address}\"\n\
-             journal = \"off\"\nprobe_seconds = 3600.0\n"
+             journal = \"off\"\nprobe_seconds = 3600.0\nprobe_before_placement_seconds = 0.0\n"
         ),
     )?;
     let mut command = Command::new(binary(&options.bin_dir, "ninf-proxy")?);
@@ -135,11 +155,16 @@ fn start_metaserver(options: &ScaleOptions, work: &Path) -> anyhow::Result<(Stri
         .map(|url| format!("database_url = \"{url}\"\n"))
         .unwrap_or_default();
     let heartbeat = options.heartbeat_seconds;
+    let shortlist = if options.whole_grid {
+        format!("[shortlist]\nwhole_grid_up_to = {}\n", u32::MAX)
+    } else {
+        String::new()
+    };
     write(
         &work.join("metaserver.toml"),
         &format!(
             "listen = \"{address}\"\ndata_dir = \"{}\"\nheartbeat_seconds = {heartbeat:?}\n\
-             heartbeat_timeout_seconds = {:?}\nnetwork_seconds = {:?}\n{database}",
+             heartbeat_timeout_seconds = {:?}\nnetwork_seconds = {:?}\n{database}{shortlist}",
             work.join("metaserver").display(),
             heartbeat * 3.0,
             heartbeat * 6.0,
@@ -199,6 +224,7 @@ async fn wait_until_up(metaserver: &str, count: usize, wait: Duration) -> anyhow
             .status(ninf_proto::v1::StatusRequest {
                 recent_graphs: 0,
                 data: false,
+                ..Default::default()
             })
             .await;
         // A metaserver too busy to answer now is asked again until the wait is over.

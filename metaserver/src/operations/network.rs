@@ -57,6 +57,11 @@ pub(crate) type StoredSamples = HashMap<(String, String), i64>;
 /// were written again for every graph: rows the DB wrote inside the one-at-a-time
 /// scheduling, and that crowded a restarted metaserver's history of the path with copies
 /// of one measurement. A sample without a time (`measured_unix_ms` 0, "now") is always new.
+/// Where a proxy's samples start in the registry and the DB: `client:<proxy>`.
+pub(crate) fn client_end(proxy: &str) -> String {
+    format!("{}:{proxy}", crate::CLIENT)
+}
+
 pub(crate) fn unstored_client_links(
     request: &v1::ScheduleRequest,
     stored: &StoredSamples,
@@ -73,7 +78,7 @@ pub(crate) fn unstored_client_links(
         let latest = newest.entry(path).or_insert(known);
         *latest = (*latest).max(s.measured_unix_ms);
         fresh.push(StoredLink {
-            from: format!("{}:{}", crate::CLIENT, request.proxy),
+            from: client_end(&request.proxy),
             ..stored_link(s, now)
         });
     }

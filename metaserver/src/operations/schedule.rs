@@ -4,6 +4,7 @@
 //! plan, and heartbeats, registrations and status requests are answered meanwhile. Graphs
 //! are still planned one at a time, so each sees the placements of the one before.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use ninf_proto::v1;
@@ -11,8 +12,9 @@ use ninf_scheduling::{Link, Schedule, TaskGraph};
 
 use crate::db::{EdgeRecord, GraphRecord, PlacementRecord};
 use crate::graph::{self, GraphRejection};
-use crate::operations::network::unstored_client_links;
+use crate::operations::network::{client_end, unstored_client_links};
 use crate::planner::Planner;
+use crate::shortlist::Asked;
 use crate::{Metaserver, MetaserverError, Registry, State, unix_now};
 
 /// What planning one graph needs, owned, so that it can run on another thread.
@@ -81,8 +83,13 @@ impl Metaserver {
             request.scheduler.clone()
         };
         let now = unix_now();
+        let began = std::time::Instant::now();
+        self.store_client_links(request, now).await?;
+        let stored = began.elapsed();
         let input = self.plan_input(request, scheduler.clone(), now);
+        let copied = began.elapsed();
         let plan = self.plan_off_lock(input).await?;
+        let planned = began.elapsed();
         let inter_server_ratio = plan.schedule.inter_server_ratio(&plan.tasks);
         let record = GraphRecord {
             label: request.label.clone(),
@@ -110,21 +117,15 @@ impl Metaserver {
             .db
             .record_graph(&record, &plan.placements, &edges)
             .await?;
-        // The proxy's measurements enter the DB only now that it asks for a schedule, and
-        // only those it has not sent before.
-        let (proxy_links, newest) =
-            unstored_client_links(request, &self.state().client_links_stored, now);
-        self.db.add_links(&proxy_links).await?;
+        let recorded = began.elapsed();
         {
             let mut state = self.state();
             let State {
                 planner,
                 running,
-                client_links_stored,
                 registry,
                 ..
             } = &mut *state;
-            client_links_stored.extend(newest);
             let placed = unix_now();
             for placement in &plan.placements {
                 registry.busy_until(
@@ -158,6 +159,11 @@ impl Metaserver {
             %scheduler,
             predicted_makespan = plan.schedule.makespan,
             inter_server_ratio,
+            servers_planned_on = plan.registry.servers().len(),
+            links_ms = stored.as_secs_f64() * 1e3,
+            copy_ms = (copied - stored).as_secs_f64() * 1e3,
+            plan_ms = (planned - copied).as_secs_f64() * 1e3,
+            record_ms = (recorded - planned).as_secs_f64() * 1e3,
             "graph scheduled"
         );
         Ok(reply(
@@ -174,38 +180,83 @@ impl Metaserver {
         self.planning.load(Ordering::Relaxed)
     }
 
-    /// Everything the plan needs, with the registry and planner copied under a brief lock.
+    /// The proxy's measurements enter the DB and the registry when it asks for a
+    /// schedule, those it has not sent before. A proxy sends each once (it sent all it
+    /// kept with every graph, 80,000 samples at 10,000 servers); the registry keeps the
+    /// history the planning reads, under the proxy's end of the path (`client:<proxy>`),
+    /// and a restarted metaserver reads it back from the DB.
+    async fn store_client_links(
+        &self,
+        request: &v1::ScheduleRequest,
+        now: f64,
+    ) -> Result<(), MetaserverError> {
+        let (fresh, newest) =
+            unstored_client_links(request, &self.state().client_links_stored, now);
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        self.db.add_links(&fresh).await?;
+        let mut state = self.state();
+        for link in &fresh {
+            let sample = Link {
+                throughput: link.throughput,
+                latency: link.latency,
+            };
+            state.registry.add_link(&link.from, &link.to, sample);
+        }
+        state.client_links_stored.extend(newest);
+        Ok(())
+    }
+
+    /// Everything the plan needs, with the registry (the graph's shortlist of it) and
+    /// planner copied under a brief lock.
     fn plan_input(&self, request: &v1::ScheduleRequest, scheduler: String, now: f64) -> PlanInput {
-        let (registry, planner, scheduled) = {
+        let graph = request.graph.clone().unwrap_or_default();
+        let client = client_end(&request.proxy);
+        let (registry, client_links, planner, scheduled) = {
             let mut state = self.state();
             state.scheduled += 1;
-            (
-                state.registry.clone(),
-                state.planner.for_planning(&state.registry, now),
-                state.scheduled,
-            )
+            let registry = self.shortlisted(&state, &graph, &client, request, now);
+            let client_links = state.registry.series_from(&client, registry.servers());
+            let planner = state.planner.for_planning(&registry, now);
+            (registry, client_links, planner, state.scheduled)
         };
         PlanInput {
-            graph: request.graph.clone().unwrap_or_default(),
+            graph,
             scheduler,
             // Varies the random scheduler's choices from graph to graph.
             seed: self.config.random_seed ^ scheduled.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             max_tasks: self.config.max_graph_tasks,
-            client_links: request
-                .client_links
-                .iter()
-                .map(|s| {
-                    let link = Link {
-                        throughput: s.throughput_bytes_per_second,
-                        latency: s.latency_seconds,
-                    };
-                    (s.to.clone(), link)
-                })
-                .collect(),
+            client_links,
             avoid: request.avoid.clone(),
             registry,
             planner,
             now,
+        }
+    }
+
+    /// The registry of the servers `graph` is planned on: the whole grid when it is small,
+    /// else its [`crate::shortlist`].
+    fn shortlisted(
+        &self,
+        state: &State,
+        graph: &v1::TaskGraph,
+        client: &str,
+        request: &v1::ScheduleRequest,
+        now: f64,
+    ) -> Registry {
+        let placed = placed_since_sample(&state.planner, &state.registry);
+        let asked = Asked {
+            graph,
+            client,
+            avoid: &request.avoid,
+            placed_since_sample: &placed,
+            turn: state.scheduled,
+            now,
+        };
+        match self.config.shortlist.choose(&state.registry, &asked) {
+            Some(indices) => state.registry.subset(&indices),
+            None => state.registry.clone(),
         }
     }
 
@@ -216,6 +267,19 @@ impl Metaserver {
         self.planning.fetch_sub(1, Ordering::Relaxed);
         planned.map_err(|e| MetaserverError::Planning(e.to_string()))?
     }
+}
+
+/// The processors of the placements still counted on each server that were made after its
+/// latest load sample (or that it has none of): what the sample cannot show yet.
+fn placed_since_sample<'a>(planner: &'a Planner, registry: &Registry) -> HashMap<&'a str, u32> {
+    let mut placed: HashMap<&str, u32> = HashMap::new();
+    for p in planner.active() {
+        let sampled = registry.get(&p.server).and_then(|s| s.load_sampled_at);
+        if sampled.is_none_or(|at| p.placed_at > at) {
+            *placed.entry(&*p.server).or_default() += p.processors;
+        }
+    }
+    placed
 }
 
 /// Checks the graph against the IDL and places it: pure, on owned copies.

@@ -15,23 +15,10 @@ impl Metaserver {
     }
 
     pub async fn status(&self, recent_graphs: u32) -> Result<v1::GridStatus, MetaserverError> {
-        let now = unix_now();
-        let (servers, network) = {
+        let mut status = self.servers_status(0);
+        status.network = {
             let state = self.state();
-            let servers = state
-                .registry
-                .servers()
-                .iter()
-                .map(|s| {
-                    let mut status = server_status(
-                        crate::dashboard::views::server_view(&state.registry, s, now),
-                        &s.info,
-                    );
-                    status.draining = s.draining;
-                    status
-                })
-                .collect();
-            let network = state
+            state
                 .registry
                 .latest_links()
                 .into_iter()
@@ -42,18 +29,46 @@ impl Metaserver {
                     latency_seconds: link.latency,
                     measured_unix_ms: 0,
                 })
-                .collect();
-            (servers, network)
+                .collect()
         };
-        Ok(v1::GridStatus {
+        status.graphs = self.db.recent_graphs(recent_graphs).await?;
+        status.queues = self.list_queues();
+        Ok(status)
+    }
+
+    /// The servers alone, unless the asker holds the list as of `seen` (a reply's
+    /// `servers_changes`) and nothing has changed since: then none, `servers_unchanged`.
+    pub fn servers_status(&self, seen: u64) -> v1::GridStatus {
+        let now = unix_now();
+        let state = self.state();
+        let changes = self
+            .servers_epoch
+            .wrapping_add(state.registry.changes())
+            .max(1);
+        let mut status = v1::GridStatus {
             scheduler: self.config.scheduler.clone(),
             predictor: self.config.predictor.clone(),
-            servers,
-            network,
-            graphs: self.db.recent_graphs(recent_graphs).await?,
-            queues: self.list_queues(),
-            data: Vec::new(),
-        })
+            servers_changes: changes,
+            ..Default::default()
+        };
+        if seen == changes {
+            status.servers_unchanged = true;
+            return status;
+        }
+        status.servers = state
+            .registry
+            .servers()
+            .iter()
+            .map(|s| {
+                let mut status = server_status(
+                    crate::dashboard::views::server_view(&state.registry, s, now),
+                    &s.info,
+                );
+                status.draining = s.draining;
+                status
+            })
+            .collect();
+        status
     }
 }
 

@@ -89,6 +89,9 @@ impl Metaserver {
                 .map(|s| (s.id, s.address.clone()))
                 .collect();
             state.down.extend(silent.iter().map(|(id, _)| *id));
+            if !silent.is_empty() {
+                state.registry.changed();
+            }
             let servers = state.registry.servers().len();
             let down = state.down.len().min(servers);
             self.metrics.servers(servers - down, down);
