@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 
 use ninf_metaserver::Registry;
@@ -13,13 +15,7 @@ use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Task, TaskGraph};
 
 fn routines() -> Vec<v1::FunctionInterface> {
-    let text = include_str!("../../routines/idl/linpack.idl");
-    let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
-    module
-        .functions
-        .iter()
-        .map(v1::FunctionInterface::from)
-        .collect()
+    common::linpack()
 }
 
 fn address(i: usize) -> String {
