@@ -119,7 +119,11 @@ def test_calls_cancelled_while_the_proxy_sends_them_in_batches_stop_on_the_serve
 
 CTRL_C = textwrap.dedent(
     """
-    import numpy as np, ninf, sys
+    import numpy as np, ninf, signal, sys
+    # As at a terminal: a process started in the background of a shell without job control
+    # (as CI scripts may start the suite) inherits SIGINT ignored, and Python then raises
+    # no KeyboardInterrupt at all.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     grid = ninf.connect(sys.argv[1])
     try:
         print("calling", flush=True)
@@ -142,7 +146,11 @@ def test_ctrl_c_interrupts_a_blocking_call_and_cancels_it(grid):
     time.sleep(0.5)
     child.send_signal(signal.SIGINT)
     # Ten minutes of sleep_ms would outlast this: only the interrupt ends it in time.
-    out, err = child.communicate(timeout=60)
+    try:
+        out, err = child.communicate(timeout=60)
+    finally:
+        # Its death cancels the call, so a failure here leaves no sleeper to the next tests.
+        child.kill()
     assert out.split() == ["interrupted", "after", "0"], err
 
 
