@@ -8,6 +8,7 @@
 //! (`migrations/sqlite`, `migrations/postgres`): their row ids and types differ.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ninf_proto::v1;
@@ -133,6 +134,9 @@ pub struct Retention {
 pub struct ResourceDb {
     pub(crate) pool: AnyPool,
     backend: Backend,
+    /// On SQLite, the turn every writer takes (see [`ResourceDb::write_turn`]); PostgreSQL
+    /// has no need of one.
+    writers: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// Inserts a graph's placements from one JSON array of rows, unpacked by the database:
@@ -229,7 +233,26 @@ impl ResourceDb {
             Backend::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
             Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
         }
-        Ok(ResourceDb { pool, backend })
+        let writers = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
+        Ok(ResourceDb {
+            pool,
+            backend,
+            writers,
+        })
+    }
+
+    /// Waits for this process's turn to write, held until the write commits. SQLite lets
+    /// one writer in at a time, and one that finds the file locked sleeps in SQLite's busy
+    /// handler, 1, 2, 5 ... then 100 ms between its tries: at 10,000 servers a graph's rows
+    /// behind a batch of heartbeats waited out those sleeps, the tail of the placement
+    /// times (p99 147 ms, docs/notes/2026-12-04-placement-at-10000-servers.md). Taking turns
+    /// here, the next writer starts the moment the one before commits. The busy handler
+    /// still covers other processes (a `ninf` command reading the file).
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.writers {
+            Some(writers) => Some(writers.lock().await),
+            None => None,
+        }
     }
 
     pub fn backend(&self) -> Backend {
@@ -263,6 +286,7 @@ impl ResourceDb {
         routines: &[v1::FunctionInterface],
         now: f64,
     ) -> Result<i64, DbError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         let id: i64 = sqlx::query(
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
@@ -391,6 +415,7 @@ impl ResourceDb {
     /// Records heartbeats and their load samples, in one transaction: each server's latest
     /// time, every sample (multi-row inserts).
     pub async fn heartbeats(&self, beats: &[(i64, StoredLoad)]) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         let mut latest: HashMap<i64, f64> = HashMap::new();
         for (server, sample) in beats {
             let time = latest.entry(*server).or_insert(sample.time);
@@ -429,6 +454,7 @@ impl ResourceDb {
 
     /// Records the state the metaserver decided for a server ('up' or 'down').
     pub async fn set_state(&self, server: i64, state: &str) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         sqlx::query("UPDATE servers SET state = $1 WHERE id = $2")
             .bind(state)
             .bind(server)
@@ -464,6 +490,7 @@ impl ResourceDb {
     }
 
     pub async fn add_links(&self, samples: &[StoredLink]) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         for chunk in samples.chunks(BATCH_ROWS) {
             let sql = format!(
                 "INSERT INTO network_samples (from_location, to_location, throughput, latency, \
@@ -514,6 +541,7 @@ impl ResourceDb {
         placements: &[PlacementRecord],
         edges: &[EdgeRecord],
     ) -> Result<u64, DbError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         if !graph.request_id.is_empty() {
             sqlx::query(
@@ -584,6 +612,7 @@ impl ResourceDb {
         error: &str,
         actuals: &[ActualRecord],
     ) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         let graph = to_i64(graph);
         let mut tx = self.pool.begin().await?;
         sqlx::query("UPDATE graphs SET actual_makespan = $1, state = $2, error = $3 WHERE id = $4")
@@ -698,6 +727,7 @@ impl ResourceDb {
 
     /// Deletes history beyond the retention bounds; returns the rows deleted.
     pub async fn prune(&self, retention: Retention, now: f64) -> Result<u64, DbError> {
+        let _turn = self.write_turn().await;
         let cutoff = now - retention.samples.as_secs_f64();
         let mut deleted = 0;
         for samples in [

@@ -19,6 +19,7 @@ fn bad_spec(name: &str, reason: impl std::fmt::Display) -> DbError {
 impl ResourceDb {
     /// Adds a queue; `false` if one of that name exists.
     pub async fn add_queue(&self, spec: &QueueSpec, now: f64) -> Result<bool, DbError> {
+        let _turn = self.write_turn().await;
         let inserted = sqlx::query(
             "INSERT INTO alloc_queues (name, spec, state, created_at) VALUES ($1, $2, 'active', $3)
              ON CONFLICT (name) DO NOTHING",
@@ -34,6 +35,7 @@ impl ResourceDb {
 
     /// Forgets a queue and its jobs.
     pub async fn remove_queue(&self, name: &str) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         for sql in [
             "DELETE FROM alloc_jobs WHERE queue = $1",
@@ -53,6 +55,7 @@ impl ResourceDb {
         failures: u32,
         last_error: &str,
     ) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "UPDATE alloc_queues SET state = $2, failures = $3, last_error = $4 WHERE name = $1",
         )
@@ -67,6 +70,7 @@ impl ResourceDb {
 
     /// Records a job, or its new state and reason.
     pub async fn save_job(&self, queue: &str, job: &Job) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO alloc_jobs (queue, job_id, state, submitted_at, script, output, reason)
              VALUES ($1, $2, $3, $4, $5, $6, $7)

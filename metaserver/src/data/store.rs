@@ -17,6 +17,7 @@ fn bad_spec(id: &str, reason: impl std::fmt::Display) -> DbError {
 impl ResourceDb {
     /// Records a new handle (with no copies yet).
     pub async fn insert_data(&self, info: &v1::DataInfo) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         let spec = info.spec.clone().unwrap_or_default();
         sqlx::query(
             "INSERT INTO data_handles (id, owner, spec, lease_until, created_at, used_at, put_id)
@@ -91,6 +92,7 @@ impl ResourceDb {
         copy: &v1::DataCopy,
         replace: bool,
     ) -> Result<Vec<v1::DataCopy>, DbError> {
+        let _turn = self.write_turn().await;
         let old = if replace {
             let old: Vec<v1::DataCopy> = self
                 .copies(id)
@@ -121,6 +123,7 @@ impl ResourceDb {
     /// Marks the handle used at `now` (read for a call or a get, or written): replicas are
     /// evicted least recently used first.
     pub async fn touch_data(&self, id: &str, now: f64) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         sqlx::query("UPDATE data_handles SET used_at = $2 WHERE id = $1")
             .bind(id)
             .bind(now)
@@ -164,6 +167,7 @@ impl ResourceDb {
         id: &str,
         server: &str,
     ) -> Result<Option<v1::DataCopy>, DbError> {
+        let _turn = self.write_turn().await;
         let copy = self
             .copies(id)
             .await?
@@ -201,6 +205,7 @@ impl ResourceDb {
 
     /// Forgets a handle and its copies.
     pub async fn delete_data(&self, id: &str) -> Result<(), DbError> {
+        let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
         for sql in [
             "DELETE FROM data_copies WHERE handle = $1",
@@ -253,6 +258,7 @@ impl ResourceDb {
         ids: &[String],
         until: f64,
     ) -> Result<u32, DbError> {
+        let _turn = self.write_turn().await;
         let renewed = if ids.is_empty() {
             sqlx::query("UPDATE data_handles SET lease_until = $2 WHERE owner = $1")
                 .bind(owner)
