@@ -713,12 +713,15 @@ fn lost_replicas_are_made_again_from_the_copy_left_and_a_restarted_servers_copie
     assert!(listed.contains(&e.address), "{listed:?}");
     let events = || grid.grid().metaserver.events_since(0, 1000);
     e.restart();
+    // The repair records a copy before it logs it, so the wait is for the log too.
     eventually("e's old copy dropped and a new one made there", || {
         let servers = client.data().unwrap()[0].servers.clone();
-        let restarted = events()
-            .iter()
-            .any(|ev| ev.kind == "restarted" && ev.server == e.address);
-        restarted && servers.contains(&e.address)
+        let seen = events();
+        let on_e = |kind: &str| {
+            seen.iter()
+                .any(|ev| ev.kind == kind && ev.server == e.address)
+        };
+        on_e("restarted") && on_e("replicated") && servers.contains(&e.address)
     });
     let replicated: Vec<String> = events()
         .into_iter()
