@@ -45,6 +45,12 @@ pub struct ServerConfig {
     /// know the port (docs/deploy.md).
     #[serde(default)]
     pub bulk_listen: Option<String>,
+    /// The site (network neighbourhood) this server is in: servers measure their paths to
+    /// the others of their site, and one per site those to the other sites (docs/metaserver.md,
+    /// "Sites"). Default: the metaserver places it by its address (the /24 of an IPv4
+    /// address, the /64 of an IPv6 one, else its host name).
+    #[serde(default)]
+    pub site: Option<String>,
     /// Processors offered to jobs; also the warm pool size of each module. Default: all cores.
     #[serde(default)]
     pub processors: Option<usize>,
@@ -469,6 +475,7 @@ impl Default for ServerConfig {
             advertise: None,
             advertise_host: None,
             bulk_listen: None,
+            site: None,
             processors: None,
             modules: Vec::new(),
             extra_modules: Vec::new(),

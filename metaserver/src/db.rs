@@ -292,9 +292,9 @@ impl ResourceDb {
             "INSERT INTO servers (address, cpus, processors, memory_bytes, mflops, benchmark_n,
                  bulk_address, registered_at, last_heartbeat, state, quantum_seconds,
                  bulk_local, walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes,
-                 instance)
+                 instance, site)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'up', $10, $11, $12, $13, $14, $15,
-                 $16, $17)
+                 $16, $17, $18)
              ON CONFLICT (address) DO UPDATE SET cpus = excluded.cpus,
                  processors = excluded.processors, memory_bytes = excluded.memory_bytes,
                  mflops = excluded.mflops, benchmark_n = excluded.benchmark_n,
@@ -303,7 +303,8 @@ impl ResourceDb {
                  quantum_seconds = excluded.quantum_seconds, bulk_local = excluded.bulk_local,
                  walltime_end = excluded.walltime_end, batch_job = excluded.batch_job,
                  allocation = excluded.allocation, drain_seconds = excluded.drain_seconds,
-                 data_cap_bytes = excluded.data_cap_bytes, instance = excluded.instance
+                 data_cap_bytes = excluded.data_cap_bytes, instance = excluded.instance,
+                 site = excluded.site
              RETURNING id",
         )
         .bind(address)
@@ -323,6 +324,7 @@ impl ResourceDb {
         .bind(finite(info.drain_seconds))
         .bind(to_i64(info.data_cap_bytes))
         .bind(&info.instance)
+        .bind(&info.site)
         .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
@@ -354,7 +356,8 @@ impl ResourceDb {
         let rows = sqlx::query(
             "SELECT id, address, cpus, processors, memory_bytes, mflops, benchmark_n,
                     bulk_address, last_heartbeat, quantum_seconds, bulk_local,
-                    walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes, instance
+                    walltime_end, batch_job, allocation, drain_seconds, data_cap_bytes, instance,
+                    site
              FROM servers ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -379,6 +382,7 @@ impl ResourceDb {
                 drain_seconds: row.try_get(14)?,
                 data_cap_bytes: to_u64(row.try_get(15)?),
                 instance: row.try_get(16)?,
+                site: row.try_get(17)?,
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

@@ -23,6 +23,7 @@ pub mod planner;
 pub mod registry;
 pub mod service;
 pub mod shortlist;
+pub mod sites;
 
 use ninf_proto::net::auth::CheckToken;
 use std::collections::{HashMap, HashSet};

@@ -3,15 +3,33 @@
 //! the present time, so tests drive it with a fake clock. The resource DB is its durable copy;
 //! the registry is rebuilt from it at start-up.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use ninf_idl::FunctionInterface;
 use ninf_proto::v1;
-use ninf_scheduling::{GridView, History, Link, Location, ServerView};
+use ninf_scheduling::{GridView, History, Link, Location, ServerView, Site};
+
+use crate::sites::{self, SiteLinks, Sites};
 
 /// Where a network sample starts or ends when it is the client's site (a proxy).
 pub const CLIENT: &str = "client";
+
+/// Whether a path's end named `name` is a client's (a proxy's) rather than a server's.
+fn is_client_end(name: &str) -> bool {
+    name == CLIENT
+        || name
+            .strip_prefix(CLIENT)
+            .is_some_and(|rest| rest.starts_with(':'))
+}
+
+/// The names of the sites `servers` are in.
+fn kept_sites<'a>(servers: &[ServerEntry], sites: &'a Sites) -> HashSet<&'a str> {
+    servers
+        .iter()
+        .filter_map(|s| sites.name(s.site).map(|name| &**name))
+        .collect()
+}
 
 /// A measurement the predictor can use: finite, positive throughput and latency >= 0.
 fn usable(link: &Link) -> bool {
@@ -28,6 +46,8 @@ pub struct ServerEntry {
     pub id: i64,
     pub address: String,
     pub info: v1::ServerInfo,
+    /// Its site, by index in the registry's [`Sites`] (see [`crate::sites`]).
+    pub site: u32,
     /// Routines it serves, by name. Shared: each graph's planning copies the registry, and
     /// copying the interfaces, which change only when the server registers, took about 5%
     /// of the metaserver's time under `ninf load`.
@@ -77,6 +97,10 @@ pub struct Registry {
     /// planning's copy of a few servers' paths is looked up by address, without the whole
     /// map: at 10,000 servers heartbeats held 160,000 paths.
     links: HashMap<String, HashMap<String, VecDeque<Link>>>,
+    /// The sites servers are in, and the samples between them: the estimates of the paths
+    /// that have no samples of their own.
+    sites: Sites,
+    site_links: SiteLinks,
     /// Samples kept per series.
     history: usize,
     /// A server silent for longer is down.
@@ -97,6 +121,8 @@ impl Registry {
             by_address: HashMap::new(),
             by_routine: HashMap::new(),
             links: HashMap::new(),
+            sites: Sites::default(),
+            site_links: SiteLinks::default(),
             history: history.max(1),
             heartbeat_timeout,
             default_mflops,
@@ -135,9 +161,19 @@ impl Registry {
                 Err(e) => rejected.push((routine.name.clone(), e.to_string())),
             }
         }
+        let index = self
+            .by_address
+            .get(address)
+            .copied()
+            .unwrap_or(self.servers.len());
+        if let Some(old) = self.servers.get(index) {
+            self.sites.leave(old.site, index);
+        }
+        let site = self.sites.join(&sites::site_of(address, &info.site), index);
         let entry = ServerEntry {
             id,
             address: address.to_string(),
+            site,
             info,
             routines: Arc::new(table),
             failed_modules: Vec::new(),
@@ -232,12 +268,21 @@ impl Registry {
             .enumerate()
             .map(|(i, s)| (s.address.clone(), i))
             .collect();
+        let position: HashMap<usize, usize> =
+            indices.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+        let sites = self.sites.renumbered(|i| position.get(&i).copied());
+        let present: HashSet<&str> = kept_sites(&servers, &self.sites);
+        let site_links = self
+            .site_links
+            .among(|end| present.contains(end) || is_client_end(end));
         let mut kept = Registry {
             servers,
             ranks: Vec::new(),
             by_address,
             by_routine: HashMap::new(),
             links: HashMap::new(),
+            sites,
+            site_links,
             ..*self
         };
         for i in 0..kept.servers.len() {
@@ -369,22 +414,42 @@ impl Registry {
         now - server.last_heartbeat <= self.heartbeat_timeout
     }
 
-    /// Up to `limit` addresses of servers that are up, other than `except`: those that follow
-    /// it in registration order, wrapping around, starting `turn · limit` places on. Asked
-    /// with a turn that moves on (the heartbeat's time), a server is shown every peer in
-    /// turn, `limit` at a time: the servers' measurements grow as N · limit, not N².
-    pub fn peers_window(&self, except: &str, now: f64, limit: usize, turn: usize) -> Vec<String> {
-        let n = self.servers.len();
-        if n == 0 {
+    /// The peers `address` is to measure its paths to this `turn` ([`crate::sites`]): up to
+    /// `limit` of its own site's servers that are up, in a window that moves on each turn,
+    /// and, when it is its site's representative this turn, up to `limit` other sites'
+    /// representatives, in a window of sites that moves on likewise. Asked with a turn that
+    /// moves on (the heartbeat's time), a server is shown every peer of its site in turn and
+    /// every site's representative is shown every other's: the measurements grow as
+    /// N · limit, not N².
+    pub fn peers_to_probe(
+        &self,
+        address: &str,
+        now: f64,
+        limit: usize,
+        turn: usize,
+    ) -> Vec<String> {
+        let Some(&own) = self.by_address.get(address) else {
             return Vec::new();
+        };
+        let site = self.servers[own].site;
+        let up = |i: usize| self.is_up(&self.servers[i], now);
+        let members = self.sites.members(site);
+        let at = members.binary_search(&own).unwrap_or(0);
+        let mut peers = sites::window(members, at, turn, limit, |i| i != own && up(i));
+        if sites::representative(members, turn, up) == Some(own) {
+            let others: Vec<u32> = (0..self.sites.len() as u32).collect();
+            let representatives = sites::window(&others, site as usize, turn, limit, |s| {
+                s != site && sites::representative(self.sites.members(s), turn, up).is_some()
+            });
+            peers.extend(
+                representatives
+                    .into_iter()
+                    .filter_map(|s| sites::representative(self.sites.members(s), turn, up)),
+            );
         }
-        let own = self.by_address.get(except).copied().unwrap_or(0);
-        let start = own + 1 + turn.wrapping_mul(limit) % n;
-        (0..n)
-            .map(|k| &self.servers[(start + k) % n])
-            .filter(|s| s.address != except && self.is_up(s, now))
-            .take(limit)
-            .map(|s| s.address.clone())
+        peers
+            .into_iter()
+            .map(|i| self.servers[i].address.clone())
             .collect()
     }
 
@@ -412,6 +477,24 @@ impl Registry {
         while series.len() > self.history {
             series.pop_front();
         }
+        if let (Some(a), Some(b)) = (self.site_end(from), self.site_end(to)) {
+            self.site_links.add(&a, &b, link, self.history);
+        }
+    }
+
+    /// The end of the paths between sites that a path's end `name` belongs to: a server's
+    /// site, or a client's own end; `None` for an address nobody registered.
+    fn site_end(&self, name: &str) -> Option<Arc<str>> {
+        match self.by_address.get(name) {
+            Some(&i) => self.sites.name(self.servers[i].site).cloned(),
+            None => is_client_end(name).then(|| Arc::from(name)),
+        }
+    }
+
+    /// Makes `client`'s paths between sites the planning's client's ([`CLIENT`]), as the
+    /// planning is given the proxy's own samples: for a copy that plans `client`'s graph.
+    pub fn plan_for_client(&mut self, client: &str) {
+        self.site_links.rename_from(client, CLIENT);
     }
 
     /// The latest sample of every measured path.
@@ -536,7 +619,26 @@ impl Registry {
                 .map(|s| s.load.iter().copied().collect())
                 .collect(),
             links,
+            sites: self.servers.iter().map(|s| s.site).collect(),
+            site_links: self.site_history(),
         }
+    }
+
+    /// The samples between sites as the predictor names their ends.
+    fn site_history(&self) -> HashMap<(Site, Site), Vec<Link>> {
+        let end = |name: &str| -> Option<Site> {
+            if name == CLIENT {
+                Some(Site::Client)
+            } else {
+                self.sites.index_of(name).map(Site::Servers)
+            }
+        };
+        self.site_links
+            .series()
+            .filter_map(|(from, to, series)| {
+                Some(((end(from)?, end(to)?), series.iter().copied().collect()))
+            })
+            .collect()
     }
 
     /// Index of a server by address.

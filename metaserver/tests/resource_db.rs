@@ -70,17 +70,17 @@ fn a_heartbeats_peers_are_a_window_that_moves_over_every_other_server_in_turn() 
     }
     let now = 106.0;
     assert_eq!(
-        registry.peers_window("s2:1", now, 3, 0),
+        registry.peers_to_probe("s2:1", now, 3, 0),
         ["s3:1", "s4:1", "s5:1"]
     );
     assert_eq!(
-        registry.peers_window("s2:1", now, 3, 1),
+        registry.peers_to_probe("s2:1", now, 3, 1),
         ["s6:1", "s8:1", "s9:1"]
     );
     // Over enough turns a server is shown every peer that is up, and never itself.
     let mut seen = std::collections::BTreeSet::new();
     for turn in 0..10 {
-        let window = registry.peers_window("s2:1", now, 3, turn);
+        let window = registry.peers_to_probe("s2:1", now, 3, turn);
         assert!(window.len() <= 3);
         seen.extend(window);
     }
@@ -91,7 +91,7 @@ fn a_heartbeats_peers_are_a_window_that_moves_over_every_other_server_in_turn() 
         .collect();
     assert_eq!(seen, others);
     // A window as large as the grid is every peer that is up.
-    assert_eq!(registry.peers_window("s9:1", now, 20, 5).len(), 8);
+    assert_eq!(registry.peers_to_probe("s9:1", now, 20, 5).len(), 8);
 }
 
 #[test]

@@ -18,6 +18,15 @@ pub enum Location {
     Server(ServerId),
 }
 
+/// One end of a path between sites (network neighbourhoods of servers, the Network Weather
+/// Service's cliques): the client's site, or a site of servers by index. A path between two
+/// places that has no samples of its own is estimated by the samples between their sites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Site {
+    Client,
+    Servers(u32),
+}
+
 /// One compute server as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerView {

@@ -24,7 +24,7 @@ pub mod staging;
 pub mod timeline;
 
 pub use graph::{ClientInput, Edge, GraphError, ResidentInput, Task, TaskGraph, TaskId};
-pub use grid::{GridView, Link, Location, ServerId, ServerView};
+pub use grid::{GridView, Link, Location, ServerId, ServerView, Site};
 pub use predictor::{History, LoadPredictor, Model, Predictor, PredictorKind};
 pub use schedule::{Schedule, Scheduler, Staged, Timing};
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use crate::calibration::{Factor, Overhead};
 use crate::forecast::Forecaster;
 use crate::graph::Task;
-use crate::grid::{GridView, Link, Location, ServerId};
+use crate::grid::{GridView, Link, Location, ServerId, Site};
 use crate::timeline::Timeline;
 
 pub use crate::timeline::PlacementId;
@@ -178,6 +178,10 @@ pub struct LoadPredictor {
     processors: Vec<u32>,
     base_load: Vec<f64>,
     links: LinkTable,
+    /// Each server's site and the paths between sites, for the paths that have no samples
+    /// of their own (see [`History::site_links`]).
+    sites: Vec<u32>,
+    site_links: HashMap<(Site, Site), Link>,
     default_link: Link,
     placements: Vec<Placement>,
     /// Each server's active placements, by start.
@@ -240,11 +244,17 @@ impl std::str::FromStr for PredictorKind {
 }
 
 /// Monitoring history for one predictor build: load samples per server (oldest first) and
-/// link samples per directed pair (oldest first).
+/// link samples per directed pair (oldest first), and, for the pairs with none, the samples
+/// between their sites.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     pub load: Vec<Vec<f64>>,
     pub links: HashMap<(Location, Location), Vec<Link>>,
+    /// Each server's site, by server index; empty when no sites are known.
+    pub sites: Vec<u32>,
+    /// Samples of any path from a place of one site to a place of another (or the same),
+    /// by (from site, to site), oldest first.
+    pub site_links: HashMap<(Site, Site), Vec<Link>>,
 }
 
 impl LoadPredictor {
@@ -266,6 +276,8 @@ impl LoadPredictor {
                 .map(|l| if l.is_finite() { l.max(0.0) } else { 0.0 })
                 .collect(),
             links: links.into_iter().collect(),
+            sites: Vec::new(),
+            site_links: HashMap::new(),
             default_link,
             placements: Vec::new(),
             by_server: vec![Timeline::default(); n],
@@ -401,23 +413,47 @@ impl LoadPredictor {
                     .unwrap_or(0.0)
             })
             .collect();
+        let summarise_links = |samples: &[Link]| -> Option<Link> {
+            let throughput: Vec<f64> = samples.iter().map(|l| l.throughput).collect();
+            let latency: Vec<f64> = samples.iter().map(|l| l.latency).collect();
+            match kind {
+                PredictorKind::Capacity => least_queued(samples),
+                _ => Some(Link {
+                    throughput: summarise(&throughput)?,
+                    latency: summarise(&latency)?,
+                }),
+            }
+        };
         let links = history
             .links
             .iter()
-            .filter_map(|(&pair, samples)| {
-                let throughput: Vec<f64> = samples.iter().map(|l| l.throughput).collect();
-                let latency: Vec<f64> = samples.iter().map(|l| l.latency).collect();
-                let link = match kind {
-                    PredictorKind::Capacity => least_queued(samples)?,
-                    _ => Link {
-                        throughput: summarise(&throughput)?,
-                        latency: summarise(&latency)?,
-                    },
-                };
-                Some((pair, link))
-            })
+            .filter_map(|(&pair, samples)| Some((pair, summarise_links(samples)?)))
             .collect();
-        LoadPredictor::new(grid, load, links, default_link)
+        let mut predictor = LoadPredictor::new(grid, load, links, default_link);
+        predictor.sites = history.sites.clone();
+        predictor.site_links = history
+            .site_links
+            .iter()
+            .filter_map(|(&pair, samples)| Some((pair, summarise_links(samples)?)))
+            .collect();
+        predictor
+    }
+
+    /// The estimate of a path without samples of its own: the samples between its ends'
+    /// sites, either way.
+    fn between_sites(&self, from: Location, to: Location) -> Option<Link> {
+        let (a, b) = (self.site_of(from)?, self.site_of(to)?);
+        self.site_links
+            .get(&(a, b))
+            .or_else(|| self.site_links.get(&(b, a)))
+            .copied()
+    }
+
+    fn site_of(&self, place: Location) -> Option<Site> {
+        match place {
+            Location::Client => Some(Site::Client),
+            Location::Server(i) => self.sites.get(i).map(|&s| Site::Servers(s)),
+        }
     }
 
     /// Load on `server` at time `at`: measured load plus active placements.
@@ -542,14 +578,14 @@ impl Predictor for LoadPredictor {
                 latency: 0.0,
             };
         }
-        if self.links.is_empty() {
-            return self.default_link;
-        }
-        self.links
+        if let Some(measured) = self
+            .links
             .get(&(from, to))
             .or_else(|| self.links.get(&(to, from)))
-            .copied()
-            .unwrap_or(self.default_link)
+        {
+            return *measured;
+        }
+        self.between_sites(from, to).unwrap_or(self.default_link)
     }
 
     /// Transfers that start together share the path equally: a move starting while k others

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use ninf_scheduling::calibration::{Factor, Overhead};
 use ninf_scheduling::forecast::Forecaster;
 use ninf_scheduling::{
-    GridView, History, Link, LoadPredictor, Location, Predictor, PredictorKind, ServerView,
+    GridView, History, Link, LoadPredictor, Location, Predictor, PredictorKind, ServerView, Site,
 };
 
 fn grid() -> GridView {
@@ -181,7 +181,7 @@ fn latest_sample_and_forecast_predictors_read_history_differently() {
         load: vec![vec![
             1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0,
         ]],
-        links: HashMap::new(),
+        ..History::default()
     };
     let default = Link {
         throughput: 1e6,
@@ -229,6 +229,7 @@ fn the_capacity_predictor_reads_each_path_from_its_least_queued_recent_sample() 
     let history = History {
         load: vec![vec![1.0; 12]],
         links: HashMap::from([((client, server), samples)]),
+        ..History::default()
     };
     let default = Link {
         throughput: 1.0,
@@ -267,4 +268,64 @@ fn the_forecaster_follows_the_method_with_the_lowest_recent_error() {
     let smooth = Forecaster::from_series(&noisy);
     assert_ne!(smooth.best_method().as_deref(), Some("last value"));
     assert!((smooth.forecast().unwrap() - 3.0).abs() < 0.6);
+}
+
+#[test]
+fn a_path_without_samples_is_estimated_by_its_sites_and_its_own_samples_come_first() {
+    let servers = (0..4)
+        .map(|i| ServerView {
+            name: format!("s{i}"),
+            ..grid().servers[0].clone()
+        })
+        .collect();
+    let grid = GridView { servers };
+    let link = |throughput| Link {
+        throughput,
+        latency: 0.01,
+    };
+    // Servers 0 and 1 are site 0, 2 and 3 site 1. Measured: 0 -> 1 (their own path), the
+    // sites' representatives 1 -> 3, and the client to server 2.
+    let (s, c) = (Location::Server, Location::Client);
+    let history = History {
+        load: vec![vec![0.0]; 4],
+        links: HashMap::from([
+            ((s(0), s(1)), vec![link(1e8)]),
+            ((c, s(2)), vec![link(3e6)]),
+        ]),
+        sites: vec![0, 0, 1, 1],
+        site_links: HashMap::from([
+            ((Site::Servers(0), Site::Servers(0)), vec![link(2e8)]),
+            (
+                (Site::Servers(0), Site::Servers(1)),
+                vec![link(5e6), link(4e6)],
+            ),
+            ((Site::Client, Site::Servers(1)), vec![link(3e6)]),
+        ]),
+    };
+    let default = megabyte_link();
+    let p = LoadPredictor::from_history(&grid, &history, PredictorKind::LatestSample, default);
+    assert_eq!(p.link(s(0), s(1)), link(1e8), "measured: its own samples");
+    assert_eq!(p.link(s(1), s(0)), link(1e8), "the same path the other way");
+    assert_eq!(
+        p.link(s(0), s(2)),
+        link(4e6),
+        "across the sites: their latest sample"
+    );
+    assert_eq!(p.link(s(3), s(1)), link(4e6), "either way");
+    assert_eq!(
+        p.link(c, s(3)),
+        link(3e6),
+        "the client to a site it measured"
+    );
+    assert_eq!(
+        p.link(c, s(0)),
+        default,
+        "nothing measured to site 0 from the client"
+    );
+    let unsited = History {
+        sites: Vec::new(),
+        ..history
+    };
+    let p = LoadPredictor::from_history(&grid, &unsited, PredictorKind::LatestSample, default);
+    assert_eq!(p.link(s(0), s(2)), default, "no sites: the default");
 }

@@ -6,9 +6,10 @@ use ninf_proto::v1;
 use crate::db::StoredLoad;
 use crate::{Metaserver, MetaserverError, registry, unix_now};
 
-/// Peers a heartbeat's reply names at most, for the server to measure its paths to. Every
-/// server measuring every other was N² paths (10⁸ at 10,000 servers), and a reply naming
-/// them all cost the metaserver O(N) under its lock for every heartbeat.
+/// Peers of its own site, and other sites' representatives, that a heartbeat's reply names
+/// at most each, for the server to measure its paths to ([`crate::sites`]). Every server
+/// measuring every other was N² paths (10⁸ at 10,000 servers), and a reply naming them all
+/// cost the metaserver O(N) under its lock for every heartbeat.
 pub const PEERS_PER_HEARTBEAT: usize = 16;
 
 impl Metaserver {
@@ -36,7 +37,7 @@ impl Metaserver {
             let peers =
                 state
                     .registry
-                    .peers_window(&request.address, now, PEERS_PER_HEARTBEAT, turn);
+                    .peers_to_probe(&request.address, now, PEERS_PER_HEARTBEAT, turn);
             (id, peers, was_down)
         };
         if was_down {

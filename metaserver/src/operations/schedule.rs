@@ -216,7 +216,8 @@ impl Metaserver {
         let (registry, client_links, planner, scheduled) = {
             let mut state = self.state();
             state.scheduled += 1;
-            let registry = self.shortlisted(&state, &graph, &client, request, now);
+            let mut registry = self.shortlisted(&state, &graph, &client, request, now);
+            registry.plan_for_client(&client);
             let client_links = state.registry.series_from(&client, registry.servers());
             let planner = state.planner.for_planning(&registry, now);
             (registry, client_links, planner, state.scheduled)
