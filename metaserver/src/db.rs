@@ -494,7 +494,11 @@ impl ResourceDb {
     }
 
     pub async fn add_links(&self, samples: &[StoredLink]) -> Result<(), DbError> {
+        if samples.is_empty() {
+            return Ok(());
+        }
         let _turn = self.write_turn().await;
+        let mut tx = self.pool.begin().await?;
         for chunk in samples.chunks(BATCH_ROWS) {
             let sql = format!(
                 "INSERT INTO network_samples (from_location, to_location, throughput, latency, \
@@ -510,8 +514,9 @@ impl ResourceDb {
                     .bind(s.latency)
                     .bind(s.time);
             }
-            insert.execute(&self.pool).await?;
+            insert.execute(&mut *tx).await?;
         }
+        tx.commit().await?;
         Ok(())
     }
 

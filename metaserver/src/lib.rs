@@ -15,7 +15,7 @@ pub mod data;
 pub mod db;
 pub mod events;
 pub mod graph;
-pub mod heartbeats;
+pub mod group_commit;
 pub mod leadership;
 pub mod metrics;
 pub mod operations;
@@ -44,6 +44,13 @@ use planner::Planner;
 pub use registry::{CLIENT, Registry};
 
 pub use ninf_proto::clock::unix_now;
+
+/// Heartbeats written in one transaction at most.
+const HEARTBEATS_PER_COMMIT: usize = 2048;
+/// Network reports written in one transaction at most: a report carries up to 32 samples,
+/// and a placement's rows wait behind the transaction under way (on SQLite, its one
+/// writer). At 10,000 servers 128 reports a commit left p99 at 54-57 ms, 32 at 42-43 ms.
+const NETWORK_REPORTS_PER_COMMIT: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaserverError {
@@ -168,7 +175,9 @@ pub struct Metaserver {
     /// The address it serves on, as servers started by a queue reach it.
     address: Mutex<String>,
     /// Heartbeats' load samples on their way to the resource DB, written in batches.
-    heartbeat_log: heartbeats::HeartbeatLog,
+    heartbeat_log: group_commit::GroupCommit<(i64, db::StoredLoad)>,
+    /// The servers' network reports on their way to the resource DB, likewise.
+    network_log: group_commit::GroupCommit<Vec<db::StoredLink>>,
     /// Registrations writing to the resource DB at once: one with SQLite (whose writes take
     /// turns anyway), a few with PostgreSQL. The others wait here, not holding one of the
     /// pool's connections, so that a storm of registrations (a metaserver restarted under
@@ -291,7 +300,21 @@ impl Metaserver {
             data_room: tokio::sync::Mutex::new(data::room::Reserved::default()),
             planning: std::sync::atomic::AtomicU64::new(0),
             data_repair_wanted: std::sync::atomic::AtomicBool::new(false),
-            heartbeat_log: heartbeats::HeartbeatLog::start(db.clone()),
+            heartbeat_log: group_commit::GroupCommit::start(
+                db.clone(),
+                "heartbeats",
+                HEARTBEATS_PER_COMMIT,
+                |db, beats| async move { db.heartbeats(&beats).await },
+            ),
+            network_log: group_commit::GroupCommit::start(
+                db.clone(),
+                "network reports",
+                NETWORK_REPORTS_PER_COMMIT,
+                |db, reports| async move {
+                    let samples: Vec<db::StoredLink> = reports.into_iter().flatten().collect();
+                    db.add_links(&samples).await
+                },
+            ),
             registering: tokio::sync::Semaphore::new(match db.backend() {
                 db::Backend::Sqlite => 1,
                 db::Backend::Postgres => 4,

@@ -46,7 +46,7 @@ impl Metaserver {
         }
         let load = request.load.unwrap_or_default();
         self.heartbeat_log
-            .record(
+            .record((
                 id,
                 StoredLoad {
                     time: now,
@@ -55,7 +55,7 @@ impl Metaserver {
                     free_memory_bytes: load.free_memory_bytes,
                     stored_bytes: load.stored_bytes,
                 },
-            )
+            ))
             .await
             .map_err(MetaserverError::Recording)?;
         Ok(v1::HeartbeatReply {

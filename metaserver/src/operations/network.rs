@@ -28,8 +28,10 @@ impl Metaserver {
             }
             samples
         };
-        self.db.add_links(&samples).await?;
-        Ok(())
+        self.network_log
+            .record(samples)
+            .await
+            .map_err(MetaserverError::Recording)
     }
 }
 
