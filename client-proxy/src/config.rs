@@ -6,6 +6,7 @@
 //! probe_seconds = 5.0
 //! probe_before_placement_seconds = 1.0
 //! probe_bytes = 1048576
+//! probe_per_site = 8
 //! max_in_flight_per_server = 16
 //! max_calls_per_batch = 64
 //! max_transactions_per_client = 32
@@ -62,6 +63,10 @@ pub struct ProxyConfig {
     /// Payload of a throughput probe.
     #[serde(default = "default_probe_bytes")]
     pub probe_bytes: usize,
+    /// Servers of one site whose paths are measured per `probe_seconds`; the site's others
+    /// are estimated from them (the metaserver's site series). 0: every server.
+    #[serde(default = "default_probe_per_site")]
+    pub probe_per_site: usize,
     /// Measurements per server sent with a schedule request.
     #[serde(default = "default_link_history")]
     pub link_history: usize,
@@ -255,6 +260,9 @@ fn default_probe_seconds() -> f64 {
 fn default_probe_bytes() -> usize {
     1 << 20
 }
+fn default_probe_per_site() -> usize {
+    8
+}
 fn default_link_history() -> usize {
     8
 }
@@ -282,6 +290,7 @@ impl ProxyConfig {
             probe_seconds: default_probe_seconds(),
             probe_before_placement_seconds: default_probe_before_placement(),
             probe_bytes: default_probe_bytes(),
+            probe_per_site: default_probe_per_site(),
             link_history: default_link_history(),
             max_in_flight_per_server: default_in_flight(),
             max_calls_per_batch: default_calls_per_batch(),

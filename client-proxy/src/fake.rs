@@ -27,6 +27,8 @@ pub(crate) struct FakeServer {
     pub fails_calls: u32,
     /// In its next this many calls the routine's process exits with status 10.
     pub crashes_calls: u32,
+    /// The site the metaserver lists it in (empty: none named).
+    pub site: String,
     pub(crate) objects: HashMap<String, Bytes>,
 }
 
@@ -97,6 +99,16 @@ impl FakeCluster {
             .iter()
             .map(|(address, s)| (address.clone(), s.mflops))
             .collect()
+    }
+
+    /// The site a server is listed in.
+    pub(crate) fn site_of(&self, server: &str) -> String {
+        let state = ninf_proto::sync::lock(&self.state);
+        state
+            .servers
+            .get(server)
+            .map(|s| s.site.clone())
+            .unwrap_or_default()
     }
 
     pub(crate) fn stored_on(&self, server: &str) -> usize {

@@ -600,3 +600,39 @@ async fn a_handle_whose_only_copy_was_lost_fails_naming_it_and_its_server() {
     );
     assert_eq!(cluster.invocations().len(), 1, "no retry reads it again");
 }
+
+#[tokio::test]
+async fn the_proxy_measures_a_few_servers_of_each_site_the_longest_unmeasured_first() {
+    let names = ["a0", "a1", "a2", "a3", "a4", "a5", "b0", "b1"];
+    let servers: Vec<(&str, FakeServer)> = names
+        .iter()
+        .map(|name| {
+            let site = name[..1].to_string();
+            (
+                *name,
+                FakeServer {
+                    site,
+                    ..server(100.0)
+                },
+            )
+        })
+        .collect();
+    let cluster = Arc::new(FakeCluster::new(&servers));
+    let proxy = proxy_with(cluster, |c| c.probe_per_site = 2);
+    let measured = || -> Vec<&str> {
+        let links = Proxy::lock(&proxy.links);
+        names
+            .into_iter()
+            .filter(|name| links.latest(name).is_some())
+            .collect()
+    };
+    let probe = |max_age| proxy.probe_servers(max_age);
+    // Never measured counts as due: two of a's six, both of b's.
+    assert_eq!(probe(std::time::Duration::MAX).await.unwrap(), 4);
+    assert_eq!(measured(), ["a0", "a1", "b0", "b1"]);
+    // Measured once is enough with no limit on age: each site has its two.
+    assert_eq!(probe(std::time::Duration::MAX).await.unwrap(), 0);
+    // Every path old: of a's, two never measured; b's two again.
+    assert_eq!(probe(std::time::Duration::ZERO).await.unwrap(), 4);
+    assert_eq!(measured(), ["a0", "a1", "a2", "a3", "b0", "b1"]);
+}

@@ -113,6 +113,7 @@ impl Metaserver for FakeMetaserver {
             .servers()
             .into_iter()
             .map(|(address, mflops)| v1::ServerStatus {
+                site: self.cluster.site_of(&address),
                 address,
                 up: true,
                 mflops,

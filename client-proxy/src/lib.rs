@@ -264,8 +264,9 @@ impl Proxy {
     }
 
     /// Step 2: measures the path to every server the metaserver lists as up whose latest
-    /// measurement is `max_age` old or older (never measured counts as too old); returns how
-    /// many it measured.
+    /// measurement is `max_age` old or older (never measured counts as too old), up to
+    /// `probe_per_site` of each site ([`LinkRecord::to_probe`]); returns how many it
+    /// measured.
     pub async fn probe_servers(&self, max_age: Duration) -> Result<usize, Status> {
         self.probe_servers_within(max_age, Duration::MAX).await
     }
@@ -280,17 +281,20 @@ impl Proxy {
     ) -> Result<usize, Status> {
         let began = std::time::Instant::now();
         let servers = self.grid_servers().await?;
-        let up: Vec<String> = servers
+        let up: Vec<(&str, &str)> = servers
             .iter()
             .filter(|s| s.up)
-            .map(|s| s.address.clone())
+            .map(|s| (s.address.as_str(), s.site.as_str()))
             .collect();
-        let mut measured = 0;
         let max_age_ms = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
-        for address in &up {
-            if !Self::lock(&self.links).due(address, unix_ms(), max_age_ms) {
-                continue;
-            }
+        let chosen = Self::lock(&self.links).to_probe(
+            &up,
+            unix_ms(),
+            max_age_ms,
+            self.config.probe_per_site,
+        );
+        let mut measured = 0;
+        for address in &chosen {
             if began.elapsed() >= budget {
                 break;
             }
@@ -306,7 +310,8 @@ impl Proxy {
                 }
             }
         }
-        Self::lock(&self.links).retain(&up);
+        let listed: Vec<String> = up.iter().map(|(address, _)| address.to_string()).collect();
+        Self::lock(&self.links).retain(&listed);
         Ok(measured)
     }
 

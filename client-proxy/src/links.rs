@@ -3,13 +3,16 @@
 //! each once: the metaserver keeps them (in its registry and its DB), and a proxy that sent
 //! every sample it kept with every graph sent 80,000 of them per graph at 10,000 servers.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use ninf_proto::probe::PathMeasurement;
 use ninf_proto::v1;
 
 /// Where the metaserver's network samples start when they are the proxy's.
 pub const CLIENT: &str = "client";
+
+/// A site's servers measured recently, and those due with when each was last measured.
+type SiteProbes<'a> = (usize, Vec<(Option<i64>, &'a str)>);
 
 /// Recent measurements per server, oldest first.
 #[derive(Debug, Clone, Default)]
@@ -99,10 +102,65 @@ impl LinkRecord {
     /// Whether a server's path needs measuring at `now_ms`: never measured, or last
     /// measured `max_age_ms` or longer ago.
     pub fn due(&self, server: &str, now_ms: i64, max_age_ms: i64) -> bool {
+        self.measured_at(server)
+            .is_none_or(|at| now_ms.saturating_sub(at) >= max_age_ms)
+    }
+
+    fn measured_at(&self, server: &str) -> Option<i64> {
         self.samples
             .get(server)
             .and_then(|series| series.back())
-            .is_none_or(|&(_, at)| now_ms.saturating_sub(at) >= max_age_ms)
+            .map(|&(_, at)| at)
+    }
+
+    /// Which of `servers` (address and site, each up) to measure at `now_ms`: those
+    /// [`LinkRecord::due`], but no more of a site than make `per_site` measured within
+    /// `max_age_ms` (the site's others are estimated from them, as the Network Weather
+    /// Service's cliques stood for their hosts); of a site's due servers, the longest
+    /// unmeasured first, so the role goes round. The sites take turns in the list, so that
+    /// a round cut short still reaches every site. `per_site` 0: every due server; a
+    /// server with no site named is a site of its own.
+    pub fn to_probe(
+        &self,
+        servers: &[(&str, &str)],
+        now_ms: i64,
+        max_age_ms: i64,
+        per_site: usize,
+    ) -> Vec<String> {
+        let mut by_site: BTreeMap<&str, SiteProbes> = BTreeMap::new();
+        for &(address, site) in servers {
+            // No site named (a metaserver from before sites): the server alone.
+            let site = if site.is_empty() { address } else { site };
+            let (fresh, due) = by_site.entry(site).or_default();
+            if self.due(address, now_ms, max_age_ms) {
+                due.push((self.measured_at(address), address));
+            } else {
+                *fresh += 1;
+            }
+        }
+        let quota = |fresh: usize, due: usize| match per_site {
+            0 => due,
+            k => k.saturating_sub(fresh).min(due),
+        };
+        let mut queues: Vec<std::vec::IntoIter<(Option<i64>, &str)>> = by_site
+            .into_values()
+            .map(|(fresh, mut due)| {
+                due.sort();
+                due.truncate(quota(fresh, due.len()));
+                due.into_iter()
+            })
+            .collect();
+        let mut chosen = Vec::new();
+        while !queues.is_empty() {
+            queues.retain_mut(|queue| match queue.next() {
+                Some((_, address)) => {
+                    chosen.push(address.to_string());
+                    true
+                }
+                None => false,
+            });
+        }
+        chosen
     }
 }
 
@@ -178,5 +236,40 @@ mod tests {
         assert_eq!(times(&record.unsent()), [("b:1".into(), 12)]);
         record.send_all_again();
         assert_eq!(record.unsent().len(), 3);
+    }
+
+    #[test]
+    fn a_few_servers_of_each_site_are_measured_longest_unmeasured_first_sites_in_turn() {
+        let servers = [
+            ("a1:1", "A"),
+            ("a2:1", "A"),
+            ("a3:1", "A"),
+            ("b1:1", "B"),
+            ("c1:1", "C"),
+            ("c2:1", "C"),
+        ];
+        let mut record = LinkRecord::new(2);
+        // Nothing measured: two of each site, the sites taking turns.
+        assert_eq!(
+            record.to_probe(&servers, 1_000, 500, 2),
+            ["a1:1", "b1:1", "c1:1", "a2:1", "c2:1"]
+        );
+        assert_eq!(record.to_probe(&servers, 1_000, 500, 0).len(), 6, "0: all");
+        let unnamed = servers.map(|(address, _)| (address, ""));
+        assert_eq!(
+            record.to_probe(&unnamed, 1_000, 500, 1).len(),
+            6,
+            "each alone"
+        );
+        for (address, at) in [("a1:1", 900), ("a2:1", 950), ("b1:1", 900), ("c1:1", 800)] {
+            record.add(address, m(1.0), at);
+        }
+        // A has two fresh: none of it; B's one is fresh; C has one fresh: one more, c2.
+        assert_eq!(record.to_probe(&servers, 1_000, 500, 2), ["c2:1"]);
+        // Later all are old: of A, a3 (never measured) and a1 (the older of the others).
+        assert_eq!(
+            record.to_probe(&servers, 1_460, 500, 2),
+            ["a3:1", "b1:1", "c2:1", "a1:1", "c1:1"]
+        );
     }
 }

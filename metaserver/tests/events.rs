@@ -157,7 +157,7 @@ async fn faults_registrations_and_graphs_reach_the_event_log_and_the_dashboard()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_status_lists_each_servers_modules_and_those_it_could_not_start() {
+async fn the_status_lists_each_servers_modules_those_it_could_not_start_and_its_site() {
     let dir = tempfile::tempdir().unwrap();
     let running = ninf_metaserver::bind(MetaserverConfig {
         data_dir: dir.path().to_path_buf(),
@@ -177,6 +177,7 @@ async fn the_status_lists_each_servers_modules_and_those_it_could_not_start() {
     assert_eq!(server.modules, ["linpack"]);
     assert_eq!(server.failed_modules.len(), 1);
     assert_eq!(server.failed_modules[0].executable, "/srv/ninf-exec-broken");
+    assert_eq!(server.site, "a", "no site named: its host's");
     // A registration again without the failure clears it.
     metaserver
         .register(registration("a:1", linpack()))
@@ -184,5 +185,22 @@ async fn the_status_lists_each_servers_modules_and_those_it_could_not_start() {
         .unwrap();
     let status = metaserver.status(0).await.unwrap();
     assert!(status.servers[0].failed_modules.is_empty());
+    // The site a server names is listed as it named it; with none, its address's /24.
+    let mut named = registration("10.1.2.3:1", linpack());
+    if let Some(info) = named.info.as_mut() {
+        info.site = "tokyo".into();
+    }
+    metaserver.register(named).await.unwrap();
+    metaserver
+        .register(registration("10.1.2.4:1", linpack()))
+        .await
+        .unwrap();
+    let status = metaserver.status(0).await.unwrap();
+    let site_of = |address: &str| {
+        let server = status.servers.iter().find(|s| s.address == address);
+        server.map(|s| s.site.clone())
+    };
+    assert_eq!(site_of("10.1.2.3:1").as_deref(), Some("tokyo"));
+    assert_eq!(site_of("10.1.2.4:1").as_deref(), Some("10.1.2.0/24"));
     running.stop().await.unwrap();
 }

@@ -86,6 +86,7 @@ fn server_status(
         .into_iter()
         .map(|(executable, reason)| v1::FailedModule { executable, reason })
         .collect();
+    let site = crate::sites::site_of(&view.address, &info.site);
     v1::ServerStatus {
         address: view.address,
         up: view.up,
@@ -107,5 +108,6 @@ fn server_status(
         allocation: info.allocation.clone(),
         draining: false,
         data_cap_bytes: info.data_cap_bytes,
+        site,
     }
 }
