@@ -39,6 +39,12 @@ pub struct ScaleArgs {
     /// How long an emulated call takes, in milliseconds (0: answered at once).
     #[arg(long, default_value_t = 0)]
     pub call_ms: u64,
+    /// How often the proxy measures its paths to the servers, a few of each site
+    /// (`probe_per_site`), with 64 KiB probes, and measures unmeasured ones for up to a
+    /// second before a graph's placement (0: it measures none, and what is measured is the
+    /// metaserver alone).
+    #[arg(long, default_value_t = 0.0)]
+    pub probe_seconds: f64,
     #[arg(long)]
     pub json: bool,
 }
@@ -57,6 +63,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         servers_per_process: args.servers_per_process,
         tasks: args.tasks,
         call_ms: args.call_ms,
+        probe_seconds: args.probe_seconds,
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -1,6 +1,6 @@
 //! One emulator process: `count` compute servers that register with a real metaserver, send
 //! heartbeats with load samples every `heartbeat_seconds` (spread evenly over the interval)
-//! and network reports every `network_seconds` to the peers the metaserver names, and answer
+//! and network reports every `network_seconds` of every peer the metaserver names, and answer
 //! calls with no compute (`services.rs`). They share one listener on every address: server `i`
 //! of the grid is `127.B.C.D:PORT`, its own loopback address ([`address`]).
 
@@ -19,9 +19,6 @@ use super::services::{self, Emulated, Services};
 
 /// Registrations in flight at once, per process.
 const REGISTERING_AT_ONCE: usize = 64;
-
-/// Peers each server reports a measurement to, per network report.
-const PEERS_MEASURED: usize = 2;
 
 pub struct EmulatorOptions {
     pub metaserver: String,
@@ -199,7 +196,11 @@ impl Beat {
         tokio::time::sleep(offset).await;
         let mut ticker = tokio::time::interval(self.period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_report = Instant::now();
+        // The first report with the first heartbeat (the heartbeats are spread over their
+        // interval), as a server that measures the peers its first reply names.
+        let mut last_report = Instant::now()
+            .checked_sub(self.network)
+            .unwrap_or_else(Instant::now);
         while !stop.is_cancelled() {
             ticker.tick().await;
             let peers = self.heartbeat().await;
@@ -244,7 +245,6 @@ impl Beat {
         let samples = peers
             .iter()
             .filter(|p| **p != self.address)
-            .take(PEERS_MEASURED)
             .map(|peer| v1::NetworkSample {
                 from: self.address.clone(),
                 to: peer.clone(),

@@ -42,6 +42,8 @@ pub struct ScaleOptions {
     pub tasks: usize,
     /// How long an emulated call takes (0: answered at once).
     pub call_ms: u64,
+    /// How often the proxy measures its paths, by sites (0: never).
+    pub probe_seconds: f64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -106,14 +108,12 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
     };
     let (metaserver_address, metaserver) = start_metaserver(options, work)?;
     let proxy_address = free_address()?;
-    // The proxy measures no paths: measuring 10,000 servers' one after another, before
-    // graphs and between them, held both cores (docs/performance.md); what is measured
-    // here is the metaserver.
     write(
         &work.join("proxy.toml"),
         &format!(
             "listen = \"{proxy_address}\"\nmetaserver = \"{metaserver_address}\"\n\
-             journal = \"off\"\nprobe_seconds = 3600.0\nprobe_before_placement_seconds = 0.0\n"
+             journal = \"off\"\n{}",
+            proxy_probes(options.probe_seconds)
         ),
     )?;
     let mut command = Command::new(binary(&options.bin_dir, "ninf-proxy")?);
@@ -145,6 +145,19 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
         report.heartbeats_per_s += seen.heartbeats_sent as f64 / seen.beating_seconds.max(1e-9);
     }
     Ok(report)
+}
+
+/// The proxy's probe settings: by default none (measuring 10,000 servers' paths one after
+/// another, before graphs and between them, held both cores before the proxy measured a few
+/// of each site; docs/performance.md), so that what is measured is the metaserver.
+fn proxy_probes(probe_seconds: f64) -> String {
+    if probe_seconds > 0.0 {
+        format!(
+            "probe_seconds = {probe_seconds:?}\nprobe_bytes = 65536\nprobe_before_placement_seconds = 1.0\n"
+        )
+    } else {
+        "probe_seconds = 3600.0\nprobe_before_placement_seconds = 0.0\n".to_string()
+    }
 }
 
 fn start_metaserver(options: &ScaleOptions, work: &Path) -> anyhow::Result<(String, Started)> {
