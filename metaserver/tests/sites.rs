@@ -167,3 +167,38 @@ fn a_path_nobody_measured_is_estimated_by_the_samples_between_its_sites() {
     );
     assert_eq!(p.link(Location::Server(0), Location::Server(1)), link(4e6));
 }
+
+#[test]
+fn a_server_keeps_its_latest_paths_and_one_forgotten_is_estimated_by_its_sites() {
+    use ninf_metaserver::registry::PATHS_KEPT_PER_SERVER;
+    let mut registry = Registry::new(8, 5.0, 1000.0);
+    let peers = PATHS_KEPT_PER_SERVER + 6;
+    let name = |k: usize| format!("10.0.{}.{}:7000", 1 + k / 200, 1 + k % 200);
+    for k in 0..=peers {
+        registry.register(k as i64 + 1, &name(k), info("one"), &linpack(), 0.0);
+    }
+    // Server 0 measures its peers one after another, peer 1 again last; the proxy measures
+    // every server.
+    for k in 1..=peers {
+        registry.add_link(&name(0), &name(k), link(1e6 * k as f64));
+        registry.add_link("client:p", &name(k), link(1e6));
+    }
+    registry.add_link(&name(0), &name(1), link(5e5));
+    let kept: BTreeSet<String> = registry
+        .latest_from(&name(0))
+        .map(|(to, _)| to.to_string())
+        .collect();
+    assert_eq!(kept.len(), PATHS_KEPT_PER_SERVER);
+    assert!(kept.contains(&name(1)), "measured again last");
+    for forgotten in 2..=7 {
+        assert!(!kept.contains(&name(forgotten)), "{forgotten}");
+    }
+    assert_eq!(registry.latest_from("client:p").count(), peers, "all kept");
+    // A forgotten path is estimated from the site's samples: here the latest of them.
+    let grid = registry.grid_view(1.0);
+    let history = registry.history(&[]);
+    let p = LoadPredictor::from_history(&grid, &history, PredictorKind::LatestSample, link(1e3));
+    let at = |k: usize| Location::Server(registry.index_of(&name(k)).unwrap());
+    assert_eq!(p.link(at(0), at(2)), link(5e5));
+    assert_eq!(p.link(at(0), at(peers)), link(1e6 * peers as f64), "kept");
+}
