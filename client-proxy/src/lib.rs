@@ -100,6 +100,9 @@ pub struct Proxy {
     /// The servers as the metaserver last listed them, with the list's `servers_changes`:
     /// asked again before every graph, and sent again only when it changed.
     servers_known: Mutex<(u64, Arc<Vec<v1::ServerStatus>>)>,
+    /// The list (by its count of changes) whose servers never measured were all tried, so
+    /// that a graph's placement does not look through 10,000 servers again to find none.
+    first_use_probed: Mutex<u64>,
 }
 
 impl Proxy {
@@ -177,6 +180,7 @@ impl Proxy {
             shared_regions: Arc::default(),
             same_host_socket: std::sync::OnceLock::new(),
             servers_known: Mutex::default(),
+            first_use_probed: Mutex::default(),
             token,
             tls,
             links: Mutex::new(LinkRecord::new(config.link_history)),
@@ -281,6 +285,11 @@ impl Proxy {
     ) -> Result<usize, Status> {
         let began = std::time::Instant::now();
         let servers = self.grid_servers().await?;
+        let list = Self::lock(&self.servers_known).0;
+        let first_use_only = max_age == Duration::MAX;
+        if first_use_only && list != 0 && *Self::lock(&self.first_use_probed) == list {
+            return Ok(0);
+        }
         let up: Vec<(&str, &str)> = servers
             .iter()
             .filter(|s| s.up)
@@ -294,8 +303,10 @@ impl Proxy {
             self.config.probe_per_site,
         );
         let mut measured = 0;
+        let mut cut_short = false;
         for address in &chosen {
             if began.elapsed() >= budget {
+                cut_short = true;
                 break;
             }
             let began = self.clock();
@@ -312,6 +323,9 @@ impl Proxy {
         }
         let listed: Vec<String> = up.iter().map(|(address, _)| address.to_string()).collect();
         Self::lock(&self.links).retain(&listed);
+        if first_use_only && !cut_short {
+            *Self::lock(&self.first_use_probed) = list;
+        }
         Ok(measured)
     }
 
