@@ -321,8 +321,7 @@ impl Proxy {
                 }
             }
         }
-        let listed: Vec<String> = up.iter().map(|(address, _)| address.to_string()).collect();
-        Self::lock(&self.links).retain(&listed);
+        Self::lock(&self.links).retain(up.iter().map(|&(address, _)| address));
         if first_use_only && !cut_short {
             *Self::lock(&self.first_use_probed) = list;
         }

@@ -482,10 +482,7 @@ impl Registry {
             .or_default()
             .entry(to.to_string())
             .or_default();
-        series.push_back(link);
-        while series.len() > self.history {
-            series.pop_front();
-        }
+        sites::push_latest(series, link, self.history);
         if !is_client_end(from) {
             self.keep_recent(from, to);
         }

@@ -160,6 +160,14 @@ pub fn window<T: Copy>(
         .collect()
 }
 
+/// Appends `link` to a path's series, keeping the latest `history` samples.
+pub fn push_latest(series: &mut VecDeque<Link>, link: Link, history: usize) {
+    series.push_back(link);
+    while series.len() > history {
+        series.pop_front();
+    }
+}
+
 /// Network samples between sites, by (from end, to end), oldest first: an end is a site's
 /// name, or a client's end of a path (a proxy's, [`crate::registry::CLIENT`] in a planning
 /// copy). What a path with no samples of its own is estimated by.
@@ -177,10 +185,7 @@ impl SiteLinks {
             .or_default()
             .entry(to.clone())
             .or_default();
-        series.push_back(link);
-        while series.len() > history {
-            series.pop_front();
-        }
+        push_latest(series, link, history);
     }
 
     /// The series whose both ends `keep` accepts.
