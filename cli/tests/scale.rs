@@ -1,5 +1,6 @@
-//! `ninf scale` against a few emulated servers: every one registers and heartbeats, graphs
-//! go through the proxy and are placed, and the report names what docs/performance.md
+//! `ninf scale` against a few emulated servers: every one registers, heartbeats and reports
+//! its network samples, graphs go through the proxy (probing the servers' paths) and are
+//! placed, and the report names what docs/performance.md
 //! ("A metaserver for many servers") reads from it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,7 +24,7 @@ fn emulated_servers_register_beat_and_take_the_clients_graphs() {
             "--heartbeat-seconds",
             "0.5",
         ])
-        .args(["--tasks", "4", "--json"])
+        .args(["--tasks", "4", "--probe-seconds", "1", "--json"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -36,6 +37,11 @@ fn emulated_servers_register_beat_and_take_the_clients_graphs() {
     // Every emulated server beat at least once while the clients ran.
     assert!(
         report["heartbeats_sent"].as_u64().unwrap() >= 60,
+        "{report}"
+    );
+    // Every server reported its network samples with its first heartbeat.
+    assert!(
+        report["network_reports"].as_u64().unwrap() >= 60,
         "{report}"
     );
     assert!(report["db_bytes"].as_u64().unwrap() > 0, "{report}");

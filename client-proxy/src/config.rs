@@ -380,4 +380,13 @@ mod tests {
             .to_string();
         assert!(error.contains("unknown field `bulk_call`"), "{error}");
     }
+
+    #[test]
+    fn probe_per_site_reads_as_the_docs_write_it() {
+        let defaults: ProxyConfig = toml::from_str("metaserver = \"m:1\"").unwrap();
+        assert_eq!(defaults.probe_per_site, 8);
+        let text = "metaserver = \"m:1\"\nprobe_per_site = 0\n";
+        let set: ProxyConfig = toml::from_str(text).unwrap();
+        assert_eq!(set.probe_per_site, 0, "0: every server");
+    }
 }

@@ -462,6 +462,27 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
     grid.assert_no_leftovers();
 }
 
+/// A server that names its site in its configuration (`site = "..."`, as
+/// docs/compute-server.md writes it) is listed in that site; one that names none, in its
+/// address's /24.
+#[test]
+fn a_server_is_listed_in_the_site_its_configuration_names() {
+    let grid = TestGrid::start(vec![1], |_| {});
+    let sited = ExternalServer::start_with(&grid, &["linpack"], "sited", "site = \"tokyo-a\"");
+    grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    let status = grid
+        .runtime
+        .block_on(grid.grid().metaserver.status(0))
+        .unwrap();
+    let site_of = |address: &str| {
+        let server = status.servers.iter().find(|s| s.address == address);
+        server.map(|s| s.site.clone())
+    };
+    assert_eq!(site_of(&sited.address).as_deref(), Some("tokyo-a"));
+    let local = &grid.grid().endpoints.servers[0];
+    assert_eq!(site_of(local).as_deref(), Some("127.0.0.0/24"), "{local}");
+}
+
 /// A grid of one in-process server and one external server that has registered (and whose
 /// path the proxy has measured), with heartbeats slow to time out, so the metaserver still
 /// places tasks on the external one after it is killed.
