@@ -346,15 +346,16 @@ fn persistent_data_in_two_copies_loses_nothing_with_a_server_even_after_a_write(
             .contains("needs mode \"persistent\""),
         "only persistent data is replicated"
     );
-    let a = runtime
-        .block_on(client.inner().put_bytes_replicated(
+    let put_two = || {
+        runtime.block_on(client.inner().put_bytes_replicated(
             ElementType::Double,
             shape,
-            bytes,
+            bytes.clone(),
             DataMode::Persistent,
             2,
         ))
-        .unwrap();
+    };
+    let a = put_two().unwrap();
     let mut copies = client.data().unwrap()[0].servers.clone();
     copies.sort();
     let mut both = grid.grid().endpoints.servers.clone();
@@ -378,6 +379,22 @@ fn persistent_data_in_two_copies_loses_nothing_with_a_server_even_after_a_write(
     copies.sort();
     assert_eq!(copies, both, "the new value is kept in two copies too");
     external.kill();
+    // Two copies cannot be kept with one server left: refused (a client may wait for
+    // servers), whether the metaserver knows yet that the server died or the put finds out,
+    // and nothing of the refused put is left.
+    let refused = put_two().unwrap_err();
+    assert_eq!(refused.kind, ninf::ErrorKind::RpcRefused, "{refused}");
+    assert!(
+        refused
+            .message
+            .contains("2 copies need as many up servers with room; 1 have it"),
+        "{refused}"
+    );
+    assert_eq!(
+        client.data().unwrap().len(),
+        2,
+        "the handle and the pivots only"
+    );
     // Read back from the copy that answers, at once: the new value, wherever it was written.
     let mut back = vec![0.0; n * n];
     client.get(&a, &mut back).unwrap();

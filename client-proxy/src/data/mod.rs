@@ -85,6 +85,10 @@ impl Proxy {
         };
         let mut avoid = Vec::new();
         let mut failures = Vec::new();
+        // Unavailable while servers failed under the put; the metaserver's own code (a
+        // refusal for want of servers, say) when it has no other server to offer, so that a
+        // client that waits for servers to come back knows to.
+        let mut code = tonic::Code::Unavailable;
         while avoid.len() < PUT_ATTEMPTS {
             match self.put_once(owner, &spec, &array, &avoid).await {
                 Ok(Ok(info)) => return Ok(info),
@@ -95,15 +99,16 @@ impl Proxy {
                 // No other server to try: what went wrong before says why.
                 Err(status) if !failures.is_empty() => {
                     failures.push(status.message().to_string());
+                    code = status.code();
                     break;
                 }
                 Err(status) => return Err(status),
             }
         }
-        Err(Status::unavailable(format!(
-            "cannot store the data: {}",
-            failures.join("; ")
-        )))
+        Err(Status::new(
+            code,
+            format!("cannot store the data: {}", failures.join("; ")),
+        ))
     }
 
     /// One placement of a put: the handle, or the server that could not store it and why
