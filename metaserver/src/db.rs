@@ -129,6 +129,27 @@ pub struct Retention {
     pub graphs: u32,
 }
 
+/// Samples one pruning step deletes at most: a minute of 10,000 servers' samples is some
+/// 400,000 rows, and a step holds the write turn, so heartbeats, network reports and
+/// placements are written between the steps rather than behind all of them.
+const PRUNE_BATCH_ROWS: i64 = 5_000;
+
+/// The tables of samples kept for `retention_seconds`.
+#[derive(Debug, Clone, Copy)]
+enum SampleTable {
+    Load,
+    Network,
+}
+
+impl SampleTable {
+    fn name(self) -> &'static str {
+        match self {
+            SampleTable::Load => "load_samples",
+            SampleTable::Network => "network_samples",
+        }
+    }
+}
+
 /// The resource DB.
 #[derive(Clone)]
 pub struct ResourceDb {
@@ -736,19 +757,12 @@ impl ResourceDb {
 
     /// Deletes history beyond the retention bounds; returns the rows deleted.
     pub async fn prune(&self, retention: Retention, now: f64) -> Result<u64, DbError> {
-        let _turn = self.write_turn().await;
         let cutoff = now - retention.samples.as_secs_f64();
         let mut deleted = 0;
-        for samples in [
-            "DELETE FROM load_samples WHERE time < $1",
-            "DELETE FROM network_samples WHERE time < $1",
-        ] {
-            deleted += sqlx::query(samples)
-                .bind(cutoff)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
+        for table in [SampleTable::Load, SampleTable::Network] {
+            deleted += self.prune_samples(table, cutoff).await?;
         }
+        let _turn = self.write_turn().await;
         // A graph's rows in other tables first, then the graph: one transaction, so no
         // graph is left half deleted.
         let mut tx = self.pool.begin().await?;
@@ -769,6 +783,48 @@ impl ResourceDb {
         }
         tx.commit().await?;
         Ok(deleted)
+    }
+
+    /// Deletes `table`'s samples older than `cutoff`, [`PRUNE_BATCH_ROWS`] at a time, each
+    /// step in a write turn of its own; the rows deleted.
+    async fn prune_samples(&self, table: SampleTable, cutoff: f64) -> Result<u64, DbError> {
+        let name = table.name();
+        let mut deleted = 0;
+        loop {
+            let _turn = self.write_turn().await;
+            // The time of the row just past this step's batch: the rows before it go now.
+            let past_batch = sqlx::query(AssertSqlSafe(format!(
+                "SELECT time FROM {name} WHERE time < $1 ORDER BY time LIMIT 1 OFFSET $2"
+            )))
+            .bind(cutoff)
+            .bind(PRUNE_BATCH_ROWS)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| row.try_get::<f64, _>(0))
+            .transpose()?;
+            let delete = |operator: &str, bound: f64| {
+                sqlx::query(AssertSqlSafe(format!(
+                    "DELETE FROM {name} WHERE time {operator} $1"
+                )))
+                .bind(bound)
+            };
+            let Some(bound) = past_batch else {
+                let rows = delete("<", cutoff).execute(&self.pool).await?;
+                return Ok(deleted + rows.rows_affected());
+            };
+            let mut rows = delete("<", bound)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if rows == 0 {
+                // More than a batch of samples at one time: they go together.
+                rows = delete("<=", bound)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+            }
+            deleted += rows;
+        }
     }
 
     /// Rows in each history table: (load samples, network samples, graphs, placements).

@@ -310,7 +310,33 @@ fn registrations_and_history_on(url: &str) {
         assert_eq!((load, network, graphs, placements), (4, 0, 2, 2));
         a_request_asked_again_supersedes_its_first_graph(&db).await;
         a_large_graph_keeps_every_placement_edge_and_actual_exactly(&db).await;
+        a_backlog_of_samples_is_pruned_in_steps_to_the_cutoff(&db).await;
     });
+}
+
+/// More samples older than the cutoff than one pruning step deletes, and more of them at one
+/// time than a step holds: every one of them goes, and every newer one stays.
+async fn a_backlog_of_samples_is_pruned_in_steps_to_the_cutoff(db: &ResourceDb) {
+    let sample = |i: u32, time: f64| StoredLink {
+        from: format!("s{}:1", i % 97),
+        to: format!("s{}:1", i % 89),
+        throughput: 1e6 + f64::from(i),
+        latency: 0.001,
+        time,
+    };
+    let mut samples: Vec<StoredLink> = (0..6_000).map(|i| sample(i, 100.0)).collect();
+    samples.extend((0..12_000).map(|i| sample(i, 100.0 + f64::from(i + 1) / 1000.0)));
+    db.add_links(&samples).await.unwrap();
+    let retention = Retention {
+        samples: Duration::from_secs_f64(10.0),
+        graphs: 1000,
+    };
+    db.prune(retention, 116.0005).await.unwrap();
+    let (_, network, _, _) = db.history_sizes().await.unwrap();
+    assert_eq!(network, 6_000, "the samples from t = 106.001 to 112");
+    let kept = db.links_since(0.0).await.unwrap();
+    assert_eq!(kept.first().map(|l| l.time), Some(100.0 + 6_001.0 / 1000.0));
+    assert_eq!(kept.last().map(|l| l.time), Some(112.0));
 }
 
 /// A graph of 2,500 tasks (more rows than one statement's parameters could carry): every
