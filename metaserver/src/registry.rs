@@ -276,9 +276,7 @@ impl Registry {
             .enumerate()
             .map(|(i, s)| (s.address.clone(), i))
             .collect();
-        let position: HashMap<usize, usize> =
-            indices.iter().enumerate().map(|(k, &i)| (i, k)).collect();
-        let sites = self.sites.renumbered(|i| position.get(&i).copied());
+        let sites = self.sites.of_subset(servers.iter().map(|s| s.site));
         let present: HashSet<&str> = kept_sites(&servers, &self.sites);
         let site_links = self
             .site_links

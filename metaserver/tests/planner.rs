@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ninf_metaserver::Registry;
-use ninf_metaserver::planner::{ENDED_MEMORY_SECONDS, OVERDUE_SECONDS, Planner, TaskOutcome};
+use ninf_metaserver::planner::{
+    ActivePlacement, ENDED_MEMORY_SECONDS, OVERDUE_SECONDS, Planner, TaskOutcome,
+};
 use ninf_proto::v1;
 use ninf_scheduling::{Link, PredictorKind, Scheduler, Task, TaskGraph};
 
@@ -479,4 +481,38 @@ fn a_long_queue_of_tiny_calls_teaches_an_overhead_that_grows_along_it() {
         overhead.at(1.0) < 0.001,
         "a call alone on the server predicted {overhead:?} beyond its running time"
     );
+}
+
+#[test]
+fn the_copy_for_a_shortlist_keeps_only_the_placements_on_its_servers_and_plans_alike() {
+    let (mut registry, mut planner, graph, mut simple) = first_mmul_on_a();
+    // Graph 2 goes to b:1 while graph 1 runs on a:1.
+    let second = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.1)
+        .unwrap();
+    assert_eq!(second.servers, vec![1]);
+    planner.record(2, &graph, &second, &registry, 1.1);
+    let graphs = |ps: &[ActivePlacement]| ps.iter().map(|p| p.graph).collect::<Vec<_>>();
+    let only_b = registry.subset(&[1]);
+    assert_eq!(graphs(planner.active()), [1, 2]);
+    assert_eq!(graphs(planner.for_planning(&only_b, 1.2).active()), [2]);
+    // Both servers sample their job, then both graphs end after the samples: of the ended
+    // placements, the copy keeps b:1's alone.
+    assert!(registry.heartbeat("a:1", Some(&one_job_running()), 1.3));
+    assert!(registry.heartbeat("b:1", Some(&one_job_running()), 1.3));
+    planner.finish(1, 1.5, &[outcome(0, 0.0, 0.4)]);
+    planner.finish(2, 1.5, &[outcome(0, 0.0, 0.35)]);
+    let ended = |p: &Planner| p.ended().map(|p| p.graph).collect::<Vec<_>>();
+    assert_eq!(ended(&planner), [1, 2]);
+    let only_b = registry.subset(&[1]);
+    let copy = planner.for_planning(&only_b, 1.6);
+    assert_eq!(ended(&copy), [2]);
+    let mut flow = ninf_scheduling::by_name("flow", 0).unwrap();
+    for at in [1.6, 1.7] {
+        let theirs = planner
+            .plan(&only_b, &graph, &[], flow.as_mut(), at)
+            .unwrap();
+        let ours = copy.plan(&only_b, &graph, &[], flow.as_mut(), at).unwrap();
+        assert_eq!(ours, theirs);
+    }
 }
