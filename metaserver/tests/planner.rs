@@ -230,15 +230,7 @@ fn the_copy_planned_with_keeps_only_the_ended_placements_a_sample_can_need() {
     let copy = planner.for_planning(&registry, 2.6);
     assert_eq!(ended(&copy), [2]);
     // And it places as the planner itself does: a:1's sampled job has ended.
-    let mut flow = ninf_scheduling::by_name("flow", 0).unwrap();
-    for at in [2.6, 2.7] {
-        let theirs = planner
-            .plan(&registry, &graph, &[], flow.as_mut(), at)
-            .unwrap();
-        let ours = copy
-            .plan(&registry, &graph, &[], flow.as_mut(), at)
-            .unwrap();
-        assert_eq!(ours, theirs);
+    for ours in plans_alike(&planner, &copy, &registry, &graph, [2.6, 2.7]) {
         assert_eq!(ours.servers, vec![0]);
     }
     // Once b:1 is down (silent for more than the 5 s heartbeat timeout), its old sample
@@ -507,12 +499,28 @@ fn the_copy_for_a_shortlist_keeps_only_the_placements_on_its_servers_and_plans_a
     let only_b = registry.subset(&[1]);
     let copy = planner.for_planning(&only_b, 1.6);
     assert_eq!(ended(&copy), [2]);
+    plans_alike(&planner, &copy, &only_b, &graph, [1.6, 1.7]);
+}
+
+/// Plans `graph` on `registry` with the flow scheduler at each of `times`, with `planner`
+/// and with `copy`: asserts they place alike, and returns the copy's schedules.
+fn plans_alike(
+    planner: &Planner,
+    copy: &Planner,
+    registry: &Registry,
+    graph: &TaskGraph,
+    times: [f64; 2],
+) -> Vec<ninf_scheduling::Schedule> {
     let mut flow = ninf_scheduling::by_name("flow", 0).unwrap();
-    for at in [1.6, 1.7] {
-        let theirs = planner
-            .plan(&only_b, &graph, &[], flow.as_mut(), at)
-            .unwrap();
-        let ours = copy.plan(&only_b, &graph, &[], flow.as_mut(), at).unwrap();
-        assert_eq!(ours, theirs);
-    }
+    times
+        .into_iter()
+        .map(|at| {
+            let theirs = planner
+                .plan(registry, graph, &[], flow.as_mut(), at)
+                .unwrap();
+            let ours = copy.plan(registry, graph, &[], flow.as_mut(), at).unwrap();
+            assert_eq!(ours, theirs, "at t = {at}");
+            ours
+        })
+        .collect()
 }
