@@ -265,6 +265,7 @@ impl NinfClient {
             alone: false,
             call_key: String::new(),
             keep_inputs: Vec::new(),
+            ..Default::default()
         })
     }
 
@@ -362,6 +363,7 @@ impl NinfClient {
             alone: false,
             call_key: String::new(),
             keep_inputs: Vec::new(),
+            ..Default::default()
         };
         Ok((request, encoded))
     }

@@ -24,6 +24,8 @@ use tokio::net::{TcpStream, UnixStream};
 use tonic::Status;
 
 use crate::config::CALL_LIMIT;
+use crate::lending::{self, Handed};
+use crate::same_host::SharedRegions;
 
 /// Calls carrying at least this many bytes of arrays take the bulk port (as the client
 /// library's direct calls do).
@@ -63,6 +65,9 @@ pub(crate) struct BulkPorts {
     same_host: bool,
     idle: Mutex<HashMap<String, Vec<TcpStream>>>,
     idle_local: Mutex<HashMap<String, Vec<LocalConnection>>>,
+    /// The regions clients on this host share with the proxy: inputs that lie there are
+    /// lent on to same-host servers rather than copied ([`crate::lending`]).
+    lender: Option<Arc<SharedRegions>>,
 }
 
 impl BulkPorts {
@@ -72,6 +77,12 @@ impl BulkPorts {
             same_host,
             ..BulkPorts::default()
         }
+    }
+
+    /// Lends inputs that lie in `regions` on to same-host servers.
+    pub(crate) fn with_lender(mut self, regions: Arc<SharedRegions>) -> BulkPorts {
+        self.lender = Some(regions);
+        self
     }
 
     /// The bulk address of `server`; `None` when it is not known yet.
@@ -163,7 +174,10 @@ impl BulkPorts {
             .get_mut(server)
             .and_then(Vec::pop);
         if let Some(mut connection) = pooled {
-            match connection.exchange(call.clone()).await {
+            match connection
+                .exchange(call.clone(), self.lender.as_deref())
+                .await
+            {
                 Ok(answer) => return self.finish_local(server, connection, answer),
                 Err(Broken::Io(_)) => {}
                 Err(broken) => return Err(BulkFailure::Call(broken.status(server))),
@@ -171,7 +185,7 @@ impl BulkPorts {
         }
         let mut connection = LocalConnection::connect(name).map_err(BulkFailure::Connect)?;
         let answer = connection
-            .exchange(call)
+            .exchange(call, self.lender.as_deref())
             .await
             .map_err(|e| BulkFailure::Call(e.status(server)))?;
         self.finish_local(server, connection, answer)
@@ -293,6 +307,8 @@ pub(crate) struct LocalConnection {
     /// The largest outputs a call on it returned: the region grows to hold them, so that
     /// later calls of the same kind get theirs back through it.
     largest_outputs: usize,
+    /// Clients' regions the server holds for this connection.
+    handed: Handed,
 }
 
 impl LocalConnection {
@@ -301,6 +317,7 @@ impl LocalConnection {
             stream: local::connect(name)?,
             region: None,
             largest_outputs: 0,
+            handed: Handed::default(),
         })
     }
 
@@ -309,7 +326,9 @@ impl LocalConnection {
     async fn exchange(
         &mut self,
         mut call: v1::CallRequest,
+        lender: Option<&SharedRegions>,
     ) -> Result<Result<v1::CallReply, Status>, Broken> {
+        let lent = lender.map(|lender| lending::lend_arrays(&mut call, lender, &mut self.handed));
         let payloads = take_arrays(&mut call);
         let inputs: usize = payloads.iter().map(Bytes::len).sum();
         let handed = self.reserve(inputs.max(self.largest_outputs))?;
@@ -323,8 +342,25 @@ impl LocalConnection {
             region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
             offset += payload.len();
         }
-        local::send_message(&self.stream, &call, handed.then(|| region.fd())).await?;
+        let to_hand = lent.as_ref().map_or(&[][..], |l| &l.to_hand[..]);
+        let mut files = Vec::new();
+        if !to_hand.is_empty() {
+            // Named files: the connection's own region, if new, under the empty name.
+            if handed {
+                call.lent_regions.push(String::new());
+                files.push(region.fd());
+            }
+            for lendable in to_hand {
+                call.lent_regions.push(lendable.name.clone());
+                files.push(lendable.fd());
+            }
+        } else if handed {
+            files.push(region.fd());
+        }
+        local::send_files(&self.stream, &bulk::encode(&call), &files).await?;
         let (answer, _) = local::receive_message(&self.stream, bulk::MAX_FRAME).await?;
+        // The server has read the lent inputs: their clients' leases may end.
+        drop(lent);
         let (mut reply, outputs_follow) = match bulk::answer_of(answer)? {
             Answer::Reply {
                 reply,
@@ -681,7 +717,7 @@ mod tests {
                 arguments: vec![array(1 << 20), v1::CallArgument::default()],
                 ..Default::default()
             };
-            let reply = connection.exchange(call).await.unwrap().unwrap();
+            let reply = connection.exchange(call, None).await.unwrap().unwrap();
             let Some(v1::call_output::Result::Array(array)) = &reply.outputs[0].result else {
                 panic!("expected an array");
             };

@@ -213,12 +213,12 @@ impl GrpcCluster {
         config: &ProxyConfig,
         token: Option<&str>,
         tls: Option<GridTls>,
-        metaserver: Arc<dyn Metaserver>,
+        (metaserver, shared_regions): (Arc<dyn Metaserver>, Arc<crate::same_host::SharedRegions>),
     ) -> GrpcCluster {
         let settings = connection_settings(config);
         // The bulk port speaks plain TCP: a TLS grid keeps every call on gRPC.
-        let bulk =
-            (config.bulk_calls && tls.is_none()).then(|| BulkPorts::new(config.same_host_calls));
+        let bulk = (config.bulk_calls && tls.is_none())
+            .then(|| BulkPorts::new(config.same_host_calls).with_lender(shared_regions));
         GrpcCluster {
             metaserver,
             servers: Mutex::new(ConnectionCache::new(config.max_connected_servers)),

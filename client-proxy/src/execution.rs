@@ -1069,6 +1069,7 @@ fn build_call(
         alone: false,
         call_key: String::new(),
         keep_inputs: flow.keep_inputs[task].iter().copied().collect(),
+        ..Default::default()
     })
 }
 

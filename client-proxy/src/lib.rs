@@ -24,6 +24,7 @@ mod fake_cluster_tests;
 #[cfg(test)]
 mod fake_metaserver;
 pub mod journal;
+mod lending;
 pub mod links;
 pub mod memory;
 pub mod metaserver;
@@ -131,13 +132,15 @@ impl Proxy {
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let metaserver: Arc<dyn Metaserver> =
             Arc::new(GrpcMetaserver::new(metaservers, token.as_deref()));
+        let shared_regions = Arc::new(same_host::SharedRegions::default());
         let cluster = Arc::new(GrpcCluster::new(
             &config,
             token.as_deref(),
             tls.clone(),
-            metaserver.clone(),
+            (metaserver.clone(), shared_regions.clone()),
         ));
-        Proxy::with_parts(config, name, (cluster, metaserver), token, tls)
+        let parts = (cluster as Arc<dyn Cluster>, metaserver);
+        Proxy::assemble(config, name, parts, (token, tls), shared_regions)
     }
 
     /// A proxy whose calls go through `cluster` to the compute servers and `metaserver` to
@@ -148,6 +151,25 @@ impl Proxy {
         (cluster, metaserver): (Arc<dyn Cluster>, Arc<dyn Metaserver>),
         token: Option<String>,
         tls: Option<GridTls>,
+    ) -> Result<Arc<Proxy>, Status> {
+        let shared_regions = Arc::default();
+        Proxy::assemble(
+            config,
+            name,
+            (cluster, metaserver),
+            (token, tls),
+            shared_regions,
+        )
+    }
+
+    /// A proxy of these parts, taking clients' regions into `shared_regions` (which the
+    /// cluster lends on from).
+    fn assemble(
+        config: ProxyConfig,
+        name: String,
+        (cluster, metaserver): (Arc<dyn Cluster>, Arc<dyn Metaserver>),
+        (token, tls): (Option<String>, Option<GridTls>),
+        shared_regions: Arc<same_host::SharedRegions>,
     ) -> Result<Arc<Proxy>, Status> {
         let (metrics, metrics_registry) = metrics::ProxyMetrics::new();
         let admission = admission::ClientAdmission::new(admission::ClientLimits {
@@ -177,7 +199,7 @@ impl Proxy {
             ))),
             epoch: Instant::now(),
             journal: journal::Journal::default(),
-            shared_regions: Arc::default(),
+            shared_regions,
             same_host_socket: std::sync::OnceLock::new(),
             servers_known: Mutex::default(),
             first_use_probed: Mutex::default(),

@@ -42,11 +42,15 @@ const MAX_FRAME: usize = 4096;
 pub struct SharedRegions {
     regions: Mutex<HashMap<String, Arc<Region>>>,
     next_connection: AtomicU64,
+    next_region: AtomicU64,
 }
 
 /// A handed-over region, and the connection that says when it is free again.
 struct Region {
     name: String,
+    /// The name it is lent on under ([`Lendable`]): unique for the proxy's life, whereas a
+    /// client may offer a name again once it forgot the region.
+    lent_name: String,
     memory: SharedRegion,
     connection: u64,
     leased: AtomicBool,
@@ -170,6 +174,30 @@ impl SharedRegions {
         Ok(Lease(region.clone()))
     }
 
+    /// Where `data` lies in a region a client handed over, to lend it on to a server on
+    /// this host instead of copying it; `None` when it lies elsewhere.
+    pub fn locate(&self, data: &[u8]) -> Option<Lendable> {
+        let start = data.as_ptr() as usize;
+        let end = start.checked_add(data.len())?;
+        let regions = ninf_proto::sync::lock(&self.regions);
+        regions.values().find_map(|region| {
+            let base = region.memory.bytes().as_ptr() as usize;
+            let inside = start >= base && end <= base + region.memory.len();
+            inside.then(|| Lendable {
+                name: region.lent_name.clone(),
+                offset: (start - base) as u64,
+                region: region.clone(),
+            })
+        })
+    }
+
+    /// Whether the region lent on as `lent_name` is still held (its client did not forget
+    /// it or leave).
+    pub fn still_held(&self, lent_name: &str) -> bool {
+        let regions = ninf_proto::sync::lock(&self.regions);
+        regions.values().any(|region| region.lent_name == lent_name)
+    }
+
     /// Serves clients on `listener` (until the task running it is aborted).
     pub async fn serve(self: Arc<Self>, listener: UnixListener) {
         loop {
@@ -268,8 +296,10 @@ impl SharedRegions {
         if regions.contains_key(&name) {
             return refused("a region of that name is already shared".into());
         }
+        let serial = self.next_region.fetch_add(1, Ordering::Relaxed);
         let region = Region {
             name: name.clone(),
+            lent_name: format!("{name}#{serial}"),
             memory,
             connection: id,
             leased: AtomicBool::new(false),
@@ -277,6 +307,20 @@ impl SharedRegions {
         };
         regions.insert(name.clone(), Arc::new(region));
         Message::Accepted(name)
+    }
+}
+
+/// An array's place in a client's region, to lend on: the region's name for lending (unique
+/// for the proxy's life), the array's offset in it, and its memory file.
+pub struct Lendable {
+    pub name: String,
+    pub offset: u64,
+    region: Arc<Region>,
+}
+
+impl Lendable {
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.region.memory.fd()
     }
 }
 

@@ -374,6 +374,7 @@ impl StoreOutputs {
                 offset: room.offset(),
                 bytes: room.bytes() as u64,
                 region: v1::ArrayRegion::Store.into(),
+                ..Default::default()
             })
             .collect()
     }
@@ -684,6 +685,7 @@ fn rank_request(
         store_outputs: Vec::new(),
         threads: 0,
         cores: Vec::new(),
+        ..Default::default()
     }
 }
 

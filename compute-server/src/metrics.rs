@@ -74,6 +74,7 @@ pub struct ServerMetrics {
     gang_switches: Counter,
     storage_bytes: Gauge,
     store_region: Family<StoreRegionLabels, Counter>,
+    lent_input: Counter,
     call_batches: Counter,
     calls_rejoined: Counter,
     lent_threads: Counter,
@@ -93,6 +94,7 @@ impl ServerMetrics {
             gang_switches: Counter::default(),
             storage_bytes: Gauge::default(),
             store_region: Family::default(),
+            lent_input: Counter::default(),
             call_batches: Counter::default(),
             calls_rejoined: Counter::default(),
             lent_threads: Counter::default(),
@@ -136,6 +138,11 @@ impl ServerMetrics {
             metrics.store_region.clone(),
         );
         r.register(
+            "ninf_lent_input_bytes",
+            "Bytes of inputs the routines read where a same-host client put them, in a region its proxy lent on (docs/bulk-protocol.md, \"Regions lent on\")",
+            metrics.lent_input.clone(),
+        );
+        r.register(
             "ninf_call_batches",
             "CallBatch requests of one call or more received (their calls count in ninf_calls once served)",
             metrics.call_batches.clone(),
@@ -162,6 +169,16 @@ impl ServerMetrics {
     /// Threads on lent cores so far.
     pub fn lent_threads(&self) -> u64 {
         self.lent_threads.get()
+    }
+
+    /// `bytes` of inputs the routine read in a region lent on.
+    pub fn lent_input(&self, bytes: u64) {
+        self.lent_input.inc_by(bytes);
+    }
+
+    /// Bytes of inputs routines read in regions lent on, so far.
+    pub fn lent_input_bytes(&self) -> u64 {
+        self.lent_input.get()
     }
 
     /// `bytes` of stored arrays that went `array` (see [`StoreRegionLabels`]).

@@ -64,7 +64,8 @@ const MAX_REPLY_FRAME: usize = 2 << 30;
 
 impl Process {
     fn spawn(path: &Path, options: &PoolOptions) -> std::io::Result<Process> {
-        let regions = HostRegions::create_with_store(options.store.as_ref().map(|s| s.file()))?;
+        let mut regions = HostRegions::create_with_store(options.store.as_ref().map(|s| s.file()))?
+            .with_lent_socket()?;
         let mut command = ninf_executable::process::executable_command(path, &regions);
         if let Some(socket) = &options.spmd_socket {
             command.env(ninf_executable::spmd::SOCKET_ENV, socket);
@@ -80,6 +81,7 @@ impl Process {
             die_with_parent(&mut command);
         }
         let mut child = Command::from(command).kill_on_drop(true).spawn()?;
+        regions.spawned();
         let (stdin, stdout) =
             ninf_executable::process::take_pipes(child.stdin.take(), child.stdout.take())?;
         Ok(Process {
@@ -422,6 +424,24 @@ impl Checkout<'_> {
         if let Some(process) = self.process.take() {
             self.pool.give_back(process);
         }
+    }
+
+    /// Passes `files` to the executable for the prepared request of `call_id`, which names
+    /// them in its `lent_arrays`; false when the executable takes no lent files.
+    pub fn lend(
+        &self,
+        call_id: u64,
+        files: &[std::os::fd::BorrowedFd<'_>],
+    ) -> std::io::Result<bool> {
+        match self.process.as_ref() {
+            Some(p) if p.regions.lends() => p.regions.lend(call_id, files).map(|()| true),
+            _ => Ok(false),
+        }
+    }
+
+    /// Whether the executable takes lent files.
+    pub fn lends(&self) -> bool {
+        self.process.as_ref().is_some_and(|p| p.regions.lends())
     }
 
     /// The region to write a prepared request of `len` bytes into.

@@ -411,6 +411,117 @@ async fn a_same_host_connection_checks_the_shared_region_and_survives_what_does_
     server.stop().await;
 }
 
+/// `echo` of `n` doubles whose input lies at `offset` in the region lent as `region`.
+fn lent_echo(n: usize, region: &str, offset: u64) -> v1::CallRequest {
+    let mut request = echo_request(n as i64, 8 * n as u64);
+    request.lent_arrays.push(v1::LentArray {
+        parameter: 1,
+        region: region.into(),
+        offset,
+    });
+    request
+}
+
+/// Sends `request` with `files` handed over, as `lent_regions` names them.
+async fn send_lending(
+    stream: &tokio::net::UnixStream,
+    request: &v1::CallRequest,
+    files: &[std::os::fd::BorrowedFd<'_>],
+) {
+    let body = request.encode_to_vec();
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    local::send_files(stream, &frame, files).await.unwrap();
+}
+
+fn echoed(reply: v1::BulkReply, region: &SharedRegion, n: usize) -> Vec<f64> {
+    assert!(
+        !reply.outputs_follow,
+        "the output fits the connection's region"
+    );
+    assert!(
+        matches!(reply.result, Some(v1::bulk_reply::Result::Reply(_))),
+        "{reply:?}"
+    );
+    ninf_proto::values::decode::<f64>(&region.bytes()[..8 * n]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_in_a_region_a_proxy_lends_on_are_read_where_they_lie_and_bad_names_refused() {
+    let server = TestServer::start(|_| {}).await;
+    let stream = local::connect(&server.state.info.bulk_local).unwrap();
+    let own = SharedRegion::create(1 << 20).unwrap();
+    let mut client = SharedRegion::create(1 << 20).unwrap();
+    let n = 1 << 15;
+    let x = random(n, 3);
+    let bytes = ninf_proto::ArrayData::Double(x.clone()).to_proto().data;
+    client.bytes_mut()[4096..4096 + bytes.len()].copy_from_slice(&bytes);
+
+    // Handed over with the call: the connection's own region (the empty name) and the
+    // client's, under the name the proxy lends it as.
+    let mut request = lent_echo(n, "c#0", 4096);
+    request.lent_regions = vec![String::new(), "c#0".into()];
+    send_lending(&stream, &request, &[own.fd(), client.fd()]).await;
+    assert_eq!(echoed(receive_local(&stream).await, &own, n), x);
+    assert_eq!(server.state.metrics.lent_input_bytes(), 8 * n as u64);
+    assert_eq!(
+        bulk_bytes_in(&server).1,
+        request.encoded_len() as u64,
+        "the frame alone: no array bytes came through the connection"
+    );
+
+    // Named again without its file: the server kept it. New bytes at another offset.
+    let z = random(n, 4);
+    let bytes = ninf_proto::ArrayData::Double(z.clone()).to_proto().data;
+    client.bytes_mut()[..bytes.len()].copy_from_slice(&bytes);
+    send_lending(&stream, &lent_echo(n, "c#0", 0), &[]).await;
+    assert_eq!(echoed(receive_local(&stream).await, &own, n), z);
+
+    // A name never lent, and bytes outside the region: refused by name, connection in step.
+    send_lending(&stream, &lent_echo(n, "nope", 0), &[]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "argument `x` of `echo`: no region `nope` was lent on this connection"
+    );
+    send_lending(&stream, &lent_echo(n, "c#0", 1 << 20), &[]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "argument `x` of `echo`: its 262144 bytes at offset 1048576 lie outside the lent region `c#0` of 1048576 bytes"
+    );
+    // A region the proxy let go of is no longer there.
+    let mut dropped = lent_echo(n, "c#0", 0);
+    dropped.dropped_regions = vec!["c#0".into()];
+    send_lending(&stream, &dropped, &[]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "argument `x` of `echo`: no region `c#0` was lent on this connection"
+    );
+    assert_eq!(server.state.metrics.lent_input_bytes(), 16 * n as u64);
+
+    // Files and names that do not match: the connection closes.
+    let mut request = lent_echo(n, "c#1", 0);
+    request.lent_regions = vec![String::new(), "c#1".into()];
+    send_lending(&stream, &request, &[client.fd()]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "the request names 2 handed regions, but 1 files came with it"
+    );
+    let mut rest = [0u8; 1];
+    assert!(local::receive(&stream, &mut rest).await.is_err());
+    // A lent region that could shrink is refused as the connection's own region is.
+    let stream = local::connect(&server.state.info.bulk_local).unwrap();
+    let unsealed = unsealed_memory_file(1 << 20);
+    let mut request = lent_echo(n, "c#2", 0);
+    request.lent_regions = vec!["c#2".into()];
+    send_lending(&stream, &request, &[unsealed.as_fd()]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "the shared region is not sealed against shrinking (F_SEAL_SHRINK)"
+    );
+    assert_eq!(server.state.function("echo").unwrap().pool().replaced(), 0);
+    server.stop().await;
+}
+
 /// A memory file that allows shrinking: what a careless or hostile client might hand over.
 fn unsealed_memory_file(len: i64) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;

@@ -190,6 +190,7 @@ fn skeleton_reply(
                 offset: place.offset as u64,
                 bytes: bytes as u64,
                 region: v1::ArrayRegion::Store.into(),
+                ..Default::default()
             });
         } else if bytes >= REGION_ARRAY_THRESHOLD {
             success.region_outputs.push(v1::RegionArray {
@@ -198,6 +199,7 @@ fn skeleton_reply(
                 offset: UNPLACED,
                 bytes: bytes as u64,
                 region: v1::ArrayRegion::Own.into(),
+                ..Default::default()
             });
         } else {
             success.outputs.push(v1::ExecOutput {
@@ -358,6 +360,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
             offset,
             bytes: 8 * n as u64,
             region: v1::ArrayRegion::Store.into(),
+            ..Default::default()
         };
         let request = v1::ExecRequest {
             call_id: 1,
@@ -413,6 +416,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
             offset,
             bytes: 8 * n as u64,
             region: v1::ArrayRegion::Store.into(),
+            ..Default::default()
         };
         let mut request = v1::ExecRequest {
             call_id: 1,

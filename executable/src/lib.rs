@@ -8,6 +8,7 @@
 pub mod arrays;
 pub mod frame;
 pub mod layout;
+pub mod lent;
 pub mod parent;
 pub mod process;
 pub mod rlimits;

@@ -528,6 +528,7 @@ fn encode_outputs(
                         v1::ArrayRegion::Own
                     }
                     .into(),
+                    ..Default::default()
                 })
             }
             Some(Slot::Array(array)) => success.outputs.push(v1::ExecOutput {
@@ -856,6 +857,9 @@ fn restore_arrays(
     regions: Option<&mut ExecutableRegions>,
     request: &mut v1::ExecRequest,
 ) -> Result<(), String> {
+    let mut regions = regions;
+    crate::lent::restore_lent_arrays(regions.as_mut().and_then(|r| r.lent.as_mut()), request)
+        .map_err(|e| format!("malformed request: {e}"))?;
     if request.region_arrays.is_empty() {
         return Ok(());
     }

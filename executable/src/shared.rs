@@ -263,6 +263,7 @@ fn move_out_large_arrays(
                     v1::ArrayRegion::Own
                 }
                 .into(),
+                ..Default::default()
             });
             if stored.is_some() {
                 pinned.push(array.data);
@@ -373,11 +374,14 @@ impl RegionReader {
     }
 }
 
-/// The host's ends of a new executable's regions, and its store region if it has one.
+/// The host's ends of a new executable's regions, its store region if it has one, and the
+/// lent socket ([`crate::lent`]) when the host lends files on.
 pub struct HostRegions {
     pub requests: RegionWriter,
     pub replies: RegionReader,
     store: Option<File>,
+    /// The host's end, and the executable's until it is spawned.
+    lent: Option<(OwnedFd, Option<OwnedFd>)>,
 }
 
 impl HostRegions {
@@ -392,7 +396,40 @@ impl HostRegions {
             requests: RegionWriter::new(memory_file("ninf-requests")?),
             replies: RegionReader::new(memory_file("ninf-replies")?),
             store: store.map(File::try_clone).transpose()?,
+            lent: None,
         })
+    }
+
+    /// Gives the executable a lent socket too (descriptor 6, `NINF_EXEC_LENT=6`), over
+    /// which [`HostRegions::lend`] passes files for a request.
+    pub fn with_lent_socket(mut self) -> io::Result<HostRegions> {
+        let (host, child) = crate::lent::socket_pair()?;
+        self.lent = Some((host, Some(child)));
+        Ok(self)
+    }
+
+    /// Passes `files` for the request of call `call_id`, to be sent next; an error when the
+    /// executable was given no lent socket.
+    pub fn lend(&self, call_id: u64, files: &[std::os::fd::BorrowedFd<'_>]) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        let (host, _) = self
+            .lent
+            .as_ref()
+            .ok_or_else(|| io::Error::other("this executable has no lent socket"))?;
+        crate::lent::send(host.as_fd(), call_id, files)
+    }
+
+    /// Whether files can be lent to the executable.
+    pub fn lends(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    /// Closes the host's copy of the executable's lent end, once the executable has it:
+    /// then an executable that dies leaves nobody to queue files for.
+    pub fn spawned(&mut self) {
+        if let Some(lent) = self.lent.as_mut() {
+            lent.1 = None;
+        }
     }
 
     /// Makes the child inherit the regions as descriptors 3 and 4 (and the store region as
@@ -404,18 +441,21 @@ impl HostRegions {
             self.replies.file().as_raw_fd(),
         ];
         sources.extend(self.store.as_ref().map(File::as_raw_fd));
-        let targets = [REQUEST_FD, REPLY_FD, STORE_FD];
-        let announced: Vec<String> = targets[..sources.len()]
-            .iter()
-            .map(i32::to_string)
-            .collect();
+        let mut targets = vec![REQUEST_FD, REPLY_FD];
+        targets.extend(self.store.as_ref().map(|_| STORE_FD));
+        let announced: Vec<String> = targets.iter().map(i32::to_string).collect();
         command.env(SHARED_ENV, announced.join(","));
+        if let Some((_, Some(child))) = &self.lent {
+            sources.push(child.as_raw_fd());
+            targets.push(crate::lent::LENT_FD);
+            command.env(crate::lent::LENT_ENV, crate::lent::LENT_FD.to_string());
+        }
         // SAFETY: the closure runs in the child between fork and exec and calls only fcntl,
         // dup2 and close, which are async-signal-safe. Every source is first copied above the
         // targets, so that no dup2 overwrites a source not yet moved.
         unsafe {
             command.pre_exec(move || {
-                let mut high = [0; 3];
+                let mut high = [0; 4];
                 for (slot, &source) in high.iter_mut().zip(&sources) {
                     *slot = libc::fcntl(source, libc::F_DUPFD_CLOEXEC, 10);
                     if *slot < 0 {
@@ -440,6 +480,8 @@ pub struct ExecutableRegions {
     pub replies: RegionWriter,
     /// The host's store region, when it has one.
     pub store: Option<StoreMapper>,
+    /// Files the host lends on, when it gave a lent socket.
+    pub lent: Option<crate::lent::LentFiles>,
 }
 
 impl ExecutableRegions {
@@ -461,10 +503,17 @@ impl ExecutableRegions {
         let store = with_store
             .then(|| StoreMapper::new(unsafe { File::from_raw_fd(STORE_FD) }).ok())
             .flatten();
+        let lent = (std::env::var(crate::lent::LENT_ENV).ok()
+            == Some(crate::lent::LENT_FD.to_string()))
+        .then(|| {
+            // SAFETY: as above, for the lent socket's descriptor.
+            crate::lent::LentFiles::new(unsafe { OwnedFd::from_raw_fd(crate::lent::LENT_FD) })
+        });
         Some(ExecutableRegions {
             requests: RegionReader::new(requests),
             replies: RegionWriter::new(replies),
             store,
+            lent,
         })
     }
 }

@@ -1183,6 +1183,53 @@ fn large_arrays_between_a_client_and_the_proxy_on_its_host_go_in_shared_memory_u
 }
 
 #[test]
+fn inputs_a_client_shares_with_the_proxy_are_read_by_the_routine_where_the_client_put_them() {
+    for same_host_uploads in [true, false] {
+        let grid = TestGrid::start(vec![1, 1], |o| o.same_host_uploads = same_host_uploads);
+        let metrics = grid.grid().endpoints.metrics.clone();
+        let client = grid.client("round-robin");
+        // 300 x 300 doubles: two inputs of 720,000 bytes, over the 1 MiB that sends a call
+        // to a server's bulk path, so the proxy lends them on. Two threads with inputs of
+        // their own, three runs each, every product checked: a region the executable still
+        // read from an earlier call would give a wrong product.
+        let n = 300usize;
+        std::thread::scope(|scope| {
+            for thread in 0..2u64 {
+                let client = client.clone();
+                scope.spawn(move || {
+                    for run in 0..3u64 {
+                        let (a, b) = (matrix(n, 10 * thread + run), matrix(n, 100 + run));
+                        let mut c = vec![0.0; n * n];
+                        client
+                            .transaction(|tx| {
+                                let [ha, hb] = [&a, &b].map(|m| tx.input(m));
+                                let hc = tx.buffer(&mut c);
+                                let n = TxArg::from(n as i64);
+                                tx.call("mmul", &[n, ha.into(), hb.into(), hc.into()])
+                            })
+                            .unwrap();
+                        assert_eq!(c, local_mmul(n, &a, &b), "thread {thread}, run {run}");
+                    }
+                });
+            }
+        });
+        let lent: f64 = (0..2)
+            .map(|i| {
+                let text = scrape(&metrics[&format!("server-{i}")]);
+                sample_sum(&text, "ninf_lent_input_bytes_total", &[])
+            })
+            .sum();
+        let inputs = 6.0 * 2.0 * (8 * n * n) as f64;
+        if same_host_uploads {
+            assert_eq!(lent, inputs, "every input read where the client put it");
+        } else {
+            assert_eq!(lent, 0.0, "inputs sent in the request are not lent");
+        }
+        grid.assert_no_leftovers();
+    }
+}
+
+#[test]
 fn every_service_serves_metrics_that_count_what_the_grid_did() {
     let grid = TestGrid::start(vec![1, 1], |_| {});
     let metrics = grid.grid().endpoints.metrics.clone();

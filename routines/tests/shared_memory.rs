@@ -104,6 +104,7 @@ fn region_arrays_outside_the_region_or_the_arguments_are_refused_by_name() {
         offset,
         bytes,
         region: v1::ArrayRegion::Own.into(),
+        ..Default::default()
     };
     let stored = v1::RegionArray {
         region: v1::ArrayRegion::Store.into(),

@@ -6,16 +6,19 @@
 //! frame on the socket instead (`BulkReply.outputs_follow`): a proxy passing calls on does
 //! not know their outputs' sizes in advance.
 
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use ninf_proto::net::bulk;
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
+use ninf_proto::v1::call_argument::Source;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::Status;
 
-use super::{BulkIo, Flow, bulk_bytes, send_error};
+use super::{BulkIo, Flow, send_error};
 use crate::metrics::Path;
 use crate::state::ServerState;
 
@@ -37,28 +40,23 @@ pub async fn serve(listener: UnixListener, state: Arc<ServerState>) {
     }
 }
 
+/// Regions a proxy may have lent on one connection at once.
+pub const MAX_LENT_REGIONS: usize = 32;
+
 async fn connection(socket: UnixStream, state: &ServerState) -> std::io::Result<()> {
     let mut io = LocalIo {
         socket,
         region: None,
+        lent: HashMap::new(),
         input: 0,
     };
     loop {
         let mut header = [0u8; 4];
-        let handed = match local::receive(&io.socket, &mut header).await {
+        let handed = match local::receive_files(&io.socket, &mut header).await {
             Ok(handed) => handed,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         };
-        if let Some(file) = handed {
-            match SharedRegion::adopt(file) {
-                Ok(region) => io.region = Some(region),
-                Err(message) => {
-                    send_error(&mut io, &Status::invalid_argument(message)).await?;
-                    return Ok(());
-                }
-            }
-        }
         let (request, len) = match super::read_request(&mut io, header).await? {
             Ok(read) => read,
             Err(status) => {
@@ -66,9 +64,13 @@ async fn connection(socket: UnixStream, state: &ServerState) -> std::io::Result<
                 return Ok(());
             }
         };
+        if let Err(message) = io.adopt(&request, handed) {
+            send_error(&mut io, &Status::invalid_argument(message)).await?;
+            return Ok(());
+        }
         // Nothing but frames is on the socket, so a request whose inputs are not in the
         // region is answered and the connection stays in step.
-        if let Err(status) = io.check_inputs(bulk_bytes(&request)) {
+        if let Err(status) = io.check_inputs(&request) {
             send_error(&mut io, &status).await?;
             continue;
         }
@@ -81,11 +83,13 @@ async fn connection(socket: UnixStream, state: &ServerState) -> std::io::Result<
     }
 }
 
-/// A same-host connection: its socket, the client's region, and how far the inputs of the
-/// call in progress have been read from it.
+/// A same-host connection: its socket, the client's region, the regions a proxy lent on
+/// (its own clients' memory, by name), and how far the inputs of the call in progress have
+/// been read from its region.
 struct LocalIo {
     socket: UnixStream,
     region: Option<SharedRegion>,
+    lent: HashMap<String, Arc<SharedRegion>>,
     input: usize,
 }
 
@@ -94,7 +98,56 @@ impl LocalIo {
         self.region.as_ref().map_or(0, SharedRegion::len)
     }
 
-    fn check_inputs(&self, bytes: u64) -> Result<(), Status> {
+    /// Takes the files handed over with the request: named by `lent_regions` (the empty
+    /// name is the connection's own region), or, unnamed, one file as the connection's
+    /// region. Lets go of the regions the request drops.
+    fn adopt(&mut self, request: &v1::CallRequest, handed: Vec<OwnedFd>) -> Result<(), String> {
+        for name in &request.dropped_regions {
+            self.lent.remove(name);
+        }
+        if request.lent_regions.is_empty() {
+            if let Some(file) = handed.into_iter().last() {
+                self.region = Some(SharedRegion::adopt(file)?);
+            }
+            return Ok(());
+        }
+        if handed.len() != request.lent_regions.len() {
+            return Err(format!(
+                "the request names {} handed regions, but {} files came with it",
+                request.lent_regions.len(),
+                handed.len()
+            ));
+        }
+        for (name, file) in request.lent_regions.iter().zip(handed) {
+            let region = SharedRegion::adopt(file)?;
+            if name.is_empty() {
+                self.region = Some(region);
+            } else {
+                self.lent.insert(name.clone(), Arc::new(region));
+            }
+        }
+        if self.lent.len() > MAX_LENT_REGIONS {
+            return Err(format!(
+                "{} regions lent on one connection, over {MAX_LENT_REGIONS}",
+                self.lent.len()
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_inputs(&self, request: &v1::CallRequest) -> Result<(), Status> {
+        let lent: std::collections::HashSet<u32> =
+            request.lent_arrays.iter().map(|l| l.parameter).collect();
+        let bytes: u64 = request
+            .arguments
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| !lent.contains(&(*index as u32)))
+            .filter_map(|(_, a)| match &a.source {
+                Some(Source::Bulk(b)) => Some(b.bytes),
+                _ => None,
+            })
+            .fold(0, u64::saturating_add);
         if bytes > self.region_len() as u64 {
             return Err(Status::invalid_argument(format!(
                 "the call's bulk inputs of {bytes} bytes do not fit the shared region of {} bytes",
@@ -106,6 +159,10 @@ impl LocalIo {
 }
 
 impl BulkIo for LocalIo {
+    fn lent_region(&self, name: &str) -> Option<Arc<SharedRegion>> {
+        self.lent.get(name).cloned()
+    }
+
     async fn read_frame(&mut self, into: &mut [u8]) -> std::io::Result<()> {
         // A region handed over with the body instead of the header is dropped.
         local::receive(&self.socket, into).await.map(|_| ())

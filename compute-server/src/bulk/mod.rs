@@ -7,8 +7,10 @@
 //! the same host uses [`local`] instead: the same frames on a Unix socket, the arrays in
 //! memory it shares with the server.
 
+mod lent;
 pub mod local;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +19,7 @@ use ninf_executable::shared::{
     REGION_ARRAY_THRESHOLD, StoreWindow, UNPLACED, in_store, place_region_arrays,
 };
 use ninf_proto::net::bulk;
+use ninf_proto::net::local::SharedRegion;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -24,6 +27,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Status;
 
+use self::lent::LentInput;
 use crate::gang::JobTicket;
 use crate::gang::claims::Lent;
 use crate::invoke;
@@ -168,6 +172,11 @@ trait BulkIo: Send {
     fn read_input(&mut self, into: &mut [u8]) -> impl Future<Output = std::io::Result<()>> + Send;
     /// Passes over `bytes` bulk input bytes of a refused call, to stay in step.
     fn skip_input(&mut self, bytes: u64) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// A region a proxy lent on this connection, by name (only same-host connections have
+    /// them).
+    fn lent_region(&self, _name: &str) -> Option<Arc<SharedRegion>> {
+        None
+    }
     /// Sends the reply frame and the bytes of its bulk outputs.
     fn send(
         &mut self,
@@ -217,7 +226,26 @@ async fn send_error(io: &mut impl BulkIo, status: &Status) -> std::io::Result<()
 /// One argument of the executable's request, as it will be laid out in the region.
 enum Part {
     Encoded(v1::ArgumentValue),
-    Bulk { element_type: i32, bytes: usize },
+    /// In bulk: from the socket or the connection's region, or lent (`lent`).
+    Bulk {
+        element_type: i32,
+        bytes: usize,
+        lent: Option<LentInput>,
+    },
+}
+
+/// The executable's request as laid out by [`region_request`].
+struct Laid {
+    request: v1::ExecRequest,
+    /// Where the last array in the request region ends.
+    end: usize,
+    /// Stored arrays the executable reads where they are kept.
+    pinned: Vec<Bytes>,
+    /// The files its `lent_arrays` name, in order, to pass to the executable.
+    lent_files: Vec<Arc<SharedRegion>>,
+    /// Lent inputs copied into the request region after all (the executable takes no lent
+    /// files, or the input goes where its kept output will be), by parameter.
+    lent_copies: HashMap<u32, LentInput>,
 }
 
 /// The executable's request: bulk arguments as region arrays (their bytes still to come),
@@ -226,10 +254,10 @@ enum Part {
 /// arrays, to be kept until the reply: the executable reads them where they are.
 fn region_request(
     (call_id, function, lent): (u64, &str, &Lent),
-    parts: Vec<Part>,
+    (parts, lends): (Vec<Part>, bool),
     store: Option<&StoreWindow>,
     store_outputs: Vec<v1::RegionArray>,
-) -> (v1::ExecRequest, usize, Vec<Bytes>) {
+) -> Laid {
     // Every field is set before the message is measured: the arrays are laid out after it.
     let mut request = v1::ExecRequest {
         call_id,
@@ -239,6 +267,7 @@ fn region_request(
         ..Default::default()
     };
     let mut pinned = Vec::new();
+    let (mut lent_inputs, mut lent_copies) = (Vec::new(), HashMap::new());
     for (index, part) in parts.into_iter().enumerate() {
         let value = match part {
             Part::Encoded(value) => match stored_array(value, store) {
@@ -249,6 +278,7 @@ fn region_request(
                         offset,
                         bytes: array.data.len() as u64,
                         region: v1::ArrayRegion::Store.into(),
+                        lent: 0,
                     });
                     pinned.push(array.data);
                     v1::ArgumentValue::default()
@@ -258,6 +288,7 @@ fn region_request(
             Part::Bulk {
                 element_type,
                 bytes,
+                lent,
             } => {
                 // An INOUT array whose output is kept in the store region arrives there
                 // directly: the routine then updates it where it is kept.
@@ -267,20 +298,40 @@ fn region_request(
                     offset: UNPLACED,
                     bytes: bytes as u64,
                     region: v1::ArrayRegion::Own.into(),
+                    lent: 0,
                 };
                 let kept = store_outputs
                     .iter()
                     .find(|o| o.parameter == own.parameter && o.bytes == own.bytes);
-                request.region_arrays.push(kept.cloned().unwrap_or(own));
+                match (lent, kept) {
+                    (Some(input), None) if lends => {
+                        lent_inputs.push((own.parameter, element_type, own.bytes, input));
+                    }
+                    (lent, kept) => {
+                        if let Some(input) = lent {
+                            lent_copies.insert(own.parameter, input);
+                        }
+                        request.region_arrays.push(kept.cloned().unwrap_or(own));
+                    }
+                }
                 v1::ArgumentValue::default()
             }
         };
         request.arguments.push(value);
     }
     request.store_outputs = store_outputs;
+    let (lent_files, lent_arrays) = lent::number_regions(&lent_inputs);
+    request.lent_regions = lent_files.len() as u32;
+    request.lent_arrays = lent_arrays;
     let len = request.encoded_len();
     let end = place_region_arrays(len, &mut request.region_arrays);
-    (request, end, pinned)
+    Laid {
+        request,
+        end,
+        pinned,
+        lent_files,
+        lent_copies,
+    }
 }
 
 /// A large array that lies in the store region, with its offset there; any other value back.
@@ -306,7 +357,11 @@ fn stored_array(
 /// reserved for the same parameter's output. Returns the message's length, the frame's.
 async fn write_request(
     region: &mut [u8],
-    (request, store_outputs): (&v1::ExecRequest, &mut invoke::StoreOutputs),
+    (request, store_outputs, copies): (
+        &v1::ExecRequest,
+        &mut invoke::StoreOutputs,
+        &HashMap<u32, LentInput>,
+    ),
     io: &mut impl BulkIo,
 ) -> std::io::Result<usize> {
     let len = request.encoded_len();
@@ -338,7 +393,15 @@ async fn write_request(
                     ))
                 })?
         };
-        io.read_input(place).await?;
+        match copies.get(&array.parameter) {
+            Some(input) => {
+                let source = input
+                    .bytes(place.len())
+                    .ok_or_else(|| std::io::Error::other("a lent input outside its region"))?;
+                place.copy_from_slice(source);
+            }
+            None => io.read_input(place).await?,
+        }
     }
     Ok(len)
 }
@@ -390,11 +453,15 @@ async fn call(
     // bulk ones are read from the socket straight into the region below.
     let fetch_start = Instant::now();
     let keep_inputs = invoke::inputs_to_keep(&request);
-    let (parts, fetched) =
-        match resolve_parts(state, function, request.arguments, &keep_inputs).await {
-            Ok(resolved) => resolved,
-            Err(status) => return refuse(io, bulk_bytes, status).await,
-        };
+    let lent = match lent::lent_inputs(function, &request, |name| io.lent_region(name)) {
+        Ok(lent) => lent,
+        Err(status) => return refuse(io, bulk_bytes, status).await,
+    };
+    let resolving = resolve_parts(state, function, request.arguments, (&keep_inputs, lent));
+    let (parts, fetched) = match resolving.await {
+        Ok(resolved) => resolved,
+        Err(status) => return refuse(io, bulk_bytes, status).await,
+    };
 
     let mut admitted = match pipeline::admit(state, &name, 1, None).await {
         Ok(admitted) => admitted,
@@ -412,16 +479,17 @@ async fn call(
     let mut store_outputs = invoke::StoreOutputs::reserve(state, &prepared);
     let window = state.store_region.as_ref().map(|r| r.window());
     admitted.lend(state, prepared.routine(), request.alone);
-    let (exec_request, region_len, pinned) = region_request(
+    let laid = region_request(
         (call_id, &name, admitted.lent()),
-        parts,
+        (parts, checkout.lends()),
         window.as_ref(),
         store_outputs.requested(),
     );
+    let (region_len, pinned) = (laid.end, laid.pinned);
     let written = match checkout.request_region(region_len) {
         Ok(region) => {
-            let write = write_request(region, (&exec_request, &mut store_outputs), io);
-            while_idle(&admitted.ticket, write).await
+            let into = (&laid.request, &mut store_outputs, &laid.lent_copies);
+            while_idle(&admitted.ticket, write_request(region, into, io)).await
         }
         Err(e) => Err(e),
     };
@@ -433,6 +501,7 @@ async fn call(
             return Err(Failure::Broken(e));
         }
     };
+    lend(&checkout, call_id, &laid.lent_files, &name)?;
     let queue_seconds = admitted.queue_seconds;
     let fetch_seconds = fetch_start.elapsed().as_secs_f64() - queue_seconds;
 
@@ -441,10 +510,9 @@ async fn call(
     let (reply, compute) = pipeline::measured(&admitted.ticket, exchange).await;
     let reply = reply.map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
     let (_ticket, threads) = admitted.release(state);
-    // The executable has read its stored inputs.
-    let read_in_place = pinned.iter().map(|p| p.len() as u64).sum();
-    state.metrics.store_region("read_in_place", read_in_place);
-    drop(pinned);
+    // The executable has read its stored and lent inputs.
+    count_read_in_place(state, &pinned, &laid.request);
+    drop((pinned, laid.lent_files));
     let mut success = match reply.result {
         Some(v1::exec_reply::Result::Success(success)) => success,
         other => {
@@ -475,6 +543,34 @@ async fn call(
         kept_inputs: invoke::keep_inputs_after(state, &request.owner, fetched),
     };
     send_reply(io, reply, payloads, (checkout, call_id)).await
+}
+
+/// Passes the files the request's lent arrays lie in to the executable of `function`. An
+/// executable that does not take them has died: dropped with its checkout, it is replaced.
+fn lend(
+    checkout: &crate::pool::Checkout<'_>,
+    call_id: u64,
+    files: &[Arc<SharedRegion>],
+    function: &str,
+) -> Result<(), Failure> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let fds: Vec<_> = files.iter().map(|region| region.fd()).collect();
+    checkout.lend(call_id, &fds).map(|_| ()).map_err(|e| {
+        Failure::Answer(Status::unavailable(format!(
+            "`{function}`: cannot pass the lent inputs to its executable: {e}"
+        )))
+    })
+}
+
+/// Counts the bytes the executable read where they lie: stored arrays (`pinned`) and the
+/// request's lent inputs.
+fn count_read_in_place(state: &ServerState, pinned: &[Bytes], request: &v1::ExecRequest) {
+    let stored = pinned.iter().map(|p| p.len() as u64).sum();
+    state.metrics.store_region("read_in_place", stored);
+    let lent = request.lent_arrays.iter().map(|a| a.bytes).sum();
+    state.metrics.lent_input(lent);
 }
 
 /// Sends a call's reply and its outputs' bytes, then gives the executable back (its
@@ -532,12 +628,17 @@ fn parallel_refused(name: &str, processors: u32) -> Option<Status> {
     })
 }
 
-/// Bytes the request's bulk arguments bring after its frame.
+/// Bytes the request's bulk arguments bring after its frame (or in the connection's
+/// region): those lent on lie elsewhere.
 fn bulk_bytes(request: &v1::CallRequest) -> u64 {
+    let lent: std::collections::HashSet<u32> =
+        request.lent_arrays.iter().map(|l| l.parameter).collect();
     request
         .arguments
         .iter()
-        .filter_map(|a| match &a.source {
+        .enumerate()
+        .filter(|(index, _)| !lent.contains(&(*index as u32)))
+        .filter_map(|(_, a)| match &a.source {
             Some(Source::Bulk(b)) => Some(b.bytes),
             _ => None,
         })
@@ -551,7 +652,7 @@ async fn resolve_parts(
     state: &ServerState,
     function: &ninf_idl::FunctionInterface,
     arguments: Vec<v1::CallArgument>,
-    keep_inputs: &std::collections::HashSet<u32>,
+    (keep_inputs, mut lent): (&std::collections::HashSet<u32>, HashMap<u32, LentInput>),
 ) -> Result<(Vec<Part>, Vec<invoke::FetchedInput>), Status> {
     let mut parts = Vec::with_capacity(arguments.len());
     let mut fetched = Vec::new();
@@ -561,6 +662,7 @@ async fn resolve_parts(
             Some(Source::Bulk(b)) => Part::Bulk {
                 element_type: b.element_type,
                 bytes: b.bytes as usize,
+                lent: lent.remove(&index),
             },
             source => {
                 let keep = keep_inputs.contains(&index);

@@ -103,14 +103,35 @@ pub async fn send(
     bytes: &[u8],
     region: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
+    let files: Vec<BorrowedFd<'_>> = region.into_iter().collect();
+    send_files(stream, bytes, &files).await
+}
+
+/// The most files one frame hands over ([`send_files`]).
+pub const MAX_FILES_PER_FRAME: usize = 20;
+
+/// Writes all of `bytes`, handing `files` over with the first of them (at most
+/// [`MAX_FILES_PER_FRAME`]).
+pub async fn send_files(
+    stream: &UnixStream,
+    bytes: &[u8],
+    files: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    if files.len() > MAX_FILES_PER_FRAME {
+        return Err(io::Error::other(format!(
+            "{} files in one frame, over {MAX_FILES_PER_FRAME}",
+            files.len()
+        )));
+    }
     let mut sent = 0;
-    let mut fds = region.map(|fd| [fd]);
+    let mut fds = (!files.is_empty()).then_some(files);
     while sent < bytes.len() {
         stream.writable().await?;
         let result = stream.try_io(Interest::WRITABLE, || {
-            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut space =
+                [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FILES_PER_FRAME))];
             let mut control = SendAncillaryBuffer::new(&mut space);
-            if let Some(fds) = &fds {
+            if let Some(fds) = fds {
                 control.push(SendAncillaryMessage::ScmRights(fds));
             }
             let iov = [io::IoSlice::new(&bytes[sent..])];
@@ -120,7 +141,7 @@ pub async fn send(
         match result {
             Ok(n) => {
                 sent += n;
-                // The descriptor went with the first bytes.
+                // The descriptors went with the first bytes.
                 fds = None;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -134,21 +155,28 @@ pub async fn send(
 /// (the last one wins; earlier ones are closed). An end of stream before the first byte is
 /// `UnexpectedEof`.
 pub async fn receive(stream: &UnixStream, buffer: &mut [u8]) -> io::Result<Option<OwnedFd>> {
+    Ok(receive_files(stream, buffer).await?.pop())
+}
+
+/// Fills `buffer` from the stream, collecting every file handed over with its bytes, in
+/// order. An end of stream before the first byte is `UnexpectedEof`.
+pub async fn receive_files(stream: &UnixStream, buffer: &mut [u8]) -> io::Result<Vec<OwnedFd>> {
     let mut filled = 0;
-    let mut region = None;
+    let mut files = Vec::new();
     while filled < buffer.len() {
         stream.readable().await?;
         let result = stream.try_io(Interest::READABLE, || {
-            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut space =
+                [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FILES_PER_FRAME))];
             let mut control = RecvAncillaryBuffer::new(&mut space);
             let mut iov = [io::IoSliceMut::new(&mut buffer[filled..])];
             let received =
                 rustix::net::recvmsg(stream, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)
                     .map_err(io::Error::from)?;
-            let mut handed = None;
+            let mut handed = Vec::new();
             for message in control.drain() {
                 if let RecvAncillaryMessage::ScmRights(fds) = message {
-                    handed = fds.last().or(handed);
+                    handed.extend(fds);
                 }
             }
             Ok((received.bytes, handed))
@@ -157,15 +185,13 @@ pub async fn receive(stream: &UnixStream, buffer: &mut [u8]) -> io::Result<Optio
             Ok((0, _)) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok((n, handed)) => {
                 filled += n;
-                if handed.is_some() {
-                    region = handed;
-                }
+                files.extend(handed);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(region)
+    Ok(files)
 }
 
 /// A memory file shared between a client and a server, mapped read-write, that cannot shrink.
