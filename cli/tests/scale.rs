@@ -1,5 +1,5 @@
 //! `ninf scale` against a few emulated servers: every one registers, heartbeats and reports
-//! its network samples, graphs go through the proxy (probing the servers' paths) and are
+//! its network samples, graphs go through two proxies (probing the servers' paths) and are
 //! placed, and the report names what docs/performance.md
 //! ("A metaserver for many servers") reads from it.
 
@@ -18,6 +18,8 @@ fn emulated_servers_register_beat_and_take_the_clients_graphs() {
         .args(["scale", "--servers", "60", "--servers-per-process", "25"])
         .args([
             "--clients",
+            "3",
+            "--proxies",
             "2",
             "--seconds",
             "3",
@@ -34,6 +36,21 @@ fn emulated_servers_register_beat_and_take_the_clients_graphs() {
     assert_eq!(report["emulator_processes"], 3, "{report}");
     assert_eq!(report["graphs_failed"], 0, "{report}");
     assert!(report["graphs"].as_u64().unwrap() > 0, "{report}");
+    // Clients 0 and 2 go through the first proxy, client 1 through the second: both
+    // placed graphs, and every graph is counted once.
+    let per_proxy: Vec<u64> = report["graphs_per_proxy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_u64().unwrap())
+        .collect();
+    assert_eq!(per_proxy.len(), 2, "{report}");
+    assert!(per_proxy.iter().all(|&g| g > 0), "{report}");
+    assert_eq!(
+        per_proxy.iter().sum::<u64>(),
+        report["graphs"].as_u64().unwrap()
+    );
+    assert_eq!(report["proxies"], 2, "{report}");
     // Every emulated server beat at least once while the clients ran.
     assert!(
         report["heartbeats_sent"].as_u64().unwrap() >= 60,

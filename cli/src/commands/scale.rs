@@ -10,9 +10,12 @@ pub struct ScaleArgs {
     /// Emulated compute servers.
     #[arg(long, default_value_t = 1000)]
     pub servers: usize,
-    /// Clients sending graphs through the proxy at once.
+    /// Clients sending graphs through the proxies at once (client i through proxy i mod P).
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
+    /// Proxies, each a process of its own asking the metaserver for its clients' graphs.
+    #[arg(long, default_value_t = 1)]
+    pub proxies: usize,
     /// How long the clients send graphs, once every server has registered.
     #[arg(long, default_value_t = 30.0)]
     pub seconds: f64,
@@ -55,6 +58,7 @@ pub fn run(args: ScaleArgs) -> anyhow::Result<()> {
         bin_dir: super::bin_dir()?,
         servers: args.servers,
         clients: args.clients,
+        proxies: args.proxies,
         seconds: args.seconds,
         database_url: args.database_url,
         postgres: args.postgres,

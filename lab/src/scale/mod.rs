@@ -1,9 +1,9 @@
 //! `ninf scale`: one real metaserver (SQLite, or PostgreSQL by URL or in a private cluster)
-//! and one real proxy, then
+//! and one or more real proxies, then
 //! N emulated compute servers in a few processes ([`emulator`]): each registers with the
 //! self-test module's routines, heartbeats with load samples, reports network samples and
 //! answers calls with no compute. M clients send graphs of independent `noop` calls through
-//! the proxy for S seconds. What it measures is the metaserver: how fast servers register,
+//! the proxies (client i through proxy i mod P) for S seconds. What it measures is the metaserver: how fast servers register,
 //! whether every heartbeat is recorded within its interval, how long a graph waits for its
 //! placement, its memory and its database's size (docs/performance.md, "A metaserver for
 //! many servers").
@@ -29,6 +29,8 @@ pub struct ScaleOptions {
     pub bin_dir: PathBuf,
     pub servers: usize,
     pub clients: usize,
+    /// Proxies the clients send their graphs through, each asking the metaserver on its own.
+    pub proxies: usize,
     pub seconds: f64,
     pub database_url: Option<String>,
     /// Without a URL, start a private PostgreSQL cluster for the run and use it.
@@ -50,6 +52,7 @@ pub struct ScaleOptions {
 pub struct ScaleReport {
     pub servers: usize,
     pub clients: usize,
+    pub proxies: usize,
     pub seconds: f64,
     pub database: String,
     pub emulator_processes: usize,
@@ -66,6 +69,8 @@ pub struct ScaleReport {
     pub heartbeats_missed: u64,
     pub network_reports: u64,
     pub graphs: usize,
+    /// Graphs placed through each proxy, in order.
+    pub graphs_per_proxy: Vec<usize>,
     pub graphs_failed: usize,
     pub graphs_per_s: f64,
     /// Seconds each graph waited for the metaserver's placement, as the proxy measured.
@@ -97,6 +102,7 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
     let mut report = ScaleReport {
         servers: options.servers,
         clients: options.clients,
+        proxies: options.proxies.max(1),
         seconds: options.seconds,
         database: options
             .database_url
@@ -107,18 +113,7 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
         ..ScaleReport::default()
     };
     let (metaserver_address, metaserver) = start_metaserver(options, work)?;
-    let proxy_address = free_address()?;
-    write(
-        &work.join("proxy.toml"),
-        &format!(
-            "listen = \"{proxy_address}\"\nmetaserver = \"{metaserver_address}\"\n\
-             journal = \"off\"\n{}",
-            proxy_probes(options.probe_seconds)
-        ),
-    )?;
-    let mut command = Command::new(binary(&options.bin_dir, "ninf-proxy")?);
-    command.arg("--config").arg(work.join("proxy.toml"));
-    let _proxy = start(command, "proxy")?;
+    let (proxy_addresses, _proxies) = start_proxies(options, work, &metaserver_address)?;
 
     let spawned = Instant::now();
     let emulators = start_emulators(options, work, &metaserver_address)?;
@@ -132,7 +127,7 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
     report.registrations_per_s =
         report.servers_registered as f64 / spawned.elapsed().as_secs_f64().max(1e-9);
 
-    let placements = run_clients(options, &proxy_address, &mut report)?;
+    let placements = run_clients(options, &proxy_addresses, &mut report)?;
     report.schedule_p50_ms = percentile(&placements, 0.50) * 1000.0;
     report.schedule_p99_ms = percentile(&placements, 0.99) * 1000.0;
     report.metaserver_rss_mib = resident_bytes(metaserver.0.id())? as f64 / (1 << 20) as f64;
@@ -145,6 +140,33 @@ fn run_in(options: &ScaleOptions, work: &Path) -> anyhow::Result<ScaleReport> {
         report.heartbeats_per_s += seen.heartbeats_sent as f64 / seen.beating_seconds.max(1e-9);
     }
     Ok(report)
+}
+
+/// Starts `options.proxies` proxies (at least one) of the metaserver at `metaserver`; their
+/// addresses, and the processes, which end when dropped.
+fn start_proxies(
+    options: &ScaleOptions,
+    work: &Path,
+    metaserver: &str,
+) -> anyhow::Result<(Vec<String>, Vec<Started>)> {
+    let (mut addresses, mut started) = (Vec::new(), Vec::new());
+    for index in 0..options.proxies.max(1) {
+        let address = free_address()?;
+        let config = work.join(format!("proxy-{index}.toml"));
+        write(
+            &config,
+            &format!(
+                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\n\
+                 journal = \"off\"\n{}",
+                proxy_probes(options.probe_seconds)
+            ),
+        )?;
+        let mut command = Command::new(binary(&options.bin_dir, "ninf-proxy")?);
+        command.arg("--config").arg(&config);
+        started.push(start(command, &format!("proxy {index}"))?);
+        addresses.push(address);
+    }
+    Ok((addresses, started))
 }
 
 /// The proxy's probe settings: by default none (measuring 10,000 servers' paths one after
@@ -262,22 +284,29 @@ async fn wait_until_up(metaserver: &str, count: usize, wait: Duration) -> anyhow
 /// `options.seconds`; each graph's placement time, sorted.
 fn run_clients(
     options: &ScaleOptions,
-    proxy: &str,
+    proxies: &[String],
     report: &mut ScaleReport,
 ) -> anyhow::Result<Vec<f64>> {
     let placements: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let per_proxy: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(vec![0; proxies.len()]));
     let failures: Arc<Mutex<Vec<String>>> = Arc::default();
     let until = Instant::now() + Duration::from_secs_f64(options.seconds.max(0.1));
     let started = Instant::now();
     let threads: Vec<_> = (0..options.clients.max(1))
-        .map(|_| {
+        .map(|client| {
             let (placements, failures) = (placements.clone(), failures.clone());
-            let (proxy, tasks) = (proxy.to_string(), options.tasks.max(1));
+            let per_proxy = per_proxy.clone();
+            let through = client % proxies.len().max(1);
+            let proxy = proxies.get(through).cloned().unwrap_or_default();
+            let tasks = options.tasks.max(1);
             std::thread::spawn(move || -> anyhow::Result<()> {
                 let grid = GridClient::connect(&proxy)?;
                 while Instant::now() < until {
                     match noops(&grid, tasks) {
-                        Ok(seconds) => ninf_proto::sync::lock(&placements).push(seconds),
+                        Ok(seconds) => {
+                            ninf_proto::sync::lock(&placements).push(seconds);
+                            ninf_proto::sync::lock(&per_proxy)[through] += 1;
+                        }
                         Err(e) => ninf_proto::sync::lock(&failures).push(e.to_string()),
                     }
                 }
@@ -297,6 +326,7 @@ fn run_clients(
     let failures = std::mem::take(&mut *ninf_proto::sync::lock(&failures));
     placements.sort_by(f64::total_cmp);
     report.graphs = placements.len();
+    report.graphs_per_proxy = std::mem::take(&mut *ninf_proto::sync::lock(&per_proxy));
     report.graphs_failed = failures.len();
     report.graphs_per_s = placements.len() as f64 / seconds.max(1e-9);
     report.errors = failures.into_iter().take(5).collect();
@@ -363,7 +393,7 @@ async fn database_bytes(options: &ScaleOptions, work: &Path) -> anyhow::Result<u
 /// The report as text.
 pub fn render(r: &ScaleReport) -> String {
     format!(
-        "{} emulated servers in {} processes, {} clients for {} s, {} database\n\
+        "{} emulated servers in {} processes, {} clients through {} proxies for {} s, {} database\n\
          registered: {} ({:.0} /s)\n\
          heartbeats: {} sent ({:.0} /s), {} missed; network reports: {}\n\
          graphs of {} calls: {} ({:.1} /s), {} failed; placement p50 {:.2} ms, p99 {:.2} ms\n\
@@ -371,6 +401,7 @@ pub fn render(r: &ScaleReport) -> String {
         r.servers,
         r.emulator_processes,
         r.clients,
+        r.proxies,
         r.seconds,
         r.database,
         r.servers_registered,
