@@ -37,6 +37,9 @@ pub struct Prepared<'a> {
     pub keep: HashSet<u32>,
     /// (parameter, bytes) of each kept output, as the IDL sizes it for this call.
     pub kept_sizes: Vec<(u32, u64)>,
+    /// (parameter, bytes) of every OUT and INOUT array, in parameter order, as the IDL
+    /// sizes it for this call.
+    pub output_sizes: Vec<(u32, u64)>,
     pub timeout: Duration,
     /// Processors (ranks) the job needs: 1, or the IDL's `Parallel` for this call.
     pub processors: u32,
@@ -130,6 +133,13 @@ pub fn prepare<'a>(
             Some((index, function.byte_size(parameter, &bindings).ok()?))
         })
         .collect();
+    let output_sizes = function
+        .parameters
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.is_array() && p.mode.is_output())
+        .filter_map(|(index, p)| Some((index as u32, function.byte_size(p, &bindings).ok()?)))
+        .collect();
     let timeout = if request.timeout_seconds > 0.0 && request.timeout_seconds.is_finite() {
         Duration::from_secs_f64(request.timeout_seconds).min(state.call_timeout)
     } else {
@@ -140,6 +150,7 @@ pub fn prepare<'a>(
         pool: routine.pool(),
         keep,
         kept_sizes,
+        output_sizes,
         timeout,
         processors: processors as u32,
         flops: cost.flops,

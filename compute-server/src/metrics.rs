@@ -75,6 +75,7 @@ pub struct ServerMetrics {
     storage_bytes: Gauge,
     store_region: Family<StoreRegionLabels, Counter>,
     lent_input: Counter,
+    lent_output: Counter,
     call_batches: Counter,
     calls_rejoined: Counter,
     lent_threads: Counter,
@@ -95,6 +96,7 @@ impl ServerMetrics {
             storage_bytes: Gauge::default(),
             store_region: Family::default(),
             lent_input: Counter::default(),
+            lent_output: Counter::default(),
             call_batches: Counter::default(),
             calls_rejoined: Counter::default(),
             lent_threads: Counter::default(),
@@ -143,6 +145,11 @@ impl ServerMetrics {
             metrics.lent_input.clone(),
         );
         r.register(
+            "ninf_lent_output_bytes",
+            "Bytes of outputs the routines wrote straight into the region a same-host client reads them from (docs/bulk-protocol.md, \"Regions lent on\")",
+            metrics.lent_output.clone(),
+        );
+        r.register(
             "ninf_call_batches",
             "CallBatch requests of one call or more received (their calls count in ninf_calls once served)",
             metrics.call_batches.clone(),
@@ -174,6 +181,16 @@ impl ServerMetrics {
     /// `bytes` of inputs the routine read in a region lent on.
     pub fn lent_input(&self, bytes: u64) {
         self.lent_input.inc_by(bytes);
+    }
+
+    /// `bytes` of outputs the routine wrote into a region lent on.
+    pub fn lent_output(&self, bytes: u64) {
+        self.lent_output.inc_by(bytes);
+    }
+
+    /// Bytes of outputs routines wrote into regions lent on, so far.
+    pub fn lent_output_bytes(&self) -> u64 {
+        self.lent_output.get()
     }
 
     /// Bytes of inputs routines read in regions lent on, so far.

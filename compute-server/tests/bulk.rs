@@ -464,6 +464,8 @@ async fn inputs_in_a_region_a_proxy_lends_on_are_read_where_they_lie_and_bad_nam
     send_lending(&stream, &request, &[own.fd(), client.fd()]).await;
     assert_eq!(echoed(receive_local(&stream).await, &own, n), x);
     assert_eq!(server.state.metrics.lent_input_bytes(), 8 * n as u64);
+    // The routine wrote its output where the connection's region carries it back.
+    assert_eq!(server.state.metrics.lent_output_bytes(), 8 * n as u64);
     assert_eq!(
         bulk_bytes_in(&server).1,
         request.encoded_len() as u64,

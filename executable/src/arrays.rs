@@ -34,6 +34,8 @@ pub struct RegionPlace {
     pub offset: usize,
     /// In the host's store region rather than the reply region.
     pub in_store: bool,
+    /// In this one of the request's lent files rather than the reply region.
+    pub lent: Option<u32>,
     /// Already holds the INOUT array's input: the host wrote it there.
     pub holds_input: bool,
     /// The place's first byte. It stays valid while the reply region is neither grown nor

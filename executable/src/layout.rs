@@ -12,9 +12,18 @@ use ninf_proto::v1::{self, argument_value::Value};
 use prost::Message;
 
 use crate::arrays::RegionPlace;
+use crate::lent::LentFile;
 use crate::shared::{
-    REGION_ARRAY_THRESHOLD, RegionWriter, StoreMapper, UNPLACED, in_store, place_region_arrays,
+    REGION_ARRAY_THRESHOLD, RegionWriter, StoreMapper, UNPLACED, in_own, place_region_arrays,
 };
+
+/// The outputs a host asks for in the files it lent for the request
+/// (`ExecRequest.lent_outputs`), and those files.
+#[derive(Clone, Copy, Default)]
+pub struct LentOutputs<'a> {
+    pub files: &'a [std::sync::Arc<LentFile>],
+    pub wanted: &'a [v1::RegionArray],
+}
 
 /// The reply region's plan for one call, and the store region's places it uses.
 #[derive(Debug, Default)]
@@ -53,6 +62,7 @@ impl OutputLayout {
             &[v1::RegionArray],
             &[v1::RegionArray],
         ),
+        lent: LentOutputs<'_>,
     ) -> std::io::Result<OutputLayout> {
         let sizes = output_sizes(function, arguments, bindings, max_array_bytes);
         if sizes
@@ -68,6 +78,9 @@ impl OutputLayout {
                 places[index] = Some(place);
             }
         }
+        for (index, place) in lent_places(function, &sizes, lent) {
+            places[index].get_or_insert(place);
+        }
         let mut skeleton = skeleton_reply(function, &sizes, call_id, &places);
         let message_room = skeleton.encoded_len();
         let Some(v1::exec_reply::Result::Success(success)) = skeleton.result.as_mut() else {
@@ -75,7 +88,7 @@ impl OutputLayout {
         };
         let end = place_region_arrays(message_room, &mut success.region_outputs);
         let start = region.reserve(end)?.as_mut_ptr();
-        for array in success.region_outputs.iter().filter(|a| !in_store(a)) {
+        for array in success.region_outputs.iter().filter(|a| in_own(a)) {
             let index = array.parameter as usize;
             let offset = array.offset as usize;
             // The region holds `end` bytes, and every place ends at or before `end`.
@@ -86,6 +99,7 @@ impl OutputLayout {
                 element_type: function.parameters[index].element_type,
                 offset,
                 in_store: false,
+                lent: None,
                 holds_input: false,
                 start: place_start,
                 bytes: array.bytes as usize,
@@ -128,6 +142,49 @@ fn store_places(
             element_type: function.parameters[index].element_type,
             offset,
             in_store: true,
+            lent: None,
+            holds_input: false,
+            start,
+            bytes,
+        };
+        placed.push((index, place));
+    }
+    placed
+}
+
+/// The outputs the host wants in a lent file that the call gives the size it asked for:
+/// (parameter index, place). Any other stays in the reply region.
+fn lent_places(
+    function: &FunctionInterface,
+    sizes: &[(usize, usize)],
+    lent: LentOutputs<'_>,
+) -> Vec<(usize, RegionPlace)> {
+    let mut placed = Vec::new();
+    for &(index, bytes) in sizes {
+        let Some(want) = lent
+            .wanted
+            .iter()
+            .find(|w| w.parameter as usize == index && w.bytes == bytes as u64)
+        else {
+            continue;
+        };
+        let Some(file) = lent.files.get(want.lent as usize) else {
+            continue;
+        };
+        let (Ok(offset), Ok(start)) = (
+            usize::try_from(want.offset),
+            file.output(want.offset, want.bytes),
+        ) else {
+            continue;
+        };
+        if bytes < REGION_ARRAY_THRESHOLD || offset % crate::shared::REGION_ALIGN != 0 {
+            continue;
+        }
+        let place = RegionPlace {
+            element_type: function.parameters[index].element_type,
+            offset,
+            in_store: false,
+            lent: Some(want.lent),
             holds_input: false,
             start,
             bytes,
@@ -184,13 +241,17 @@ fn skeleton_reply(
     for &(index, bytes) in sizes {
         let element_type = element_type_to_proto(function.parameters[index].element_type).into();
         if let Some(Some(place)) = stored.get(index) {
+            let region = match place.lent {
+                Some(_) => v1::ArrayRegion::Lent,
+                None => v1::ArrayRegion::Store,
+            };
             success.region_outputs.push(v1::RegionArray {
                 parameter: index as u32,
                 element_type,
                 offset: place.offset as u64,
                 bytes: bytes as u64,
-                region: v1::ArrayRegion::Store.into(),
-                ..Default::default()
+                region: region.into(),
+                lent: place.lent.unwrap_or(0),
             });
         } else if bytes >= REGION_ARRAY_THRESHOLD {
             success.region_outputs.push(v1::RegionArray {
@@ -292,7 +353,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
             dispatch,
             request,
             &Limits::default(),
-            (Some(&mut writer), None),
+            (Some(&mut writer), None, &[]),
         );
 
         let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
@@ -375,7 +436,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
             dispatch,
             request,
             &Limits::default(),
-            (Some(&mut writer), Some(&mut store)),
+            (Some(&mut writer), Some(&mut store), &[]),
         );
         let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
             panic!("expected a success, got {reply:?}");
@@ -447,7 +508,7 @@ Define f(IN long n, IN double x[n], OUT double y[n], INOUT double z[n], OUT doub
             dispatch,
             request,
             &Limits::default(),
-            (Some(&mut writer), Some(&mut store)),
+            (Some(&mut writer), Some(&mut store), &[]),
         );
         let Some(v1::exec_reply::Result::Success(success)) = &reply.result else {
             panic!("expected a success, got {reply:?}");

@@ -91,10 +91,64 @@ fn receive_one(socket: BorrowedFd<'_>) -> io::Result<Option<(u64, Option<OwnedFd
     Ok(Some((u64::from_le_bytes(id), file)))
 }
 
-/// A kept read-only mapping of a lent file, known by its inode.
+/// A lent file as the executable keeps it: mapped read-only for inputs, and read-write for
+/// the outputs the host asks for there, each mapping made at its first use.
+#[derive(Debug)]
+pub struct LentFile {
+    file: std::fs::File,
+    len: usize,
+    read: std::sync::Mutex<Option<Arc<Mmap>>>,
+    write: std::sync::Mutex<Option<Arc<memmap2::MmapRaw>>>,
+}
+
+impl LentFile {
+    /// The read-only mapping.
+    pub fn read(&self) -> Result<Arc<Mmap>, String> {
+        let mut read = ninf_proto::sync::lock(&self.read);
+        if let Some(map) = read.as_ref() {
+            return Ok(map.clone());
+        }
+        // SAFETY: the host lends only memory files sealed against shrinking (checked when
+        // their client handed them over), so every mapped byte stays backed. The client
+        // leaves the bytes alone while the call that names them runs (its lease).
+        let map = unsafe { Mmap::map(&self.file) };
+        let map = Arc::new(map.map_err(|e| format!("cannot map a lent file: {e}"))?);
+        *read = Some(map.clone());
+        Ok(map)
+    }
+
+    /// The first byte of `bytes` bytes at `offset`, writable, for an output.
+    pub fn output(&self, offset: u64, bytes: u64) -> Result<std::ptr::NonNull<u8>, String> {
+        let end = offset
+            .checked_add(bytes)
+            .filter(|&end| end <= self.len as u64);
+        if end.is_none() || bytes == 0 {
+            return Err(format!(
+                "bytes {offset}..{} lie outside the lent file of {} bytes",
+                offset.saturating_add(bytes),
+                self.len
+            ));
+        }
+        let mut write = ninf_proto::sync::lock(&self.write);
+        let map = match write.as_ref() {
+            Some(map) => map.clone(),
+            None => {
+                let map = memmap2::MmapRaw::map_raw(&self.file)
+                    .map_err(|e| format!("cannot map a lent file for writing: {e}"))?;
+                let map = Arc::new(map);
+                *write = Some(map.clone());
+                map
+            }
+        };
+        std::ptr::NonNull::new(map.as_mut_ptr().wrapping_add(offset as usize))
+            .ok_or_else(|| "a null mapping".to_string())
+    }
+}
+
+/// A kept lent file, known by its inode.
 struct Kept {
     inode: (u64, u64),
-    map: Arc<Mmap>,
+    file: Arc<LentFile>,
 }
 
 /// The executable's end: receives a request's lent files and maps them, keeping mappings.
@@ -112,8 +166,8 @@ impl LentFiles {
         }
     }
 
-    /// The `count` files the host sent for call `call_id`, mapped, in order.
-    pub fn receive(&mut self, call_id: u64, count: u32) -> Result<Vec<Arc<Mmap>>, String> {
+    /// The `count` files the host sent for call `call_id`, in order.
+    pub fn receive(&mut self, call_id: u64, count: u32) -> Result<Vec<Arc<LentFile>>, String> {
         let mut maps = Vec::with_capacity(count as usize);
         while maps.len() < count as usize {
             let datagram = receive_one(self.socket.as_fd())
@@ -134,36 +188,35 @@ impl LentFiles {
         Ok(maps)
     }
 
-    /// The mapping of `file`: a kept one of the same file and size, or a new one kept.
-    fn map(&mut self, file: OwnedFd) -> Result<Arc<Mmap>, String> {
+    /// The kept file of the same inode and size as `file`, or `file`, kept.
+    fn map(&mut self, file: OwnedFd) -> Result<Arc<LentFile>, String> {
         let stat = rustix::fs::fstat(&file).map_err(|e| format!("a lent file: {e}"))?;
         let inode = (stat.st_dev, stat.st_ino);
         let len = usize::try_from(stat.st_size).map_err(|_| "a lent file's size".to_string())?;
         if let Some(at) = self
             .kept
             .iter()
-            .position(|k| k.inode == inode && k.map.len() == len)
+            .position(|k| k.inode == inode && k.file.len == len)
         {
             let kept = self.kept.remove(at).ok_or("kept mapping")?;
-            let map = kept.map.clone();
+            let file = kept.file.clone();
             self.kept.push_back(kept);
-            return Ok(map);
+            return Ok(file);
         }
-        let file = std::fs::File::from(file);
-        // SAFETY: the host lends only memory files sealed against shrinking (checked when
-        // their client handed them over), so every mapped byte stays backed. The client
-        // leaves the bytes alone while the call that names them runs (its lease).
-        let map = Arc::new(
-            unsafe { Mmap::map(&file) }.map_err(|e| format!("cannot map a lent file: {e}"))?,
-        );
+        let file = Arc::new(LentFile {
+            file: std::fs::File::from(file),
+            len,
+            read: std::sync::Mutex::new(None),
+            write: std::sync::Mutex::new(None),
+        });
         self.kept.push_back(Kept {
             inode,
-            map: map.clone(),
+            file: file.clone(),
         });
         if self.kept.len() > KEPT_MAPPINGS {
             self.kept.pop_front();
         }
-        Ok(map)
+        Ok(file)
     }
 }
 
@@ -172,24 +225,24 @@ impl LentFiles {
 pub fn restore_lent_arrays(
     lent: Option<&mut LentFiles>,
     request: &mut ninf_proto::v1::ExecRequest,
-) -> Result<(), String> {
+) -> Result<Vec<Arc<LentFile>>, String> {
     if request.lent_arrays.is_empty() && request.lent_regions == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let Some(lent) = lent else {
         return Err("the request names lent files, but this executable has no lent socket".into());
     };
-    let maps = lent.receive(request.call_id, request.lent_regions)?;
+    let files = lent.receive(request.call_id, request.lent_regions)?;
     for array in std::mem::take(&mut request.lent_arrays) {
         let parameter = array.parameter;
-        let map = maps.get(array.lent as usize).ok_or_else(|| {
+        let file = files.get(array.lent as usize).ok_or_else(|| {
             format!(
                 "array of parameter {parameter} lies in lent file {} of {}",
                 array.lent,
-                maps.len()
+                files.len()
             )
         })?;
-        let data = span(map, array.offset, array.bytes)
+        let data = span(&file.read()?, array.offset, array.bytes)
             .map_err(|e| format!("array of parameter {parameter}: {e}"))?;
         let argument = request
             .arguments
@@ -207,7 +260,7 @@ pub fn restore_lent_arrays(
             },
         ));
     }
-    Ok(())
+    Ok(files)
 }
 
 /// A lent array's bytes where they lie, keeping the mapping alive.
@@ -261,7 +314,8 @@ mod tests {
         // A call refused before it took its file leaves it on the socket.
         send(host.as_fd(), 6, &[a.as_fd()]).unwrap();
         send(host.as_fd(), 7, &[b.as_fd(), a.as_fd()]).unwrap();
-        let maps = lent.receive(7, 2).unwrap();
+        let files = lent.receive(7, 2).unwrap();
+        let maps: Vec<_> = files.iter().map(|f| f.read().unwrap()).collect();
         assert_eq!(&maps[0][..], b"second");
         assert_eq!(&maps[1][..], b"first file");
         assert_eq!(&span(&maps[1], 6, 4).unwrap()[..], b"file");
@@ -272,7 +326,16 @@ mod tests {
         // The same file again is the kept mapping, not a new one.
         send(host.as_fd(), 8, &[a.as_fd()]).unwrap();
         let again = lent.receive(8, 1).unwrap();
-        assert!(Arc::ptr_eq(&again[0], &maps[1]));
+        assert!(Arc::ptr_eq(&again[0].read().unwrap(), &maps[1]));
+        // An output written through the file lands in the file's bytes.
+        let place = again[0].output(0, 5).unwrap();
+        // SAFETY: five bytes of a writable mapping of a ten-byte file.
+        unsafe { std::ptr::copy_nonoverlapping(b"FIRST".as_ptr(), place.as_ptr(), 5) };
+        assert_eq!(&maps[1][..], b"FIRST file");
+        assert_eq!(
+            again[0].output(8, 4).unwrap_err(),
+            "bytes 8..12 lie outside the lent file of 10 bytes"
+        );
     }
 
     #[test]

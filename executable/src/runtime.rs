@@ -522,13 +522,15 @@ fn encode_outputs(
                         .into(),
                     offset: place.offset as u64,
                     bytes: place.bytes as u64,
-                    region: if place.in_store {
+                    region: if place.lent.is_some() {
+                        v1::ArrayRegion::Lent
+                    } else if place.in_store {
                         v1::ArrayRegion::Store
                     } else {
                         v1::ArrayRegion::Own
                     }
                     .into(),
-                    ..Default::default()
+                    lent: place.lent.unwrap_or(0),
                 })
             }
             Some(Slot::Array(array)) => success.outputs.push(v1::ExecOutput {
@@ -570,14 +572,19 @@ fn wire_array(array: ArrayStorage) -> v1::Array {
 }
 
 /// Runs one request to completion; never panics. With `replies`, large outputs are written
-/// straight into that region, or into the host's store region (`store`) where the request
-/// asks for them there (see [`crate::layout`]).
+/// straight into that region, into the host's store region (`store`), or into a file the
+/// host lent for the request (`lent`), where the request asks for them there (see
+/// [`crate::layout`]).
 pub fn handle(
     module: &ModuleInterface,
     dispatch: Dispatch,
     request: v1::ExecRequest,
     limits: &Limits,
-    (replies, store): (Option<&mut RegionWriter>, Option<&mut StoreMapper>),
+    (replies, store, lent): (
+        Option<&mut RegionWriter>,
+        Option<&mut StoreMapper>,
+        &[std::sync::Arc<crate::lent::LentFile>],
+    ),
 ) -> v1::ExecReply {
     let max_array_bytes = limits.max_array_bytes;
     let call_id = request.call_id;
@@ -613,6 +620,10 @@ pub fn handle(
                 (call_id, max_array_bytes),
                 region,
                 (store.as_deref_mut(), &request.store_outputs, in_place),
+                crate::layout::LentOutputs {
+                    files: lent,
+                    wanted: &request.lent_outputs,
+                },
             )?,
             None => OutputLayout::default(),
         };
@@ -689,8 +700,9 @@ fn plan_outputs(
         &[v1::RegionArray],
         &[v1::RegionArray],
     ),
+    lent: crate::layout::LentOutputs<'_>,
 ) -> Result<OutputLayout, RoutineError> {
-    OutputLayout::plan(function, call, limits, region, store).map_err(|e| {
+    OutputLayout::plan(function, call, limits, region, store, lent).map_err(|e| {
         RoutineError::new(
             ExecErrorKind::RoutineFailed,
             format!("cannot make room for the outputs in the shared reply region: {e}"),
@@ -824,19 +836,19 @@ pub fn serve(
         let request = decoded.and_then(|body| {
             let mut request =
                 v1::ExecRequest::decode(body).map_err(|e| format!("malformed request: {e}"))?;
-            restore_arrays(regions.as_deref_mut(), &mut request)?;
-            Ok(request)
+            let lent = restore_arrays(regions.as_deref_mut(), &mut request)?;
+            Ok((request, lent))
         });
         let reply = match request {
-            Ok(request) => match regions.as_deref_mut() {
+            Ok((request, lent)) => match regions.as_deref_mut() {
                 Some(r) => handle(
                     module,
                     dispatch,
                     request,
                     &limits,
-                    (Some(&mut r.replies), r.store.as_mut()),
+                    (Some(&mut r.replies), r.store.as_mut(), &lent),
                 ),
-                None => handle(module, dispatch, request, &limits, (None, None)),
+                None => handle(module, dispatch, request, &limits, (None, None, &[])),
             },
             Err(message) => error_reply(ExecErrorKind::MalformedRequest, message),
         };
@@ -852,22 +864,25 @@ pub fn serve(
     }
 }
 
-/// Puts a request's region arrays back among its arguments, read where they lie.
+/// Puts a request's region arrays back among its arguments, read where they lie; the files
+/// the host lent for it.
 fn restore_arrays(
     regions: Option<&mut ExecutableRegions>,
     request: &mut v1::ExecRequest,
-) -> Result<(), String> {
+) -> Result<Vec<std::sync::Arc<crate::lent::LentFile>>, String> {
     let mut regions = regions;
-    crate::lent::restore_lent_arrays(regions.as_mut().and_then(|r| r.lent.as_mut()), request)
-        .map_err(|e| format!("malformed request: {e}"))?;
+    let lent =
+        crate::lent::restore_lent_arrays(regions.as_mut().and_then(|r| r.lent.as_mut()), request)
+            .map_err(|e| format!("malformed request: {e}"))?;
     if request.region_arrays.is_empty() {
-        return Ok(());
+        return Ok(lent);
     }
     let Some(regions) = regions else {
         return Err("the request has region arrays, but no shared region was set up".into());
     };
     crate::shared::restore_request_arrays(&mut regions.requests, regions.store.as_mut(), request)
-        .map_err(|e| format!("malformed request: {e}"))
+        .map_err(|e| format!("malformed request: {e}"))?;
+    Ok(lent)
 }
 
 /// The `main` of a generated executable: compile the embedded IDL, then serve standard input.

@@ -233,6 +233,12 @@ pub fn in_store(array: &v1::RegionArray) -> bool {
     array.region == v1::ArrayRegion::Store as i32
 }
 
+/// Whether a region array lies in the sender's own region (not the store region, nor a
+/// lent file).
+pub fn in_own(array: &v1::RegionArray) -> bool {
+    array.region == v1::ArrayRegion::Own as i32
+}
+
 /// Takes the data of every array argument of at least [`REGION_ARRAY_THRESHOLD`] bytes out
 /// of `request`, describing each in `region_arrays`: those in `store` at their offset there
 /// (returned second, to be kept alive), the others with offsets still to be placed in the
@@ -280,7 +286,7 @@ fn move_out_large_arrays(
 /// the store region keep the offsets they have there.
 pub fn place_region_arrays(message_len: usize, arrays: &mut [v1::RegionArray]) -> usize {
     let mut end = message_len;
-    for array in arrays.iter_mut().filter(|a| !in_store(a)) {
+    for array in arrays.iter_mut().filter(|a| in_own(a)) {
         let offset = region_align(end);
         array.offset = offset as u64;
         end = offset + array.bytes as usize;
@@ -616,10 +622,11 @@ pub fn restore_reply_outputs(
     if success.region_outputs.is_empty() {
         return Ok(());
     }
-    // Outputs in the store region stay described: only the host knows what it reserved.
-    let (stored, arrays): (Vec<_>, Vec<_>) = std::mem::take(&mut success.region_outputs)
+    // Outputs in the store region or a lent file stay described: only the host knows what
+    // it reserved or lent.
+    let (arrays, stored): (Vec<_>, Vec<_>) = std::mem::take(&mut success.region_outputs)
         .into_iter()
-        .partition(in_store);
+        .partition(in_own);
     success.region_outputs = stored;
     let outputs = &mut success.outputs;
     restore_region_arrays(region, arrays, in_place, |parameter, array| {

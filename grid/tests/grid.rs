@@ -1213,18 +1213,22 @@ fn inputs_a_client_shares_with_the_proxy_are_read_by_the_routine_where_the_clien
                 });
             }
         });
-        let lent: f64 = (0..2)
-            .map(|i| {
-                let text = scrape(&metrics[&format!("server-{i}")]);
-                sample_sum(&text, "ninf_lent_input_bytes_total", &[])
-            })
-            .sum();
+        let counted = |name: &str| -> f64 {
+            (0..2)
+                .map(|i| sample_sum(&scrape(&metrics[&format!("server-{i}")]), name, &[]))
+                .sum()
+        };
+        let lent = counted("ninf_lent_input_bytes_total");
         let inputs = 6.0 * 2.0 * (8 * n * n) as f64;
         if same_host_uploads {
             assert_eq!(lent, inputs, "every input read where the client put it");
         } else {
             assert_eq!(lent, 0.0, "inputs sent in the request are not lent");
         }
+        // Either way the proxy calls the servers on their same-host sockets, and each
+        // product is written where the proxy reads it back.
+        let outputs = 6.0 * (8 * n * n) as f64;
+        assert_eq!(counted("ninf_lent_output_bytes_total"), outputs);
         grid.assert_no_leftovers();
     }
 }

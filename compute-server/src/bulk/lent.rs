@@ -3,11 +3,18 @@
 //! memory file it handed over on the same-host socket, instead of copying it into the
 //! connection's region. The server passes that file on to the executable
 //! (`ninf_executable::lent`), so the routine reads the input where the client wrote it.
+//!
+//! The connection's own region goes to the executable the same way for the call's outputs:
+//! the routine writes each large one where the server would have copied it for the proxy
+//! ([`output_places`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use ninf_executable::shared::{REGION_ALIGN, REGION_ARRAY_THRESHOLD};
 use ninf_idl::FunctionInterface;
+use ninf_proto::descriptor::element_type_to_proto;
 use ninf_proto::net::local::SharedRegion;
 use ninf_proto::v1::{self, call_argument::Source};
 use tonic::Status;
@@ -112,4 +119,104 @@ pub(super) fn number_regions(
         });
     }
     (regions, arrays)
+}
+
+/// Where the call's outputs go in the connection's region of `region_len` bytes, which the
+/// server sends them through (`LocalIo::send`): every output not kept, one after another
+/// from the region's start in parameter order. The large ones on a 64-byte boundary are
+/// asked of the routine there (`ExecRequest.lent_outputs`, their `lent` still to be set);
+/// none when the outputs do not fit the region (they then follow the reply on the socket).
+pub(super) fn output_places(
+    prepared: &crate::invoke::Prepared<'_>,
+    region_len: usize,
+) -> Vec<v1::RegionArray> {
+    let mut offset = 0u64;
+    let mut places = Vec::new();
+    for &(parameter, bytes) in &prepared.output_sizes {
+        if prepared.keep.contains(&parameter) {
+            continue;
+        }
+        let large = bytes >= REGION_ARRAY_THRESHOLD as u64;
+        if large && offset % REGION_ALIGN as u64 == 0 {
+            let element_type = prepared
+                .function
+                .parameters
+                .get(parameter as usize)
+                .map_or(0, |p| element_type_to_proto(p.element_type).into());
+            places.push(v1::RegionArray {
+                parameter,
+                element_type,
+                offset,
+                bytes,
+                region: v1::ArrayRegion::Own.into(),
+                lent: 0,
+            });
+        }
+        offset = offset.saturating_add(bytes);
+    }
+    if offset > region_len as u64 {
+        return Vec::new();
+    }
+    places
+}
+
+/// An output the routine wrote into a lent region, read where it lies.
+struct LentOutput {
+    region: Arc<SharedRegion>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for LentOutput {
+    fn as_ref(&self) -> &[u8] {
+        &self.region.bytes()[self.start..self.end]
+    }
+}
+
+/// Moves the reply's outputs the routine wrote into lent `files` among its outputs, as the
+/// bytes where they lie; the bytes so written. Outputs elsewhere (the store region) stay
+/// described.
+pub(super) fn claim_outputs(
+    success: &mut v1::ExecSuccess,
+    files: &[Arc<SharedRegion>],
+    name: &str,
+) -> Result<u64, Status> {
+    let (lent, others): (Vec<_>, Vec<_>) = std::mem::take(&mut success.region_outputs)
+        .into_iter()
+        .partition(|a| a.region == v1::ArrayRegion::Lent as i32);
+    success.region_outputs = others;
+    let mut written = 0;
+    for output in lent {
+        let region = files.get(output.lent as usize);
+        let span = output
+            .offset
+            .checked_add(output.bytes)
+            .filter(|&end| region.is_some_and(|r| end <= r.len() as u64));
+        let (Some(region), Some(end)) = (region, span) else {
+            return Err(Status::internal(format!(
+                "`{name}` put output {} in lent file {} at bytes {}..{}, outside what was lent",
+                output.parameter,
+                output.lent,
+                output.offset,
+                output.offset.saturating_add(output.bytes)
+            )));
+        };
+        written += output.bytes;
+        let data = Bytes::from_owner(LentOutput {
+            region: region.clone(),
+            start: output.offset as usize,
+            end: end as usize,
+        });
+        success.outputs.push(v1::ExecOutput {
+            parameter: output.parameter,
+            value: Some(v1::ArgumentValue {
+                value: Some(v1::argument_value::Value::Array(v1::Array {
+                    element_type: output.element_type,
+                    data,
+                })),
+            }),
+        });
+    }
+    success.outputs.sort_by_key(|o| o.parameter);
+    Ok(written)
 }

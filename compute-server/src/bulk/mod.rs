@@ -177,6 +177,11 @@ trait BulkIo: Send {
     fn lent_region(&self, _name: &str) -> Option<Arc<SharedRegion>> {
         None
     }
+    /// The region the call's outputs are sent back through, shared with the client (only
+    /// same-host connections have one): the routine may write them there itself.
+    fn output_region(&self) -> Option<Arc<SharedRegion>> {
+        None
+    }
     /// Sends the reply frame and the bytes of its bulk outputs.
     fn send(
         &mut self,
@@ -234,6 +239,10 @@ enum Part {
     },
 }
 
+/// The region a call's outputs go back through and their places there
+/// ([`lent::output_places`]).
+type LentOutputs = (Arc<SharedRegion>, Vec<v1::RegionArray>);
+
 /// The executable's request as laid out by [`region_request`].
 struct Laid {
     request: v1::ExecRequest,
@@ -256,7 +265,7 @@ fn region_request(
     (call_id, function, lent): (u64, &str, &Lent),
     (parts, lends): (Vec<Part>, bool),
     store: Option<&StoreWindow>,
-    store_outputs: Vec<v1::RegionArray>,
+    (store_outputs, outputs): (Vec<v1::RegionArray>, Option<LentOutputs>),
 ) -> Laid {
     // Every field is set before the message is measured: the arrays are laid out after it.
     let mut request = v1::ExecRequest {
@@ -320,9 +329,18 @@ fn region_request(
         request.arguments.push(value);
     }
     request.store_outputs = store_outputs;
-    let (lent_files, lent_arrays) = lent::number_regions(&lent_inputs);
-    request.lent_regions = lent_files.len() as u32;
+    let (mut lent_files, lent_arrays) = lent::number_regions(&lent_inputs);
     request.lent_arrays = lent_arrays;
+    if let Some((region, mut places)) = outputs.filter(|(_, places)| lends && !places.is_empty()) {
+        let at = lent_files.iter().position(|r| Arc::ptr_eq(r, &region));
+        let at = at.unwrap_or_else(|| {
+            lent_files.push(region);
+            lent_files.len() - 1
+        });
+        places.iter_mut().for_each(|place| place.lent = at as u32);
+        request.lent_outputs = places;
+    }
+    request.lent_regions = lent_files.len() as u32;
     let len = request.encoded_len();
     let end = place_region_arrays(len, &mut request.region_arrays);
     Laid {
@@ -483,7 +501,7 @@ async fn call(
         (call_id, &name, admitted.lent()),
         (parts, checkout.lends()),
         window.as_ref(),
-        store_outputs.requested(),
+        (store_outputs.requested(), outputs_to(io, &prepared)),
     );
     let (region_len, pinned) = (laid.end, laid.pinned);
     let written = match checkout.request_region(region_len) {
@@ -512,7 +530,7 @@ async fn call(
     let (_ticket, threads) = admitted.release(state);
     // The executable has read its stored and lent inputs.
     count_read_in_place(state, &pinned, &laid.request);
-    drop((pinned, laid.lent_files));
+    drop(pinned);
     let mut success = match reply.result {
         Some(v1::exec_reply::Result::Success(success)) => success,
         other => {
@@ -521,6 +539,7 @@ async fn call(
             )));
         }
     };
+    claim_lent_outputs(state, &mut success, &laid.lent_files, &name)?;
     store_outputs
         .claim(state, &mut success, &name)
         .map_err(Failure::Answer)?;
@@ -543,6 +562,25 @@ async fn call(
         kept_inputs: invoke::keep_inputs_after(state, &request.owner, fetched),
     };
     send_reply(io, reply, payloads, (checkout, call_id)).await
+}
+
+/// Takes the outputs the routine wrote into lent files among the reply's, counting them.
+fn claim_lent_outputs(
+    state: &ServerState,
+    success: &mut v1::ExecSuccess,
+    files: &[Arc<SharedRegion>],
+    name: &str,
+) -> Result<(), Failure> {
+    let written = lent::claim_outputs(success, files, name).map_err(Failure::Answer)?;
+    state.metrics.lent_output(written);
+    Ok(())
+}
+
+/// The region the call's outputs go back through, and their places there.
+fn outputs_to(io: &impl BulkIo, prepared: &invoke::Prepared<'_>) -> Option<LentOutputs> {
+    let region = io.output_region()?;
+    let places = lent::output_places(prepared, region.len());
+    Some((region, places))
 }
 
 /// Passes the files the request's lent arrays lie in to the executable of `function`. An
