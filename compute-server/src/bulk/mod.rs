@@ -136,7 +136,7 @@ async fn serve_request(
     }
     let (routine, bytes_in) = (
         request.function.clone(),
-        frame_len as u64 + bulk_bytes(&request),
+        frame_len as u64 + arrays_in(&request),
     );
     let started = std::time::Instant::now();
     let outcome = call(state, request, io).await;
@@ -664,6 +664,19 @@ fn parallel_refused(name: &str, processors: u32) -> Option<Status> {
             "`{name}` runs on {processors} processors; parallel routines are called through Invoke.Call, not a bulk connection"
         ))
     })
+}
+
+/// Bytes of the request's bulk arguments wherever they lie (after the frame, in the
+/// connection's region, or lent on): what the call takes in.
+fn arrays_in(request: &v1::CallRequest) -> u64 {
+    request
+        .arguments
+        .iter()
+        .filter_map(|a| match &a.source {
+            Some(Source::Bulk(b)) => Some(b.bytes),
+            _ => None,
+        })
+        .fold(0u64, u64::saturating_add)
 }
 
 /// Bytes the request's bulk arguments bring after its frame (or in the connection's
