@@ -1234,6 +1234,75 @@ fn inputs_a_client_shares_with_the_proxy_are_read_by_the_routine_where_the_clien
 }
 
 #[test]
+fn a_lent_matrix_whose_factors_stay_on_the_server_is_copied_where_they_are_kept() {
+    let grid = TestGrid::start(vec![1, 1], |_| {});
+    let metrics = grid.grid().endpoints.metrics.clone();
+    let client = grid.client("flow");
+    // 500 x 500 doubles (2 MB): `dgefa` goes to the bulk path with its matrix in the
+    // client's region, and the factors it writes over it stay on its server for `dgesl`, so
+    // the server copies the lent matrix into the room kept for them instead of lending it.
+    let n = 500usize;
+    let order = n as i32;
+    let a0: Vec<f64> = (0..n * n)
+        .map(|k| {
+            if k % (n + 1) == 0 {
+                n as f64
+            } else {
+                ((k * 7) % 11) as f64 / 11.0
+            }
+        })
+        .collect();
+    let b: Vec<f64> = (0..n).map(|i| i as f64 / 3.0).collect();
+    let (mut x, pivots) = (b.clone(), vec![0i32; n]);
+    client
+        .transaction(|tx| {
+            let a = tx.scratch(&a0);
+            let ipvt = tx.scratch(&pivots);
+            let xb = tx.buffer(&mut x);
+            tx.call("dgefa", &[a.into(), order.into(), ipvt.into()])?;
+            tx.call("dgesl", &[a.into(), order.into(), ipvt.into(), xb.into()])
+        })
+        .unwrap();
+    let counted = |name: &str, labels: &[&str]| -> f64 {
+        (0..2)
+            .map(|i| sample_sum(&scrape(&metrics[&format!("server-{i}")]), name, labels))
+            .sum()
+    };
+    let local_in = counted("ninf_bytes_total", &["direction=\"in\"", "path=\"local\""]);
+    assert!(
+        local_in >= (8 * n * n) as f64,
+        "{local_in} bytes on the same-host path"
+    );
+    assert_eq!(
+        counted("ninf_lent_input_bytes_total", &[]),
+        0.0,
+        "copied, not lent"
+    );
+    // The same routines with every array sent (their matrices lent then): bit for bit the
+    // same solution.
+    let (mut a, mut ipvt, mut reference) = (a0.clone(), vec![0i32; n], b.clone());
+    client
+        .call(
+            "dgefa",
+            &mut [(&mut a).into(), order.into(), (&mut ipvt).into()],
+        )
+        .unwrap();
+    client
+        .call(
+            "dgesl",
+            &mut [
+                (&a).into(),
+                order.into(),
+                (&ipvt).into(),
+                (&mut reference).into(),
+            ],
+        )
+        .unwrap();
+    assert_eq!(x, reference);
+    grid.assert_no_leftovers();
+}
+
+#[test]
 fn every_service_serves_metrics_that_count_what_the_grid_did() {
     let grid = TestGrid::start(vec![1, 1], |_| {});
     let metrics = grid.grid().endpoints.metrics.clone();
