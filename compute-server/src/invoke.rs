@@ -609,7 +609,11 @@ pub async fn run_job(
         let cold = checkout.note_call(name, request.encoded_len());
         let read_in_place = stored_input_bytes(state, &request);
         let reply = checkout
-            .exchange(Outgoing::Message(request), false, prepared.timeout)
+            .exchange(
+                Outgoing::Message(Box::new(request)),
+                false,
+                prepared.timeout,
+            )
             .await
             .map_err(|e| pool_status(name, e))?;
         let mut success = checkout.finish(reply).map_err(|e| pool_status(name, e))?;
@@ -644,7 +648,11 @@ pub async fn run_job(
     let exchanges = checkouts.iter_mut().zip(requests).enumerate().map(
         |(rank, (checkout, request))| async move {
             let reply = checkout
-                .exchange(Outgoing::Message(request), false, prepared.timeout)
+                .exchange(
+                    Outgoing::Message(Box::new(request)),
+                    false,
+                    prepared.timeout,
+                )
                 .await;
             if spread {
                 state.gang.spread_rank_done(ticket.id, rank as u32);

@@ -366,8 +366,9 @@ impl ExecutablePool {
 
 /// What a checked-out executable is sent.
 pub enum Outgoing {
-    /// A request message, sent inline or through the region as its size decides.
-    Message(v1::ExecRequest),
+    /// A request message, sent inline or through the region as its size decides (boxed:
+    /// the message is large beside the other variant).
+    Message(Box<v1::ExecRequest>),
     /// A request already written into the region: its length and the call id it carries
     /// (from [`Checkout::next_call_id`]).
     Prepared { len: usize, call_id: u64 },

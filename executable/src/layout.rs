@@ -177,7 +177,7 @@ fn lent_places(
         ) else {
             continue;
         };
-        if bytes < REGION_ARRAY_THRESHOLD || offset % crate::shared::REGION_ALIGN != 0 {
+        if bytes < REGION_ARRAY_THRESHOLD || !offset.is_multiple_of(crate::shared::REGION_ALIGN) {
             continue;
         }
         let place = RegionPlace {

@@ -137,7 +137,7 @@ pub(super) fn output_places(
             continue;
         }
         let large = bytes >= REGION_ARRAY_THRESHOLD as u64;
-        if large && offset % REGION_ALIGN as u64 == 0 {
+        if large && offset.is_multiple_of(REGION_ALIGN as u64) {
             let element_type = prepared
                 .function
                 .parameters

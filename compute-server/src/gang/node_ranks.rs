@@ -140,7 +140,7 @@ impl NodeRanks {
             .ok_or_else(|| Status::invalid_argument("a rank without its request"))?;
         let timeout = Duration::from_secs_f64(run.timeout_seconds.clamp(0.001, 1e9));
         let reply = checkout
-            .exchange(Outgoing::Message(request), false, timeout)
+            .exchange(Outgoing::Message(Box::new(request)), false, timeout)
             .await
             .map_err(|e| pool_status(&function, e))?;
         checkout
