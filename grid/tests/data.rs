@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::TestGrid;
+use common::{TestGrid, solved_by_sending};
 use ninf::ElementType;
 use ninf::ErrorKind;
 use ninf::grid::{DataMode, TxArg};
@@ -23,30 +23,6 @@ fn system(n: usize) -> Vec<f64> {
             }
         })
         .collect()
-}
-
-/// `dgefa` then `dgesl` with every array sent: the reference the handles must match.
-fn solved_by_sending(
-    client: &ninf::grid::GridClient,
-    a0: &[f64],
-    b: &[f64],
-) -> (Vec<f64>, Vec<i32>, Vec<f64>) {
-    let n = b.len();
-    let (mut a, mut ipvt, mut x) = (a0.to_vec(), vec![0i32; n], b.to_vec());
-    let order = n as i32;
-    client
-        .call(
-            "dgefa",
-            &mut [(&mut a).into(), order.into(), (&mut ipvt).into()],
-        )
-        .unwrap();
-    client
-        .call(
-            "dgesl",
-            &mut [(&a).into(), order.into(), (&ipvt).into(), (&mut x).into()],
-        )
-        .unwrap();
-    (a, ipvt, x)
 }
 
 #[test]

@@ -8,7 +8,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{ExternalServer, TestGrid, local_mmul, matrix, max_difference, sample_sum, scrape};
+use common::{
+    ExternalServer, TestGrid, local_mmul, matrix, max_difference, sample_sum, scrape,
+    solved_by_sending,
+};
 use ninf::grid::{GridClient, TxArg};
 use ninf_grid::workloads;
 use ninf_proto::net::tls::GridTls;
@@ -1120,6 +1123,31 @@ fn calls_with_large_arrays_go_to_the_servers_same_host_sockets_or_bulk_ports_as_
     }
 }
 
+/// `threads` threads each run `runs` transactions of one `mmul` of n x n matrices with
+/// inputs of their own, through `client`, every product checked.
+fn products_in_threads(client: &GridClient, n: usize, threads: u64, runs: u64) {
+    std::thread::scope(|scope| {
+        for thread in 0..threads {
+            let client = client.clone();
+            scope.spawn(move || {
+                for run in 0..runs {
+                    let (a, b) = (matrix(n, 10 * thread + run), matrix(n, 100 + run));
+                    let mut c = vec![0.0; n * n];
+                    client
+                        .transaction(|tx| {
+                            let [ha, hb] = [&a, &b].map(|m| tx.input(m));
+                            let hc = tx.buffer(&mut c);
+                            let n = TxArg::from(n as i64);
+                            tx.call("mmul", &[n, ha.into(), hb.into(), hc.into()])
+                        })
+                        .unwrap();
+                    assert_eq!(c, local_mmul(n, &a, &b), "thread {thread}, run {run}");
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn large_arrays_between_a_client_and_the_proxy_on_its_host_go_in_shared_memory_unless_turned_off() {
     for same_host_uploads in [true, false] {
@@ -1131,26 +1159,7 @@ fn large_arrays_between_a_client_and_the_proxy_on_its_host_go_in_shared_memory_u
         // region written again before the proxy released it would give some run another's
         // inputs.
         let n = 200usize;
-        std::thread::scope(|scope| {
-            for thread in 0..3u64 {
-                let client = client.clone();
-                scope.spawn(move || {
-                    for run in 0..3u64 {
-                        let (a, b) = (matrix(n, 10 * thread + run), matrix(n, 100 + run));
-                        let mut c = vec![0.0; n * n];
-                        client
-                            .transaction(|tx| {
-                                let [ha, hb] = [&a, &b].map(|m| tx.input(m));
-                                let hc = tx.buffer(&mut c);
-                                let n = TxArg::from(n as i64);
-                                tx.call("mmul", &[n, ha.into(), hb.into(), hc.into()])
-                            })
-                            .unwrap();
-                        assert_eq!(c, local_mmul(n, &a, &b), "thread {thread}, run {run}");
-                    }
-                });
-            }
-        });
+        products_in_threads(&client, n, 3, 3);
         let counted = |direction: &str, path: &str| {
             let text = scrape(&metrics["proxy"]);
             let labels = [
@@ -1193,26 +1202,7 @@ fn inputs_a_client_shares_with_the_proxy_are_read_by_the_routine_where_the_clien
         // their own, three runs each, every product checked: a region the executable still
         // read from an earlier call would give a wrong product.
         let n = 300usize;
-        std::thread::scope(|scope| {
-            for thread in 0..2u64 {
-                let client = client.clone();
-                scope.spawn(move || {
-                    for run in 0..3u64 {
-                        let (a, b) = (matrix(n, 10 * thread + run), matrix(n, 100 + run));
-                        let mut c = vec![0.0; n * n];
-                        client
-                            .transaction(|tx| {
-                                let [ha, hb] = [&a, &b].map(|m| tx.input(m));
-                                let hc = tx.buffer(&mut c);
-                                let n = TxArg::from(n as i64);
-                                tx.call("mmul", &[n, ha.into(), hb.into(), hc.into()])
-                            })
-                            .unwrap();
-                        assert_eq!(c, local_mmul(n, &a, &b), "thread {thread}, run {run}");
-                    }
-                });
-            }
-        });
+        products_in_threads(&client, n, 2, 3);
         let counted = |name: &str| -> f64 {
             (0..2)
                 .map(|i| sample_sum(&scrape(&metrics[&format!("server-{i}")]), name, &[]))
@@ -1280,24 +1270,7 @@ fn a_lent_matrix_whose_factors_stay_on_the_server_is_copied_where_they_are_kept(
     );
     // The same routines with every array sent (their matrices lent then): bit for bit the
     // same solution.
-    let (mut a, mut ipvt, mut reference) = (a0.clone(), vec![0i32; n], b.clone());
-    client
-        .call(
-            "dgefa",
-            &mut [(&mut a).into(), order.into(), (&mut ipvt).into()],
-        )
-        .unwrap();
-    client
-        .call(
-            "dgesl",
-            &mut [
-                (&a).into(),
-                order.into(),
-                (&ipvt).into(),
-                (&mut reference).into(),
-            ],
-        )
-        .unwrap();
+    let (_, _, reference) = solved_by_sending(&client, &a0, &b);
     assert_eq!(x, reference);
     grid.assert_no_leftovers();
 }

@@ -14,7 +14,6 @@ use bytes::Bytes;
 use ninf_proto::net::bulk;
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
-use ninf_proto::v1::call_argument::Source;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::Status;
 
@@ -136,18 +135,7 @@ impl LocalIo {
     }
 
     fn check_inputs(&self, request: &v1::CallRequest) -> Result<(), Status> {
-        let lent: std::collections::HashSet<u32> =
-            request.lent_arrays.iter().map(|l| l.parameter).collect();
-        let bytes: u64 = request
-            .arguments
-            .iter()
-            .enumerate()
-            .filter(|(index, _)| !lent.contains(&(*index as u32)))
-            .filter_map(|(_, a)| match &a.source {
-                Some(Source::Bulk(b)) => Some(b.bytes),
-                _ => None,
-            })
-            .fold(0, u64::saturating_add);
+        let bytes = super::bulk_bytes(request);
         if bytes > self.region_len() as u64 {
             return Err(Status::invalid_argument(format!(
                 "the call's bulk inputs of {bytes} bytes do not fit the shared region of {} bytes",

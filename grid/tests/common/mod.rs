@@ -238,3 +238,28 @@ pub fn sample_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// `dgefa` then `dgesl` with every array sent: the reference data kept on the grid must
+/// match.
+pub fn solved_by_sending(
+    client: &ninf::grid::GridClient,
+    a0: &[f64],
+    b: &[f64],
+) -> (Vec<f64>, Vec<i32>, Vec<f64>) {
+    let n = b.len();
+    let (mut a, mut ipvt, mut x) = (a0.to_vec(), vec![0i32; n], b.to_vec());
+    let order = n as i32;
+    client
+        .call(
+            "dgefa",
+            &mut [(&mut a).into(), order.into(), (&mut ipvt).into()],
+        )
+        .unwrap();
+    client
+        .call(
+            "dgesl",
+            &mut [(&a).into(), order.into(), (&ipvt).into(), (&mut x).into()],
+        )
+        .unwrap();
+    (a, ipvt, x)
+}
