@@ -473,28 +473,8 @@ impl OutputSource for RegionOutputs {
             ));
         }
         self.offset = end;
-        Ok(if self.lend {
-            Bytes::from_owner(RegionSlice {
-                region: self.region.clone(),
-                start,
-                end,
-            })
-        } else {
-            Bytes::copy_from_slice(&self.region.bytes()[start..end])
-        })
-    }
-}
-
-/// Output bytes read where the server wrote them.
-struct RegionSlice {
-    region: Arc<SharedRegion>,
-    start: usize,
-    end: usize,
-}
-
-impl AsRef<[u8]> for RegionSlice {
-    fn as_ref(&self) -> &[u8] {
-        &self.region.bytes()[self.start..self.end]
+        let lent = self.lend.then(|| self.region.view(start, end)).flatten();
+        Ok(lent.unwrap_or_else(|| Bytes::copy_from_slice(&self.region.bytes()[start..end])))
     }
 }
 

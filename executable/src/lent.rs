@@ -263,26 +263,13 @@ pub fn restore_lent_arrays(
     Ok(files)
 }
 
-/// A lent array's bytes where they lie, keeping the mapping alive.
-struct LentView {
-    map: Arc<Mmap>,
-    start: usize,
-    end: usize,
-}
-
-impl AsRef<[u8]> for LentView {
-    fn as_ref(&self) -> &[u8] {
-        &self.map[self.start..self.end]
-    }
-}
-
 /// The `bytes` bytes at `offset` of `map`, in place; an error names a span outside it.
 pub fn span(map: &Arc<Mmap>, offset: u64, bytes: u64) -> Result<Bytes, String> {
     let end = offset
         .checked_add(bytes)
         .filter(|&end| end <= map.len() as u64);
     match end {
-        Some(end) if bytes > 0 => Ok(Bytes::from_owner(LentView {
+        Some(end) if bytes > 0 => Ok(Bytes::from_owner(crate::view::RegionView {
             map: map.clone(),
             start: offset as usize,
             end: end as usize,

@@ -17,6 +17,7 @@ pub mod shared;
 pub mod slowdown;
 pub mod spmd;
 pub mod threads;
+mod view;
 
 pub use arrays::{ArrayBuf, ArrayStorage};
 pub use num_complex;

@@ -20,6 +20,8 @@ use memmap2::{Mmap, MmapMut};
 use ninf_proto::v1;
 use prost::Message;
 
+use crate::view::RegionView;
+
 /// Frames at least this large go through shared memory.
 pub const SHARED_THRESHOLD: usize = 256 << 10;
 
@@ -292,19 +294,6 @@ pub fn place_region_arrays(message_len: usize, arrays: &mut [v1::RegionArray]) -
         end = offset + array.bytes as usize;
     }
     end
-}
-
-/// A view of a region's bytes that keeps the mapping alive.
-struct RegionView {
-    map: Arc<Mmap>,
-    start: usize,
-    end: usize,
-}
-
-impl AsRef<[u8]> for RegionView {
-    fn as_ref(&self) -> &[u8] {
-        &self.map[self.start..self.end]
-    }
 }
 
 /// The side of a region that reads frames from it.

@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use ninf_executable::shared::{REGION_ALIGN, REGION_ARRAY_THRESHOLD};
 use ninf_idl::FunctionInterface;
 use ninf_proto::descriptor::element_type_to_proto;
@@ -160,19 +159,6 @@ pub(super) fn output_places(
     places
 }
 
-/// An output the routine wrote into a lent region, read where it lies.
-struct LentOutput {
-    region: Arc<SharedRegion>,
-    start: usize,
-    end: usize,
-}
-
-impl AsRef<[u8]> for LentOutput {
-    fn as_ref(&self) -> &[u8] {
-        &self.region.bytes()[self.start..self.end]
-    }
-}
-
 /// Moves the reply's outputs the routine wrote into lent `files` among its outputs, as the
 /// bytes where they lie; the bytes so written. Outputs elsewhere (the store region) stay
 /// described.
@@ -187,12 +173,11 @@ pub(super) fn claim_outputs(
     success.region_outputs = others;
     let mut written = 0;
     for output in lent {
-        let region = files.get(output.lent as usize);
-        let span = output
-            .offset
-            .checked_add(output.bytes)
-            .filter(|&end| region.is_some_and(|r| end <= r.len() as u64));
-        let (Some(region), Some(end)) = (region, span) else {
+        let span = usize::try_from(output.offset).ok().and_then(|start| {
+            let end = start.checked_add(usize::try_from(output.bytes).ok()?)?;
+            files.get(output.lent as usize)?.view(start, end)
+        });
+        let Some(data) = span else {
             return Err(Status::internal(format!(
                 "`{name}` put output {} in lent file {} at bytes {}..{}, outside what was lent",
                 output.parameter,
@@ -202,11 +187,6 @@ pub(super) fn claim_outputs(
             )));
         };
         written += output.bytes;
-        let data = Bytes::from_owner(LentOutput {
-            region: region.clone(),
-            start: output.offset as usize,
-            end: end as usize,
-        });
         success.outputs.push(v1::ExecOutput {
             parameter: output.parameter,
             value: Some(v1::ArgumentValue {

@@ -669,14 +669,9 @@ fn parallel_refused(name: &str, processors: u32) -> Option<Status> {
 /// Bytes of the request's bulk arguments wherever they lie (after the frame, in the
 /// connection's region, or lent on): what the call takes in.
 fn arrays_in(request: &v1::CallRequest) -> u64 {
-    request
-        .arguments
-        .iter()
-        .filter_map(|a| match &a.source {
-            Some(Source::Bulk(b)) => Some(b.bytes),
-            _ => None,
-        })
-        .fold(0u64, u64::saturating_add)
+    bulk_arguments(request)
+        .map(|(_, bytes)| bytes)
+        .fold(0, u64::saturating_add)
 }
 
 /// Bytes the request's bulk arguments bring after its frame (or in the connection's
@@ -684,16 +679,22 @@ fn arrays_in(request: &v1::CallRequest) -> u64 {
 fn bulk_bytes(request: &v1::CallRequest) -> u64 {
     let lent: std::collections::HashSet<u32> =
         request.lent_arrays.iter().map(|l| l.parameter).collect();
+    bulk_arguments(request)
+        .filter(|(parameter, _)| !lent.contains(parameter))
+        .map(|(_, bytes)| bytes)
+        .fold(0, u64::saturating_add)
+}
+
+/// (parameter, bytes) of each of the request's bulk arguments.
+fn bulk_arguments(request: &v1::CallRequest) -> impl Iterator<Item = (u32, u64)> + '_ {
     request
         .arguments
         .iter()
         .enumerate()
-        .filter(|(index, _)| !lent.contains(&(*index as u32)))
-        .filter_map(|(_, a)| match &a.source {
-            Some(Source::Bulk(b)) => Some(b.bytes),
+        .filter_map(|(index, a)| match &a.source {
+            Some(Source::Bulk(b)) => Some((index as u32, b.bytes)),
             _ => None,
         })
-        .fold(0u64, u64::saturating_add)
 }
 
 /// The request's arguments as the executable will get them: bulk ones to be read from the

@@ -194,6 +194,19 @@ pub async fn receive_files(stream: &UnixStream, buffer: &mut [u8]) -> io::Result
     Ok(files)
 }
 
+/// A span of a [`SharedRegion`], as the owner of a `Bytes`.
+struct RegionSpan {
+    region: std::sync::Arc<SharedRegion>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for RegionSpan {
+    fn as_ref(&self) -> &[u8] {
+        &self.region.bytes()[self.start..self.end]
+    }
+}
+
 /// A memory file shared between a client and a server, mapped read-write, that cannot shrink.
 #[derive(Debug)]
 pub struct SharedRegion {
@@ -254,6 +267,18 @@ impl SharedRegion {
 
     pub fn bytes(&self) -> &[u8] {
         &self.map
+    }
+
+    /// Bytes `start..end` of the region where they lie, keeping it mapped while they live;
+    /// `None` when the span is not inside it.
+    pub fn view(self: &std::sync::Arc<Self>, start: usize, end: usize) -> Option<bytes::Bytes> {
+        (start <= end && end <= self.len()).then(|| {
+            bytes::Bytes::from_owner(RegionSpan {
+                region: self.clone(),
+                start,
+                end,
+            })
+        })
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
