@@ -401,11 +401,13 @@ impl Cluster for GrpcCluster {
         owner: &str,
         array: v1::Array,
     ) -> Result<v1::ObjectRef, Status> {
+        let total_bytes = array.data.len() as u64;
         let chunks: Vec<v1::PutChunk> = ninf_proto::chunks::stream_chunks(&array.data)
             .map(|(_, data)| v1::PutChunk {
                 owner: owner.to_string(),
                 element_type: array.element_type,
                 data,
+                total_bytes,
             })
             .collect();
         let info = self

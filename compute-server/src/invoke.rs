@@ -278,6 +278,11 @@ pub fn keep_output(
     // server read it without another copy.
     // An output the routine wrote into the store region is there already.
     let large = array.data.len() >= ninf_executable::shared::REGION_ARRAY_THRESHOLD;
+    // An array borrowed from another server of the host is that server's memory, lent for
+    // one call: a copy kept here must be our own.
+    let borrowed = large
+        && crate::storage::borrowing::place(&state.borrowing.regions(), &array.data).is_some();
+    let copy = copy || borrowed;
     let stored = state
         .store_region
         .as_ref()
@@ -608,6 +613,7 @@ pub async fn run_job(
             .ok_or_else(|| Status::internal("no process"))?;
         let cold = checkout.note_call(name, request.encoded_len());
         let read_in_place = stored_input_bytes(state, &request);
+        let (request, borrowed) = lend_borrowed(state, &mut checkout, request, name)?;
         let reply = checkout
             .exchange(
                 Outgoing::Message(Box::new(request)),
@@ -616,6 +622,7 @@ pub async fn run_job(
             )
             .await
             .map_err(|e| pool_status(name, e))?;
+        read_from_peers(state, borrowed);
         let mut success = checkout.finish(reply).map_err(|e| pool_status(name, e))?;
         store_outputs.claim(state, &mut success, name)?;
         state.metrics.store_region("read_in_place", read_in_place);
@@ -678,6 +685,40 @@ pub async fn run_job(
     });
     let success = rank_zero_result(name, ranks as u32, outcomes)?;
     Ok(Ran { success, cold })
+}
+
+/// Lends the executable the files of the arrays in `request` borrowed from the host's other
+/// servers (`storage::borrowing`), so that it reads them where they lie; an executable that
+/// takes no lent files gets them copied as before. Returns the request, with its call id
+/// drawn, and the borrowed bytes, to keep until the reply.
+fn lend_borrowed(
+    state: &ServerState,
+    checkout: &mut Checkout<'_>,
+    mut request: v1::ExecRequest,
+    name: &str,
+) -> Result<(v1::ExecRequest, Vec<bytes::Bytes>), Status> {
+    if !checkout.lends() {
+        return Ok((request, Vec::new()));
+    }
+    let (files, borrowed) =
+        crate::storage::borrowing::lent_arguments(&state.borrowing, &mut request);
+    if files.is_empty() {
+        return Ok((request, borrowed));
+    }
+    request.call_id = checkout.next_call_id();
+    let fds: Vec<_> = files.iter().map(|region| region.fd()).collect();
+    checkout.lend(request.call_id, &fds).map_err(|e| {
+        Status::unavailable(format!(
+            "`{name}`: cannot pass the borrowed inputs to its executable: {e}"
+        ))
+    })?;
+    Ok((request, borrowed))
+}
+
+/// Counts the borrowed arrays the executable has read, and lets them go: their loans end.
+fn read_from_peers(state: &ServerState, borrowed: Vec<bytes::Bytes>) {
+    let bytes = borrowed.iter().map(|b| b.len() as u64).sum();
+    state.metrics.store_region("read_from_peer", bytes);
 }
 
 /// Rank `rank`'s request: the call's arguments and its place among the job's ranks.
@@ -890,7 +931,8 @@ fn kept_outputs(function: &FunctionInterface, keep: &[u32]) -> Result<HashSet<u3
     Ok(set)
 }
 
-/// Reads an object from this server's storage or streams it from another server's.
+/// Reads an object from this server's storage, borrows it where it lies from another server
+/// of this host, or streams it from another server's.
 pub(crate) async fn fetch(
     state: &ServerState,
     object: &v1::ObjectRef,
@@ -904,6 +946,15 @@ pub(crate) async fn fetch(
             element_type: element_type_to_proto(info.element_type).into(),
             data,
         });
+    }
+    // A holder on this host lends the array where it lies (storage::borrowing).
+    let holder = state.peer(&object.server);
+    if let Some(array) = state
+        .borrowing
+        .borrow(object, &state.credentials(), holder)
+        .await
+    {
+        return Ok(array);
     }
     let channel = state.peer(&object.server).await?;
     let mut client =

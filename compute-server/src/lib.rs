@@ -81,10 +81,14 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
     // Clients on this host reach the same calls through shared memory.
     let local_name = ninf_proto::net::local::socket_name().map_err(StartError::Io)?;
     let local = ninf_proto::net::local::listen(&local_name).map_err(StartError::Io)?;
+    // The host's other servers borrow stored arrays where they lie (storage::lending).
+    let store_name = ninf_proto::net::local::random_name("ninf-store-").map_err(StartError::Io)?;
+    let store = ninf_proto::net::local::listen(&store_name).map_err(StartError::Io)?;
     let info = v1::ServerInfo {
         processors: config.processors() as u32,
         bulk_address: format!("{bulk_host}:{bulk_port}"),
         bulk_local: local_name,
+        store_local: store_name,
         quantum_seconds: config.gang.core(1).quantum,
         data_cap_bytes: config.storage.data_cap_bytes,
         instance: ninf_proto::net::local::random_name("").map_err(StartError::Io)?,
@@ -95,7 +99,11 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
     let interval = Duration::from_secs_f64(config.load_interval_seconds.max(0.01));
     let serving = {
         let state = state.clone();
-        let bulk = BulkListeners { tcp: bulk, local };
+        let bulk = BulkListeners {
+            tcp: bulk,
+            local,
+            store,
+        };
         Serving::spawn(move |shutdown| run(listener, Some(bulk), state, interval, shutdown))
     };
     let registration = config.metaserver.clone().map(|metaserver| {
@@ -160,6 +168,7 @@ impl Running {
 struct BulkListeners {
     tcp: TcpListener,
     local: tokio::net::UnixListener,
+    store: tokio::net::UnixListener,
 }
 
 /// Marks every service of the server as serving on the health service.
@@ -252,9 +261,11 @@ async fn run(
     let upkeep = spawn_upkeep(&state, load_interval);
     let bulk_task = bulk.map(|listeners| {
         let local = tokio::spawn(bulk::local::serve(listeners.local, state.clone()));
+        let store = tokio::spawn(storage::lending::serve(listeners.store, state.clone()));
         (
             tokio::spawn(bulk::serve(listeners.tcp, state.clone())),
             local,
+            store,
         )
     });
     let agents = start_agents(&listener, &state);
@@ -305,9 +316,10 @@ async fn run(
     }
     watchdog.abort();
     table_sender.abort();
-    if let Some((tcp, local)) = bulk_task {
+    if let Some((tcp, local, store)) = bulk_task {
         tcp.abort();
         local.abort();
+        store.abort();
     }
     state.shutdown().await;
     result

@@ -47,8 +47,10 @@ pub struct RoutineLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreRegionLabels {
     /// `written_in_place` (kept outputs the routine wrote into the store region),
-    /// `copied_in` (kept outputs the server copied there) or `read_in_place` (stored inputs
-    /// an executable read where they lie).
+    /// `copied_in` (kept outputs the server copied there), `read_in_place` (stored inputs
+    /// an executable read where they lie), `lent_to_peer` (stored arrays lent to another
+    /// server of this host, `crate::storage::lending`) or `read_from_peer` (another server's
+    /// stored arrays an executable here read where they lie there).
     pub array: &'static str,
 }
 
@@ -136,7 +138,7 @@ impl ServerMetrics {
         );
         r.register(
             "ninf_store_region_bytes",
-            "Bytes of stored arrays the routines wrote into the store region, the server copied there, and the routines read from it in place",
+            "Bytes of stored arrays the routines wrote into the store region, the server copied there, the routines read from it in place, lent to the host's other servers, and read in place from theirs",
             metrics.store_region.clone(),
         );
         r.register(

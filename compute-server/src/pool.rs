@@ -470,6 +470,8 @@ impl Checkout<'_> {
             });
         };
         let call_id = match &request {
+            // A message whose id was drawn already (`next_call_id`: files were lent for it).
+            Outgoing::Message(m) if m.call_id != 0 => m.call_id,
             Outgoing::Message(_) => {
                 process.next_call_id += 1;
                 process.next_call_id

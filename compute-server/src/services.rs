@@ -3,7 +3,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
 use ninf_proto::v1;
 use tokio_stream::Stream;
@@ -11,6 +10,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::state::ServerState;
+use crate::storage::region::Arriving;
 use crate::storage::{ObjectInfo, StorageError};
 
 /// Objects are streamed in chunks of this size.
@@ -223,10 +223,14 @@ impl v1::storage_server::Storage for StorageService {
     ) -> Result<Response<v1::ObjectInfo>, Status> {
         let mut stream = request.into_inner();
         let mut header: Option<(String, i32)> = None;
-        let mut data = BytesMut::new();
+        let region = self.0.store_region.as_ref();
+        let mut data = Arriving::Heap(Default::default());
         while let Some(chunk) = stream.message().await? {
             if header.is_none() {
                 header = Some((chunk.owner.clone(), chunk.element_type));
+                if chunk.total_bytes <= self.0.max_request_bytes {
+                    data = Arriving::new(region, chunk.total_bytes);
+                }
             }
             if (data.len() + chunk.data.len()) as u64 > self.0.max_request_bytes {
                 return Err(Status::resource_exhausted(format!(
@@ -234,7 +238,11 @@ impl v1::storage_server::Storage for StorageService {
                     self.0.max_request_bytes
                 )));
             }
-            data.extend_from_slice(&chunk.data);
+            data.extend(&chunk.data).map_err(Status::invalid_argument)?;
+        }
+        let (data, copied) = data.finish(region).map_err(Status::invalid_argument)?;
+        if copied {
+            self.0.metrics.store_region("copied_in", data.len() as u64);
         }
         let (owner, element_type) = header.unwrap_or_default();
         let element_type = v1::ElementType::try_from(element_type)
@@ -247,7 +255,7 @@ impl v1::storage_server::Storage for StorageService {
         let info = self
             .0
             .store
-            .put(&owner, element_type, data.freeze())
+            .put(&owner, element_type, data)
             .map_err(storage_status)?;
         self.0.touch(&owner);
         Ok(Response::new(info_to_proto(info)))

@@ -119,6 +119,8 @@ pub struct ServerState {
     pub claims: Option<CoreClaims>,
     /// Connections to other servers' storage, for arguments held elsewhere.
     peers: Peers,
+    /// Stored arrays borrowed from the other servers of this host, read where they lie.
+    pub borrowing: crate::storage::borrowing::Borrowing,
     /// How long an owner's objects outlive its last touch (see [`ObjectStore::renew`]).
     pub lease: Duration,
     /// The clock leases are measured on.
@@ -176,6 +178,7 @@ impl ServerState {
             v1::ServerInfo {
                 bulk_address: String::new(),
                 bulk_local: String::new(),
+                store_local: String::new(),
                 ..info
             }
         } else {
@@ -228,6 +231,7 @@ impl ServerState {
             broker,
             claims,
             peers: Peers::default(),
+            borrowing: Default::default(),
             lease: Duration::from_secs_f64(config.storage.lease_seconds.max(0.001)),
             started: std::time::Instant::now(),
             token,

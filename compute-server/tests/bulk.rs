@@ -6,14 +6,14 @@
 
 mod common;
 
-use common::{TestServer, echo_request};
+use common::{TestServer, echo_request, receive, send};
 use ninf::{Arg, ErrorKind, NinfClient};
 use ninf_compute_server::metrics::Path;
 use ninf_proto::net::local::{self, SharedRegion};
 use ninf_proto::v1;
 use prost::Message;
 use std::os::fd::AsFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 fn random(n: usize, seed: u64) -> Vec<f64> {
@@ -158,24 +158,6 @@ async fn bulk_errors_come_back_as_the_same_errors_as_grpc() {
         .unwrap();
     assert!(y == x);
     server.stop().await;
-}
-
-async fn send(stream: &mut TcpStream, request: &v1::CallRequest, payload: &[u8]) {
-    let body = request.encode_to_vec();
-    stream
-        .write_all(&(body.len() as u32).to_le_bytes())
-        .await
-        .unwrap();
-    stream.write_all(&body).await.unwrap();
-    stream.write_all(payload).await.unwrap();
-}
-
-async fn receive(stream: &mut TcpStream) -> v1::BulkReply {
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).await.unwrap();
-    let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
-    stream.read_exact(&mut body).await.unwrap();
-    v1::BulkReply::decode(body.as_slice()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -517,6 +517,7 @@ async fn an_owner_nobody_renews_loses_its_objects_when_the_lease_runs_out() {
         owner: "vanished-proxy/graph-1".into(),
         element_type: v1::ElementType::Double as i32,
         data: bytes::Bytes::from(vec![0u8; 64]),
+        total_bytes: 64,
     };
     let info = storage
         .put(tokio_stream::iter(vec![chunk]))

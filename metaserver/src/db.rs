@@ -404,6 +404,8 @@ impl ResourceDb {
                 data_cap_bytes: to_u64(row.try_get(15)?),
                 instance: row.try_get(16)?,
                 site: row.try_get(17)?,
+                // Servers ask each other for it (compute-server's storage::borrowing).
+                store_local: String::new(),
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

@@ -250,6 +250,9 @@ struct Laid {
     end: usize,
     /// Stored arrays the executable reads where they are kept.
     pinned: Vec<Bytes>,
+    /// Arrays borrowed from the host's other servers, lent on to the executable (among
+    /// `lent_arrays`): their loans last until the reply.
+    from_peers: Vec<Bytes>,
     /// The files its `lent_arrays` name, in order, to pass to the executable.
     lent_files: Vec<Arc<SharedRegion>>,
     /// Lent inputs copied into the request region after all (the executable takes no lent
@@ -264,7 +267,7 @@ struct Laid {
 fn region_request(
     (call_id, function, lent): (u64, &str, &Lent),
     (parts, lends): (Vec<Part>, bool),
-    store: Option<&StoreWindow>,
+    (store, borrowed): (Option<&StoreWindow>, &[Arc<SharedRegion>]),
     (store_outputs, outputs): (Vec<v1::RegionArray>, Option<LentOutputs>),
 ) -> Laid {
     // Every field is set before the message is measured: the arrays are laid out after it.
@@ -275,11 +278,20 @@ fn region_request(
         cores: lent.cores.clone(),
         ..Default::default()
     };
-    let mut pinned = Vec::new();
+    let (mut pinned, mut from_peers) = (Vec::new(), Vec::new());
     let (mut lent_inputs, mut lent_copies) = (Vec::new(), HashMap::new());
     for (index, part) in parts.into_iter().enumerate() {
         let value = match part {
             Part::Encoded(value) => match stored_array(value, store) {
+                Err(value) if lends => match borrowed_array(value, borrowed) {
+                    Ok((array, input)) => {
+                        let bytes = array.data.len() as u64;
+                        lent_inputs.push((index as u32, array.element_type, bytes, input));
+                        from_peers.push(array.data);
+                        v1::ArgumentValue::default()
+                    }
+                    Err(value) => value,
+                },
                 Ok((array, offset)) => {
                     request.region_arrays.push(v1::RegionArray {
                         parameter: index as u32,
@@ -347,8 +359,30 @@ fn region_request(
         request,
         end,
         pinned,
+        from_peers,
         lent_files,
         lent_copies,
+    }
+}
+
+/// A large array borrowed from another server of this host, where it lies in that server's
+/// region (`borrowed`), to lend on to the executable; any other value back.
+fn borrowed_array(
+    value: v1::ArgumentValue,
+    borrowed: &[Arc<SharedRegion>],
+) -> Result<(v1::Array, LentInput), v1::ArgumentValue> {
+    use v1::argument_value::Value;
+    let place = match &value.value {
+        Some(Value::Array(array)) if array.data.len() >= REGION_ARRAY_THRESHOLD => {
+            crate::storage::borrowing::place(borrowed, &array.data)
+        }
+        _ => None,
+    };
+    match (value.value, place) {
+        (Some(Value::Array(array)), Some((region, offset))) => {
+            Ok((array, LentInput { region, offset }))
+        }
+        (value, _) => Err(v1::ArgumentValue { value }),
     }
 }
 
@@ -500,10 +534,10 @@ async fn call(
     let laid = region_request(
         (call_id, &name, admitted.lent()),
         (parts, checkout.lends()),
-        window.as_ref(),
+        (window.as_ref(), &state.borrowing.regions()),
         (store_outputs.requested(), outputs_to(io, &prepared)),
     );
-    let (region_len, pinned) = (laid.end, laid.pinned);
+    let (region_len, pinned, from_peers) = (laid.end, laid.pinned, laid.from_peers);
     let written = match checkout.request_region(region_len) {
         Ok(region) => {
             let into = (&laid.request, &mut store_outputs, &laid.lent_copies);
@@ -528,9 +562,9 @@ async fn call(
     let (reply, compute) = pipeline::measured(&admitted.ticket, exchange).await;
     let reply = reply.map_err(|e| Failure::Answer(invoke::pool_status(&name, e)))?;
     let (_ticket, threads) = admitted.release(state);
-    // The executable has read its stored and lent inputs.
-    count_read_in_place(state, &pinned, &laid.request);
-    drop(pinned);
+    // The executable has read its stored, borrowed and lent inputs.
+    count_read_in_place(state, (&pinned, &from_peers), &laid.request);
+    drop((pinned, from_peers));
     let mut success = match reply.result {
         Some(v1::exec_reply::Result::Success(success)) => success,
         other => {
@@ -602,13 +636,20 @@ fn lend(
     })
 }
 
-/// Counts the bytes the executable read where they lie: stored arrays (`pinned`) and the
-/// request's lent inputs.
-fn count_read_in_place(state: &ServerState, pinned: &[Bytes], request: &v1::ExecRequest) {
-    let stored = pinned.iter().map(|p| p.len() as u64).sum();
-    state.metrics.store_region("read_in_place", stored);
-    let lent = request.lent_arrays.iter().map(|a| a.bytes).sum();
-    state.metrics.lent_input(lent);
+/// Counts the bytes the executable read where they lie: stored arrays (`pinned`), arrays
+/// borrowed from the host's other servers (`from_peers`), and the request's other lent
+/// inputs.
+fn count_read_in_place(
+    state: &ServerState,
+    (pinned, from_peers): (&[Bytes], &[Bytes]),
+    request: &v1::ExecRequest,
+) {
+    let length = |arrays: &[Bytes]| arrays.iter().map(|p| p.len() as u64).sum::<u64>();
+    state.metrics.store_region("read_in_place", length(pinned));
+    let borrowed = length(from_peers);
+    state.metrics.store_region("read_from_peer", borrowed);
+    let lent: u64 = request.lent_arrays.iter().map(|a| a.bytes).sum();
+    state.metrics.lent_input(lent.saturating_sub(borrowed));
 }
 
 /// Sends a call's reply and its outputs' bytes, then gives the executable back (its

@@ -9,8 +9,11 @@
 //! waiting.
 //!
 //! Large arrays kept in memory live in the server's store region ([`region`]) where there is
-//! room, so that the executables read and write them in place.
+//! room, so that the executables read and write them in place; the host's other servers
+//! borrow them there ([`lending`], [`borrowing`]) instead of fetching copies.
 
+pub mod borrowing;
+pub mod lending;
 pub mod region;
 
 use std::collections::HashMap;

@@ -12,11 +12,11 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use ninf_executable::shared::{StoreWindow, memory_file};
+use ninf_executable::shared::{REGION_ARRAY_THRESHOLD, StoreWindow};
 
 /// Space is reserved in whole pages, so that each array can be mapped on its own.
 const PAGE: u64 = 4096;
@@ -94,8 +94,7 @@ impl StoreRegion {
     /// A region of up to `capacity` bytes (rounded up to whole pages, at most 64 GiB).
     pub fn create(capacity: u64) -> std::io::Result<Arc<StoreRegion>> {
         let capacity = capacity.clamp(PAGE, MAX_CAPACITY).div_ceil(PAGE) * PAGE;
-        let file = memory_file("ninf-store")?;
-        file.set_len(capacity)?;
+        let file = sealed_file(capacity)?;
         let map = memmap2::MmapRaw::map_raw(&file)?;
         Ok(Arc::new(StoreRegion {
             file,
@@ -163,6 +162,29 @@ impl StoreRegion {
     }
 }
 
+/// The region's memory file, `capacity` bytes long and sealed against shrinking and growing:
+/// a server of this host it is lent to ([`super::lending`]) maps it whole, and a mapping of
+/// a file that shrank would fault. Punching holes (freed pages) stays allowed.
+fn sealed_file(capacity: u64) -> std::io::Result<File> {
+    let name = c"ninf-store";
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor (or -1),
+    // which is owned by the File from here on.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let file = File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    file.set_len(capacity)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor this function owns; F_ADD_SEALS takes an int.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
 /// Room in the store region for one array; given back when dropped (with every `Bytes`
 /// made from it).
 #[derive(Debug)]
@@ -207,6 +229,82 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.region.release(self.offset, self.len);
+    }
+}
+
+/// An array arriving in chunks (`Storage.Put`): received straight into the store region
+/// when its length is said up front and it is large enough to be read in place, else
+/// gathered on the heap and copied into the region at the end if it is that large (once,
+/// where every later call on this server and the host's other servers read it in place).
+#[derive(Debug)]
+pub enum Arriving {
+    Region { room: Reservation, filled: usize },
+    Heap(bytes::BytesMut),
+}
+
+impl Arriving {
+    /// Room for an array of `total` bytes (0: not said).
+    pub fn new(region: Option<&Arc<StoreRegion>>, total: u64) -> Arriving {
+        let large = total >= REGION_ARRAY_THRESHOLD as u64;
+        let room = region
+            .filter(|_| large)
+            .and_then(|region| region.reserve(usize::try_from(total).ok()?));
+        match room {
+            Some(room) => Arriving::Region { room, filled: 0 },
+            None => Arriving::Heap(bytes::BytesMut::new()),
+        }
+    }
+
+    /// Bytes received so far.
+    pub fn len(&self) -> usize {
+        match self {
+            Arriving::Region { filled, .. } => *filled,
+            Arriving::Heap(data) => data.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a chunk; an error past the length said up front.
+    pub fn extend(&mut self, chunk: &[u8]) -> Result<(), String> {
+        match self {
+            Arriving::Region { room, filled } => {
+                let total = room.bytes();
+                let end = filled.saturating_add(chunk.len());
+                let Some(place) = room.as_mut_slice().get_mut(*filled..end) else {
+                    return Err(format!(
+                        "more than the {total} bytes the first chunk announced"
+                    ));
+                };
+                place.copy_from_slice(chunk);
+                *filled = end;
+            }
+            Arriving::Heap(data) => data.extend_from_slice(chunk),
+        }
+        Ok(())
+    }
+
+    /// The whole array, and whether it was copied into the region at the end; an error when
+    /// fewer bytes came than announced.
+    pub fn finish(self, region: Option<&Arc<StoreRegion>>) -> Result<(Bytes, bool), String> {
+        match self {
+            Arriving::Region { room, filled } if filled == room.bytes() => {
+                Ok((room.into_bytes(), false))
+            }
+            Arriving::Region { room, filled } => Err(format!(
+                "{filled} bytes came of the {} the first chunk announced",
+                room.bytes()
+            )),
+            Arriving::Heap(data) if data.len() >= REGION_ARRAY_THRESHOLD => {
+                match region.and_then(|region| region.copy_in(&data)) {
+                    Some(stored) => Ok((stored, true)),
+                    None => Ok((data.freeze(), false)),
+                }
+            }
+            Arriving::Heap(data) => Ok((data.freeze(), false)),
+        }
     }
 }
 
@@ -268,6 +366,33 @@ mod tests {
         assert_eq!(region.reserved(), 3 * PAGE, "a slice still holds the array");
         drop(clone);
         assert_eq!(region.reserved(), 0);
+    }
+
+    #[test]
+    fn the_file_is_sealed_against_resizing_and_freed_pages_still_go_back() {
+        let region = StoreRegion::create(4 * PAGE).unwrap();
+        assert!(region.file().set_len(PAGE).is_err(), "shrinking is sealed");
+        assert!(
+            region.file().set_len(8 * PAGE).is_err(),
+            "growing is sealed"
+        );
+        let mut room = region.reserve(2 * PAGE as usize).unwrap();
+        room.as_mut_slice().fill(7);
+        let offset = room.offset() as libc::off_t;
+        // The same call `release` makes once more than KEEP_FREED bytes are freed.
+        let punched = unsafe {
+            libc::fallocate(
+                region.file().as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                2 * PAGE as libc::off_t,
+            )
+        };
+        assert_eq!(punched, 0, "{}", std::io::Error::last_os_error());
+        assert!(
+            room.as_mut_slice().iter().all(|&b| b == 0),
+            "the pages went back"
+        );
     }
 
     #[test]

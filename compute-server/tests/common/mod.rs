@@ -158,3 +158,27 @@ pub fn echo_request(n: i64, bytes: u64) -> v1::CallRequest {
         ..Default::default()
     }
 }
+
+/// Sends a request frame on a bulk TCP connection, its bulk bytes (`payload`) after it.
+pub async fn send(stream: &mut tokio::net::TcpStream, request: &v1::CallRequest, payload: &[u8]) {
+    use prost::Message;
+    use tokio::io::AsyncWriteExt;
+    let body = request.encode_to_vec();
+    stream
+        .write_all(&(body.len() as u32).to_le_bytes())
+        .await
+        .unwrap();
+    stream.write_all(&body).await.unwrap();
+    stream.write_all(payload).await.unwrap();
+}
+
+/// Receives a reply frame on a bulk TCP connection (its bulk bytes still to read).
+pub async fn receive(stream: &mut tokio::net::TcpStream) -> v1::BulkReply {
+    use prost::Message;
+    use tokio::io::AsyncReadExt;
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await.unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(header) as usize];
+    stream.read_exact(&mut body).await.unwrap();
+    v1::BulkReply::decode(body.as_slice()).unwrap()
+}
