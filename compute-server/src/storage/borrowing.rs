@@ -26,8 +26,11 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
-/// How long a holder may take to say where its store socket is.
-const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a holder may take to say where its store socket is. A holder that does not
+/// answer in time is asked again at the next fetch from it, which meanwhile goes through
+/// `Storage.Get`; a loaded host can be slow to answer, and every fetch it misses costs
+/// copies.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest answer read from a holder.
 const MAX_FRAME: usize = 1 << 20;
