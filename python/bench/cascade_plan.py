@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from pairs_plan import cell
-from peers import cascade_expected, matrices
+from peers import cascade_expected, matrices, ninf_cascade
 
 
 def main() -> None:
@@ -35,14 +35,7 @@ def main() -> None:
     with ninf.local_grid(servers=2, selftest=True) as grid:
         for trial in range(args.trials):
             started = time.perf_counter()
-            result = np.zeros((n, n), order="F")
-            with grid.transaction() as tx:
-                e = [tx.scratch(np.empty((n, n), order="F")) for _ in range(6)] + [result]
-                for i in range(4):
-                    tx.call("mmul", n, m[2 * i], m[2 * i + 1], e[i])
-                tx.call("mmul", n, e[0], e[1], e[4])
-                tx.call("mmul", n, e[2], e[3], e[5])
-                tx.call("mmul", n, e[4], e[5], e[6])
+            result, tx = ninf_cascade(grid, m)
             seconds = time.perf_counter() - started
             plan = tx.plan
             first = min(t.actual_start for t in plan.tasks)

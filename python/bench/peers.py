@@ -70,6 +70,22 @@ def cascade_expected(m: List[np.ndarray]) -> np.ndarray:
 # ---- Ninf ------------------------------------------------------------------------------
 
 
+def ninf_cascade(grid, m: List[np.ndarray]):
+    """The cascade as one transaction on `grid`: its result and the transaction (whose
+    `plan` says where each call ran)."""
+    n = m[0].shape[0]
+    result = np.zeros((n, n), order="F")
+    with grid.transaction() as tx:
+        # The six intermediates stay on the grid, as Ray's and Dask's do.
+        e = [tx.scratch(np.empty((n, n), order="F")) for _ in range(6)] + [result]
+        for i in range(4):
+            tx.call("mmul", n, m[2 * i], m[2 * i + 1], e[i])
+        tx.call("mmul", n, e[0], e[1], e[4])
+        tx.call("mmul", n, e[2], e[3], e[5])
+        tx.call("mmul", n, e[4], e[5], e[6])
+    return result, tx
+
+
 class NinfSide:
     name = "ninf"
 
@@ -84,17 +100,7 @@ class NinfSide:
         self._grid_cm.__exit__(None, None, None)
 
     def cascade(self, m: List[np.ndarray]) -> np.ndarray:
-        n = m[0].shape[0]
-        result = np.zeros((n, n), order="F")
-        with self.grid.transaction() as tx:
-            # The six intermediates stay on the grid, as Ray's and Dask's do.
-            e = [tx.scratch(np.empty((n, n), order="F")) for _ in range(6)] + [result]
-            for i in range(4):
-                tx.call("mmul", n, m[2 * i], m[2 * i + 1], e[i])
-            tx.call("mmul", n, e[0], e[1], e[4])
-            tx.call("mmul", n, e[2], e[3], e[5])
-            tx.call("mmul", n, e[4], e[5], e[6])
-        return result
+        return ninf_cascade(self.grid, m)[0]
 
     def pairs(self, s) -> List[np.ndarray]:
         n = s[0][0].shape[0]

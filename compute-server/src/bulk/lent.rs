@@ -8,7 +8,7 @@
 //! the routine writes each large one where the server would have copied it for the proxy
 //! ([`output_places`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ninf_executable::shared::{REGION_ALIGN, REGION_ARRAY_THRESHOLD};
@@ -20,7 +20,7 @@ use tonic::Status;
 
 /// A bulk input in a lent region: the region, and where the input starts in it.
 #[derive(Clone)]
-pub(super) struct LentInput {
+pub(crate) struct LentInput {
     pub region: Arc<SharedRegion>,
     pub offset: u64,
 }
@@ -95,7 +95,7 @@ pub(super) fn lent_inputs(
 
 /// The distinct regions of `inputs` in the order the request names them; each input's
 /// entry for the executable's `lent_arrays` names its region by that position.
-pub(super) fn number_regions(
+pub(crate) fn number_regions(
     inputs: &[(u32, i32, u64, LentInput)],
 ) -> (Vec<Arc<SharedRegion>>, Vec<v1::RegionArray>) {
     let mut regions: Vec<Arc<SharedRegion>> = Vec::new();
@@ -125,20 +125,20 @@ pub(super) fn number_regions(
 /// from the region's start in parameter order. The large ones on a 64-byte boundary are
 /// asked of the routine there (`ExecRequest.lent_outputs`, their `lent` still to be set);
 /// none when the outputs do not fit the region (they then follow the reply on the socket).
+/// `outputs` are the call's (parameter, bytes), `keep` those it keeps in storage.
 pub(super) fn output_places(
-    prepared: &crate::invoke::Prepared<'_>,
+    (function, outputs, keep): (&FunctionInterface, &[(u32, u64)], &HashSet<u32>),
     region_len: usize,
 ) -> Vec<v1::RegionArray> {
     let mut offset = 0u64;
     let mut places = Vec::new();
-    for &(parameter, bytes) in &prepared.output_sizes {
-        if prepared.keep.contains(&parameter) {
+    for &(parameter, bytes) in outputs {
+        if keep.contains(&parameter) {
             continue;
         }
         let large = bytes >= REGION_ARRAY_THRESHOLD as u64;
         if large && offset.is_multiple_of(REGION_ALIGN as u64) {
-            let element_type = prepared
-                .function
+            let element_type = function
                 .parameters
                 .get(parameter as usize)
                 .map_or(0, |p| element_type_to_proto(p.element_type).into());

@@ -7,7 +7,7 @@
 //! the same host uses [`local`] instead: the same frames on a Unix socket, the arrays in
 //! memory it shares with the server.
 
-mod lent;
+pub(crate) mod lent;
 pub mod local;
 
 use std::collections::HashMap;
@@ -613,7 +613,12 @@ fn claim_lent_outputs(
 /// The region the call's outputs go back through, and their places there.
 fn outputs_to(io: &impl BulkIo, prepared: &invoke::Prepared<'_>) -> Option<LentOutputs> {
     let region = io.output_region()?;
-    let places = lent::output_places(prepared, region.len());
+    let call = (
+        prepared.function,
+        prepared.output_sizes.as_slice(),
+        &prepared.keep,
+    );
+    let places = lent::output_places(call, region.len());
     Some((region, places))
 }
 

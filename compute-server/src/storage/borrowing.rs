@@ -26,6 +26,8 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
+use crate::bulk::lent::{LentInput, number_regions};
+
 /// How long a holder may take to say where its store socket is. A holder that does not
 /// answer in time is asked again at the next fetch from it, which meanwhile goes through
 /// `Storage.Get`; a loaded host can be slow to answer, and every fetch it misses costs
@@ -301,18 +303,19 @@ pub fn place(regions: &[Arc<SharedRegion>], data: &[u8]) -> Option<(Arc<SharedRe
 }
 
 /// Large borrowed arrays among an executable's request, lent to it: each is taken out of
-/// its argument and named in `lent_arrays` by its place in the holder's file. Returns the
-/// files to pass with the request (in the order `lent` numbers them) and the arrays'
-/// bytes, to keep until the reply (their loans).
+/// its argument and named in `lent_arrays` by its place in the holder's file, as the bulk
+/// path names inputs in regions a proxy lent on. Returns the files to pass with the request
+/// (in the order `lent` numbers them) and the arrays' bytes, to keep until the reply (their
+/// loans).
 pub fn lent_arguments(
     borrowing: &Borrowing,
     request: &mut v1::ExecRequest,
 ) -> (Vec<Arc<SharedRegion>>, Vec<Bytes>) {
     use v1::argument_value::Value;
     let regions = borrowing.regions();
-    let (mut files, mut held): (Vec<Arc<SharedRegion>>, Vec<Bytes>) = (Vec::new(), Vec::new());
+    let (mut inputs, mut held) = (Vec::new(), Vec::new());
     if regions.is_empty() {
-        return (files, held);
+        return (Vec::new(), held);
     }
     for (index, argument) in request.arguments.iter_mut().enumerate() {
         let Some(Value::Array(array)) = &argument.value else {
@@ -324,24 +327,18 @@ pub fn lent_arguments(
         let Some((region, offset)) = place(&regions, &array.data) else {
             continue;
         };
-        let lent = match files.iter().position(|f| Arc::ptr_eq(f, &region)) {
-            Some(position) => position,
-            None => {
-                files.push(region);
-                files.len() - 1
-            }
-        };
-        request.lent_arrays.push(v1::RegionArray {
-            parameter: index as u32,
-            element_type: array.element_type,
-            offset,
-            bytes: array.data.len() as u64,
-            region: v1::ArrayRegion::Own.into(),
-            lent: lent as u32,
-        });
+        let (element_type, bytes) = (array.element_type, array.data.len() as u64);
+        inputs.push((
+            index as u32,
+            element_type,
+            bytes,
+            LentInput { region, offset },
+        ));
         held.push(array.data.clone());
         argument.value = None;
     }
+    let (files, arrays) = number_regions(&inputs);
+    request.lent_arrays = arrays;
     request.lent_regions = files.len() as u32;
     (files, held)
 }
