@@ -71,6 +71,9 @@ enum Command {
     /// The client side of `experiment kept-data`, run inside the client's site.
     #[command(hide = true)]
     KeptDataClient(experiment::KeptDataClientArgs),
+    /// The client side of `experiment transfers`, run inside the client's site.
+    #[command(hide = true)]
+    TransfersClient(experiment::TransfersClientArgs),
     /// The metaserver's schedulers on random layered task graphs over a modelled platform
     /// (nothing runs): makespan over HEFT's, schedule length ratio, scheduling time.
     DagBench(dag_bench::DagBenchArgs),
@@ -107,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         Command::ExperimentClient(args) => experiment::run_client(args),
         Command::PartitionClient(args) => experiment::run_partition_client(args),
         Command::KeptDataClient(args) => experiment::run_kept_data_client(args),
+        Command::TransfersClient(args) => experiment::run_transfers_client(args),
         Command::DagBench(args) => dag_bench::run(args),
         Command::GangAlloc(args) => gang_alloc::run(args),
     };

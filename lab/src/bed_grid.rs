@@ -1,6 +1,6 @@
 //! A grid of real processes inside the testbed ([`crate::testbed`]): the metaserver and the
-//! proxy in the client's site, one compute server per server site, each a shipped binary
-//! started in its site's namespace. The wide-area experiment and the partition run start
+//! proxy in the client's site, the compute servers of each server site (one unless its
+//! profile says more), each a shipped binary started in its site's namespace. The wide-area experiment and the partition run start
 //! their grids this way.
 
 use std::path::{Path, PathBuf};
@@ -55,9 +55,46 @@ pub struct Settings<'a> {
 pub struct BedGrid {
     pub metaserver: String,
     pub proxy: String,
-    /// (site, address) of each compute server.
+    /// (site, address) of each compute server, a site's in the order of their ports.
     pub servers: Vec<(String, String)>,
     _running: Vec<Started>,
+}
+
+/// A testbed and the grid in it for one run: what [`run_in_testbed`] hands its body.
+pub struct Run<'a> {
+    pub bed: &'a Testbed,
+    pub grid: BedGrid,
+    pub binaries: &'a Binaries,
+    /// The run's configuration files; the metaserver's data (its resource DB) is under
+    /// `metaserver/`.
+    pub work: &'a Path,
+}
+
+/// Builds `profile`'s testbed under `prefix`, starts a grid of the binaries in `bin_dir`
+/// in it with `settings` (its files in a fresh work folder named after `name`), runs `body`,
+/// and tears everything down, the work folder too, whatever `body` returned.
+pub fn run_in_testbed<T>(
+    (profile, prefix, bin_dir): (&str, &str, &Path),
+    name: &str,
+    settings: &Settings<'_>,
+    body: impl FnOnce(Run<'_>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let profile = crate::testbed::Profile::load(profile)?;
+    let binaries = Binaries::find(bin_dir)?;
+    let bed = Testbed::new(prefix, profile)
+        .with_forwarder(&binaries.ninf)
+        .up()?;
+    let work = work_dir(name)?;
+    let outcome = start_grid(&bed, &work, &binaries, settings).and_then(|grid| {
+        body(Run {
+            bed: &bed,
+            grid,
+            binaries: &binaries,
+            work: &work,
+        })
+    });
+    let _ = std::fs::remove_dir_all(&work);
+    outcome
 }
 
 /// Starts the grid in `bed`, its configuration files in `work`.
@@ -97,22 +134,30 @@ pub fn start_grid(
     // The sites' servers share this host's cores: each starts after the ones before it.
     let mut processors_before = 0;
     for site in bed.profile.servers() {
-        let address = format!("{}:{SERVER_PORT}", bed.address(&site.name));
-        let config = work.join(format!("server-{}.toml", site.name));
-        let slowdown = bed.profile.slowdown(site) * settings.slowdown_factor;
-        write(
-            &config,
-            &format!(
-                "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n{}",
-                site.processors,
-                ninf_compute_server::gang::cores::config_section(processors_before)
-            ),
-        )?;
-        processors_before += site.processors as usize;
-        let mut command = bed.command(&site.name, &binaries.server);
-        command.arg("--config").arg(&config);
-        running.push(start(command, &format!("server in site {}", site.name))?);
-        servers.push((site.name.clone(), address));
+        for k in 0..site.servers.max(1) {
+            let port = SERVER_PORT + u16::try_from(k).unwrap_or(0);
+            let address = format!("{}:{port}", bed.address(&site.name));
+            let name = if site.servers > 1 {
+                format!("{}-{k}", site.name)
+            } else {
+                site.name.clone()
+            };
+            let config = work.join(format!("server-{name}.toml"));
+            let slowdown = bed.profile.slowdown(site) * settings.slowdown_factor;
+            write(
+                &config,
+                &format!(
+                    "listen = \"{address}\"\nmetaserver = \"{metaserver}\"\nprocessors = {}\nprobe_bytes = 262144\ncpu_slowdown = {slowdown:?}\n{}",
+                    site.processors,
+                    ninf_compute_server::gang::cores::config_section(processors_before)
+                ),
+            )?;
+            processors_before += site.processors as usize;
+            let mut command = bed.command(&site.name, &binaries.server);
+            command.arg("--config").arg(&config);
+            running.push(start(command, &format!("server {name}"))?);
+            servers.push((site.name.clone(), address));
+        }
     }
     Ok(BedGrid {
         metaserver,

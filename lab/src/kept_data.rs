@@ -13,8 +13,8 @@ use std::process::Stdio;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::bed_grid::{Binaries, Settings, start_grid};
-use crate::testbed::{Profile, Testbed};
+use crate::bed_grid::{Binaries, Settings, run_in_testbed};
+use crate::testbed::Testbed;
 
 /// What the run does.
 #[derive(Debug, Clone)]
@@ -59,21 +59,19 @@ const METASERVER_SETTINGS: &str = "heartbeat_seconds = 0.5\nnetwork_seconds = 5.
 
 /// Builds the testbed, starts the grid, runs the client part and tears everything down.
 pub fn run(options: &KeptDataOptions) -> anyhow::Result<KeptDataReport> {
-    let profile = Profile::load(&options.profile)?;
-    let binaries = Binaries::find(&options.bin_dir)?;
-    let bed = Testbed::new(&options.prefix, profile)
-        .with_forwarder(&binaries.ninf)
-        .up()?;
-    let work = crate::bed_grid::work_dir("kept-data")?;
     let settings = Settings {
         metaserver: METASERVER_SETTINGS,
         proxy: PROXY_SETTINGS,
         slowdown_factor: 1.0,
     };
-    let outcome = start_grid(&bed, &work, &binaries, &settings)
-        .and_then(|grid| run_client(&bed, &grid, &binaries, options));
-    let _ = std::fs::remove_dir_all(&work);
-    outcome
+    let testbed = (
+        options.profile.as_str(),
+        options.prefix.as_str(),
+        options.bin_dir.as_path(),
+    );
+    run_in_testbed(testbed, "kept-data", &settings, |run| {
+        run_client(run.bed, &run.grid, run.binaries, options)
+    })
 }
 
 fn run_client(

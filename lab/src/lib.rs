@@ -3,7 +3,8 @@
 //! ([`experiment`]), data kept on the grid against sent across its links ([`kept_data`]), the gang scheduler's benchmarks ([`gang_bench`]), on one host or on nodes in
 //! namespaces ([`gang_nodes`]), the metaserver's
 //! schedulers on random task graphs ([`dag_bench`]), the simulator's front end
-//! ([`simulate`]) and a metaserver against thousands of emulated servers ([`scale`]).
+//! ([`simulate`]), a metaserver against thousands of emulated servers ([`scale`]) and the
+//! predictor's transfer estimates against transfers timed on the testbed ([`transfers`]).
 
 pub mod bed_grid;
 pub mod dag_bench;
@@ -16,3 +17,4 @@ pub mod partition;
 pub mod scale;
 pub mod simulate;
 pub mod testbed;
+pub mod transfers;

@@ -49,6 +49,11 @@ pub struct Site {
     /// Processors a server offers.
     #[serde(default = "one")]
     pub processors: u32,
+    /// Compute servers the site runs, each with `processors` processors, on ports 7001,
+    /// 7002, ... of the site's address. Servers of one site share its /24, so the
+    /// metaserver groups them into one site (docs/metaserver.md, "Sites").
+    #[serde(default = "one")]
+    pub servers: u32,
     /// How many times slower than the host a server's processors are in the modelled
     /// setting (before the profile's `speedup`); see `ninf_executable::slowdown`.
     #[serde(default = "unit")]
@@ -95,13 +100,14 @@ pub struct Profile {
 }
 
 /// The profiles shipped with `ninf`.
-const SHIPPED: [(&str, &str); 3] = [
+const SHIPPED: [(&str, &str); 4] = [
     ("paper", include_str!("../profiles/paper.toml")),
     (
         "paper-slow-ab",
         include_str!("../profiles/paper-slow-ab.toml"),
     ),
     ("lan", include_str!("../profiles/lan.toml")),
+    ("sites", include_str!("../profiles/sites.toml")),
 ];
 
 impl Profile {
@@ -113,7 +119,7 @@ impl Profile {
                 name_or_path.to_string(),
                 std::fs::read_to_string(name_or_path).with_context(|| {
                     format!(
-                        "`{name_or_path}` is neither a shipped profile (paper, paper-slow-ab, lan) nor a readable file"
+                        "`{name_or_path}` is neither a shipped profile (paper, paper-slow-ab, lan, sites) nor a readable file"
                     )
                 })?,
             ),
@@ -168,6 +174,13 @@ impl Profile {
                     site.cpu_slowdown,
                     self.speedup,
                     site.cpu_slowdown / self.speedup
+                );
+            }
+            if site.role == Role::Server && !(1..=16).contains(&site.servers) {
+                bail!(
+                    "site `{}` has {} servers; it must have 1 to 16",
+                    site.name,
+                    site.servers
                 );
             }
             if let Some(mbit) = site.uplink_mbit
@@ -760,6 +773,20 @@ mod tests {
         assert_eq!(
             bad.to_string(),
             "link [\"c\", \"z\"] names unknown site `z`"
+        );
+        let sites = Profile::load("sites").unwrap();
+        assert_eq!(
+            sites.servers().map(|s| s.servers).collect::<Vec<_>>(),
+            vec![3, 3]
+        );
+        assert_eq!(paper.servers().map(|s| s.servers).max(), Some(1));
+        let none = Profile::parse(
+            "name = \"x\"\n[[site]]\nname = \"c\"\nrole = \"client\"\n[[site]]\nname = \"s\"\nrole = \"server\"\nservers = 0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            none.to_string(),
+            "site `s` has 0 servers; it must have 1 to 16"
         );
         let no_server = Profile::parse("name = \"x\"\n[[site]]\nname = \"c\"\nrole = \"client\"\n")
             .unwrap_err();

@@ -1,8 +1,9 @@
-//! `ninf experiment wan|tables|partition|kept-data`: the metaserver paper's experiment on the
-//! testbed and its tables beside the metaserver paper's, partitions of a site during a run, and
-//! data kept on the grid against sent across the links; `experiment-client`,
-//! `partition-client` and `kept-data-client` are their client sides, run inside the client's
-//! site.
+//! `ninf experiment wan|tables|partition|kept-data|transfers`: the metaserver paper's
+//! experiment on the testbed and its tables beside the metaserver paper's, partitions of a
+//! site during a run, data kept on the grid against sent across the links, and the
+//! predictor's transfer estimates against timed transfers; `experiment-client`,
+//! `partition-client`, `kept-data-client` and `transfers-client` are their client sides, run
+//! inside the client's site.
 
 use std::path::PathBuf;
 
@@ -104,12 +105,34 @@ pub enum ExperimentKind {
         #[arg(long)]
         json: bool,
     },
+    /// The predictor's transfer estimates against transfers timed across the testbed's
+    /// links: puts from the client's site to every server and copies between servers of
+    /// different sites, each predicted from the samples the metaserver had (needs root).
+    Transfers(TransfersArgs),
+}
+
+#[derive(Args)]
+pub struct TransfersArgs {
+    /// `sites` has three servers in each server site, so that some paths are never
+    /// measured and are estimated from their sites' samples.
+    #[arg(long, default_value = "sites")]
+    profile: String,
+    /// Bytes of each timed transfer.
+    #[arg(long, value_delimiter = ',', default_value = "262144,1048576,4194304")]
+    sizes: Vec<u64>,
+    #[arg(long, default_value_t = 3)]
+    trials: usize,
+    #[arg(long, default_value = "ninf-tx")]
+    prefix: String,
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
     super::end_children_on_signal()?;
     match args.kind {
         ExperimentKind::Tables { results, profile } => tables(results, &profile),
+        ExperimentKind::Transfers(args) => transfers(args),
         ExperimentKind::KeptData {
             profile,
             n,
@@ -150,11 +173,9 @@ pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
                 cut_seconds,
                 slowdown,
             })?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", ninf_lab::partition::render(&report));
-            }
+            print_report(json, serde_json::to_string(&report)?, || {
+                ninf_lab::partition::render(&report)
+            });
             if !report.clean() {
                 anyhow::bail!(
                     "the grid lost, corrupted or leaked something across partitions: {} lost, {} mismatched, {} bytes left",
@@ -224,6 +245,15 @@ pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// A report as one JSON object (`as_json`), or as its text.
+fn print_report(json: bool, as_json: String, as_text: impl FnOnce() -> String) {
+    if json {
+        println!("{as_json}");
+    } else {
+        print!("{}", as_text());
     }
 }
 
@@ -329,11 +359,9 @@ pub fn run_partition_client(args: PartitionClientArgs) -> anyhow::Result<()> {
 
 fn kept_data(options: ninf_lab::kept_data::KeptDataOptions, json: bool) -> anyhow::Result<()> {
     let report = ninf_lab::kept_data::run(&options)?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", ninf_lab::kept_data::render(&report));
-    }
+    print_report(json, serde_json::to_string(&report)?, || {
+        ninf_lab::kept_data::render(&report)
+    });
     // Bit for bit: the grid runs the same routines as the local check.
     if report.figures.max_abs_error != 0.0 {
         anyhow::bail!(
@@ -342,6 +370,56 @@ fn kept_data(options: ninf_lab::kept_data::KeptDataOptions, json: bool) -> anyho
         );
     }
     Ok(())
+}
+
+fn transfers(args: TransfersArgs) -> anyhow::Result<()> {
+    if args.sizes.contains(&0) {
+        anyhow::bail!("--sizes: a transfer of 0 bytes has nothing to time");
+    }
+    let report = ninf_lab::transfers::run(&ninf_lab::transfers::TransfersOptions {
+        profile: args.profile,
+        prefix: args.prefix,
+        bin_dir: super::bin_dir()?,
+        sizes: args.sizes,
+        trials: args.trials.max(1),
+    })?;
+    print_report(args.json, serde_json::to_string(&report)?, || {
+        ninf_lab::transfers::render(&report)
+    });
+    // A path nobody measured is predicted from its sites' samples: none may be left out.
+    if !report.unpredicted.is_empty() {
+        anyhow::bail!(
+            "the predictor had no sample for {} transfer(s): {}",
+            report.unpredicted.len(),
+            report.unpredicted.join("; ")
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct TransfersClientArgs {
+    #[arg(long)]
+    pub proxy: String,
+    #[arg(long)]
+    pub metaserver: String,
+    /// The compute servers' addresses.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<u64>,
+    #[arg(long)]
+    pub trials: usize,
+}
+
+pub fn run_transfers_client(args: TransfersClientArgs) -> anyhow::Result<()> {
+    ninf_lab::transfers::client(
+        &args.proxy,
+        &args.metaserver,
+        &args.servers,
+        &args.sizes,
+        args.trials,
+    )
 }
 
 #[derive(Args)]
