@@ -4,11 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
-use common::ninf;
+use crate::common::ninf;
 
 #[test]
 fn the_demo_runs_with_the_predictor_named_and_refuses_an_unknown_one() {

@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../testing/programs.rs"]
-mod programs;
+use crate::common::programs;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -5,12 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::ninf;
+use crate::common::ninf;
 
 #[test]
 fn a_run_past_its_stall_limit_names_the_transactions_and_keeps_the_grids_files() {

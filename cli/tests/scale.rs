@@ -5,11 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
-use common::ninf;
+use crate::common::ninf;
 
 #[test]
 fn emulated_servers_register_beat_and_take_the_clients_graphs() {

@@ -6,12 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::ninf;
+use crate::common::ninf;
 
 /// The parent of `pid`, from `/proc/PID/stat` (the field after the command's parentheses).
 fn parent_of(pid: u32) -> Option<u32> {

@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{ninf, up};
+use crate::common::{ninf, up};
 
 #[test]
 fn status_lists_the_grid_and_watch_redraws_until_interrupted() {

@@ -7,13 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use common::{ninf, up};
+use crate::common::{ninf, up};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,

@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::process::Command;
 
-use common::{ninf, programs};
+use crate::common::{ninf, programs};
 
 #[test]
 fn every_program_says_the_one_release() {

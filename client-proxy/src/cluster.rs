@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
+use futures_util::StreamExt;
 use ninf_proto::net::auth::{AttachToken, Authorized, authorized};
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::net::{ConnectionSettings, Keepalive};
@@ -21,6 +22,7 @@ use crate::batching::{CallQueue, Waiting, answer_all, batchable, call_queued};
 use crate::bulk::{BULK_THRESHOLD, BulkFailure, BulkPorts, inline_bytes};
 use crate::config::{CALL_LIMIT, ProxyConfig};
 use crate::connections::ConnectionCache;
+use crate::data::upload::Chunks;
 use crate::metaserver::Metaserver;
 
 /// The compute servers, as the proxy uses them.
@@ -39,6 +41,26 @@ pub trait Cluster: Send + Sync + 'static {
         owner: &str,
         array: v1::Array,
     ) -> Result<v1::ObjectRef, Status>;
+    /// Stores the array of `spec` that `chunks` brings on `server` under `owner`, sending
+    /// each chunk as it comes. Dropping the future before it ends stores nothing.
+    async fn put_chunks(
+        &self,
+        server: &str,
+        owner: &str,
+        spec: &v1::DataSpec,
+        chunks: Chunks,
+    ) -> Result<v1::ObjectRef, Status> {
+        let parts: Vec<bytes::Bytes> = chunks.collect().await;
+        let mut data = BytesMut::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in &parts {
+            data.extend_from_slice(part);
+        }
+        let array = v1::Array {
+            element_type: spec.element_type,
+            data: data.freeze(),
+        };
+        self.put(server, owner, array).await
+    }
     /// Deletes everything `owner` stored on `server`.
     async fn delete_owner(&self, server: &str, owner: &str) -> Result<(), Status>;
     /// Extends `owner`'s lease on `server`.
@@ -401,24 +423,49 @@ impl Cluster for GrpcCluster {
         owner: &str,
         array: v1::Array,
     ) -> Result<v1::ObjectRef, Status> {
-        let total_bytes = array.data.len() as u64;
-        let chunks: Vec<v1::PutChunk> = ninf_proto::chunks::stream_chunks(&array.data)
-            .map(|(_, data)| v1::PutChunk {
-                owner: owner.to_string(),
-                element_type: array.element_type,
-                data,
-                total_bytes,
-            })
+        let header = put_header(owner, array.element_type, array.data.len() as u64);
+        let messages: Vec<v1::PutChunk> = std::iter::once(header.clone())
+            .chain(
+                ninf_proto::chunks::stream_chunks(&array.data)
+                    .filter(|(_, data)| !data.is_empty())
+                    .map(|(_, data)| v1::PutChunk {
+                        data,
+                        ..header.clone()
+                    }),
+            )
             .collect();
-        let info = self
-            .storage(server)?
-            .put(tokio_stream::iter(chunks))
-            .await?
-            .into_inner();
-        Ok(v1::ObjectRef {
-            server: server.to_string(),
-            object_id: info.object_id,
-        })
+        self.store(server, tokio_stream::iter(messages)).await
+    }
+
+    async fn put_chunks(
+        &self,
+        server: &str,
+        owner: &str,
+        spec: &v1::DataSpec,
+        chunks: Chunks,
+    ) -> Result<v1::ObjectRef, Status> {
+        let header = put_header(owner, spec.element_type, spec.bytes);
+        // Through a channel from a task of its own: tonic's request future holding the
+        // chunks' stream itself could not be proven Send. Dropping this future drops the
+        // task with it (and so the request's stream, unfinished).
+        let (send, receive) = tokio::sync::mpsc::channel(4);
+        let template = header.clone();
+        let forward = tokio::spawn(async move {
+            let mut chunks = chunks;
+            while let Some(data) = chunks.next().await {
+                let message = v1::PutChunk {
+                    data,
+                    ..template.clone()
+                };
+                if send.send(message).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let _forwarding = AbortOnDrop(forward);
+        let messages = futures_util::stream::once(futures_util::future::ready(header))
+            .chain(tokio_stream::wrappers::ReceiverStream::new(receive));
+        self.store(server, messages).await
     }
 
     async fn delete_owner(&self, server: &str, owner: &str) -> Result<(), Status> {
@@ -488,5 +535,41 @@ impl Cluster for GrpcCluster {
         if let Some(ports) = &self.bulk {
             ports.release();
         }
+    }
+}
+
+/// The first message of a put: it names the owner, type and length even when no bytes
+/// follow; the others repeat it with their bytes.
+fn put_header(owner: &str, element_type: i32, total_bytes: u64) -> v1::PutChunk {
+    v1::PutChunk {
+        owner: owner.to_string(),
+        element_type,
+        data: bytes::Bytes::new(),
+        total_bytes,
+    }
+}
+
+impl GrpcCluster {
+    /// Stores the array `messages` carry on `server`.
+    async fn store(
+        &self,
+        server: &str,
+        messages: impl futures_util::Stream<Item = v1::PutChunk> + Send + 'static,
+    ) -> Result<v1::ObjectRef, Status> {
+        let mut storage = self.storage(server)?;
+        let info = storage.put(messages).await?.into_inner();
+        Ok(v1::ObjectRef {
+            server: server.to_string(),
+            object_id: info.object_id,
+        })
+    }
+}
+
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -140,6 +140,15 @@ impl SharedRegions {
         Ok(shared)
     }
 
+    /// The bytes of one shared array (a put's whole value), its region leased until the
+    /// last of them is dropped.
+    pub fn resolve_array(&self, shared: &v1::SharedArray) -> Result<Bytes, Status> {
+        let lease = Arc::new(self.lease(&shared.region)?);
+        slice(lease, shared)
+            .map(|array| array.data)
+            .map_err(|e| Status::invalid_argument(format!("the put's shared array {e}")))
+    }
+
     /// The region `request` names for its reply's large arrays, held for the run.
     pub fn lease_output(&self, request: &v1::RunRequest) -> Result<Option<OutputRegion>, Status> {
         if request.output_region.is_empty() {

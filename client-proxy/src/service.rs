@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use ninf_proto::net::answer;
 use ninf_proto::v1;
 use tokio::sync::mpsc;
@@ -13,8 +13,9 @@ use tracing::Instrument;
 
 use crate::Proxy;
 use crate::admission::Admitted;
+use crate::data::upload::Upload;
 use crate::progress::ProgressSink;
-use crate::same_host::OutputRegion;
+use crate::same_host::{OutputRegion, SharedRegions};
 
 pub struct ProxyService(pub Arc<Proxy>);
 
@@ -259,10 +260,17 @@ impl v1::proxy_server::Proxy for ProxyService {
         request: Request<tonic::Streaming<v1::DataUpload>>,
     ) -> Result<Response<v1::DataInfo>, Status> {
         let owner = client_of(&request);
-        let (spec, data) = receive_upload(request.into_inner(), self.0.config.max_request_bytes)
+        let limit = self.0.config.max_request_bytes;
+        let (spec, upload, shared) =
+            receive_upload(request.into_inner(), limit, &self.0.shared_regions)
+                .await
+                .map_err(answer)?;
+        self.0.metrics.shared_bytes("in", shared);
+        let info = self
+            .0
+            .put_data(&owner, spec, upload)
             .await
             .map_err(answer)?;
-        let info = self.0.put_data(&owner, spec, data).await.map_err(answer)?;
         Ok(Response::new(info))
     }
 
@@ -317,15 +325,23 @@ impl v1::proxy_server::Proxy for ProxyService {
     }
 }
 
-/// A put's spec and bytes, at most `limit` of them.
+/// A put's spec and bytes, at most `limit` of them: streamed by the client, or lying in a
+/// region it shared with the proxy (then also how many bytes, for the metrics).
 async fn receive_upload(
     mut stream: tonic::Streaming<v1::DataUpload>,
     limit: usize,
-) -> Result<(v1::DataSpec, bytes::Bytes), Status> {
+    regions: &SharedRegions,
+) -> Result<(v1::DataSpec, Upload, u64), Status> {
     let first = stream
         .message()
         .await?
         .ok_or_else(|| Status::invalid_argument("a put must send its spec first"))?;
+    // Leased before any check, so that a refused put still says `released` to its client.
+    let shared = first
+        .shared
+        .as_ref()
+        .map(|shared| regions.resolve_array(shared))
+        .transpose()?;
     let spec = first
         .spec
         .ok_or_else(|| Status::invalid_argument("a put must send its spec first"))?;
@@ -335,18 +351,24 @@ async fn receive_upload(
             spec.bytes
         )));
     }
-    let mut data = bytes::BytesMut::with_capacity(if spec.empty { 0 } else { spec.bytes as usize });
-    data.extend_from_slice(&first.data);
-    while let Some(chunk) = stream.message().await? {
-        if data.len() + chunk.data.len() > spec.bytes as usize {
-            return Err(Status::invalid_argument(format!(
-                "a put of {} bytes sent more",
-                spec.bytes
-            )));
-        }
-        data.extend_from_slice(&chunk.data);
+    let bytes = if spec.empty { 0 } else { spec.bytes };
+    let Some(shared) = shared else {
+        let rest = stream.map(|upload| upload.map(|u| u.data));
+        return Ok((spec, Upload::receive(bytes, first.data, rest), 0));
+    };
+    if shared.len() as u64 != bytes || !first.data.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "a put of {bytes} bytes named {} bytes in shared memory and sent {} more",
+            shared.len(),
+            first.data.len()
+        )));
     }
-    Ok((spec, data.freeze()))
+    if stream.message().await?.is_some() {
+        return Err(Status::invalid_argument(
+            "a put in shared memory sends nothing after its first message",
+        ));
+    }
+    Ok((spec, Upload::whole(shared), bytes))
 }
 
 /// An array as the chunks a stream of it carries (the first with its type and size).

@@ -222,12 +222,12 @@ impl v1::storage_server::Storage for StorageService {
         request: Request<Streaming<v1::PutChunk>>,
     ) -> Result<Response<v1::ObjectInfo>, Status> {
         let mut stream = request.into_inner();
-        let mut header: Option<(String, i32)> = None;
+        let mut header: Option<(String, i32, u64)> = None;
         let region = self.0.store_region.as_ref();
         let mut data = Arriving::Heap(Default::default());
         while let Some(chunk) = stream.message().await? {
             if header.is_none() {
-                header = Some((chunk.owner.clone(), chunk.element_type));
+                header = Some((chunk.owner.clone(), chunk.element_type, chunk.total_bytes));
                 if chunk.total_bytes <= self.0.max_request_bytes {
                     data = Arriving::new(region, chunk.total_bytes);
                 }
@@ -240,11 +240,19 @@ impl v1::storage_server::Storage for StorageService {
             }
             data.extend(&chunk.data).map_err(Status::invalid_argument)?;
         }
+        let (owner, element_type, total_bytes) = header.unwrap_or_default();
+        // A sender whose stream ended early (it stopped before all its bytes came) must
+        // not leave part of an array stored as the whole of it (0: no length announced).
+        if total_bytes > 0 && data.len() as u64 != total_bytes {
+            return Err(Status::invalid_argument(format!(
+                "{} bytes came of the {total_bytes} the first chunk announced",
+                data.len()
+            )));
+        }
         let (data, copied) = data.finish(region).map_err(Status::invalid_argument)?;
         if copied {
             self.0.metrics.store_region("copied_in", data.len() as u64);
         }
-        let (owner, element_type) = header.unwrap_or_default();
         let element_type = v1::ElementType::try_from(element_type)
             .ok()
             .and_then(element_type_from_proto)

@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{TestServer, echo_request, receive, send};
+use crate::common::{TestServer, echo_request, receive, send};
 use ninf::NinfClient;
 use ninf_idl::ElementType;
 use ninf_proto::net::local;
@@ -287,6 +285,17 @@ async fn a_large_put_lands_in_the_store_region_and_a_short_one_is_refused() {
             "more than the {} bytes the first chunk announced",
             bytes - 8
         )
+    );
+    // A small array is received on the heap; a stream that stops short of what it
+    // announced is refused there too, not stored as if whole.
+    let small = [1.0, 2.0];
+    let e = storage
+        .put(tokio_stream::iter(chunks_of(&small, 24)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message(),
+        "16 bytes came of the 24 the first chunk announced"
     );
     a.state.store.delete_owner("t-put");
     assert_eq!(region.reserved(), 0, "refused puts leave no room taken");

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{TestServer, echo_request, receive, send};
+use crate::common::{TestServer, echo_request, receive, send};
 use ninf::{Arg, ErrorKind, NinfClient};
 use ninf_compute_server::metrics::Path;
 use ninf_proto::net::local::{self, SharedRegion};

@@ -6,11 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::TestServer;
+use crate::common::TestServer;
 use ninf::{Arg, NinfClient};
 use ninf_proto::v1;
 use prost::Message;

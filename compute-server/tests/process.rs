@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
-use common::ServerProcess;
+use crate::common::ServerProcess;
 use ninf::{Arg, Client, ErrorKind, OwnedArg, ninf_call};
 use ninf_proto::ArrayData;
 use ninf_routines::linpack_client as linpack;

@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{binaries, ensure_executables};
+use crate::common::{binaries, ensure_executables};
 use ninf::{Arg, Client, ErrorKind, OwnedArg};
 
 fn module_toml(names: &[&str]) -> String {

@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestServer;
+use crate::common::TestServer;
 use ninf::{Arg, ErrorKind, NinfClient};
 use ninf_proto::v1::{self, argument_value::Value, call_argument::Source};
 

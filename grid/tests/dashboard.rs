@@ -11,13 +11,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestGrid, local_mmul, matrix};
+use crate::common::{TestGrid, local_mmul, matrix};
 use fantoccini::{Client, ClientBuilder};
 use ninf::grid::TxArg;
 use serde_json::{Value, json};

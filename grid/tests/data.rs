@@ -5,9 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
-use common::{TestGrid, solved_by_sending};
+use crate::common::{TestGrid, sample_sum, scrape, solved_by_sending};
 use ninf::ElementType;
 use ninf::ErrorKind;
 use ninf::grid::{DataMode, TxArg};
@@ -762,10 +762,12 @@ fn a_put_sent_again_under_its_name_replaces_its_first_try() {
             v1::DataUpload {
                 spec: Some(spec),
                 data: bytes::Bytes::new(),
+                shared: None,
             },
             v1::DataUpload {
                 spec: None,
                 data: data.clone(),
+                shared: None,
             },
         ];
         identified(tokio_stream::iter(chunks))
@@ -807,6 +809,129 @@ fn a_put_sent_again_under_its_name_replaces_its_first_try() {
         vec![2 * data.len() as u64],
         "the first try's bytes are deleted"
     );
+}
+
+/// A client on the proxy's host puts a large array by writing it once into a region it
+/// shares with the proxy, which reads it there: ten puts in a row, more than the eight
+/// regions a client keeps, so each must have been released for the next; every value read
+/// back whole. Turned off (`same_host_uploads = false`), the bytes go through gRPC.
+#[test]
+fn a_large_put_from_the_proxys_host_goes_in_shared_memory_unless_turned_off() {
+    for same_host_uploads in [true, false] {
+        let grid = TestGrid::start(vec![1], |o| o.same_host_uploads = same_host_uploads);
+        let metrics = grid.grid().endpoints.metrics.clone();
+        let client = grid.client("simple");
+        // 50,000 doubles: 400,000 bytes, over the 256 KiB the client shares.
+        let n = 50_000usize;
+        for round in 0..10 {
+            let values: Vec<f64> = (0..n).map(|i| (i * (round + 1)) as f64).collect();
+            let d = client.put(&values, &[n as u64], DataMode::Sticky).unwrap();
+            let mut back = vec![0.0; n];
+            client.get(&d, &mut back).unwrap();
+            assert_eq!(back, values, "round {round}");
+            client.free(&d).unwrap();
+        }
+        let shared = sample_sum(
+            &scrape(&metrics["proxy"]),
+            "ninf_bytes_total",
+            &["direction=\"in\"", "path=\"shared\""],
+        );
+        let expected = if same_host_uploads { 10 * 8 * n } else { 0 };
+        assert_eq!(
+            shared, expected as f64,
+            "same_host_uploads = {same_host_uploads}"
+        );
+        grid.assert_no_leftovers();
+    }
+}
+
+/// The proxy passes a put's bytes on to the server while they still arrive. A client whose
+/// stream says one size and sends another (fewer bytes, or more) gets an error naming both,
+/// and leaves neither a handle nor any bytes on the server; a put sent in many chunks after
+/// them is stored whole.
+#[test]
+fn a_put_that_sends_fewer_or_more_bytes_than_it_says_leaves_nothing() {
+    use ninf_proto::v1;
+    let grid = TestGrid::start(vec![1], |_| {});
+    let values: Vec<f64> = (0..300_000).map(|i| i as f64).collect();
+    let data = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(&values));
+    let upload = |says: u64, sent: &bytes::Bytes| {
+        let spec = v1::DataSpec {
+            element_type: v1::ElementType::Double as i32,
+            bytes: says,
+            shape: vec![says / 8],
+            mode: v1::DataMode::Sticky as i32,
+            ..Default::default()
+        };
+        let first = v1::DataUpload {
+            spec: Some(spec),
+            data: bytes::Bytes::new(),
+            shared: None,
+        };
+        let rest = sent.chunks(256 << 10).map(|chunk| v1::DataUpload {
+            spec: None,
+            data: bytes::Bytes::copy_from_slice(chunk),
+            shared: None,
+        });
+        identified(tokio_stream::iter(
+            std::iter::once(first).chain(rest).collect::<Vec<_>>(),
+        ))
+    };
+    let whole = data.len() as u64;
+    let proxy = grid.grid().endpoints.proxy.clone();
+    let (short, long, kept, listed) = grid.runtime.block_on(async {
+        let channel = ninf_proto::net::connect(&proxy, None, Default::default())
+            .await
+            .unwrap();
+        let mut client = v1::proxy_client::ProxyClient::new(channel);
+        let short = client.put_data(upload(whole + 8, &data)).await.unwrap_err();
+        let long = client.put_data(upload(whole - 8, &data)).await.unwrap_err();
+        let kept = client
+            .put_data(upload(whole, &data))
+            .await
+            .unwrap()
+            .into_inner();
+        let listed = client
+            .list_data(identified(v1::ListDataRequest { ids: Vec::new() }))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut chunks = client
+            .get_data(identified(v1::DataHandle {
+                id: kept.id.clone(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut back = Vec::new();
+        while let Some(chunk) = chunks.message().await.unwrap() {
+            back.extend_from_slice(&chunk.data);
+        }
+        (short, long, (kept, back), listed)
+    });
+    let (kept, back) = kept;
+    assert_eq!(short.code(), tonic::Code::InvalidArgument, "{short}");
+    assert_eq!(
+        short.message(),
+        format!("the put says {} bytes but sent {whole}", whole + 8)
+    );
+    assert_eq!(long.code(), tonic::Code::InvalidArgument, "{long}");
+    assert_eq!(
+        long.message(),
+        format!("a put of {} bytes sent more", whole - 8)
+    );
+    let ids: Vec<&str> = listed.data.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![kept.id.as_str()],
+        "only the honest put made a handle"
+    );
+    assert_eq!(
+        grid.grid().stored_bytes(),
+        vec![whole],
+        "only its bytes are stored"
+    );
+    assert_eq!(back, data, "stored whole, in order");
 }
 
 /// `message` as the client named `put-tester` sends it.

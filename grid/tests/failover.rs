@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::{ensure_executables, local_mmul, matrix, module};
+use crate::common::{ensure_executables, local_mmul, matrix, module};
 use ninf::grid::GridClient;
 use ninf_client_proxy::config::ProxyConfig;
 use ninf_compute_server::config::ServerConfig;

@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     ExternalServer, TestGrid, local_mmul, matrix, max_difference, sample_sum, scrape,
     solved_by_sending,
 };

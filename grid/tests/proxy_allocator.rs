@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::process::Command;
 
-use common::{binaries, ensure_executables};
+use crate::common::{binaries, ensure_executables};
 use ninf_grid::processes::{free_address, start, write};
 
 /// Starts `ninf-proxy` with `GLIBC_TUNABLES` set to `tunables` (unset: `None`) and returns

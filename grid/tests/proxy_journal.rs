@@ -6,13 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{TestGrid, binaries, sample_sum, scrape};
+use crate::common::{TestGrid, binaries, sample_sum, scrape};
 use ninf::CallError;
 use ninf::grid::{GridClient, Plan};
 use ninf_client_proxy::journal::{JournalStore, JournaledRun};

@@ -4,13 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{TestGrid, binaries, local_mmul, matrix};
+use crate::common::{TestGrid, binaries, local_mmul, matrix};
 use ninf::grid::GridClient;
 use ninf_grid::slurm::LocalSlurm;
 use ninf_proto::v1;

@@ -1,6 +1,6 @@
 //! Golden tests: the generated client stubs, executable and interface JSON of the shipped
 //! examples must match the files in `tests/golden/`. After an intended change, regenerate
-//! them with `NINF_BLESS=1 cargo test -p ninf-idl --test golden` and review the diff.
+//! them with `NINF_BLESS=1 cargo test -p ninf-idl --test integration golden::` and review the diff.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

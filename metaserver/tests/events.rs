@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 
-use common::{linpack, registration};
+use crate::common::{linpack, registration};
 use ninf_metaserver::MetaserverConfig;
 use ninf_proto::v1;
 

@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{linpack, registration};
+use crate::common::{linpack, registration};
 use ninf_metaserver::{MetaserverConfig, MetaserverError};
 use ninf_proto::v1;
 

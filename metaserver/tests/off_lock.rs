@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::linpack;
+use crate::common::linpack;
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::v1;
 

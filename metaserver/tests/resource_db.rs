@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::linpack;
+use crate::common::linpack;
 use ninf_metaserver::db::{
     ActualRecord, EdgeRecord, GraphRecord, PlacementRecord, ResourceDb, Retention, StoredLink,
     StoredLoad,

@@ -3,9 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{linpack, registration};
+use crate::common::{linpack, registration};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::v1;
 

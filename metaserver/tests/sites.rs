@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::linpack;
+use crate::common::linpack;
 use ninf_metaserver::Registry;
 use ninf_metaserver::sites::site_of;
 use ninf_proto::v1;

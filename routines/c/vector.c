@@ -5,9 +5,18 @@
 #include <math.h>
 #include <string.h>
 
+/* Eight partial sums, as BLAS libraries keep: one running sum makes every addition wait
+ * for the one before (four cycles each here), which held a 4M-element ddot to 6 ms, a
+ * third of memory's speed. Independent sums let the compiler keep several additions in
+ * flight, in vector registers; the order of the additions, and so the last bits of the
+ * result, change with it, as they differ between BLAS libraries. */
 void ninf_ddot(int n, const double *x, const double *y, double *result) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += x[i] * y[i];
+    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += x[i + k] * y[i + k];
+    double sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) sum += x[i] * y[i];
     result[0] = sum;
 }
 

@@ -28,6 +28,21 @@ fn scalars_arrays_and_libm_through_c() {
     assert!((result[0] - 13.0).abs() < 1e-12, "{}", result[0]);
 }
 
+/// `ddot` sums in eight interleaved partial sums and then the tail: every element counts
+/// once, whatever `n` is modulo 8 (integers, so that the sum is exact in any order).
+#[test]
+fn ddot_counts_every_element_once_at_every_length() {
+    let mut exec = spawn();
+    for n in [0usize, 1, 7, 8, 9, 16, 19, 1000, 1001] {
+        let x: Vec<f64> = (0..n).map(|i| (i % 13) as f64 + 1.0).collect();
+        let y: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 3.0).collect();
+        let mut result = [f64::NAN];
+        vector::ddot(&mut exec, n as i32, &x, &y, &mut result).unwrap();
+        let expected: f64 = x.iter().zip(&y).map(|(a, b)| a * b).sum();
+        assert_eq!(result[0], expected, "n = {n}");
+    }
+}
+
 #[test]
 fn strings_chars_work_arrays_and_complex_through_c() {
     let mut exec = spawn();

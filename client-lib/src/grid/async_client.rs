@@ -367,6 +367,11 @@ impl AsyncGridClient {
 
     /// Where a new foreign transaction records its large inputs, if this client shares
     /// memory with its proxy (docs/bulk-protocol.md, "From a client on the proxy's host").
+    /// The regions this client shares with a proxy on its host.
+    pub(crate) fn shared_uploads(&self) -> &super::same_host::SharedUploads {
+        &self.uploads
+    }
+
     pub(crate) fn recorder(&self) -> Option<super::same_host::Recorder> {
         self.uploads.recorder()
     }

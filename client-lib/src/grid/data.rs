@@ -91,13 +91,21 @@ impl AsyncGridClient {
         // Named, so that sending it again after a try that broke midway makes no second handle.
         spec.put_id = ninf_proto::net::local::random_name("")
             .map_err(|e| CallError::bad_argument(format!("no random name for the put: {e}")))?;
+        if let Some(info) = self.upload_shared(&spec, &data).await? {
+            return self.uploaded(info);
+        }
         let first = v1::DataUpload {
             spec: Some(spec),
             data: Bytes::new(),
+            shared: None,
         };
         let rest = ninf_proto::chunks::stream_chunks(&data)
             .filter(|(_, chunk)| !chunk.is_empty())
-            .map(|(_, data)| v1::DataUpload { spec: None, data });
+            .map(|(_, data)| v1::DataUpload {
+                spec: None,
+                data,
+                shared: None,
+            });
         let chunks: Vec<v1::DataUpload> = std::iter::once(first).chain(rest).collect();
         // Chunks hold `Bytes`: a second attempt shares the data, it does not copy it.
         let info = self
@@ -108,6 +116,46 @@ impl AsyncGridClient {
             })
             .await?
             .into_inner();
+        self.uploaded(info)
+    }
+
+    /// A put of a large array to a proxy on this host: the array is written once into a
+    /// region shared with the proxy, which reads it there (docs/data.md). `None` when that
+    /// is not possible (no region, or the proxy did not know it: it restarted) or the proxy
+    /// could not be reached: the put then sends its bytes, under the same name.
+    async fn upload_shared(
+        &self,
+        spec: &v1::DataSpec,
+        data: &Bytes,
+    ) -> Result<Option<v1::DataInfo>, CallError> {
+        if spec.empty {
+            return Ok(None);
+        }
+        let uploads = self.shared_uploads();
+        let Some(shared) = uploads.share_array(self, data, spec.element_type).await else {
+            return Ok(None);
+        };
+        let first = v1::DataUpload {
+            spec: Some(spec.clone()),
+            data: Bytes::new(),
+            shared: Some(shared),
+        };
+        let request = self.identified(tokio_stream::iter([first]));
+        match self.proxy().put_data(request).await {
+            Ok(info) => Ok(Some(info.into_inner())),
+            Err(status)
+                if super::same_host::region_unknown(&status)
+                    || super::async_client::proxy_unreachable(&status) =>
+            {
+                uploads.reconnect().await;
+                Ok(None)
+            }
+            Err(status) => Err(status.into()),
+        }
+    }
+
+    /// The handle a put made, its lease renewed from now on.
+    fn uploaded(&self, info: v1::DataInfo) -> Result<DataRef, CallError> {
         self.renewal()
             .start(self.renewal_parts(), info.lease_until - info.created);
         DataRef::of(&info)

@@ -325,6 +325,39 @@ impl SharedUploads {
         (inputs_shared || output.is_some()).then_some(SharedRun { output })
     }
 
+    /// Copies `data` (a put's whole value, of at least [`MIN_SHARED_ARRAY`] bytes) into a
+    /// region shared with the proxy and names it there; `None` when the proxy offers no
+    /// regions or all are held (the put then sends its bytes). The proxy says `released`
+    /// once the put no longer reads it.
+    pub(crate) async fn share_array(
+        &self,
+        client: &impl ProxySocket,
+        data: &[u8],
+        element_type: i32,
+    ) -> Option<v1::SharedArray> {
+        if data.len() < MIN_SHARED_ARRAY {
+            return None;
+        }
+        let connection = self.connection(client).await?;
+        let (name, memory) = match connection.lend(data.len(), false).await {
+            Ok(Some(lent)) => lent,
+            Ok(None) => return None,
+            Err(e) => {
+                connection.failed(e);
+                return None;
+            }
+        };
+        // SAFETY: the slot is marked held by the proxy, so no run takes the region, and the
+        // proxy reads it only once the put names it; `lend` sized it to hold `data`.
+        let written = unsafe { memory.write_at(0, data) };
+        written.then_some(v1::SharedArray {
+            element_type,
+            region: name,
+            offset: 0,
+            bytes: data.len() as u64,
+        })
+    }
+
     /// Drops the connection (the proxy did not know a region: it restarted); the next run
     /// asks the proxy again.
     pub(crate) async fn reconnect(&self) {

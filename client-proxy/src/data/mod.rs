@@ -12,13 +12,14 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
 use ninf_proto::v1;
 use tonic::Status;
 
 use crate::metaserver::{DataRecordsReply, DataRecordsRequest};
+use upload::Upload;
 
 mod commit;
+pub(crate) mod upload;
 use crate::Proxy;
 
 /// The handles a run's arguments name, looked up once before it is placed.
@@ -63,26 +64,16 @@ impl Proxy {
         }
     }
 
-    /// Makes a handle of `spec` for `owner` and stores `data` as its value (none for an
-    /// empty handle). A server that cannot take it (it died, and the metaserver does not
-    /// know yet) is avoided in a new placement, up to [`PUT_ATTEMPTS`] in all.
+    /// Makes a handle of `spec` for `owner` and stores the bytes `upload` brings as its
+    /// value (none for an empty handle), passing them on as they arrive. A server that
+    /// cannot take it (it died, and the metaserver does not know yet) is avoided in a new
+    /// placement, up to [`PUT_ATTEMPTS`] in all; a client's stream that fails fails the put.
     pub async fn put_data(
         &self,
         owner: &str,
         spec: v1::DataSpec,
-        data: Bytes,
+        upload: Upload,
     ) -> Result<v1::DataInfo, Status> {
-        if !spec.empty && data.len() as u64 != spec.bytes {
-            return Err(Status::invalid_argument(format!(
-                "the put says {} bytes but sent {}",
-                spec.bytes,
-                data.len()
-            )));
-        }
-        let array = v1::Array {
-            element_type: spec.element_type,
-            data,
-        };
         let mut avoid = Vec::new();
         let mut failures = Vec::new();
         // Unavailable while servers failed under the put; the metaserver's own code (a
@@ -90,7 +81,7 @@ impl Proxy {
         // client that waits for servers to come back knows to.
         let mut code = tonic::Code::Unavailable;
         while avoid.len() < PUT_ATTEMPTS {
-            match self.put_once(owner, &spec, &array, &avoid).await {
+            match self.put_once(owner, &spec, &upload, &avoid).await {
                 Ok(Ok(info)) => return Ok(info),
                 Ok(Err((server, failure))) => {
                     failures.push(format!("on {server}: {failure}"));
@@ -117,7 +108,7 @@ impl Proxy {
         &self,
         owner: &str,
         spec: &v1::DataSpec,
-        array: &v1::Array,
+        upload: &Upload,
         avoid: &[String],
     ) -> Result<Result<v1::DataInfo, (String, String)>, Status> {
         let request = v1::CreateDataRequest {
@@ -133,6 +124,10 @@ impl Proxy {
         let mut info = created.info.unwrap_or_default();
         self.delete_copies(&info.id, &created.evicted).await;
         if spec.empty {
+            if let Err(status) = upload.finished().await {
+                let _ = self.free_data(owner, &info.id).await;
+                return Err(status);
+            }
             return Ok(Ok(info));
         }
         let servers = if created.servers.is_empty() {
@@ -141,7 +136,16 @@ impl Proxy {
             created.servers
         };
         for server in servers {
-            match self.cluster.put(&server, &info.id, array.clone()).await {
+            let stored = tokio::select! {
+                stored = self.cluster.put_chunks(&server, &info.id, spec, upload.chunks()) => stored,
+                // The client's stream broke or lied about its size: the server's put is
+                // dropped unfinished (it stores nothing), and so is the handle.
+                failed = upload.failed() => {
+                    let _ = self.free_data(owner, &info.id).await;
+                    return Err(failed);
+                }
+            };
+            match stored {
                 Ok(object) => {
                     info = self
                         .add_copy(owner, &info.id, object, (false, false))

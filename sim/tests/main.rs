@@ -1,0 +1,7 @@
+//! The crate's integration tests as one program: each file beside this one is a module of
+//! it, so a test build links one program per crate instead of one per file (each such
+//! link carries the crate's whole dependency tree, tens of megabytes in a debug build).
+//! `cargo test -p PACKAGE --test integration FILE::` runs one file's tests.
+
+mod hetero;
+mod traces;
