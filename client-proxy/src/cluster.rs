@@ -13,7 +13,7 @@ use ninf_proto::net::auth::{AttachToken, Authorized, authorized};
 use ninf_proto::net::tls::GridTls;
 use ninf_proto::net::{ConnectionSettings, Keepalive};
 use ninf_proto::probe::PathMeasurement;
-use ninf_proto::v1;
+use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 use tokio::sync::Semaphore;
 use tonic::Status;
 use tonic::transport::Channel;
@@ -423,6 +423,9 @@ impl Cluster for GrpcCluster {
         owner: &str,
         array: v1::Array,
     ) -> Result<v1::ObjectRef, Status> {
+        if let Some(stored) = self.put_bulk(server, owner, &array).await {
+            return stored;
+        }
         let header = put_header(owner, array.element_type, array.data.len() as u64);
         let messages: Vec<v1::PutChunk> = std::iter::once(header.clone())
             .chain(
@@ -550,6 +553,41 @@ fn put_header(owner: &str, element_type: i32, total_bytes: u64) -> v1::PutChunk 
 }
 
 impl GrpcCluster {
+    /// A put of `array` on `server`'s bulk port, or its same-host socket where the array is
+    /// lent on if it lies in a client's region (docs/bulk-protocol.md, "Puts"), when it is
+    /// large enough to take it. `None` when it cannot go there (no port, none reachable, or
+    /// a server older than puts on the bulk path): it goes by gRPC then.
+    async fn put_bulk(
+        &self,
+        server: &str,
+        owner: &str,
+        array: &v1::Array,
+    ) -> Option<Result<v1::ObjectRef, Status>> {
+        let value = v1::ArgumentValue {
+            value: Some(WireValue::Array(array.clone())),
+        };
+        let put = v1::CallRequest {
+            put: Some(v1::BulkPut {
+                owner: owner.to_string(),
+            }),
+            arguments: vec![v1::CallArgument {
+                source: Some(Source::Value(value)),
+            }],
+            ..Default::default()
+        };
+        let (ports, address) = self.bulk_port(server, &put).await?;
+        match self.call_bulk(ports, server, &address, put).await {
+            Ok(reply) => Some(stored_object(server, reply)),
+            Err(BulkFailure::Connect(e)) => {
+                tracing::debug!(server, error = %e, "bulk port unreachable; putting by gRPC");
+                None
+            }
+            // An older server takes the frame for a call of a routine with no name.
+            Err(BulkFailure::Call(status)) if status.code() == tonic::Code::NotFound => None,
+            Err(BulkFailure::Call(status)) => Some(Err(status)),
+        }
+    }
+
     /// Stores the array `messages` carry on `server`.
     async fn store(
         &self,
@@ -562,6 +600,19 @@ impl GrpcCluster {
             server: server.to_string(),
             object_id: info.object_id,
         })
+    }
+}
+
+/// The object a bulk put's reply names, as stored on `server`.
+fn stored_object(server: &str, reply: v1::CallReply) -> Result<v1::ObjectRef, Status> {
+    match reply.outputs.into_iter().next().and_then(|o| o.result) {
+        Some(v1::call_output::Result::Object(object)) => Ok(v1::ObjectRef {
+            server: server.to_string(),
+            object_id: object.object_id,
+        }),
+        other => Err(Status::internal(format!(
+            "{server} answered a put with {other:?}, not the object it stored"
+        ))),
     }
 }
 

@@ -23,7 +23,7 @@ pub enum Path {
 }
 
 impl Path {
-    fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Path::Grpc => "grpc",
             Path::Bulk => "bulk",
@@ -55,6 +55,14 @@ pub struct StoreRegionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PutLabels {
+    /// `grpc` (`Storage.Put`), `bulk` (a put frame on the TCP bulk port), `local` (on the
+    /// same-host socket, through the connection's region) or `lent` (read where a same-host
+    /// client put it, in a region its proxy lent on).
+    pub path: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BytesLabels {
     /// `in` (arguments received) or `out` (results sent).
     pub direction: &'static str,
@@ -78,6 +86,7 @@ pub struct ServerMetrics {
     store_region: Family<StoreRegionLabels, Counter>,
     lent_input: Counter,
     lent_output: Counter,
+    puts: Family<PutLabels, Counter>,
     call_batches: Counter,
     calls_rejoined: Counter,
     lent_threads: Counter,
@@ -99,6 +108,7 @@ impl ServerMetrics {
             store_region: Family::default(),
             lent_input: Counter::default(),
             lent_output: Counter::default(),
+            puts: Family::default(),
             call_batches: Counter::default(),
             calls_rejoined: Counter::default(),
             lent_threads: Counter::default(),
@@ -152,6 +162,11 @@ impl ServerMetrics {
             metrics.lent_output.clone(),
         );
         r.register(
+            "ninf_put_bytes",
+            "Bytes of arrays stored by puts, by the path they came (docs/bulk-protocol.md, \"Puts\")",
+            metrics.puts.clone(),
+        );
+        r.register(
             "ninf_call_batches",
             "CallBatch requests of one call or more received (their calls count in ninf_calls once served)",
             metrics.call_batches.clone(),
@@ -198,6 +213,16 @@ impl ServerMetrics {
     /// Bytes of inputs routines read in regions lent on, so far.
     pub fn lent_input_bytes(&self) -> u64 {
         self.lent_input.get()
+    }
+
+    /// A put of `bytes` stored, its bytes come by `path` (see [`PutLabels`]).
+    pub fn put(&self, path: &'static str, bytes: u64) {
+        self.puts.get_or_create(&PutLabels { path }).inc_by(bytes);
+    }
+
+    /// Bytes of puts stored so far that came by `path`.
+    pub fn put_bytes(&self, path: &'static str) -> u64 {
+        self.puts.get_or_create(&PutLabels { path }).get()
     }
 
     /// `bytes` of stored arrays that went `array` (see [`StoreRegionLabels`]).

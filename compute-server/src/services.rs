@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ninf_proto::descriptor::{element_type_from_proto, element_type_to_proto};
+use ninf_proto::descriptor::element_type_to_proto;
 use ninf_proto::v1;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -249,23 +249,10 @@ impl v1::storage_server::Storage for StorageService {
                 data.len()
             )));
         }
-        let (data, copied) = data.finish(region).map_err(Status::invalid_argument)?;
-        if copied {
-            self.0.metrics.store_region("copied_in", data.len() as u64);
-        }
-        let element_type = v1::ElementType::try_from(element_type)
-            .ok()
-            .and_then(element_type_from_proto)
-            .filter(|t| t.size_bytes().is_some())
-            .ok_or_else(|| {
-                Status::invalid_argument("the first chunk must name an array element type")
-            })?;
-        let info = self
-            .0
-            .store
-            .put(&owner, element_type, data)
-            .map_err(storage_status)?;
-        self.0.touch(&owner);
+        let element_type = crate::storage::put::element_type(element_type).ok_or_else(|| {
+            Status::invalid_argument("the first chunk must name an array element type")
+        })?;
+        let info = crate::storage::put::store(&self.0, (&owner, element_type), data, "grpc")?;
         Ok(Response::new(info_to_proto(info)))
     }
 

@@ -726,3 +726,149 @@ async fn kept_outputs_live_in_the_store_region_and_feed_later_calls_in_place() {
     assert_eq!(region.reserved(), 0, "the room went back with the objects");
     server.stop().await;
 }
+
+/// A put frame of `bytes` bytes of doubles for `owner`; lent when `lent` names a region.
+fn put_request(owner: &str, bytes: u64, lent: Option<(&str, u64)>) -> v1::CallRequest {
+    let array = v1::CallArgument {
+        source: Some(v1::call_argument::Source::Bulk(v1::BulkArray {
+            element_type: v1::ElementType::Double as i32,
+            bytes,
+        })),
+    };
+    let lent_arrays = lent
+        .map(|(region, offset)| v1::LentArray {
+            parameter: 0,
+            region: region.into(),
+            offset,
+        })
+        .into_iter()
+        .collect();
+    v1::CallRequest {
+        put: Some(v1::BulkPut {
+            owner: owner.into(),
+        }),
+        arguments: vec![array],
+        lent_arrays,
+        ..Default::default()
+    }
+}
+
+/// The object a put's reply names, its owner and its values as stored.
+fn stored(server: &TestServer, reply: v1::BulkReply) -> (String, Vec<f64>) {
+    let Some(v1::bulk_reply::Result::Reply(reply)) = reply.result else {
+        panic!("expected a reply, got {reply:?}");
+    };
+    let Some(v1::call_output::Result::Object(object)) = &reply.outputs[0].result else {
+        panic!("expected an object, got {:?}", reply.outputs);
+    };
+    assert_eq!(object.server, server.state.advertise);
+    let (info, data) = server.state.store.get(&object.object_id).unwrap();
+    (
+        info.owner,
+        ninf_proto::values::decode::<f64>(&data).unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_on_a_bulk_connection_are_stored_by_every_path_and_bad_ones_refused_in_step() {
+    let server = TestServer::start(|_| {}).await;
+    let n = 1 << 15;
+    let x = random(n, 7);
+    let raw = ninf_proto::values::encode(&x);
+
+    // On the TCP port, the bytes after the frame; the same connection after each refusal.
+    let mut stream = TcpStream::connect(&server.state.info.bulk_address)
+        .await
+        .unwrap();
+    let mut two = put_request("h1", 8 * n as u64, None);
+    two.arguments.push(two.arguments[0].clone());
+    send(
+        &mut stream,
+        &two,
+        &[raw.as_slice(), raw.as_slice()].concat(),
+    )
+    .await;
+    assert_eq!(
+        error_of(receive(&mut stream).await).message,
+        "a put carries one array, not 2 arguments"
+    );
+    let mut untyped = put_request("h1", 8 * n as u64, None);
+    if let Some(v1::call_argument::Source::Bulk(bulk)) = &mut untyped.arguments[0].source {
+        bulk.element_type = v1::ElementType::Unspecified as i32;
+    }
+    send(&mut stream, &untyped, &raw).await;
+    assert_eq!(
+        error_of(receive(&mut stream).await).message,
+        "a put's array must name an element type of fixed size"
+    );
+    send(&mut stream, &put_request("h1", 8 * n as u64, None), &raw).await;
+    assert_eq!(
+        stored(&server, receive(&mut stream).await),
+        ("h1".into(), x.clone())
+    );
+    assert_eq!(server.state.metrics.put_bytes("bulk"), 8 * n as u64);
+
+    // On the same-host socket: in the connection's region, then lent where a client put it.
+    let stream = local::connect(&server.state.info.bulk_local).unwrap();
+    let mut own = SharedRegion::create(1 << 20).unwrap();
+    own.bytes_mut()[..raw.len()].copy_from_slice(&raw);
+    send_local(
+        &stream,
+        &put_request("h2", 8 * n as u64, None),
+        Some(own.fd()),
+    )
+    .await;
+    assert_eq!(
+        stored(&server, receive_local(&stream).await),
+        ("h2".into(), x.clone())
+    );
+    assert_eq!(server.state.metrics.put_bytes("local"), 8 * n as u64);
+
+    let mut client = SharedRegion::create(1 << 20).unwrap();
+    let z = random(n, 8);
+    let lent_bytes = ninf_proto::values::encode(&z);
+    client.bytes_mut()[4096..4096 + lent_bytes.len()].copy_from_slice(&lent_bytes);
+    let mut lent = put_request("h3", 8 * n as u64, Some(("c#0", 4096)));
+    lent.lent_regions = vec!["c#0".into()];
+    send_lending(&stream, &lent, &[client.fd()]).await;
+    assert_eq!(
+        stored(&server, receive_local(&stream).await),
+        ("h3".into(), z)
+    );
+    assert_eq!(server.state.metrics.put_bytes("lent"), 8 * n as u64);
+
+    // A region never lent, and bytes outside the one that was: refused, in step.
+    send_lending(
+        &stream,
+        &put_request("h4", 8 * n as u64, Some(("nope", 0))),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "the put's array: no region `nope` was lent on this connection"
+    );
+    send_lending(
+        &stream,
+        &put_request("h4", 8 * n as u64, Some(("c#0", 1 << 20))),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "the put's array: its 262144 bytes at offset 1048576 lie outside the lent region `c#0` of 1048576 bytes"
+    );
+    send_lending(
+        &stream,
+        &put_request("h5", 8 * n as u64, Some(("c#0", 0))),
+        &[],
+    )
+    .await;
+    assert_eq!(stored(&server, receive_local(&stream).await).0, "h5");
+    assert_eq!(
+        server.state.store.len(),
+        4,
+        "the four puts stored, nothing of the refused ones"
+    );
+    server.stop().await;
+}

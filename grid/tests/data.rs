@@ -821,8 +821,9 @@ fn a_large_put_from_the_proxys_host_goes_in_shared_memory_unless_turned_off() {
         let grid = TestGrid::start(vec![1], |o| o.same_host_uploads = same_host_uploads);
         let metrics = grid.grid().endpoints.metrics.clone();
         let client = grid.client("simple");
-        // 50,000 doubles: 400,000 bytes, over the 256 KiB the client shares.
-        let n = 50_000usize;
+        // 200,000 doubles: 1.6 MB, over the 256 KiB the client shares and the 1 MiB that
+        // takes the server's bulk path.
+        let n = 200_000usize;
         for round in 0..10 {
             let values: Vec<f64> = (0..n).map(|i| (i * (round + 1)) as f64).collect();
             let d = client.put(&values, &[n as u64], DataMode::Sticky).unwrap();
@@ -840,6 +841,28 @@ fn a_large_put_from_the_proxys_host_goes_in_shared_memory_unless_turned_off() {
         assert_eq!(
             shared, expected as f64,
             "same_host_uploads = {same_host_uploads}"
+        );
+        // The proxy lends the client's region on, and the server copies the array from it
+        // into its store; bytes that came through gRPC go on through gRPC.
+        let server = scrape(&metrics["server-0"]);
+        let put_by = |path: &str| {
+            let label = format!("path=\"{path}\"");
+            sample_sum(&server, "ninf_put_bytes_total", &[label.as_str()])
+        };
+        let (lent, grpc) = if same_host_uploads {
+            (10 * 8 * n, 0)
+        } else {
+            (0, 10 * 8 * n)
+        };
+        assert_eq!(
+            put_by("lent"),
+            lent as f64,
+            "lent, same_host_uploads = {same_host_uploads}"
+        );
+        assert_eq!(
+            put_by("grpc"),
+            grpc as f64,
+            "gRPC, same_host_uploads = {same_host_uploads}"
         );
         grid.assert_no_leftovers();
     }

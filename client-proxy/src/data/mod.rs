@@ -136,14 +136,21 @@ impl Proxy {
             created.servers
         };
         for server in servers {
-            let stored = tokio::select! {
-                stored = self.cluster.put_chunks(&server, &info.id, spec, upload.chunks()) => stored,
-                // The client's stream broke or lied about its size: the server's put is
-                // dropped unfinished (it stores nothing), and so is the handle.
-                failed = upload.failed() => {
-                    let _ = self.free_data(owner, &info.id).await;
-                    return Err(failed);
+            let stored = match upload.whole_bytes() {
+                Some(data) => {
+                    let element_type = spec.element_type;
+                    let array = v1::Array { element_type, data };
+                    self.cluster.put(&server, &info.id, array).await
                 }
+                None => tokio::select! {
+                    stored = self.cluster.put_chunks(&server, &info.id, spec, upload.chunks()) => stored,
+                    // The client's stream broke or lied about its size: the server's put is
+                    // dropped unfinished (it stores nothing), and so is the handle.
+                    failed = upload.failed() => {
+                        let _ = self.free_data(owner, &info.id).await;
+                        return Err(failed);
+                    }
+                },
             };
             match stored {
                 Ok(object) => {

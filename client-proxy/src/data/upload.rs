@@ -20,6 +20,8 @@ use tonic::Status;
 pub struct Upload {
     shared: Arc<Shared>,
     receiving: Option<tokio::task::JoinHandle<()>>,
+    /// All the bytes, when they came at once (a put in shared memory).
+    whole: Option<Bytes>,
 }
 
 /// A stream of a put's chunks, in order.
@@ -59,12 +61,14 @@ impl Upload {
         Upload {
             shared,
             receiving: Some(receiving),
+            whole: None,
         }
     }
 
     /// A put whose bytes are all here already.
     pub fn whole(data: Bytes) -> Upload {
         let received = data.len() as u64;
+        let whole = Some(data.clone());
         let chunks = ninf_proto::chunks::stream_chunks(&data)
             .map(|(_, chunk)| chunk)
             .filter(|chunk| !chunk.is_empty())
@@ -80,7 +84,14 @@ impl Upload {
                 arrived: Notify::new(),
             }),
             receiving: None,
+            whole,
         }
+    }
+
+    /// All the bytes, if they came at once ([`Upload::whole`]): a server takes them in one
+    /// piece, on its bulk path when it has one.
+    pub fn whole_bytes(&self) -> Option<Bytes> {
+        self.whole.clone()
     }
 
     async fn drain<S>(shared: Arc<Shared>, bytes: u64, first: Bytes, mut rest: S)

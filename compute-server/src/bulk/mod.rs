@@ -9,6 +9,7 @@
 
 pub(crate) mod lent;
 pub mod local;
+mod put;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -122,7 +123,7 @@ async fn read_request(
 async fn serve_request(
     state: &ServerState,
     peer: &str,
-    request: v1::CallRequest,
+    mut request: v1::CallRequest,
     frame_len: usize,
     path: Path,
     io: &mut impl BulkIo,
@@ -133,6 +134,10 @@ async fn serve_request(
     if let Err(status) = state.check().verify(given, peer) {
         send_error(io, &status).await?;
         return Ok(Flow::Close);
+    }
+    if let Some(v1::BulkPut { owner }) = request.put.take() {
+        let outcome = put::serve(state, (&owner, path), request, io).await;
+        return answered(io, outcome).await;
     }
     let (routine, bytes_in) = (
         request.function.clone(),
@@ -148,6 +153,11 @@ async fn serve_request(
         seconds,
         (path, bytes_in, bytes_out),
     );
+    answered(io, outcome).await
+}
+
+/// Sends the error a request ended with, if any: whether the connection carries more.
+async fn answered(io: &mut impl BulkIo, outcome: Result<u64, Failure>) -> std::io::Result<Flow> {
     match outcome {
         Ok(_) => Ok(Flow::Continue),
         Err(Failure::Answer(status)) => {

@@ -14,6 +14,7 @@
 
 pub mod borrowing;
 pub mod lending;
+pub mod put;
 pub mod region;
 
 use std::collections::HashMap;

@@ -286,6 +286,31 @@ impl Arriving {
         Ok(())
     }
 
+    /// The place of the next `len` bytes, counted as received: the caller fills it at once
+    /// (reading it from a socket, say) or drops the whole array. An error past the length
+    /// said up front.
+    pub fn take_place(&mut self, len: usize) -> Result<&mut [u8], String> {
+        match self {
+            Arriving::Region { room, filled } => {
+                let total = room.bytes();
+                let start = *filled;
+                let end = start.saturating_add(len);
+                if end > total {
+                    return Err(format!("more than the {total} bytes announced"));
+                }
+                *filled = end;
+                room.as_mut_slice()
+                    .get_mut(start..end)
+                    .ok_or_else(|| format!("more than the {total} bytes announced"))
+            }
+            Arriving::Heap(data) => {
+                let start = data.len();
+                data.resize(start.saturating_add(len), 0);
+                Ok(&mut data[start..])
+            }
+        }
+    }
+
     /// The whole array, and whether it was copied into the region at the end; an error when
     /// fewer bytes came than announced.
     pub fn finish(self, region: Option<&Arc<StoreRegion>>) -> Result<(Bytes, bool), String> {
