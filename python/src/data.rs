@@ -33,9 +33,10 @@ pub fn put(
     let dims: Vec<u64> = ndarray.shape().iter().map(|&d| d as u64).collect();
     let fortran_order = ndarray.is_fortran_contiguous() && !ndarray.is_c_contiguous();
     let bytes = ndarray.len() * element_type.size_bytes().unwrap_or(1) as usize;
-    // SAFETY: a contiguous ndarray of `bytes` bytes at `data`, alive while we hold `array`
-    // (the copy is made before this returns).
-    let copied = bytes::Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(data, bytes) });
+    // SAFETY: a contiguous ndarray of `bytes` bytes at `data`, alive while we hold `array`,
+    // which outlives the put: it is read (written into memory shared with the proxy, or
+    // copied to be sent) before this returns, as a NumPy function that drops the GIL reads it.
+    let memory = unsafe { std::slice::from_raw_parts(data, bytes) };
     let client = client.clone();
     let inner = block_on(py, async {
         let shape = Shape {
@@ -43,7 +44,7 @@ pub fn put(
             fortran_order,
         };
         client
-            .put_bytes_replicated(element_type, shape, copied, mode, replicas)
+            .put_slice_replicated(element_type, shape, memory, mode, replicas)
             .await
     })?;
     Ok(DataHandle {

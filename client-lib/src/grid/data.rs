@@ -9,7 +9,7 @@ use ninf_idl::ElementType;
 use ninf_proto::v1;
 
 use super::async_client::AsyncGridClient;
-use super::data_ref::{DataInfo, DataMode, DataRef, Shape, spec};
+use super::data_ref::{DataInfo, DataMode, DataRef, Shape, put_spec, spec};
 use crate::{ArrayRef, CallError, ErrorKind};
 
 impl AsyncGridClient {
@@ -32,12 +32,12 @@ impl AsyncGridClient {
         mode: DataMode,
         replicas: u32,
     ) -> Result<DataRef, CallError> {
-        let bytes = Bytes::copy_from_slice(&array.le_bytes());
         let shape = Shape {
             dims: shape,
             fortran_order: false,
         };
-        self.put_bytes_replicated(array.element_type(), shape, bytes, mode, replicas)
+        let bytes = array.le_bytes();
+        self.put_slice_replicated(array.element_type(), shape, &bytes, mode, replicas)
             .await
     }
 
@@ -63,15 +63,24 @@ impl AsyncGridClient {
         mode: DataMode,
         replicas: u32,
     ) -> Result<DataRef, CallError> {
-        if replicas > 1 && mode != DataMode::Persistent {
-            return Err(CallError::bad_argument(format!(
-                "replicas={replicas} needs mode \"persistent\": {} data is kept in one copy",
-                mode.name()
-            )));
-        }
-        let mut spec = spec(element_type, shape, data.len() as u64, mode, false)?;
-        spec.replicas = replicas;
-        self.upload(spec, data).await
+        let spec = put_spec(element_type, shape, data.len() as u64, (mode, replicas))?;
+        self.upload(spec, &data, || data.clone()).await
+    }
+
+    /// [`AsyncGridClient::put_bytes_replicated`] of bytes the caller keeps: read while the
+    /// put lasts, and copied only when they cannot go through memory shared with a proxy on
+    /// this host (docs/data.md).
+    pub async fn put_slice_replicated(
+        &self,
+        element_type: ElementType,
+        shape: Shape<'_>,
+        data: &[u8],
+        mode: DataMode,
+        replicas: u32,
+    ) -> Result<DataRef, CallError> {
+        let spec = put_spec(element_type, shape, data.len() as u64, (mode, replicas))?;
+        self.upload(spec, data, || Bytes::copy_from_slice(data))
+            .await
     }
 
     /// A handle of `shape` that receives a call's output on the grid.
@@ -84,16 +93,24 @@ impl AsyncGridClient {
         let size = element_type.size_bytes().unwrap_or(0);
         let bytes = shape.dims.iter().product::<u64>() * size;
         let spec = spec(element_type, shape, bytes, mode, true)?;
-        self.upload(spec, Bytes::new()).await
+        self.upload(spec, &[], Bytes::new).await
     }
 
-    async fn upload(&self, mut spec: v1::DataSpec, data: Bytes) -> Result<DataRef, CallError> {
+    /// Puts `data`, through memory shared with the proxy when it can, else as the bytes
+    /// `owned` gives.
+    async fn upload(
+        &self,
+        mut spec: v1::DataSpec,
+        data: &[u8],
+        owned: impl FnOnce() -> Bytes,
+    ) -> Result<DataRef, CallError> {
         // Named, so that sending it again after a try that broke midway makes no second handle.
         spec.put_id = ninf_proto::net::local::random_name("")
             .map_err(|e| CallError::bad_argument(format!("no random name for the put: {e}")))?;
-        if let Some(info) = self.upload_shared(&spec, &data).await? {
+        if let Some(info) = self.upload_shared(&spec, data).await? {
             return self.uploaded(info);
         }
+        let data = owned();
         let first = v1::DataUpload {
             spec: Some(spec),
             data: Bytes::new(),
@@ -126,7 +143,7 @@ impl AsyncGridClient {
     async fn upload_shared(
         &self,
         spec: &v1::DataSpec,
-        data: &Bytes,
+        data: &[u8],
     ) -> Result<Option<v1::DataInfo>, CallError> {
         if spec.empty {
             return Ok(None);

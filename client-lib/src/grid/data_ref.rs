@@ -138,6 +138,24 @@ pub struct Shape<'a> {
     pub fortran_order: bool,
 }
 
+/// The spec of a put of `bytes` bytes kept in `replicas` copies (persistent data only).
+pub(crate) fn put_spec(
+    element_type: ElementType,
+    shape: Shape<'_>,
+    bytes: u64,
+    (mode, replicas): (DataMode, u32),
+) -> Result<v1::DataSpec, CallError> {
+    if replicas > 1 && mode != DataMode::Persistent {
+        return Err(CallError::bad_argument(format!(
+            "replicas={replicas} needs mode \"persistent\": {} data is kept in one copy",
+            mode.name()
+        )));
+    }
+    let mut spec = spec(element_type, shape, bytes, mode, false)?;
+    spec.replicas = replicas;
+    Ok(spec)
+}
+
 pub(crate) fn spec(
     element_type: ElementType,
     Shape {

@@ -17,7 +17,8 @@ use ninf_proto::v1;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::Status;
 
-use super::{BulkIo, Flow, send_error};
+use super::Flow;
+use super::io::{BulkIo, send_error};
 use crate::metrics::Path;
 use crate::state::ServerState;
 
@@ -135,7 +136,7 @@ impl LocalIo {
     }
 
     fn check_inputs(&self, request: &v1::CallRequest) -> Result<(), Status> {
-        let bytes = super::bulk_bytes(request);
+        let bytes = super::io::bulk_bytes(request);
         if bytes > self.region_len() as u64 {
             return Err(Status::invalid_argument(format!(
                 "the call's bulk inputs of {bytes} bytes do not fit the shared region of {} bytes",

@@ -7,6 +7,7 @@
 //! the same host uses [`local`] instead: the same frames on a Unix socket, the arrays in
 //! memory it shares with the server.
 
+mod io;
 pub(crate) mod lent;
 pub mod local;
 mod put;
@@ -28,6 +29,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::Status;
 
+use self::io::{BulkIo, Failure, arrays_in, bulk_bytes, refuse, send_error};
 use self::lent::LentInput;
 use crate::gang::JobTicket;
 use crate::gang::claims::Lent;
@@ -50,22 +52,6 @@ pub async fn serve(listener: TcpListener, state: Arc<ServerState>) {
                 tracing::debug!(%peer, error = %e, "bulk connection closed");
             }
         });
-    }
-}
-
-/// What went wrong on a connection: an answer to send, or a broken stream.
-enum Failure {
-    /// Reply with this error; the stream is still in step.
-    Answer(Status),
-    /// Reply with this error, then close: the stream cannot be trusted to be in step.
-    AnswerAndClose(Status),
-    /// The stream broke; nothing can be sent.
-    Broken(std::io::Error),
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(e: std::io::Error) -> Self {
-        Failure::Broken(e)
     }
 }
 
@@ -172,34 +158,6 @@ async fn answered(io: &mut impl BulkIo, outcome: Result<u64, Failure>) -> std::i
     }
 }
 
-/// Where a call's bulk inputs come from and where its reply goes. On a TCP connection both
-/// are raw bytes on the socket; on a same-host connection ([`local`]) they sit in memory the
-/// client shares, and only the frames cross the socket.
-trait BulkIo: Send {
-    /// Fills `into` with the rest of a request frame, after its header.
-    fn read_frame(&mut self, into: &mut [u8]) -> impl Future<Output = std::io::Result<()>> + Send;
-    /// Fills `into` with the next bulk input bytes.
-    fn read_input(&mut self, into: &mut [u8]) -> impl Future<Output = std::io::Result<()>> + Send;
-    /// Passes over `bytes` bulk input bytes of a refused call, to stay in step.
-    fn skip_input(&mut self, bytes: u64) -> impl Future<Output = std::io::Result<()>> + Send;
-    /// A region a proxy lent on this connection, by name (only same-host connections have
-    /// them).
-    fn lent_region(&self, _name: &str) -> Option<Arc<SharedRegion>> {
-        None
-    }
-    /// The region the call's outputs are sent back through, shared with the client (only
-    /// same-host connections have one): the routine may write them there itself.
-    fn output_region(&self) -> Option<Arc<SharedRegion>> {
-        None
-    }
-    /// Sends the reply frame and the bytes of its bulk outputs.
-    fn send(
-        &mut self,
-        reply: &v1::BulkReply,
-        payloads: &[Bytes],
-    ) -> impl Future<Output = std::io::Result<()>> + Send;
-}
-
 /// A TCP bulk connection's two halves.
 struct TcpIo {
     reader: BufReader<OwnedReadHalf>,
@@ -232,10 +190,6 @@ impl BulkIo for TcpIo {
         }
         self.writer.flush().await
     }
-}
-
-async fn send_error(io: &mut impl BulkIo, status: &Status) -> std::io::Result<()> {
-    io.send(&bulk::error_reply(status), &[]).await
 }
 
 /// One argument of the executable's request, as it will be laid out in the region.
@@ -706,13 +660,6 @@ fn failed_reply(
         .unwrap_or_else(|| Status::internal("reply without a result"))
 }
 
-/// Answers the request with `status` after reading past its bulk bytes, so the connection
-/// stays usable for the next request.
-async fn refuse<T>(io: &mut impl BulkIo, bulk_bytes: u64, status: Status) -> Result<T, Failure> {
-    io.skip_input(bulk_bytes).await?;
-    Err(Failure::Answer(status))
-}
-
 /// Parallel routines run as SPMD jobs through `Invoke.Call`, never on a bulk connection.
 fn parallel_refused(name: &str, processors: u32) -> Option<Status> {
     (processors > 1).then(|| {
@@ -720,37 +667,6 @@ fn parallel_refused(name: &str, processors: u32) -> Option<Status> {
             "`{name}` runs on {processors} processors; parallel routines are called through Invoke.Call, not a bulk connection"
         ))
     })
-}
-
-/// Bytes of the request's bulk arguments wherever they lie (after the frame, in the
-/// connection's region, or lent on): what the call takes in.
-fn arrays_in(request: &v1::CallRequest) -> u64 {
-    bulk_arguments(request)
-        .map(|(_, bytes)| bytes)
-        .fold(0, u64::saturating_add)
-}
-
-/// Bytes the request's bulk arguments bring after its frame (or in the connection's
-/// region): those lent on lie elsewhere.
-fn bulk_bytes(request: &v1::CallRequest) -> u64 {
-    let lent: std::collections::HashSet<u32> =
-        request.lent_arrays.iter().map(|l| l.parameter).collect();
-    bulk_arguments(request)
-        .filter(|(parameter, _)| !lent.contains(parameter))
-        .map(|(_, bytes)| bytes)
-        .fold(0, u64::saturating_add)
-}
-
-/// (parameter, bytes) of each of the request's bulk arguments.
-fn bulk_arguments(request: &v1::CallRequest) -> impl Iterator<Item = (u32, u64)> + '_ {
-    request
-        .arguments
-        .iter()
-        .enumerate()
-        .filter_map(|(index, a)| match &a.source {
-            Some(Source::Bulk(b)) => Some((index as u32, b.bytes)),
-            _ => None,
-        })
 }
 
 /// The request's arguments as the executable will get them: bulk ones to be read from the

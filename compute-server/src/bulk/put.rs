@@ -8,8 +8,8 @@
 use ninf_proto::v1::{self, call_argument::Source};
 use tonic::Status;
 
+use super::io::{BulkIo, Failure, bulk_bytes, refuse};
 use super::lent::LentInput;
-use super::{BulkIo, Failure, bulk_bytes, refuse};
 use crate::metrics::Path;
 use crate::state::ServerState;
 use crate::storage::put;
