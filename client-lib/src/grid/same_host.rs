@@ -59,6 +59,11 @@ const MAX_FRAME: usize = 4096;
 /// How long the proxy may take to accept a region.
 const OFFER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a run waits for a region when runs in flight hold them all, before it sends its
+/// arrays in the request after all (a proxy that keeps every region that long is running
+/// long calls, next to which the request's extra copies are small).
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
 /// Asks the proxy for its same-host socket (`Proxy.SameHost`): its name, `None` when it
 /// offers none or does not know the call. The grid client is one; the regions here need
 /// nothing else of it.
@@ -91,6 +96,9 @@ struct Connection {
     /// Offers waiting for the proxy's answer, by region name.
     offers: Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>,
     alive: AtomicBool,
+    /// Told whenever a region may have become free (or the connection ended), for the runs
+    /// waiting for one.
+    freed: tokio::sync::Notify,
 }
 
 struct Slot {
@@ -153,6 +161,8 @@ impl Drop for RegionHold {
                 Holder::Recorder => slot.recording = false,
             }
         }
+        drop(regions);
+        self.connection.freed.notify_waiters();
     }
 }
 
@@ -296,7 +306,7 @@ impl SharedUploads {
             (placements, total)
         };
         let copied = !placements.is_empty()
-            && match connection.lend(total, false).await {
+            && match connection.lend(total, false, !recorded).await {
                 Ok(Some((name, memory))) => {
                     write(request, &placements, &name, &memory);
                     true
@@ -308,7 +318,7 @@ impl SharedUploads {
         let output = if outputs == 0 {
             None
         } else {
-            match connection.lend(outputs, true).await {
+            match connection.lend(outputs, true, false).await {
                 Ok(Some((name, memory))) => {
                     request.output_region = name.clone();
                     Some(Arc::new(RegionHold {
@@ -339,7 +349,7 @@ impl SharedUploads {
             return None;
         }
         let connection = self.connection(client).await?;
-        let (name, memory) = match connection.lend(data.len(), false).await {
+        let (name, memory) = match connection.lend(data.len(), false, true).await {
             Ok(Some(lent)) => lent,
             Ok(None) => return None,
             Err(e) => {
@@ -529,6 +539,7 @@ impl Connection {
             regions: Mutex::new(Vec::new()),
             offers: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
+            freed: tokio::sync::Notify::new(),
         });
         let reader = connection.clone();
         tokio::spawn(async move {
@@ -537,6 +548,7 @@ impl Connection {
             }
             reader.alive.store(false, Ordering::Release);
             ninf_proto::sync::lock(&reader.offers).clear();
+            reader.freed.notify_waiters();
         });
         connection
     }
@@ -556,6 +568,8 @@ impl Connection {
                     if let Some(slot) = regions.iter_mut().find(|s| s.name == name) {
                         slot.proxy_holds = false;
                     }
+                    drop(regions);
+                    self.freed.notify_waiters();
                 }
                 _ => {}
             }
@@ -697,22 +711,41 @@ impl Connection {
 
     /// A region of at least `bytes` nobody uses, marked held by the proxy (and read by the
     /// client, for outputs): one kept, or a new one handed over. `None` when all are held.
+    ///
+    /// With `may_wait` (only for a run that holds no region yet, so that two runs never
+    /// wait for each other's), a run that finds every region held by runs in flight waits
+    /// for one of them to be released.
     async fn lend(
         &self,
         bytes: usize,
         for_outputs: bool,
+        may_wait: bool,
     ) -> std::io::Result<Option<(String, Arc<SharedRegion>)>> {
-        let (taken, forget) = {
-            let mut regions = ninf_proto::sync::lock(&self.regions);
-            choose(&mut regions, bytes, for_outputs, Instant::now())
-        };
-        for name in forget {
-            self.send(Message::Forget(name), None).await?;
-        }
-        match taken {
-            Choice::Taken(name, memory) => return Ok(Some((name, memory))),
-            Choice::AllHeld => return Ok(None),
-            Choice::MakeOne => {}
+        let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            // Listening before looking, so that a release between the two is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let (taken, forget) = {
+                let mut regions = ninf_proto::sync::lock(&self.regions);
+                choose(&mut regions, bytes, for_outputs, Instant::now())
+            };
+            for name in forget {
+                self.send(Message::Forget(name), None).await?;
+            }
+            match taken {
+                Choice::Taken(name, memory) => return Ok(Some((name, memory))),
+                Choice::AllHeld => return Ok(None),
+                Choice::MakeOne => break,
+                Choice::AwaitRelease if !may_wait => return Ok(None),
+                Choice::AwaitRelease => {
+                    let waited = tokio::time::timeout_at(deadline, freed).await;
+                    if waited.is_err() || !self.alive.load(Ordering::Acquire) {
+                        return Ok(None);
+                    }
+                }
+            }
         }
         let size = bytes
             .checked_next_power_of_two()
@@ -757,7 +790,13 @@ enum Choice {
     Taken(String, Arc<SharedRegion>),
     /// None fits, and there is room for a new one.
     MakeOne,
-    /// None fits and every slot is held: the arrays go in the request.
+    /// None fits and every slot is held, some by runs in flight: wait for the proxy to
+    /// release one rather than copy the arrays twice more through the request (as Ray's
+    /// object store makes a put wait when it is full). Runs in flight thus hold at most
+    /// [`MAX_REGIONS`] regions, which the executables keep mapped.
+    AwaitRelease,
+    /// None fits and the client itself holds every slot (transactions recording, replies
+    /// being read), which waiting here could not free: the arrays go in the request.
     AllHeld,
 }
 
@@ -804,6 +843,7 @@ fn choose(
             }
             (Choice::MakeOne, forget)
         }
+        None if regions.iter().any(|s| s.proxy_holds) => (Choice::AwaitRelease, forget),
         None => (Choice::AllHeld, forget),
     }
 }
@@ -834,6 +874,7 @@ mod tests {
         match choice {
             Choice::Taken(name, _) => name,
             Choice::MakeOne => "make one",
+            Choice::AwaitRelease => "await release",
             Choice::AllHeld => "all held",
         }
     }
@@ -1010,6 +1051,63 @@ mod tests {
         assert_eq!(full.len(), MAX_REGIONS - 1);
         full.push(slot("new", 4 << 20, true, later));
         let (choice, forget) = choose(&mut full, 4 << 20, false, later);
+        assert_eq!((taken(&choice), forget.len()), ("await release", 0));
+        // Held only by the client itself (transactions recording): waiting frees nothing.
+        full.iter_mut().for_each(|s| {
+            s.proxy_holds = false;
+            s.recording = true;
+        });
+        let (choice, forget) = choose(&mut full, 4 << 20, false, later);
         assert_eq!((taken(&choice), forget.len()), ("all held", 0));
+    }
+
+    #[tokio::test]
+    async fn a_run_finding_every_region_held_by_runs_in_flight_waits_for_a_release() {
+        let (client_end, proxy_end) = UnixStream::pair().unwrap();
+        let connection = Connection::start(client_end);
+        let now = Instant::now();
+        *ninf_proto::sync::lock(&connection.regions) = (0..MAX_REGIONS)
+            .map(|i| slot(&format!("r{i}"), 1 << 20, true, now))
+            .collect();
+        // A run already holding a region of its own does not wait: its arrays go in the
+        // request.
+        assert!(
+            connection
+                .lend(1 << 20, true, false)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let waiting = tokio::spawn({
+            let connection = connection.clone();
+            async move { connection.lend(1 << 20, false, true).await.unwrap() }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "it waits while every region is held"
+        );
+        let released = v1::SharedRegionMessage {
+            message: Some(Message::Released("r5".into())),
+        };
+        local::send_message(&proxy_end, &released, None)
+            .await
+            .unwrap();
+        let (name, _) = waiting.await.unwrap().expect("the released region");
+        assert_eq!(name, "r5");
+        let slot = ninf_proto::sync::lock(&connection.regions)
+            .iter()
+            .find(|s| s.name == "r5")
+            .map(|s| s.proxy_holds);
+        assert_eq!(slot, Some(true), "taken again by the run that waited");
+
+        // A connection that ends wakes its waiters, whose arrays then go in the request.
+        let waiting = tokio::spawn({
+            let connection = connection.clone();
+            async move { connection.lend(1 << 20, false, true).await.unwrap() }
+        });
+        tokio::task::yield_now().await;
+        drop(proxy_end);
+        assert!(waiting.await.unwrap().is_none());
     }
 }
