@@ -96,6 +96,9 @@ struct Connection {
     /// Offers waiting for the proxy's answer, by region name.
     offers: Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>,
     alive: AtomicBool,
+    /// Regions given up where no message could be sent (a transaction recording makes
+    /// room), for the proxy to forget before the next region is lent or named.
+    to_forget: Mutex<Vec<String>>,
     /// Told whenever a region may have become free (or the connection ended), for the runs
     /// waiting for one.
     freed: tokio::sync::Notify,
@@ -539,6 +542,7 @@ impl Connection {
             regions: Mutex::new(Vec::new()),
             offers: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
+            to_forget: Mutex::new(Vec::new()),
             freed: tokio::sync::Notify::new(),
         });
         let reader = connection.clone();
@@ -626,6 +630,7 @@ impl Connection {
                 }
             }
         }
+        self.send_forgets(Vec::new()).await?;
         for (name, memory) in to_offer {
             self.offer(&name, &memory).await?;
         }
@@ -672,7 +677,13 @@ impl Connection {
                 return Some(hold(slot));
             }
             if regions.len() >= MAX_REGIONS {
-                return None;
+                // A free region too small for this transaction makes room, as in `choose`;
+                // the proxy is told to forget it before the next region is lent or named.
+                let index = regions.iter().position(Slot::free)?;
+                let slot = regions.remove(index);
+                if slot.offered {
+                    ninf_proto::sync::lock(&self.to_forget).push(slot.name);
+                }
             }
         }
         let mut memory = SharedRegion::create(wanted).ok()?;
@@ -731,9 +742,7 @@ impl Connection {
                 let mut regions = ninf_proto::sync::lock(&self.regions);
                 choose(&mut regions, bytes, for_outputs, Instant::now())
             };
-            for name in forget {
-                self.send(Message::Forget(name), None).await?;
-            }
+            self.send_forgets(forget).await?;
             match taken {
                 Choice::Taken(name, memory) => return Ok(Some((name, memory))),
                 Choice::AllHeld => return Ok(None),
@@ -767,6 +776,15 @@ impl Connection {
             lent_at: Instant::now(),
         });
         Ok(Some((name, memory)))
+    }
+
+    /// Tells the proxy to forget `names` and the regions a recording transaction gave up.
+    async fn send_forgets(&self, mut names: Vec<String>) -> std::io::Result<()> {
+        names.append(&mut ninf_proto::sync::lock(&self.to_forget));
+        for name in names {
+            self.send(Message::Forget(name), None).await?;
+        }
+        Ok(())
     }
 
     /// Gives up on the connection after a failure: the run sends its arrays in the request.
@@ -1059,6 +1077,57 @@ mod tests {
         });
         let (choice, forget) = choose(&mut full, 4 << 20, false, later);
         assert_eq!((taken(&choice), forget.len()), ("all held", 0));
+    }
+
+    #[tokio::test]
+    async fn a_transaction_finding_every_slot_taken_by_small_free_regions_makes_room() {
+        let (client_end, proxy_end) = UnixStream::pair().unwrap();
+        let connection = Connection::start(client_end);
+        let now = Instant::now();
+        *ninf_proto::sync::lock(&connection.regions) = (0..MAX_REGIONS)
+            .map(|i| slot(&format!("r{i}"), 1 << 20, i != 2, now))
+            .collect();
+        let mut recorder = Recorder {
+            connection: connection.clone(),
+            current: None,
+        };
+        let data = vec![3u8; 2 << 20];
+        let copied = recorder.copy(&data).expect("room made for the transaction");
+        assert_eq!(&copied[..], &data[..]);
+        {
+            let regions = ninf_proto::sync::lock(&connection.regions);
+            assert_eq!(regions.len(), MAX_REGIONS);
+            assert!(regions.iter().all(|s| s.name != "r2"), "the free one went");
+        }
+        // The proxy hears of it before the transaction's region is named to it.
+        let proxy = tokio::spawn(async move {
+            let mut heard = Vec::new();
+            while let Ok((message, _)) =
+                local::receive_message::<v1::SharedRegionMessage>(&proxy_end, MAX_FRAME).await
+            {
+                match message.message {
+                    Some(Message::Forget(name)) => heard.push(format!("forget {name}")),
+                    Some(Message::Offer(name)) => {
+                        heard.push("offer".to_string());
+                        let answer = v1::SharedRegionMessage {
+                            message: Some(Message::Accepted(name)),
+                        };
+                        local::send_message(&proxy_end, &answer, None)
+                            .await
+                            .unwrap();
+                        return heard;
+                    }
+                    _ => {}
+                }
+            }
+            heard
+        });
+        let mut request = v1::RunRequest {
+            arguments: vec![call_with(copied.clone())],
+            ..Default::default()
+        };
+        assert!(connection.adopt_recorded(&mut request).await.unwrap());
+        assert_eq!(proxy.await.unwrap(), ["forget r2", "offer"]);
     }
 
     #[tokio::test]
