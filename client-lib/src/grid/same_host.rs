@@ -19,7 +19,7 @@
 //! it, and the run names those bytes instead of copying them again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -96,9 +96,11 @@ struct Connection {
     /// Offers waiting for the proxy's answer, by region name.
     offers: Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>,
     alive: AtomicBool,
-    /// Regions given up where no message could be sent (a transaction recording makes
-    /// room), for the proxy to forget before the next region is lent or named.
-    to_forget: Mutex<Vec<String>>,
+    /// Regions being made (created, faulted in, offered) outside the lock on `regions`,
+    /// counted against [`MAX_REGIONS`] with those kept: runs choosing at once would
+    /// otherwise each make one past the limit, until the proxy refused an offer and the
+    /// connection, and every region on it, was given up.
+    making: AtomicUsize,
     /// Told whenever a region may have become free (or the connection ended), for the runs
     /// waiting for one.
     freed: tokio::sync::Notify,
@@ -542,7 +544,7 @@ impl Connection {
             regions: Mutex::new(Vec::new()),
             offers: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
-            to_forget: Mutex::new(Vec::new()),
+            making: AtomicUsize::new(0),
             freed: tokio::sync::Notify::new(),
         });
         let reader = connection.clone();
@@ -630,7 +632,6 @@ impl Connection {
                 }
             }
         }
-        self.send_forgets(Vec::new()).await?;
         for (name, memory) in to_offer {
             self.offer(&name, &memory).await?;
         }
@@ -676,16 +677,20 @@ impl Connection {
             if let Some(slot) = fitting {
                 return Some(hold(slot));
             }
-            if regions.len() >= MAX_REGIONS {
-                // A free region too small for this transaction makes room, as in `choose`;
-                // the proxy is told to forget it before the next region is lent or named.
-                let index = regions.iter().position(Slot::free)?;
-                let slot = regions.remove(index);
-                if slot.offered {
-                    ninf_proto::sync::lock(&self.to_forget).push(slot.name);
-                }
+            if regions.len() + self.making.load(Ordering::Acquire) >= MAX_REGIONS {
+                // Every slot kept: a free region that holds this array serves, though not
+                // four of them (after a burst of single-array calls, all may be of one
+                // array's size). None is given up to make a larger one: a burst of such
+                // calls would churn through regions, faulting in every new one's pages.
+                let holding = regions
+                    .iter_mut()
+                    .filter(|s| s.free() && s.memory.len() >= bytes)
+                    .max_by_key(|s| s.memory.len());
+                return holding.map(hold);
             }
+            self.making.fetch_add(1, Ordering::AcqRel);
         }
+        let _making = Making(&self.making);
         let mut memory = SharedRegion::create(wanted).ok()?;
         // Fault the pages in once here, not in every transaction's copies.
         memory.bytes_mut().fill(0);
@@ -740,9 +745,16 @@ impl Connection {
             freed.as_mut().enable();
             let (taken, forget) = {
                 let mut regions = ninf_proto::sync::lock(&self.regions);
-                choose(&mut regions, bytes, for_outputs, Instant::now())
+                let making = self.making.load(Ordering::Acquire);
+                let chosen = choose(&mut regions, making, bytes, for_outputs, Instant::now());
+                if matches!(chosen.0, Choice::MakeOne) {
+                    self.making.fetch_add(1, Ordering::AcqRel);
+                }
+                chosen
             };
-            self.send_forgets(forget).await?;
+            for name in forget {
+                self.send(Message::Forget(name), None).await?;
+            }
             match taken {
                 Choice::Taken(name, memory) => return Ok(Some((name, memory))),
                 Choice::AllHeld => return Ok(None),
@@ -756,6 +768,7 @@ impl Connection {
                 }
             }
         }
+        let _making = Making(&self.making);
         let size = bytes
             .checked_next_power_of_two()
             .unwrap_or(bytes)
@@ -778,15 +791,6 @@ impl Connection {
         Ok(Some((name, memory)))
     }
 
-    /// Tells the proxy to forget `names` and the regions a recording transaction gave up.
-    async fn send_forgets(&self, mut names: Vec<String>) -> std::io::Result<()> {
-        names.append(&mut ninf_proto::sync::lock(&self.to_forget));
-        for name in names {
-            self.send(Message::Forget(name), None).await?;
-        }
-        Ok(())
-    }
-
     /// Gives up on the connection after a failure: the run sends its arrays in the request.
     fn failed(&self, e: std::io::Error) -> Option<SharedRun> {
         tracing::debug!(error = %e, "no shared region; the arrays go in the request");
@@ -799,6 +803,15 @@ impl Connection {
             message: Some(message),
         };
         local::send_message(&self.stream, &message, region.map(SharedRegion::fd)).await
+    }
+}
+
+/// One region being made ([`Connection::making`]), counted until dropped.
+struct Making<'a>(&'a AtomicUsize);
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -824,6 +837,7 @@ enum Choice {
 /// can go idle.
 fn choose(
     regions: &mut Vec<Slot>,
+    making: usize,
     bytes: usize,
     for_outputs: bool,
     now: Instant,
@@ -849,7 +863,7 @@ fn choose(
             forget,
         );
     }
-    if regions.len() < MAX_REGIONS {
+    if regions.len() + making < MAX_REGIONS {
         return (Choice::MakeOne, forget);
     }
     // Full: a free region too small for this run makes room for a larger one.
@@ -1033,16 +1047,28 @@ mod tests {
             slot("small", 2 << 20, false, now),
             slot("tiny", 1 << 20, false, now),
         ];
-        let (choice, forget) = choose(&mut regions, 1_500_000, true, now);
+        let (choice, forget) = choose(&mut regions, 0, 1_500_000, true, now);
         assert_eq!((taken(&choice), forget.len()), ("small", 0));
         let small = regions.iter().find(|s| s.name == "small").unwrap();
         assert!(small.proxy_holds && small.client_reads && !small.free());
         // Now only the big one fits; then nothing free fits and there is room for one more.
-        assert_eq!(taken(&choose(&mut regions, 1_500_000, false, now).0), "big");
         assert_eq!(
-            taken(&choose(&mut regions, 1_500_000, false, now).0),
+            taken(&choose(&mut regions, 0, 1_500_000, false, now).0),
+            "big"
+        );
+        assert_eq!(
+            taken(&choose(&mut regions, 0, 1_500_000, false, now).0),
             "make one"
         );
+        // Regions other runs are making count as kept: the set is full with them, and the
+        // free one too small gives way instead.
+        let making = MAX_REGIONS - regions.len();
+        let (choice, forget) = choose(&mut regions, making, 1_500_000, false, now);
+        assert_eq!(
+            (taken(&choice), forget),
+            ("make one", vec!["tiny".to_string()])
+        );
+        assert!(regions.iter().all(|s| s.name != "tiny"));
     }
 
     #[test]
@@ -1053,7 +1079,7 @@ mod tests {
             slot("idle", 1 << 20, false, start),
             slot("idle but held", 1 << 20, true, start),
         ];
-        let (choice, forget) = choose(&mut regions, 1 << 20, false, later);
+        let (choice, forget) = choose(&mut regions, 0, 1 << 20, false, later);
         assert_eq!(forget, ["idle"]);
         assert_eq!(taken(&choice), "make one");
         assert_eq!(regions.len(), 1);
@@ -1061,29 +1087,31 @@ mod tests {
         let mut full: Vec<Slot> = (0..MAX_REGIONS)
             .map(|i| slot(&format!("r{i}"), 1 << 20, i != 3, later))
             .collect();
-        let (choice, forget) = choose(&mut full, 4 << 20, false, later);
+        let (choice, forget) = choose(&mut full, 0, 4 << 20, false, later);
         assert_eq!(
             (taken(&choice), forget),
             ("make one", vec!["r3".to_string()])
         );
         assert_eq!(full.len(), MAX_REGIONS - 1);
         full.push(slot("new", 4 << 20, true, later));
-        let (choice, forget) = choose(&mut full, 4 << 20, false, later);
+        let (choice, forget) = choose(&mut full, 0, 4 << 20, false, later);
         assert_eq!((taken(&choice), forget.len()), ("await release", 0));
         // Held only by the client itself (transactions recording): waiting frees nothing.
         full.iter_mut().for_each(|s| {
             s.proxy_holds = false;
             s.recording = true;
         });
-        let (choice, forget) = choose(&mut full, 4 << 20, false, later);
+        let (choice, forget) = choose(&mut full, 0, 4 << 20, false, later);
         assert_eq!((taken(&choice), forget.len()), ("all held", 0));
     }
 
     #[tokio::test]
-    async fn a_transaction_finding_every_slot_taken_by_small_free_regions_makes_room() {
-        let (client_end, proxy_end) = UnixStream::pair().unwrap();
+    async fn a_transaction_finding_every_slot_kept_records_into_a_free_region_that_holds_the_array()
+    {
+        let (client_end, _proxy_end) = UnixStream::pair().unwrap();
         let connection = Connection::start(client_end);
         let now = Instant::now();
+        // All slots kept, one free region of 1 MiB (less than four arrays of 1 MiB).
         *ninf_proto::sync::lock(&connection.regions) = (0..MAX_REGIONS)
             .map(|i| slot(&format!("r{i}"), 1 << 20, i != 2, now))
             .collect();
@@ -1091,43 +1119,29 @@ mod tests {
             connection: connection.clone(),
             current: None,
         };
-        let data = vec![3u8; 2 << 20];
-        let copied = recorder.copy(&data).expect("room made for the transaction");
-        assert_eq!(&copied[..], &data[..]);
-        {
-            let regions = ninf_proto::sync::lock(&connection.regions);
-            assert_eq!(regions.len(), MAX_REGIONS);
-            assert!(regions.iter().all(|s| s.name != "r2"), "the free one went");
-        }
-        // The proxy hears of it before the transaction's region is named to it.
-        let proxy = tokio::spawn(async move {
-            let mut heard = Vec::new();
-            while let Ok((message, _)) =
-                local::receive_message::<v1::SharedRegionMessage>(&proxy_end, MAX_FRAME).await
-            {
-                match message.message {
-                    Some(Message::Forget(name)) => heard.push(format!("forget {name}")),
-                    Some(Message::Offer(name)) => {
-                        heard.push("offer".to_string());
-                        let answer = v1::SharedRegionMessage {
-                            message: Some(Message::Accepted(name)),
-                        };
-                        local::send_message(&proxy_end, &answer, None)
-                            .await
-                            .unwrap();
-                        return heard;
-                    }
-                    _ => {}
-                }
-            }
-            heard
-        });
-        let mut request = v1::RunRequest {
-            arguments: vec![call_with(copied.clone())],
-            ..Default::default()
+        let small = vec![5u8; 1 << 20];
+        let kept = recorder.copy(&small).expect("a free region that holds it");
+        assert_eq!(&kept[..], &small[..]);
+        assert!(
+            ninf_proto::sync::lock(&connection.regions)
+                .iter()
+                .any(|s| s.name == "r2" && s.recording && s.holds(&kept))
+        );
+        drop((recorder, kept));
+        // An array no free region holds is copied as before: no region is given up or made.
+        let mut recorder = Recorder {
+            connection: connection.clone(),
+            current: None,
         };
-        assert!(connection.adopt_recorded(&mut request).await.unwrap());
-        assert_eq!(proxy.await.unwrap(), ["forget r2", "offer"]);
+        assert!(recorder.copy(&vec![3u8; 2 << 20]).is_none());
+        let regions = ninf_proto::sync::lock(&connection.regions);
+        let names: Vec<&str> = regions.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            (0..MAX_REGIONS)
+                .map(|i| format!("r{i}"))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[tokio::test]
