@@ -51,6 +51,17 @@ pub struct Settings<'a> {
     pub slowdown_factor: f64,
 }
 
+impl<'a> Settings<'a> {
+    /// These lines, and the sites' processors as slow as their profile says.
+    pub fn lines(metaserver: &'a str, proxy: &'a str) -> Settings<'a> {
+        Settings {
+            metaserver,
+            proxy,
+            slowdown_factor: 1.0,
+        }
+    }
+}
+
 /// A grid running in the testbed; its processes are killed when it is dropped.
 pub struct BedGrid {
     pub metaserver: String,
@@ -70,18 +81,29 @@ pub struct Run<'a> {
     pub work: &'a Path,
 }
 
-/// Builds `profile`'s testbed under `prefix`, starts a grid of the binaries in `bin_dir`
-/// in it with `settings` (its files in a fresh work folder named after `name`), runs `body`,
-/// and tears everything down, the work folder too, whatever `body` returned.
+/// Which testbed an experiment runs in and which programs it starts there.
+#[derive(Debug, Clone)]
+pub struct BedOptions {
+    /// The testbed's profile (`crate::testbed::Profile::load`).
+    pub profile: String,
+    /// Namespace prefix.
+    pub prefix: String,
+    /// Where `ninf-metaserver`, `ninf-proxy`, `ninf-server` and `ninf` are.
+    pub bin_dir: PathBuf,
+}
+
+/// Builds the profile's testbed under the prefix, starts a grid of the binaries of
+/// `options` in it with `settings` (its files in a fresh work folder named after `name`),
+/// runs `body`, and tears everything down, the work folder too, whatever `body` returned.
 pub fn run_in_testbed<T>(
-    (profile, prefix, bin_dir): (&str, &str, &Path),
+    options: &BedOptions,
     name: &str,
     settings: &Settings<'_>,
     body: impl FnOnce(Run<'_>) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let profile = crate::testbed::Profile::load(profile)?;
-    let binaries = Binaries::find(bin_dir)?;
-    let bed = Testbed::new(prefix, profile)
+    let profile = crate::testbed::Profile::load(&options.profile)?;
+    let binaries = Binaries::find(&options.bin_dir)?;
+    let bed = Testbed::new(&options.prefix, profile)
         .with_forwarder(&binaries.ninf)
         .up()?;
     let work = work_dir(name)?;

@@ -7,23 +7,18 @@
 //! The client part (`ninf kept-data-client`, hidden) runs inside the client's site and prints
 //! its figures as one JSON object.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::bed_grid::{Binaries, Settings, run_in_testbed};
+use crate::bed_grid::{BedOptions, Binaries, Settings, run_in_testbed};
 use crate::testbed::Testbed;
 
 /// What the run does.
 #[derive(Debug, Clone)]
 pub struct KeptDataOptions {
-    pub profile: String,
-    /// Namespace prefix.
-    pub prefix: String,
-    /// Where `ninf-metaserver`, `ninf-proxy`, `ninf-server` and `ninf` are.
-    pub bin_dir: PathBuf,
+    pub bed: BedOptions,
     /// The matrix's order.
     pub n: usize,
     pub solves: usize,
@@ -59,17 +54,8 @@ const METASERVER_SETTINGS: &str = "heartbeat_seconds = 0.5\nnetwork_seconds = 5.
 
 /// Builds the testbed, starts the grid, runs the client part and tears everything down.
 pub fn run(options: &KeptDataOptions) -> anyhow::Result<KeptDataReport> {
-    let settings = Settings {
-        metaserver: METASERVER_SETTINGS,
-        proxy: PROXY_SETTINGS,
-        slowdown_factor: 1.0,
-    };
-    let testbed = (
-        options.profile.as_str(),
-        options.prefix.as_str(),
-        options.bin_dir.as_path(),
-    );
-    run_in_testbed(testbed, "kept-data", &settings, |run| {
+    let settings = Settings::lines(METASERVER_SETTINGS, PROXY_SETTINGS);
+    run_in_testbed(&options.bed, "kept-data", &settings, |run| {
         run_client(run.bed, &run.grid, run.binaries, options)
     })
 }

@@ -25,7 +25,7 @@
 //! measured.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -36,17 +36,13 @@ use ninf_scheduling::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::bed_grid::{Binaries, Settings, run_in_testbed};
+use crate::bed_grid::{BedOptions, Binaries, Settings, run_in_testbed};
 use crate::testbed::{Role, Testbed};
 
 /// What the run does.
 #[derive(Debug, Clone)]
 pub struct TransfersOptions {
-    pub profile: String,
-    /// Namespace prefix.
-    pub prefix: String,
-    /// Where `ninf-metaserver`, `ninf-proxy`, `ninf-server` and `ninf` are.
-    pub bin_dir: PathBuf,
+    pub bed: BedOptions,
     /// Bytes of each timed transfer.
     pub sizes: Vec<u64>,
     /// Timings of each transfer (and of its one-element twin); their medians are compared.
@@ -132,17 +128,8 @@ const CHUNK: usize = 64 << 10;
 /// Builds the testbed, starts the grid, runs the client part, predicts every transfer from
 /// the metaserver's samples and tears everything down.
 pub fn run(options: &TransfersOptions) -> anyhow::Result<TransfersReport> {
-    let settings = Settings {
-        metaserver: METASERVER_SETTINGS,
-        proxy: PROXY_SETTINGS,
-        slowdown_factor: 1.0,
-    };
-    let testbed = (
-        options.profile.as_str(),
-        options.prefix.as_str(),
-        options.bin_dir.as_path(),
-    );
-    run_in_testbed(testbed, "transfers", &settings, |run| {
+    let settings = Settings::lines(METASERVER_SETTINGS, PROXY_SETTINGS);
+    run_in_testbed(&options.bed, "transfers", &settings, |run| {
         let timed = run_client(run.bed, &run.grid, run.binaries, options)?;
         // The grid stops first, so that the DB holds everything it was told.
         drop(run.grid);

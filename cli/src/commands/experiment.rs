@@ -142,9 +142,7 @@ pub fn run(args: ExperimentArgs) -> anyhow::Result<()> {
             json,
         } => kept_data(
             ninf_lab::kept_data::KeptDataOptions {
-                profile,
-                prefix,
-                bin_dir: super::bin_dir()?,
+                bed: bed_options(profile, prefix)?,
                 n,
                 solves,
                 trials: trials.max(1),
@@ -276,10 +274,8 @@ fn tables(results: PathBuf, profile: &str) -> anyhow::Result<()> {
 
 #[derive(Args)]
 pub struct ClientArgs {
-    #[arg(long)]
-    pub proxy: String,
-    #[arg(long)]
-    pub metaserver: String,
+    #[command(flatten)]
+    pub grid: GridAddresses,
     #[arg(long)]
     pub servers: usize,
     #[arg(long, value_delimiter = ',')]
@@ -301,8 +297,7 @@ pub struct ClientArgs {
 
 pub fn run_client(args: ClientArgs) -> anyhow::Result<()> {
     let ClientArgs {
-        proxy,
-        metaserver,
+        grid: GridAddresses { proxy, metaserver },
         servers,
         schedulers,
         workloads,
@@ -334,10 +329,8 @@ pub fn run_client(args: ClientArgs) -> anyhow::Result<()> {
 
 #[derive(Args)]
 pub struct PartitionClientArgs {
-    #[arg(long)]
-    pub proxy: String,
-    #[arg(long)]
-    pub metaserver: String,
+    #[command(flatten)]
+    pub grid: GridAddresses,
     /// The compute servers' addresses.
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,
@@ -349,8 +342,8 @@ pub struct PartitionClientArgs {
 
 pub fn run_partition_client(args: PartitionClientArgs) -> anyhow::Result<()> {
     ninf_lab::partition::client(
-        &args.proxy,
-        &args.metaserver,
+        &args.grid.proxy,
+        &args.grid.metaserver,
         &args.servers,
         args.transactions,
         args.concurrency,
@@ -372,14 +365,21 @@ fn kept_data(options: ninf_lab::kept_data::KeptDataOptions, json: bool) -> anyho
     Ok(())
 }
 
+/// The testbed of `profile` under `prefix`, running the programs beside this one.
+fn bed_options(profile: String, prefix: String) -> anyhow::Result<ninf_lab::bed_grid::BedOptions> {
+    Ok(ninf_lab::bed_grid::BedOptions {
+        profile,
+        prefix,
+        bin_dir: super::bin_dir()?,
+    })
+}
+
 fn transfers(args: TransfersArgs) -> anyhow::Result<()> {
     if args.sizes.contains(&0) {
         anyhow::bail!("--sizes: a transfer of 0 bytes has nothing to time");
     }
     let report = ninf_lab::transfers::run(&ninf_lab::transfers::TransfersOptions {
-        profile: args.profile,
-        prefix: args.prefix,
-        bin_dir: super::bin_dir()?,
+        bed: bed_options(args.profile, args.prefix)?,
         sizes: args.sizes,
         trials: args.trials.max(1),
     })?;
@@ -397,12 +397,19 @@ fn transfers(args: TransfersArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The grid an experiment's client part talks to, as its driver passes it.
 #[derive(Args)]
-pub struct TransfersClientArgs {
+pub struct GridAddresses {
     #[arg(long)]
     pub proxy: String,
     #[arg(long)]
     pub metaserver: String,
+}
+
+#[derive(Args)]
+pub struct TransfersClientArgs {
+    #[command(flatten)]
+    pub grid: GridAddresses,
     /// The compute servers' addresses.
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,
@@ -414,8 +421,8 @@ pub struct TransfersClientArgs {
 
 pub fn run_transfers_client(args: TransfersClientArgs) -> anyhow::Result<()> {
     ninf_lab::transfers::client(
-        &args.proxy,
-        &args.metaserver,
+        &args.grid.proxy,
+        &args.grid.metaserver,
         &args.servers,
         &args.sizes,
         args.trials,
@@ -424,10 +431,8 @@ pub fn run_transfers_client(args: TransfersClientArgs) -> anyhow::Result<()> {
 
 #[derive(Args)]
 pub struct KeptDataClientArgs {
-    #[arg(long)]
-    pub proxy: String,
-    #[arg(long)]
-    pub metaserver: String,
+    #[command(flatten)]
+    pub grid: GridAddresses,
     /// How many compute servers to wait for.
     #[arg(long)]
     pub servers: usize,
@@ -441,8 +446,8 @@ pub struct KeptDataClientArgs {
 
 pub fn run_kept_data_client(args: KeptDataClientArgs) -> anyhow::Result<()> {
     ninf_lab::kept_data::client(
-        &args.proxy,
-        &args.metaserver,
+        &args.grid.proxy,
+        &args.grid.metaserver,
         args.servers,
         (args.n, args.solves, args.trials),
     )
