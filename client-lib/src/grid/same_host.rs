@@ -668,7 +668,7 @@ impl Connection {
                 holder: Holder::Recorder,
             })
         };
-        {
+        let _making = {
             let mut regions = ninf_proto::sync::lock(&self.regions);
             let fitting = regions
                 .iter_mut()
@@ -688,9 +688,8 @@ impl Connection {
                     .max_by_key(|s| s.memory.len());
                 return holding.map(hold);
             }
-            self.making.fetch_add(1, Ordering::AcqRel);
-        }
-        let _making = Making(&self.making);
+            Making::start(&self.making)
+        };
         let mut memory = SharedRegion::create(wanted).ok()?;
         // Fault the pages in once here, not in every transaction's copies.
         memory.bytes_mut().fill(0);
@@ -738,37 +737,37 @@ impl Connection {
         may_wait: bool,
     ) -> std::io::Result<Option<(String, Arc<SharedRegion>)>> {
         let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
-        loop {
+        let _making = loop {
             // Listening before looking, so that a release between the two is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let (taken, forget) = {
+            let (taken, forget, making) = {
                 let mut regions = ninf_proto::sync::lock(&self.regions);
                 let making = self.making.load(Ordering::Acquire);
-                let chosen = choose(&mut regions, making, bytes, for_outputs, Instant::now());
-                if matches!(chosen.0, Choice::MakeOne) {
-                    self.making.fetch_add(1, Ordering::AcqRel);
-                }
-                chosen
+                let (taken, forget) =
+                    choose(&mut regions, making, bytes, for_outputs, Instant::now());
+                // Counted before the lock is let go, uncounted however this run ends.
+                let making = matches!(taken, Choice::MakeOne).then(|| Making::start(&self.making));
+                (taken, forget, making)
             };
             for name in forget {
                 self.send(Message::Forget(name), None).await?;
             }
-            match taken {
-                Choice::Taken(name, memory) => return Ok(Some((name, memory))),
-                Choice::AllHeld => return Ok(None),
-                Choice::MakeOne => break,
-                Choice::AwaitRelease if !may_wait => return Ok(None),
-                Choice::AwaitRelease => {
+            match (taken, making) {
+                (Choice::Taken(name, memory), _) => return Ok(Some((name, memory))),
+                (Choice::AllHeld, _) => return Ok(None),
+                (Choice::MakeOne, Some(making)) => break making,
+                (Choice::MakeOne, None) => return Ok(None),
+                (Choice::AwaitRelease, _) if !may_wait => return Ok(None),
+                (Choice::AwaitRelease, _) => {
                     let waited = tokio::time::timeout_at(deadline, freed).await;
                     if waited.is_err() || !self.alive.load(Ordering::Acquire) {
                         return Ok(None);
                     }
                 }
             }
-        }
-        let _making = Making(&self.making);
+        };
         let size = bytes
             .checked_next_power_of_two()
             .unwrap_or(bytes)
@@ -808,6 +807,13 @@ impl Connection {
 
 /// One region being made ([`Connection::making`]), counted until dropped.
 struct Making<'a>(&'a AtomicUsize);
+
+impl<'a> Making<'a> {
+    fn start(count: &'a AtomicUsize) -> Making<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Making(count)
+    }
+}
 
 impl Drop for Making<'_> {
     fn drop(&mut self) {
