@@ -25,7 +25,7 @@ use tonic::Status;
 
 use crate::config::CALL_LIMIT;
 use crate::lending::{self, Handed};
-use crate::same_host::SharedRegions;
+use crate::same_host::{OutputLoan, SharedRegions};
 
 /// Calls carrying at least this many bytes of arrays take the bulk port (as the client
 /// library's direct calls do).
@@ -279,6 +279,8 @@ async fn exchange(
     stream: &mut TcpStream,
     mut call: v1::CallRequest,
 ) -> Result<Result<v1::CallReply, Status>, Broken> {
+    // Regions are lent only on a same-host socket.
+    call.output_place = None;
     let payloads = take_arrays(&mut call);
     bulk::write_frame(stream, &call).await?;
     for payload in &payloads {
@@ -328,7 +330,11 @@ impl LocalConnection {
         mut call: v1::CallRequest,
         lender: Option<&SharedRegions>,
     ) -> Result<Result<v1::CallReply, Status>, Broken> {
-        let lent = lender.map(|lender| lending::lend_arrays(&mut call, lender, &mut self.handed));
+        if lender.is_none() {
+            call.output_place = None;
+        }
+        let mut lent =
+            lender.map(|lender| lending::lend_arrays(&mut call, lender, &mut self.handed));
         let payloads = take_arrays(&mut call);
         let inputs: usize = payloads.iter().map(Bytes::len).sum();
         let handed = self.reserve(inputs.max(self.largest_outputs))?;
@@ -359,6 +365,7 @@ impl LocalConnection {
         }
         local::send_files(&self.stream, &bulk::encode(&call), &files).await?;
         let (answer, _) = local::receive_message(&self.stream, bulk::MAX_FRAME).await?;
+        let mut loan = lent.as_mut().and_then(|lent| lent.output.take());
         // The server has read the lent inputs: their clients' leases may end.
         drop(lent);
         let (mut reply, outputs_follow) = match bulk::answer_of(answer)? {
@@ -366,8 +373,18 @@ impl LocalConnection {
                 reply,
                 outputs_follow,
             } => (reply, outputs_follow),
-            Answer::Refused(status) => return Ok(Err(status)),
+            Answer::Refused(status) => {
+                if let Some(loan) = loan.as_mut() {
+                    loan.answered();
+                }
+                return Ok(Err(status));
+            }
         };
+        // The routine has written its outputs: the run's lease may end with the run.
+        if let Some(loan) = loan.as_mut() {
+            loan.answered();
+        }
+        claim_shared_outputs(&mut reply, loan.as_ref())?;
         let outputs = match (&self.region, outputs_follow) {
             (Some(region), false) => {
                 let lend = lend_region(bulk_bytes(&reply), region.len());
@@ -400,6 +417,35 @@ impl LocalConnection {
         self.region = Some(Arc::new(SharedRegion::create(size)?));
         Ok(true)
     }
+}
+
+/// Turns each output the reply names in the run's output region lent for the call (`loan`)
+/// into the bytes where the routine wrote them; an output named anywhere else breaks the
+/// exchange.
+fn claim_shared_outputs(
+    reply: &mut v1::CallReply,
+    loan: Option<&OutputLoan>,
+) -> Result<(), Broken> {
+    use v1::call_output::Result as Output;
+    for output in &mut reply.outputs {
+        let Some(Output::Shared(shared)) = &output.result else {
+            continue;
+        };
+        let data = loan
+            .filter(|loan| loan.lent_name() == shared.region)
+            .and_then(|loan| loan.output(shared.offset, shared.bytes))
+            .ok_or_else(|| {
+                Broken::Protocol(format!(
+                    "output {} named at bytes {}..+{} of region `{}`, not in the output place lent",
+                    output.parameter, shared.offset, shared.bytes, shared.region
+                ))
+            })?;
+        output.result = Some(Output::Array(v1::Array {
+            element_type: shared.element_type,
+            data,
+        }));
+    }
+    Ok(())
 }
 
 /// Whether outputs of `outputs` bytes are read where they lie in a region of `region`

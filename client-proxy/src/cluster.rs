@@ -296,7 +296,7 @@ impl GrpcCluster {
         call: &v1::CallRequest,
     ) -> Option<(&'a BulkPorts, String)> {
         let ports = self.bulk.as_ref()?;
-        if inline_bytes(call) < BULK_THRESHOLD {
+        if inline_bytes(call) < BULK_THRESHOLD && call.output_place.is_none() {
             return None;
         }
         let route = match ports.route(server) {
@@ -365,11 +365,12 @@ impl GrpcCluster {
 impl Cluster for GrpcCluster {
     async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
         let connection = self.server(server)?;
-        if self.max_calls_per_batch > 1 && batchable(&call) {
+        // A call lent an output region goes on the bulk path, where the region can be lent.
+        if self.max_calls_per_batch > 1 && batchable(&call) && call.output_place.is_none() {
             return self.invoke_queued(&connection, call).await;
         }
         let _slot = connection.slots.clone().acquire_owned().await;
-        let call = match self.bulk_port(server, &call).await {
+        let mut call = match self.bulk_port(server, &call).await {
             Some((ports, address)) => {
                 match self.call_bulk(ports, server, &address, call.clone()).await {
                     Ok(reply) => return Ok(reply),
@@ -382,6 +383,8 @@ impl Cluster for GrpcCluster {
             }
             None => call,
         };
+        // Regions are lent only on a same-host socket.
+        call.output_place = None;
         Ok(connection.invoke_client().call(call).await?.into_inner())
     }
 

@@ -62,6 +62,9 @@ struct Dataflow {
     fed_bytes: Vec<u64>,
     /// Inputs each task's server keeps once fetched: replicas of data handles.
     keep_inputs: Vec<BTreeSet<u32>>,
+    /// Each task's part of the client's output region, (offset, bytes), as the client sized
+    /// it (`local::output_parts`).
+    output_parts: Vec<Option<(u64, u64)>>,
 }
 
 impl Dataflow {
@@ -100,12 +103,38 @@ impl Dataflow {
             .iter()
             .map(|a| a.returns.iter().copied().collect())
             .collect();
+        let output_parts = ninf_proto::net::local::output_parts(
+            graph
+                .tasks
+                .iter()
+                .zip(arguments)
+                .map(|(task, arguments)| (task.client_out_bytes, arguments.returns.len())),
+        );
         Ok(Dataflow {
             fed,
             keep,
             returns,
             fed_bytes,
             keep_inputs,
+            output_parts,
+        })
+    }
+
+    /// Where `task`'s routine writes the outputs the client wants back, in the client's
+    /// region `region`: the task's part of it, for those outputs not kept in storage.
+    fn output_place(&self, task: usize, region: &str) -> Option<v1::OutputPlace> {
+        let (offset, bytes) = (*self.output_parts.get(task)?)?;
+        let mut parameters: Vec<u32> = self.returns[task]
+            .iter()
+            .copied()
+            .filter(|p| !self.keep[task].contains(p))
+            .collect();
+        parameters.sort_unstable();
+        (!parameters.is_empty()).then(|| v1::OutputPlace {
+            region: region.to_string(),
+            offset,
+            bytes,
+            parameters,
         })
     }
 
@@ -260,6 +289,10 @@ struct GraphExecution<'a> {
     progress_journaled: bool,
     /// The handles the run reads and writes.
     data: &'a crate::data::DataUses,
+    /// The client's region for the run's large outputs (`RunRequest.output_region`): each
+    /// task's routine writes its wanted outputs in the task's part of it, when its server
+    /// is on this host.
+    output_region: Option<&'a str>,
 }
 
 impl Proxy {
@@ -267,7 +300,7 @@ impl Proxy {
     /// adding every server it stores anything on to `used`.
     pub(crate) async fn execute(
         &self,
-        (graph, arguments): (&v1::TaskGraph, &[v1::TaskArguments]),
+        (graph, arguments, output_region): (&v1::TaskGraph, &[v1::TaskArguments], Option<&str>),
         (servers, staging_plan): (&mut [String], &[v1::StagedInput]),
         (owner, used): (&str, &UsedServers),
         sink: &ProgressSink,
@@ -294,6 +327,7 @@ impl Proxy {
             proxy: self,
             graph,
             arguments,
+            output_region,
             servers,
             owner,
             used,
@@ -510,6 +544,9 @@ impl GraphExecution<'_> {
             task,
             self.owner,
         )?;
+        if let Some(region) = self.output_region {
+            call.output_place = self.flow.output_place(task, region);
+        }
         if self.journal_key.is_some() {
             // A journaled task outlives this proxy on its server: restarted, the proxy sends
             // it again under the same key and is answered by the run under way.

@@ -38,6 +38,8 @@ pub(crate) struct Invocation {
     pub server: String,
     /// Per argument: "value", "object" or "none".
     pub sources: Vec<&'static str>,
+    /// Where the call was asked to write its outputs in a client's region.
+    pub output_place: Option<v1::OutputPlace>,
 }
 
 #[derive(Default)]
@@ -187,6 +189,7 @@ impl Cluster for FakeCluster {
         state.invocations.push(Invocation {
             server: server.to_string(),
             sources,
+            output_place: call.output_place.clone(),
         });
         let live = Self::live(&mut state, server)?;
         if live.fails_calls > 0 {

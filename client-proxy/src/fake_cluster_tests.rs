@@ -75,6 +75,8 @@ pub(crate) struct Run {
     staging: Vec<v1::StagedInput>,
     progress: ProgressSink,
     data: crate::data::DataUses,
+    /// The client's region for the run's large outputs (`RunRequest.output_region`).
+    output_region: Option<String>,
 }
 
 impl Run {
@@ -117,6 +119,7 @@ impl Run {
             staging: Vec::new(),
             progress: ProgressSink::none(),
             data: crate::data::DataUses::default(),
+            output_region: None,
         }
     }
 
@@ -134,6 +137,7 @@ impl Run {
             staging: Vec::new(),
             progress: ProgressSink::none(),
             data: crate::data::DataUses::default(),
+            output_region: None,
         }
     }
 
@@ -161,7 +165,7 @@ impl Run {
         let placement = (&mut self.servers[..], &self.staging[..]);
         proxy
             .execute(
-                (&self.graph, &self.arguments),
+                (&self.graph, &self.arguments, self.output_region.as_deref()),
                 placement,
                 ("test/graph-1", &used),
                 &self.progress,
@@ -214,6 +218,36 @@ async fn a_call_to_a_dead_server_runs_again_on_a_live_one() {
         metrics.contains("ninf_retries_total{reason=\"server\"} 1"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn each_task_returning_large_outputs_is_given_its_part_of_the_clients_output_region() {
+    // inc#0 feeds inc#1 and returns nothing; the client wants inc#1's 1 MiB output back.
+    let cluster = Arc::new(FakeCluster::new(&[("s1", server(1000.0))]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::chain("s1", "s1");
+    run.graph.tasks[1].client_out_bytes = 1 << 20;
+    run.output_region = Some("out".into());
+    run.execute(&proxy).await.unwrap();
+    let places: Vec<Option<v1::OutputPlace>> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.output_place)
+        .collect();
+    let wanted = v1::OutputPlace {
+        region: "out".into(),
+        offset: 0,
+        bytes: (1 << 20) + 64,
+        parameters: vec![1],
+    };
+    assert_eq!(places, [None, Some(wanted)]);
+
+    // Without an output region, no call is given a place.
+    let mut run = Run::chain("s1", "s1");
+    run.graph.tasks[1].client_out_bytes = 1 << 20;
+    run.execute(&proxy).await.unwrap();
+    let places = cluster.invocations().into_iter().skip(2);
+    assert!(places.into_iter().all(|i| i.output_place.is_none()));
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use ninf_proto::v1::{self, argument_value::Value as WireValue, call_argument::Source};
 
-use crate::same_host::{Lendable, SharedRegions};
+use crate::same_host::{Lendable, OutputLoan, SharedRegions};
 
 /// Regions a server holds for one connection at most (the server allows 32).
 pub(crate) const MAX_HANDED: usize = 16;
@@ -65,6 +65,8 @@ pub(crate) struct Lent {
     pub to_hand: Vec<Lendable>,
     /// Held, never read: dropping them ends the leases.
     pub _holding: Vec<Bytes>,
+    /// The run's output region, lent for the call's outputs (`call.output_place`).
+    pub output: Option<OutputLoan>,
 }
 
 /// Names every large array of `call` that lies in a client's region where it lies
@@ -110,12 +112,37 @@ pub(crate) fn lend_arrays(
         }
         argument.source = Some(Source::Bulk(bulk));
     }
-    let names: Vec<&str> = call.lent_arrays.iter().map(|l| l.region.as_str()).collect();
+    let output = lend_output(call, lender, handed, &mut to_hand);
+    let mut names: Vec<&str> = call.lent_arrays.iter().map(|l| l.region.as_str()).collect();
+    names.extend(call.output_place.as_ref().map(|p| p.region.as_str()));
     call.dropped_regions = handed.trim(|name| names.contains(&name) || lender.still_held(name));
     Lent {
         to_hand,
         _holding: holding,
+        output,
     }
+}
+
+/// Lends the run's output region the call's output place names on to the server, naming it
+/// there by its lent name (handed over with the frame if the server does not hold it); drops
+/// the place when the region cannot be lent (the outputs then come back as before).
+fn lend_output(
+    call: &mut v1::CallRequest,
+    lender: &SharedRegions,
+    handed: &mut Handed,
+    to_hand: &mut Vec<Lendable>,
+) -> Option<OutputLoan> {
+    let place = call.output_place.as_mut()?;
+    let Some(loan) = lender.lend_output(place) else {
+        call.output_place = None;
+        return None;
+    };
+    place.region = loan.lent_name().to_string();
+    let new = !to_hand.iter().any(|l| l.name == place.region) && handed.use_name(&place.region);
+    if new {
+        to_hand.push(loan.lendable());
+    }
+    Some(loan)
 }
 
 #[cfg(test)]

@@ -401,8 +401,8 @@ impl Proxy {
             scheduler,
             label,
             transaction_id,
-            // Taken by the gRPC shell before the run (`service.rs`).
-            output_region: _,
+            // Leased by the gRPC shell before the run (`service.rs`).
+            output_region,
         } = request;
         let mut graph = graph.unwrap_or_default();
         let mut arguments = arguments;
@@ -457,7 +457,7 @@ impl Proxy {
             Some(commit) => Ok(Executed::committed(commit)),
             None => tokio::select! {
                 outcome = self.execute(
-                    (&graph, &arguments),
+                    (&graph, &arguments, Some(output_region.as_str()).filter(|r| !r.is_empty())),
                     (&mut servers, staging),
                     (&placed.owner, &used),
                     progress,

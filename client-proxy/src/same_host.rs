@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use ninf_proto::net::local::{self, SharedRegion};
@@ -54,6 +54,12 @@ struct Region {
     memory: SharedRegion,
     connection: u64,
     leased: AtomicBool,
+    /// The run's lease while it is a run's output region, for calls to lend the region on
+    /// to the servers that write the outputs ([`SharedRegions::lend_output`]).
+    output_lease: Mutex<Weak<Lease>>,
+    /// A call lent this region for its outputs was given up while its routine may still
+    /// write them: the client is told never to use the region again ([`OutputLoan`]).
+    retired: AtomicBool,
     to_client: mpsc::UnboundedSender<v1::SharedRegionMessage>,
 }
 
@@ -62,12 +68,17 @@ struct Lease(Arc<Region>);
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.0.leased.store(false, Ordering::Release);
+        let region = &self.0;
+        let name = region.name.clone();
+        let said = if region.retired.load(Ordering::Acquire) {
+            // Stays leased: no run names it again before the client forgets it.
+            Message::Retired(name)
+        } else {
+            region.leased.store(false, Ordering::Release);
+            Message::Released(name)
+        };
         // A client that went away has nothing to hear.
-        let _ = self
-            .0
-            .to_client
-            .send(message(Message::Released(self.0.name.clone())));
+        let _ = region.to_client.send(message(said));
     }
 }
 
@@ -160,7 +171,30 @@ impl SharedRegions {
             *named.metadata_mut() = status.metadata().clone();
             named
         })?;
+        let lease = Arc::new(lease);
+        *ninf_proto::sync::lock(&lease.0.output_lease) = Arc::downgrade(&lease);
         Ok(Some(OutputRegion(lease)))
+    }
+
+    /// Lends a run's output region on to one call for its outputs, at `place` (the client's
+    /// name for the region, and the call's part of it); `None` when the region is not a
+    /// run's output region now, was retired, or is smaller than the place.
+    pub fn lend_output(&self, place: &v1::OutputPlace) -> Option<OutputLoan> {
+        let region = ninf_proto::sync::lock(&self.regions)
+            .get(&place.region)?
+            .clone();
+        let lease = ninf_proto::sync::lock(&region.output_lease).upgrade()?;
+        let inside = place
+            .offset
+            .checked_add(place.bytes)
+            .is_some_and(|end| end <= region.memory.len() as u64);
+        if region.retired.load(Ordering::Acquire) || !inside {
+            return None;
+        }
+        Some(OutputLoan {
+            lease,
+            answered: false,
+        })
     }
 
     fn lease(&self, name: &str) -> Result<Lease, Status> {
@@ -312,6 +346,8 @@ impl SharedRegions {
             memory,
             connection: id,
             leased: AtomicBool::new(false),
+            output_lease: Mutex::new(Weak::new()),
+            retired: AtomicBool::new(false),
             to_client: to_client.clone(),
         };
         regions.insert(name.clone(), Arc::new(region));
@@ -334,39 +370,155 @@ impl Lendable {
 }
 
 /// The region a run writes its reply's large arrays into: the client reads them once the
-/// reply arrives, and the proxy releases the region as it builds the reply.
-pub struct OutputRegion(Lease);
+/// reply arrives, and the proxy releases the region as it builds the reply. Calls that
+/// write their outputs there themselves hold the lease too ([`OutputLoan`]).
+pub struct OutputRegion(Arc<Lease>);
 
 impl OutputRegion {
-    /// Moves each output of [`MIN_SHARED_OUTPUT`] bytes or more that still fits into the
-    /// region, naming it there instead; the bytes moved. Ends the lease.
+    /// Names each output of [`MIN_SHARED_OUTPUT`] bytes or more in the region: where it
+    /// lies, if a routine wrote it there, or copied into the first room after the previous
+    /// one that no such output takes, if it fits. Returns the bytes named, copied or not.
+    /// Ends this hold of the lease. A retired region is left alone: the outputs stay in the
+    /// reply, since a given-up call may still write there.
     pub fn write_outputs(self, reply: &mut v1::RunReply) -> u64 {
         use v1::call_output::Result as Output;
         let region = &self.0.0;
-        let mut offset = 0usize;
-        let mut moved = 0u64;
+        if region.retired.load(Ordering::Acquire) {
+            return 0;
+        }
+        let outputs = || {
+            reply
+                .tasks
+                .iter()
+                .flat_map(|t| t.outputs.iter())
+                .filter_map(|o| match &o.result {
+                    Some(Output::Array(array)) if array.data.len() >= MIN_SHARED_OUTPUT => {
+                        Some(&array.data)
+                    }
+                    _ => None,
+                })
+        };
+        let written: Vec<(usize, usize)> = outputs()
+            .filter_map(|data| {
+                let start = offset_in(&region.memory, data)?;
+                Some((start, start + data.len()))
+            })
+            .collect();
+        let mut cursor = 0usize;
+        let mut named = 0u64;
         for output in reply.tasks.iter_mut().flat_map(|t| t.outputs.iter_mut()) {
             let Some(Output::Array(array)) = &output.result else {
                 continue;
             };
-            if array.data.len() < MIN_SHARED_OUTPUT {
-                continue;
-            }
-            // SAFETY: the lease keeps every other run, and the client, off the region.
-            if !unsafe { region.memory.write_at(offset, &array.data) } {
-                continue;
-            }
             let bytes = array.data.len();
+            if bytes < MIN_SHARED_OUTPUT {
+                continue;
+            }
+            let offset = match offset_in(&region.memory, &array.data) {
+                Some(offset) => offset,
+                None => {
+                    let Some(offset) = free_room(cursor, bytes, &written, region.memory.len())
+                    else {
+                        continue;
+                    };
+                    // SAFETY: the lease keeps every other run, and the client, off the
+                    // region; the room overlaps no output a routine wrote there.
+                    if !unsafe { region.memory.write_at(offset, &array.data) } {
+                        continue;
+                    }
+                    cursor = (offset + bytes).next_multiple_of(ALIGN);
+                    offset
+                }
+            };
             output.result = Some(Output::Shared(v1::SharedArray {
                 element_type: array.element_type,
                 region: region.name.clone(),
                 offset: offset as u64,
                 bytes: bytes as u64,
             }));
-            offset = (offset + bytes).next_multiple_of(64);
-            moved += bytes as u64;
+            named += bytes as u64;
         }
-        moved
+        named
+    }
+}
+
+/// Outputs start at multiples of this in an output region.
+const ALIGN: usize = local::SHARED_ALIGN;
+
+/// Where `data` starts in `memory`, when it lies wholly inside it.
+fn offset_in(memory: &SharedRegion, data: &[u8]) -> Option<usize> {
+    let base = memory.bytes().as_ptr() as usize;
+    let start = data.as_ptr() as usize;
+    let inside = start >= base && start.checked_add(data.len())? <= base + memory.len();
+    inside.then(|| start - base)
+}
+
+/// The first offset from `cursor` on, on an [`ALIGN`] boundary, where `bytes` bytes fit
+/// in a region of `len` bytes without overlapping any of the `taken` ranges.
+fn free_room(cursor: usize, bytes: usize, taken: &[(usize, usize)], len: usize) -> Option<usize> {
+    let mut start = cursor.next_multiple_of(ALIGN);
+    loop {
+        let end = start.checked_add(bytes).filter(|&end| end <= len)?;
+        match taken
+            .iter()
+            .filter(|&&(s, e)| s < end && start < e)
+            .map(|&(_, e)| e)
+            .max()
+        {
+            Some(after) => start = after.next_multiple_of(ALIGN),
+            None => return Some(start),
+        }
+    }
+}
+
+/// A run's output region lent on to one call, whose routine writes its outputs there
+/// (`CallRequest.output_place`). It holds the run's lease, so the client hears of the
+/// region only once the call is over. Dropped before [`OutputLoan::answered`] (the call was
+/// given up, or its connection broke), the routine may still write the region: it is
+/// retired, and the client told so instead of `released`.
+pub struct OutputLoan {
+    lease: Arc<Lease>,
+    answered: bool,
+}
+
+impl OutputLoan {
+    /// The name the region is lent on under.
+    pub fn lent_name(&self) -> &str {
+        &self.lease.0.lent_name
+    }
+
+    /// The region, to hand over to a server that does not hold it yet.
+    pub fn lendable(&self) -> Lendable {
+        Lendable {
+            name: self.lease.0.lent_name.clone(),
+            offset: 0,
+            region: self.lease.0.clone(),
+        }
+    }
+
+    /// The server answered: its routine no longer writes the region.
+    pub fn answered(&mut self) {
+        self.answered = true;
+    }
+
+    /// The output the server's reply names at `offset`, `bytes` long, as the bytes where
+    /// they lie (holding the lease); `None` when they lie outside the region.
+    pub fn output(&self, offset: u64, bytes: u64) -> Option<Bytes> {
+        let len = self.lease.0.memory.len() as u64;
+        let end = offset.checked_add(bytes).filter(|&end| end <= len)?;
+        Some(Bytes::from_owner(LeasedBytes {
+            lease: self.lease.clone(),
+            start: offset as usize,
+            end: end as usize,
+        }))
+    }
+}
+
+impl Drop for OutputLoan {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.lease.0.retired.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -661,5 +813,139 @@ mod tests {
                 .starts_with("output region: no shared region `gone`"),
             "{e}"
         );
+    }
+
+    fn place(region: &str, offset: u64, bytes: u64) -> v1::OutputPlace {
+        v1::OutputPlace {
+            region: region.into(),
+            offset,
+            bytes,
+            parameters: vec![2],
+        }
+    }
+
+    #[tokio::test]
+    async fn outputs_a_routine_wrote_in_the_region_are_named_where_they_lie_and_others_copied_around_them()
+     {
+        use v1::call_output::Result as Output;
+        let (regions, client) = serving().await;
+        let memory = SharedRegion::create(1 << 20).unwrap();
+        client.offer("out", &memory).await;
+        // Not an output region yet: nothing to lend.
+        assert!(regions.lend_output(&place("out", 0, 4096)).is_none());
+        let request = v1::RunRequest {
+            output_region: "out".into(),
+            ..Default::default()
+        };
+        let held = regions.lease_output(&request).unwrap().unwrap();
+        // A place past the region's end is not lent.
+        assert!(regions.lend_output(&place("out", 1 << 20, 1)).is_none());
+        let mut loan = regions.lend_output(&place("out", 0, 400_000)).unwrap();
+        assert!(loan.lent_name().starts_with("out#"), "{}", loan.lent_name());
+        // What the routine wrote at 64, as the server's reply names it.
+        // SAFETY: the test is the region's only writer.
+        assert!(unsafe { memory.write_at(64, &[7u8; 300_000]) });
+        let written = loan.output(64, 300_000).unwrap();
+        assert!(loan.output((1 << 20) - 10, 11).is_none());
+        loan.answered();
+        drop(loan);
+        let array = |data: Bytes| {
+            Some(Output::Array(v1::Array {
+                element_type: v1::ElementType::Char.into(),
+                data,
+            }))
+        };
+        let mut reply = v1::RunReply {
+            tasks: vec![v1::TaskReport {
+                outputs: vec![
+                    v1::CallOutput {
+                        parameter: 0,
+                        result: array(Bytes::from(vec![1u8; 300_000])),
+                    },
+                    v1::CallOutput {
+                        parameter: 2,
+                        result: array(written),
+                    },
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(held.write_outputs(&mut reply), 600_000);
+        assert_eq!(client.next().await, Message::Released("out".into()));
+        let shared = |offset: u64| {
+            Some(Output::Shared(v1::SharedArray {
+                element_type: v1::ElementType::Char.into(),
+                region: "out".into(),
+                offset,
+                bytes: 300_000,
+            }))
+        };
+        // The copied one goes after the one in place, which it would have overlapped.
+        assert_eq!(reply.tasks[0].outputs[0].result, shared(300_096));
+        assert_eq!(reply.tasks[0].outputs[1].result, shared(64));
+        assert!(memory.bytes()[64..300_064].iter().all(|&b| b == 7));
+        assert!(memory.bytes()[300_096..600_096].iter().all(|&b| b == 1));
+    }
+
+    #[tokio::test]
+    async fn a_region_lent_to_a_call_given_up_is_retired_not_released() {
+        use v1::call_output::Result as Output;
+        let (regions, client) = serving().await;
+        let memory = SharedRegion::create(1 << 20).unwrap();
+        client.offer("out", &memory).await;
+        let request = v1::RunRequest {
+            output_region: "out".into(),
+            ..Default::default()
+        };
+        let held = regions.lease_output(&request).unwrap().unwrap();
+        // One call answered, another given up while its routine may still write.
+        let mut answered = regions.lend_output(&place("out", 0, 4096)).unwrap();
+        answered.answered();
+        drop(answered);
+        let given_up = regions.lend_output(&place("out", 4096, 4096)).unwrap();
+        drop(given_up);
+        // No call is lent it again, and the run's outputs stay in the reply.
+        assert!(regions.lend_output(&place("out", 0, 4096)).is_none());
+        let mut reply = v1::RunReply {
+            tasks: vec![v1::TaskReport {
+                outputs: vec![v1::CallOutput {
+                    parameter: 0,
+                    result: Some(Output::Array(v1::Array {
+                        element_type: v1::ElementType::Char.into(),
+                        data: Bytes::from(vec![1u8; 300_000]),
+                    })),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(held.write_outputs(&mut reply), 0);
+        assert!(matches!(
+            reply.tasks[0].outputs[0].result,
+            Some(Output::Array(_))
+        ));
+        assert_eq!(client.next().await, Message::Retired("out".into()));
+        // Still leased until the client forgets it: no run may name it.
+        let e = regions.lease_output(&request).err().unwrap();
+        assert!(e.message().contains("still read by another run"), "{e}");
+        client.send(Message::Forget("out".into()), None).await;
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while ninf_proto::sync::lock(&regions.regions).contains_key("out") {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    #[test]
+    fn room_is_found_after_the_cursor_around_taken_ranges() {
+        assert_eq!(free_room(0, 100, &[], 1000), Some(0));
+        assert_eq!(free_room(1, 100, &[], 1000), Some(64));
+        assert_eq!(free_room(0, 100, &[(50, 200)], 1000), Some(256));
+        assert_eq!(free_room(0, 64, &[(64, 128), (128, 300)], 1000), Some(0));
+        assert_eq!(free_room(0, 100, &[(0, 900)], 1000), None);
+        assert_eq!(free_room(0, 1001, &[], 1000), None);
     }
 }

@@ -504,6 +504,85 @@ async fn inputs_in_a_region_a_proxy_lends_on_are_read_where_they_lie_and_bad_nam
     server.stop().await;
 }
 
+/// `echo` of `n` doubles lent in `region` at 0, its output asked at `offset` there, in at
+/// most `bytes`.
+fn echo_into(n: usize, region: &str, offset: u64, bytes: u64) -> v1::CallRequest {
+    let mut request = lent_echo(n, region, 0);
+    request.output_place = Some(v1::OutputPlace {
+        region: region.into(),
+        offset,
+        bytes,
+        parameters: vec![2],
+    });
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_given_a_place_in_a_lent_region_are_written_there_and_named_shared() {
+    let server = TestServer::start(|_| {}).await;
+    let stream = local::connect(&server.state.info.bulk_local).unwrap();
+    let own = SharedRegion::create(1 << 20).unwrap();
+    let mut client = SharedRegion::create(2 << 20).unwrap();
+    let n = 1 << 15;
+    let x = random(n, 5);
+    let bytes = ninf_proto::ArrayData::Double(x.clone()).to_proto().data;
+    client.bytes_mut()[..bytes.len()].copy_from_slice(&bytes);
+
+    // The place starts off a 64-byte boundary: the output goes to the next one.
+    let mut request = echo_into(n, "c#0", (1 << 20) + 8, 8 * n as u64 + 64);
+    request.lent_regions = vec![String::new(), "c#0".into()];
+    send_lending(&stream, &request, &[own.fd(), client.fd()]).await;
+    let reply = match receive_local(&stream).await.result {
+        Some(v1::bulk_reply::Result::Reply(reply)) => reply,
+        other => panic!("expected a reply, got {other:?}"),
+    };
+    let shared = v1::SharedArray {
+        element_type: v1::ElementType::Double as i32,
+        region: "c#0".into(),
+        offset: (1 << 20) + 64,
+        bytes: 8 * n as u64,
+    };
+    assert_eq!(
+        reply.outputs[0].result,
+        Some(v1::call_output::Result::Shared(shared))
+    );
+    let start = (1 << 20) + 64;
+    let written = &client.bytes()[start..start + 8 * n];
+    assert_eq!(ninf_proto::values::decode::<f64>(written).unwrap(), x);
+    assert!(
+        own.bytes()[..8 * n].iter().all(|&b| b == 0),
+        "nothing copied"
+    );
+    assert_eq!(server.state.metrics.lent_output_bytes(), 8 * n as u64);
+
+    // A place too small for the output: it comes back through the connection's region.
+    send_lending(
+        &stream,
+        &echo_into(n, "c#0", 1 << 20, 8 * n as u64 - 1),
+        &[],
+    )
+    .await;
+    assert_eq!(echoed(receive_local(&stream).await, &own, n), x);
+
+    // A region never lent, and a place outside the region: refused by name, in step.
+    let mut nowhere = echo_into(n, "c#0", 0, 8 * n as u64);
+    nowhere.output_place.as_mut().unwrap().region = "nope".into();
+    send_lending(&stream, &nowhere, &[]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "output place of `echo`: no region `nope` was lent on this connection"
+    );
+    send_lending(&stream, &echo_into(n, "c#0", 2 << 20, 64), &[]).await;
+    assert_eq!(
+        error_of(receive_local(&stream).await).message,
+        "output place of `echo`: bytes 2097152..2097216 lie outside the lent region `c#0` of 2097152 bytes"
+    );
+    send_lending(&stream, &lent_echo(n, "c#0", 0), &[]).await;
+    assert_eq!(echoed(receive_local(&stream).await, &own, n), x);
+    assert_eq!(server.state.function("echo").unwrap().pool().replaced(), 0);
+    server.stop().await;
+}
+
 /// A memory file that allows shrinking: what a careless or hostile client might hand over.
 fn unsealed_memory_file(len: i64) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;

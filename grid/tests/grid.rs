@@ -1214,9 +1214,23 @@ fn inputs_a_client_shares_with_the_proxy_are_read_by_the_routine_where_the_clien
             assert_eq!(lent, 0.0, "inputs sent in the request are not lent");
         }
         // Either way the proxy calls the servers on their same-host sockets, and each
-        // product is written where the proxy reads it back.
+        // product is written where it is read back: in the client's own output region
+        // when it shares one (the servers send no output bytes back), in the connection's
+        // region otherwise.
         let outputs = 6.0 * (8 * n * n) as f64;
         assert_eq!(counted("ninf_lent_output_bytes_total"), outputs);
+        let sent_back: f64 = (0..2)
+            .map(|i| {
+                let text = scrape(&metrics[&format!("server-{i}")]);
+                let labels = ["direction=\"out\"", "path=\"local\""];
+                sample_sum(&text, "ninf_bytes_total", &labels)
+            })
+            .sum();
+        if same_host_uploads {
+            assert!(sent_back < outputs / 10.0, "{sent_back} bytes sent back");
+        } else {
+            assert!(sent_back >= outputs, "{sent_back} bytes sent back");
+        }
         grid.assert_no_leftovers();
     }
 }

@@ -34,7 +34,7 @@ use crate::CallError;
 
 /// Arrays smaller than this go in the request: copying them twice costs less than the
 /// bookkeeping.
-pub const MIN_SHARED_ARRAY: usize = 256 * 1024;
+pub use ninf_proto::net::local::MIN_SHARED_ARRAY;
 
 /// Regions a client keeps at once (the proxy takes up to 16 per connection).
 const MAX_REGIONS: usize = 8;
@@ -43,7 +43,7 @@ const MAX_REGIONS: usize = 8;
 const MIN_REGION: usize = 1 << 20;
 
 /// Arrays start at multiples of this in a region, as a routine would align them.
-const ALIGN: usize = 64;
+const ALIGN: usize = local::SHARED_ALIGN;
 
 /// A free region no run has taken for this long is given back (the proxy unmaps it too),
 /// so one large transaction does not pin its memory for the client's life.
@@ -421,15 +421,18 @@ pub(crate) fn region_unknown(status: &tonic::Status) -> bool {
         .contains_key(ninf_proto::net::REGION_UNKNOWN_METADATA)
 }
 
-/// Bytes a region needs for the reply's large outputs: those of the tasks whose wanted
-/// outputs reach the size the proxy shares (each may start on the next 64-byte boundary).
+/// Bytes a region needs for the reply's large outputs: the parts of the tasks whose wanted
+/// outputs reach the size the proxy shares (`local::output_parts`, the proxy's rule too).
 fn output_bytes(request: &v1::RunRequest) -> usize {
     let graph = request.graph.as_ref().map_or(&[][..], |g| &g.tasks[..]);
-    graph
+    let tasks = graph
         .iter()
         .zip(&request.arguments)
-        .map(|(task, arguments)| task.client_out_bytes as usize + ALIGN * arguments.returns.len())
-        .filter(|&bytes| bytes >= MIN_SHARED_ARRAY)
+        .map(|(task, arguments)| (task.client_out_bytes, arguments.returns.len()));
+    local::output_parts(tasks)
+        .into_iter()
+        .flatten()
+        .map(|(_, bytes)| bytes as usize)
         .sum()
 }
 
@@ -575,6 +578,13 @@ impl Connection {
                         slot.proxy_holds = false;
                     }
                     drop(regions);
+                    self.freed.notify_waiters();
+                }
+                // A call that may still write it was given up: never used again. Readers
+                // still holding it keep its mapping.
+                Some(Message::Retired(name)) => {
+                    ninf_proto::sync::lock(&self.regions).retain(|s| s.name != name);
+                    self.send(Message::Forget(name), None).await?;
                     self.freed.notify_waiters();
                 }
                 _ => {}
@@ -1198,5 +1208,53 @@ mod tests {
         tokio::task::yield_now().await;
         drop(proxy_end);
         assert!(waiting.await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_retired_region_is_never_taken_again_and_the_proxy_told_to_forget_it() {
+        let (client_end, proxy_end) = UnixStream::pair().unwrap();
+        let connection = Connection::start(client_end);
+        let now = Instant::now();
+        *ninf_proto::sync::lock(&connection.regions) = (0..MAX_REGIONS)
+            .map(|i| slot(&format!("r{i}"), 1 << 20, true, now))
+            .collect();
+        // A run waits for a region while all are held; a retired one frees a place in the
+        // set, and the run makes a region of its own rather than take the retired one.
+        let waiting = tokio::spawn({
+            let connection = connection.clone();
+            async move { connection.lend(1 << 20, false, true).await.unwrap() }
+        });
+        tokio::task::yield_now().await;
+        let retired = v1::SharedRegionMessage {
+            message: Some(Message::Retired("r3".into())),
+        };
+        local::send_message(&proxy_end, &retired, None)
+            .await
+            .unwrap();
+        let (said, _) = local::receive_message::<v1::SharedRegionMessage>(&proxy_end, MAX_FRAME)
+            .await
+            .unwrap();
+        assert_eq!(said.message, Some(Message::Forget("r3".into())));
+        // The run offers a new region: accept it.
+        let (offer, _) = local::receive_message::<v1::SharedRegionMessage>(&proxy_end, MAX_FRAME)
+            .await
+            .unwrap();
+        let Some(Message::Offer(name)) = offer.message else {
+            panic!("expected an offer, got {offer:?}");
+        };
+        let accepted = v1::SharedRegionMessage {
+            message: Some(Message::Accepted(name.clone())),
+        };
+        local::send_message(&proxy_end, &accepted, None)
+            .await
+            .unwrap();
+        let (taken, _) = waiting.await.unwrap().expect("a region");
+        assert_eq!(taken, name);
+        let names: Vec<String> = ninf_proto::sync::lock(&connection.regions)
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        assert!(!names.contains(&"r3".to_string()), "{names:?}");
+        assert_eq!(names.len(), MAX_REGIONS);
     }
 }

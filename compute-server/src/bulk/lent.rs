@@ -159,6 +159,66 @@ pub(super) fn output_places(
     places
 }
 
+/// Where the call's outputs go in the lent region `region` of `region_len` bytes that
+/// `place` names (a proxy's client's own output region): each output `place.parameters`
+/// names and the call does not keep, one after another from `place.offset`, each on a
+/// 64-byte boundary, while they fit in `place.bytes`; outputs too small to place, or that do
+/// not fit, come back as they would without a place. An error when the place lies outside
+/// the region.
+pub(super) fn output_places_at(
+    (function, outputs, keep): (&FunctionInterface, &[(u32, u64)], &HashSet<u32>),
+    place: &v1::OutputPlace,
+    region_len: usize,
+) -> Result<Vec<v1::RegionArray>, Status> {
+    let end = place
+        .offset
+        .checked_add(place.bytes)
+        .filter(|&end| end <= region_len as u64)
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "output place of `{}`: bytes {}..{} lie outside the lent region `{}` of {region_len} bytes",
+                function.name,
+                place.offset,
+                place.offset.saturating_add(place.bytes),
+                place.region
+            ))
+        })?;
+    let mut cursor = place.offset;
+    let mut places = Vec::new();
+    for &(parameter, bytes) in outputs {
+        if keep.contains(&parameter) || !place.parameters.contains(&parameter) {
+            continue;
+        }
+        let start = cursor.next_multiple_of(REGION_ALIGN as u64);
+        let fits = start.checked_add(bytes).is_some_and(|e| e <= end);
+        if bytes < REGION_ARRAY_THRESHOLD as u64 || !fits {
+            continue;
+        }
+        let element_type = function
+            .parameters
+            .get(parameter as usize)
+            .map_or(0, |p| element_type_to_proto(p.element_type).into());
+        places.push(v1::RegionArray {
+            parameter,
+            element_type,
+            offset: start,
+            bytes,
+            region: v1::ArrayRegion::Own.into(),
+            lent: 0,
+        });
+        cursor = start + bytes;
+    }
+    Ok(places)
+}
+
+/// Where `data` starts in `region`, when it lies wholly inside it.
+pub(super) fn offset_in(region: &SharedRegion, data: &[u8]) -> Option<u64> {
+    let base = region.bytes().as_ptr() as usize;
+    let start = data.as_ptr() as usize;
+    let inside = start >= base && start.checked_add(data.len())? <= base + region.len();
+    inside.then(|| (start - base) as u64)
+}
+
 /// Moves the reply's outputs the routine wrote into lent `files` among its outputs, as the
 /// bytes where they lie; the bytes so written. Outputs elsewhere (the store region) stay
 /// described.

@@ -469,7 +469,7 @@ async fn call(
     // bulk ones are read from the socket straight into the region below.
     let fetch_start = Instant::now();
     let keep_inputs = invoke::inputs_to_keep(&request);
-    let lent = match lent::lent_inputs(function, &request, |name| io.lent_region(name)) {
+    let (lent, (outputs, shared_outputs)) = match lent_on(io, &prepared, &request) {
         Ok(lent) => lent,
         Err(status) => return refuse(io, bulk_bytes, status).await,
     };
@@ -499,7 +499,7 @@ async fn call(
         (call_id, &name, admitted.lent()),
         (parts, checkout.lends()),
         (window.as_ref(), &state.borrowing.regions()),
-        (store_outputs.requested(), outputs_to(io, &prepared)),
+        (store_outputs.requested(), outputs),
     );
     let (region_len, pinned, from_peers) = (laid.end, laid.pinned, laid.from_peers);
     let written = match checkout.request_region(region_len) {
@@ -545,8 +545,8 @@ async fn call(
     // Outputs still live in the executable's reply region (or, kept ones, in the store
     // region): keep (copied into storage) or stream them, then give the executable back.
     let kept = (&prepared.keep, request.owner.as_str());
-    let (outputs, payloads) =
-        split_outputs(state, &name, kept, success.outputs).map_err(Failure::Answer)?;
+    let (outputs, payloads) = split_outputs(state, &name, kept, shared_outputs, success.outputs)
+        .map_err(Failure::Answer)?;
     let reply = v1::CallReply {
         outputs,
         status: success.status,
@@ -574,16 +574,54 @@ fn claim_lent_outputs(
     Ok(())
 }
 
-/// The region the call's outputs go back through, and their places there.
-fn outputs_to(io: &impl BulkIo, prepared: &invoke::Prepared<'_>) -> Option<LentOutputs> {
-    let region = io.output_region()?;
+/// The request's inputs in regions lent on the connection, and where its outputs go
+/// ([`outputs_to`]); an error naming what the request got wrong.
+fn lent_on(
+    io: &impl BulkIo,
+    prepared: &invoke::Prepared<'_>,
+    request: &v1::CallRequest,
+) -> Result<(HashMap<u32, LentInput>, OutputsTo), Status> {
+    let lent = lent::lent_inputs(prepared.function, request, |name| io.lent_region(name))?;
+    Ok((lent, outputs_to(io, prepared, &request.output_place)?))
+}
+
+/// Where a call's outputs go ([`outputs_to`]).
+type OutputsTo = (Option<LentOutputs>, SharedOutputs);
+
+/// A lent region outputs written there go back in, named as `shared` rather than copied
+/// (the request's output place), and the name it was lent under.
+type SharedOutputs = Option<(Arc<SharedRegion>, String)>;
+
+/// The region the call's outputs go back through, and their places there: the lent region
+/// the request's output place names (then also as [`SharedOutputs`]), or the connection's
+/// own. An error when the place names a region not lent on the connection, or bytes
+/// outside it.
+fn outputs_to(
+    io: &impl BulkIo,
+    prepared: &invoke::Prepared<'_>,
+    place: &Option<v1::OutputPlace>,
+) -> Result<OutputsTo, Status> {
     let call = (
         prepared.function,
         prepared.output_sizes.as_slice(),
         &prepared.keep,
     );
-    let places = lent::output_places(call, region.len());
-    Some((region, places))
+    let Some(place) = place else {
+        let own = io.output_region().map(|region| {
+            let places = lent::output_places(call, region.len());
+            (region, places)
+        });
+        return Ok((own, None));
+    };
+    let region = io.lent_region(&place.region).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "output place of `{}`: no region `{}` was lent on this connection",
+            prepared.function.name, place.region
+        ))
+    })?;
+    let places = lent::output_places_at(call, place, region.len())?;
+    let shared = Some((region.clone(), place.region.clone()));
+    Ok((Some((region, places)), shared))
 }
 
 /// Passes the files the request's lent arrays lie in to the executable of `function`. An
@@ -701,12 +739,14 @@ async fn resolve_parts(
     Ok((parts, fetched))
 }
 
-/// The reply's outputs: those in `keep` copied into storage under `owner`, the others
-/// described for the reply with their bytes to stream after it.
+/// The reply's outputs: those in `keep` copied into storage under `owner`, those the routine
+/// wrote in the `shared` region (the request's output place, and its lent name) named
+/// there, the others described for the reply with their bytes to stream after it.
 fn split_outputs(
     state: &ServerState,
     name: &str,
     (keep, owner): (&std::collections::HashSet<u32>, &str),
+    shared: SharedOutputs,
     outputs: Vec<v1::ExecOutput>,
 ) -> Result<(Vec<v1::CallOutput>, Vec<Bytes>), Status> {
     let mut described = Vec::with_capacity(outputs.len());
@@ -717,8 +757,18 @@ fn split_outputs(
                 "`{name}` returned a non-array output"
             )));
         };
+        let in_place = shared
+            .as_ref()
+            .and_then(|(region, name)| Some((lent::offset_in(region, &array.data)?, name)));
         let result = if keep.contains(&output.parameter) {
             v1::call_output::Result::Object(invoke::keep_output(state, owner, &array, true)?)
+        } else if let Some((offset, region)) = in_place {
+            v1::call_output::Result::Shared(v1::SharedArray {
+                element_type: array.element_type,
+                region: region.clone(),
+                offset,
+                bytes: array.data.len() as u64,
+            })
         } else {
             let bulk = v1::BulkArray {
                 element_type: array.element_type,

@@ -26,6 +26,33 @@ use rustix::net::{
 use tokio::io::Interest;
 use tokio::net::{UnixListener, UnixStream};
 
+/// Arrays a client on a proxy's host shares with it from this size on; smaller ones go in
+/// the request and the reply (docs/bulk-protocol.md, "From a client on the proxy's host").
+pub const MIN_SHARED_ARRAY: usize = 256 * 1024;
+
+/// Arrays start at multiples of this in a shared region, as a routine would align them.
+pub const SHARED_ALIGN: usize = 64;
+
+/// Each task's part of a run's output region, as (offset, bytes), for the tasks whose
+/// wanted outputs (`client_out_bytes`, `returns` of them) reach [`MIN_SHARED_ARRAY`]: one
+/// after another in task order, each with room for every output to start on a
+/// [`SHARED_ALIGN`] boundary. The client sizes the region as their sum; the proxy has the
+/// routines write each task's outputs in its part.
+pub fn output_parts(tasks: impl Iterator<Item = (u64, usize)>) -> Vec<Option<(u64, u64)>> {
+    let mut offset = 0u64;
+    tasks
+        .map(|(client_out_bytes, returns)| {
+            let bytes = client_out_bytes
+                .saturating_add((SHARED_ALIGN as u64).saturating_mul(returns as u64));
+            (bytes >= MIN_SHARED_ARRAY as u64).then(|| {
+                let part = (offset, bytes);
+                offset = offset.saturating_add(bytes);
+                part
+            })
+        })
+        .collect()
+}
+
 /// A fresh abstract socket name: random, so a name advertised by a server on another host
 /// can never reach a different server on this one.
 pub fn socket_name() -> io::Result<String> {
