@@ -700,11 +700,9 @@ impl Connection {
             }
             Making::start(&self.making)
         };
-        let mut memory = SharedRegion::create(wanted).ok()?;
-        // Fault the pages in once here, not in every transaction's copies.
-        memory.bytes_mut().fill(0);
+        let (name, memory) = fresh_region(wanted).ok()?;
         let mut slot = Slot {
-            name: region_name().ok()?,
+            name,
             memory: Arc::new(memory),
             proxy_holds: false,
             client_reads: false,
@@ -782,10 +780,7 @@ impl Connection {
             .checked_next_power_of_two()
             .unwrap_or(bytes)
             .max(MIN_REGION);
-        let mut memory = SharedRegion::create(size)?;
-        // Fault the pages in once here, not in every run's copy.
-        memory.bytes_mut().fill(0);
-        let name = region_name()?;
+        let (name, memory) = fresh_region(size)?;
         self.offer(&name, &memory).await?;
         let memory = Arc::new(memory);
         ninf_proto::sync::lock(&self.regions).push(Slot {
@@ -813,6 +808,14 @@ impl Connection {
         };
         local::send_message(&self.stream, &message, region.map(SharedRegion::fd)).await
     }
+}
+
+/// A new region of `size` bytes under a fresh name, its pages faulted in once here rather
+/// than in every run's copies.
+fn fresh_region(size: usize) -> std::io::Result<(String, SharedRegion)> {
+    let mut memory = SharedRegion::create(size)?;
+    memory.bytes_mut().fill(0);
+    Ok((region_name()?, memory))
 }
 
 /// One region being made ([`Connection::making`]), counted until dropped.
