@@ -120,7 +120,7 @@ fn write_inputs(region: &mut [u8], args: &[Arg<'_>], encoded: &[Encoded]) {
                 _ => continue,
             };
             let bytes = array.le_bytes();
-            region[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            ninf_proto::copy::copy(&mut region[offset..][..bytes.len()], &bytes);
             offset += bytes.len();
         }
     }
@@ -148,7 +148,7 @@ impl OutputBytes for RegionOutputs<'_> {
             .bytes
             .get(self.offset..end)
             .ok_or_else(|| io::Error::other("the server's outputs run past the shared region"))?;
-        into.copy_from_slice(source);
+        ninf_proto::copy::copy(into, source);
         self.offset = end;
         Ok(())
     }

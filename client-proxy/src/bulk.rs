@@ -345,7 +345,7 @@ impl LocalConnection {
             .ok_or_else(|| Broken::Protocol("no shared region".into()))?;
         let mut offset = 0;
         for payload in &payloads {
-            region.bytes_mut()[offset..offset + payload.len()].copy_from_slice(payload);
+            ninf_proto::copy::copy(&mut region.bytes_mut()[offset..][..payload.len()], payload);
             offset += payload.len();
         }
         let to_hand = lent.as_ref().map_or(&[][..], |l| &l.to_hand[..]);

@@ -89,8 +89,8 @@ impl ArrayStorage {
     pub fn placed(mut place: RegionPlace, input: Option<&[u8]>) -> ArrayStorage {
         let target = place.as_bytes_mut();
         match input {
-            Some(bytes) if bytes.len() == target.len() => target.copy_from_slice(bytes),
-            _ => target.fill(0),
+            Some(bytes) if bytes.len() == target.len() => ninf_proto::copy::copy(target, bytes),
+            _ => ninf_proto::copy::zero(target),
         }
         ArrayStorage::Region(place)
     }

@@ -221,7 +221,7 @@ impl RegionWriter {
         let region = self.reserve(end)?;
         let own = request.region_arrays.iter().filter(|a| !in_store(a));
         for (array, data) in own.zip(&moved) {
-            region[array.offset as usize..][..data.len()].copy_from_slice(data);
+            ninf_proto::copy::copy(&mut region[array.offset as usize..][..data.len()], data);
         }
         request
             .encode(&mut &mut region[..len])

@@ -4,6 +4,7 @@
 
 pub mod chunks;
 pub mod clock;
+pub mod copy;
 pub mod descriptor;
 pub mod net;
 pub mod probe;

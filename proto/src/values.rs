@@ -138,7 +138,7 @@ pub fn decode<T: Element>(bytes: &[u8]) -> Result<Vec<T>, ValueError> {
 pub fn decode_into<T: Element>(bytes: &[u8], out: &mut [T]) -> Result<(), ValueError> {
     check_whole::<T>(bytes)?;
     if cfg!(target_endian = "little") && out.len() * T::SIZE == bytes.len() {
-        bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(bytes);
+        crate::copy::copy(bytemuck::cast_slice_mut::<T, u8>(out), bytes);
         return Ok(());
     }
     for (slot, chunk) in out.iter_mut().zip(bytes.chunks_exact(T::SIZE)) {

@@ -814,7 +814,7 @@ impl Connection {
 /// than in every run's copies.
 fn fresh_region(size: usize) -> std::io::Result<(String, SharedRegion)> {
     let mut memory = SharedRegion::create(size)?;
-    memory.bytes_mut().fill(0);
+    ninf_proto::copy::zero(memory.bytes_mut());
     Ok((region_name()?, memory))
 }
 

@@ -168,7 +168,7 @@ impl BulkIo for LocalIo {
             .as_ref()
             .and_then(|r| r.bytes().get(self.input..end))
             .ok_or_else(|| std::io::Error::other("bulk input beyond the shared region"))?;
-        into.copy_from_slice(source);
+        ninf_proto::copy::copy(into, source);
         self.input = end;
         Ok(())
     }

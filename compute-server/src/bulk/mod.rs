@@ -414,7 +414,7 @@ async fn write_request(
                 let source = input
                     .bytes(place.len())
                     .ok_or_else(|| std::io::Error::other("a lent input outside its region"))?;
-                place.copy_from_slice(source);
+                ninf_proto::copy::copy(place, source);
             }
             None => io.read_input(place).await?,
         }

@@ -327,13 +327,10 @@ impl SharedRegion {
         }
         // SAFETY: in bounds (checked); the mapping is writable and stays mapped while `self`
         // lives; the caller guarantees exclusive use of the range.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.map.as_ptr().cast_mut().add(offset),
-                bytes.len(),
-            );
-        }
+        let target = unsafe {
+            std::slice::from_raw_parts_mut(self.map.as_ptr().cast_mut().add(offset), bytes.len())
+        };
+        crate::copy::copy(target, bytes);
         true
     }
 }
