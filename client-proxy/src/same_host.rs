@@ -220,15 +220,11 @@ impl SharedRegions {
     /// Where `data` lies in a region a client handed over, to lend it on to a server on
     /// this host instead of copying it; `None` when it lies elsewhere.
     pub fn locate(&self, data: &[u8]) -> Option<Lendable> {
-        let start = data.as_ptr() as usize;
-        let end = start.checked_add(data.len())?;
         let regions = ninf_proto::sync::lock(&self.regions);
         regions.values().find_map(|region| {
-            let base = region.memory.bytes().as_ptr() as usize;
-            let inside = start >= base && end <= base + region.memory.len();
-            inside.then(|| Lendable {
+            Some(Lendable {
                 name: region.lent_name.clone(),
-                offset: (start - base) as u64,
+                offset: region.memory.offset_of(data)? as u64,
                 region: region.clone(),
             })
         })
@@ -400,7 +396,7 @@ impl OutputRegion {
         };
         let written: Vec<(usize, usize)> = outputs()
             .filter_map(|data| {
-                let start = offset_in(&region.memory, data)?;
+                let start = region.memory.offset_of(data)?;
                 Some((start, start + data.len()))
             })
             .collect();
@@ -414,7 +410,7 @@ impl OutputRegion {
             if bytes < MIN_SHARED_OUTPUT {
                 continue;
             }
-            let offset = match offset_in(&region.memory, &array.data) {
+            let offset = match region.memory.offset_of(&array.data) {
                 Some(offset) => offset,
                 None => {
                     let Some(offset) = free_room(cursor, bytes, &written, region.memory.len())
@@ -444,14 +440,6 @@ impl OutputRegion {
 
 /// Outputs start at multiples of this in an output region.
 const ALIGN: usize = local::SHARED_ALIGN;
-
-/// Where `data` starts in `memory`, when it lies wholly inside it.
-fn offset_in(memory: &SharedRegion, data: &[u8]) -> Option<usize> {
-    let base = memory.bytes().as_ptr() as usize;
-    let start = data.as_ptr() as usize;
-    let inside = start >= base && start.checked_add(data.len())? <= base + memory.len();
-    inside.then(|| start - base)
-}
 
 /// The first offset from `cursor` on, on an [`ALIGN`] boundary, where `bytes` bytes fit
 /// in a region of `len` bytes without overlapping any of the `taken` ranges.

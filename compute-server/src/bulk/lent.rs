@@ -138,18 +138,7 @@ pub(super) fn output_places(
         }
         let large = bytes >= REGION_ARRAY_THRESHOLD as u64;
         if large && offset.is_multiple_of(REGION_ALIGN as u64) {
-            let element_type = function
-                .parameters
-                .get(parameter as usize)
-                .map_or(0, |p| element_type_to_proto(p.element_type).into());
-            places.push(v1::RegionArray {
-                parameter,
-                element_type,
-                offset,
-                bytes,
-                region: v1::ArrayRegion::Own.into(),
-                lent: 0,
-            });
+            places.push(asked_place(function, parameter, offset, bytes));
         }
         offset = offset.saturating_add(bytes);
     }
@@ -157,6 +146,28 @@ pub(super) fn output_places(
         return Vec::new();
     }
     places
+}
+
+/// The place asked of the routine for output `parameter` of `function`: `bytes` at
+/// `offset` in a lent file (its `lent` still to be set).
+fn asked_place(
+    function: &FunctionInterface,
+    parameter: u32,
+    offset: u64,
+    bytes: u64,
+) -> v1::RegionArray {
+    let element_type = function
+        .parameters
+        .get(parameter as usize)
+        .map_or(0, |p| element_type_to_proto(p.element_type).into());
+    v1::RegionArray {
+        parameter,
+        element_type,
+        offset,
+        bytes,
+        region: v1::ArrayRegion::Own.into(),
+        lent: 0,
+    }
 }
 
 /// Where the call's outputs go in the lent region `region` of `region_len` bytes that
@@ -194,29 +205,10 @@ pub(super) fn output_places_at(
         if bytes < REGION_ARRAY_THRESHOLD as u64 || !fits {
             continue;
         }
-        let element_type = function
-            .parameters
-            .get(parameter as usize)
-            .map_or(0, |p| element_type_to_proto(p.element_type).into());
-        places.push(v1::RegionArray {
-            parameter,
-            element_type,
-            offset: start,
-            bytes,
-            region: v1::ArrayRegion::Own.into(),
-            lent: 0,
-        });
+        places.push(asked_place(function, parameter, start, bytes));
         cursor = start + bytes;
     }
     Ok(places)
-}
-
-/// Where `data` starts in `region`, when it lies wholly inside it.
-pub(super) fn offset_in(region: &SharedRegion, data: &[u8]) -> Option<u64> {
-    let base = region.bytes().as_ptr() as usize;
-    let start = data.as_ptr() as usize;
-    let inside = start >= base && start.checked_add(data.len())? <= base + region.len();
-    inside.then(|| (start - base) as u64)
 }
 
 /// Moves the reply's outputs the routine wrote into lent `files` among its outputs, as the

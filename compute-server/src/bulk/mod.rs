@@ -759,7 +759,7 @@ fn split_outputs(
         };
         let in_place = shared
             .as_ref()
-            .and_then(|(region, name)| Some((lent::offset_in(region, &array.data)?, name)));
+            .and_then(|(region, name)| Some((region.offset_of(&array.data)? as u64, name)));
         let result = if keep.contains(&output.parameter) {
             v1::call_output::Result::Object(invoke::keep_output(state, owner, &array, true)?)
         } else if let Some((offset, region)) = in_place {

@@ -294,12 +294,9 @@ impl AsRef<[u8]> for Borrowed {
 
 /// The region among `regions` that `data` lies in, and its offset there.
 pub fn place(regions: &[Arc<SharedRegion>], data: &[u8]) -> Option<(Arc<SharedRegion>, u64)> {
-    let start = data.as_ptr() as usize;
-    regions.iter().find_map(|region| {
-        let base = region.bytes().as_ptr() as usize;
-        let inside = start >= base && start + data.len() <= base + region.len();
-        inside.then(|| (region.clone(), (start - base) as u64))
-    })
+    regions
+        .iter()
+        .find_map(|region| Some((region.clone(), region.offset_of(data)? as u64)))
 }
 
 /// Large borrowed arrays among an executable's request, lent to it: each is taken out of

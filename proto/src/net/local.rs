@@ -296,6 +296,15 @@ impl SharedRegion {
         &self.map
     }
 
+    /// Where `data` starts in the region, when it lies wholly inside it (bytes borrowed
+    /// from the mapping, not a copy).
+    pub fn offset_of(&self, data: &[u8]) -> Option<usize> {
+        let base = self.map.as_ptr() as usize;
+        let start = data.as_ptr() as usize;
+        let inside = start >= base && start.checked_add(data.len())? <= base + self.map.len();
+        inside.then(|| start - base)
+    }
+
     /// Bytes `start..end` of the region where they lie, keeping it mapped while they live;
     /// `None` when the span is not inside it.
     pub fn view(self: &std::sync::Arc<Self>, start: usize, end: usize) -> Option<bytes::Bytes> {
