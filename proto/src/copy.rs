@@ -79,7 +79,7 @@ fn chunk_for(len: usize) -> usize {
 /// The threads a large copy may take, read once: `NINF_COPY_THREADS` when set to a positive
 /// number (1: the caller's thread alone), else the cores this process may run on, at most
 /// [`MAX_THREADS`].
-fn copy_threads() -> usize {
+pub fn copy_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         let set = std::env::var(COPY_THREADS_VARIABLE).ok();
