@@ -28,6 +28,9 @@ pub struct GridOptions {
     pub predictor: String,
     /// Whether the metaserver's predictions learn from finished graphs (its `calibrate`).
     pub calibrate: bool,
+    /// Whether what the metaserver expects of a graph comes from like graphs (its
+    /// `templates`).
+    pub templates: bool,
     pub data_dir: PathBuf,
     /// Modules every server serves; empty: the standard modules next to this program.
     pub modules: Vec<ModuleConfig>,
@@ -92,6 +95,7 @@ impl GridOptions {
             scheduler: "flow".into(),
             predictor: "latest".into(),
             calibrate: true,
+            templates: true,
             data_dir: data_dir.to_path_buf(),
             modules: Vec::new(),
             extra_modules: Vec::new(),
@@ -300,6 +304,7 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         scheduler: options.scheduler.clone(),
         predictor: options.predictor.clone(),
         calibrate: options.calibrate,
+        templates: options.templates,
         heartbeat_seconds: options.heartbeat_seconds,
         heartbeat_timeout_seconds: options.heartbeat_timeout_seconds,
         network_seconds: options.network_seconds,

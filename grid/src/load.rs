@@ -45,6 +45,8 @@ pub struct LoadOptions {
     pub proxy_journal: Option<String>,
     /// The metaserver's `calibrate`.
     pub calibrate: bool,
+    /// The metaserver's `templates`.
+    pub templates: bool,
     /// The metaserver's `predictor`; `None`: its default.
     pub predictor: Option<String>,
     /// The proxy's `max_running_transactions` (0: no limit).
@@ -174,9 +176,10 @@ fn run_in(options: &LoadOptions, work: &Path) -> anyhow::Result<LoadReport> {
     write(
         &work.join("metaserver.toml"),
         &format!(
-            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\ncalibrate = {}\n{database}{predictor}",
+            "listen = \"{metaserver}\"\ndata_dir = \"{}\"\ncalibrate = {}\ntemplates = {}\n{database}{predictor}",
             work.join("metaserver").display(),
-            options.calibrate
+            options.calibrate,
+            options.templates
         ),
     )?;
     let journal = options

@@ -55,6 +55,12 @@ pub struct MetaserverConfig {
     /// (`ninf_scheduling::calibration`). `false` predicts with the model alone, as the seed did.
     #[serde(default = "default_calibrate")]
     pub calibrate: bool,
+    /// Whether the times the metaserver expects of a graph (its predicted makespan and task
+    /// finishes, stored and sent to the proxy) come from graphs of the same shape that ran
+    /// under the same load, once enough have (`ninf_scheduling::templates`). The placement
+    /// is the model's either way. `false`: the model's predictions alone.
+    #[serde(default = "default_templates")]
+    pub templates: bool,
     /// Seed of the `random` scheduler (combined with each graph's id).
     #[serde(default)]
     pub random_seed: u64,
@@ -179,6 +185,9 @@ fn default_predictor() -> String {
 fn default_calibrate() -> bool {
     true
 }
+fn default_templates() -> bool {
+    true
+}
 fn default_heartbeat() -> f64 {
     1.0
 }
@@ -225,6 +234,7 @@ impl Default for MetaserverConfig {
             data_lease_seconds: default_data_lease(),
             predictor: default_predictor(),
             calibrate: default_calibrate(),
+            templates: default_templates(),
             random_seed: 0,
             heartbeat_seconds: default_heartbeat(),
             heartbeat_timeout_seconds: default_heartbeat_timeout(),
@@ -332,5 +342,14 @@ mod tests {
         assert_eq!(parse("listen = \"127.0.0.1:7000\"\n").ok(), Some(true));
         assert_eq!(parse("calibrate = false\n").ok(), Some(false));
         assert!(parse("calibrate = \"no\"\n").is_err());
+    }
+
+    #[test]
+    fn templates_are_on_unless_the_file_turns_them_off() {
+        let parse = |text: &str| toml::from_str::<MetaserverConfig>(text).map(|c| c.templates);
+        assert_eq!(parse("calibrate = false\n").ok(), Some(true));
+        assert_eq!(parse("templates = false\n").ok(), Some(false));
+        let e = parse("templates = 1\n").err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("templates")), "names the key");
     }
 }

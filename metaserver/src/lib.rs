@@ -275,6 +275,7 @@ impl Metaserver {
             },
         );
         planner.calibrate = config.calibrate;
+        planner.templates_on = config.templates;
         planner.walltime_margin = config.allocation.walltime_margin_seconds;
         // Samples of servers still up are at most a heartbeat timeout old.
         planner.ended_memory_seconds = planner

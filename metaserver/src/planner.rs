@@ -12,13 +12,16 @@
 //!
 //! Each finished graph also teaches the predictor what its model missed: how much slower or
 //! faster each routine ran than the model said, and what every call cost beyond its compute
-//! and transfers ([`ninf_scheduling::calibration`]).
+//! and transfers ([`ninf_scheduling::calibration`]), and what a graph of its shape took under
+//! the load it met ([`ninf_scheduling::templates`]): once like graphs have run, what the
+//! planner reports it expects of a graph comes from them, the placement from the model.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use ninf_scheduling::calibration::{Calibration, Factor, OVERHEAD_WINDOW, Observation, Overhead};
 use ninf_scheduling::predictor::modelled_seconds;
+use ninf_scheduling::templates::{Expected, GraphTemplates, TemplateKey};
 use ninf_scheduling::{
     GraphError, Link, LoadPredictor, Predictor, PredictorKind, Schedule, Scheduler, TaskGraph,
 };
@@ -199,6 +202,18 @@ impl EndedPlacements {
     }
 }
 
+/// A graph placed and not yet reported: its template, and what the model gave it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct InFlight {
+    key: TemplateKey,
+    tasks: usize,
+    /// The model's makespan (seconds).
+    modelled: f64,
+    /// When the model had it end (absolute): a graph this far past it
+    /// ([`OVERDUE_SECONDS`]) is taken to be one nobody will report.
+    ends: f64,
+}
+
 /// The record of placements made, feeding the predictor.
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -220,6 +235,12 @@ pub struct Planner {
     /// Seconds before its batch job's end by which a server's tasks must be predicted to
     /// end (`[allocation] walltime_margin_seconds`).
     pub walltime_margin: f64,
+    /// Whether what the planner expects of a graph comes from like graphs once they have
+    /// run ([`Planner::expect`]; the configuration's `templates`).
+    pub templates_on: bool,
+    /// Shared with the copies graphs are planned with, as the calibration is.
+    templates: Arc<GraphTemplates>,
+    in_flight: Arc<HashMap<u64, InFlight>>,
 }
 
 impl Planner {
@@ -233,6 +254,9 @@ impl Planner {
             ended_memory_seconds: ENDED_MEMORY_SECONDS,
             calibration: Arc::default(),
             walltime_margin: 0.0,
+            templates_on: true,
+            templates: Arc::default(),
+            in_flight: Arc::default(),
         }
     }
 
@@ -266,7 +290,58 @@ impl Planner {
             ended_memory_seconds: self.ended_memory_seconds,
             calibration: Arc::clone(&self.calibration),
             walltime_margin: self.walltime_margin,
+            templates_on: self.templates_on,
+            templates: Arc::clone(&self.templates),
+            in_flight: Arc::clone(&self.in_flight),
         }
+    }
+
+    /// The template of `graph` placed now: its shape, and the graphs in flight
+    /// ([`Planner::graphs_in_flight`]).
+    pub fn template_of(&self, graph: &TaskGraph) -> TemplateKey {
+        TemplateKey::of(graph, self.graphs_in_flight())
+    }
+
+    /// What like graphs of template `key` expect of a graph placed as `schedule`
+    /// ([`GraphTemplates::expect`]); `None` where the model's prediction stands.
+    pub fn expect(&self, key: TemplateKey, schedule: &Schedule) -> Option<Expected> {
+        if !self.templates_on {
+            return None;
+        }
+        self.templates.expect(key, schedule)
+    }
+
+    /// Files graph `graph_id`, just recorded, under template `key` (the one its plan was
+    /// expected from) rather than the one its recording saw: graphs placed or reported
+    /// while it was planned must not move it to another band than it was expected in.
+    pub fn file_under(&mut self, graph_id: u64, key: TemplateKey) {
+        if let Some(graph) = Arc::make_mut(&mut self.in_flight).get_mut(&graph_id) {
+            graph.key = key;
+        }
+    }
+
+    /// Graphs placed and not yet reported ended.
+    pub fn graphs_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Teaches the template of graph `graph_id`, which ended after `makespan` seconds with
+    /// `outcomes`: call it for a graph that succeeded, before [`Planner::finish`].
+    pub fn teach_template(&mut self, graph_id: u64, makespan: f64, outcomes: &[TaskOutcome]) {
+        let Some((key, tasks, modelled)) = self
+            .in_flight
+            .get(&graph_id)
+            .map(|g| (g.key, g.tasks, g.modelled))
+        else {
+            return;
+        };
+        let mut finishes = vec![None; tasks];
+        for o in outcomes {
+            if let Some(slot) = finishes.get_mut(o.task) {
+                *slot = Some(o.finish);
+            }
+        }
+        Arc::make_mut(&mut self.templates).observe(key, modelled, makespan, &finishes);
     }
 
     /// Places `graph` with `scheduler` as of `now`. `client_links` are the proxy's
@@ -357,6 +432,15 @@ impl Planner {
         registry: &Registry,
         now: f64,
     ) {
+        let in_flight = Arc::make_mut(&mut self.in_flight);
+        in_flight.retain(|_, g| g.ends + OVERDUE_SECONDS > now);
+        let graph_in_flight = InFlight {
+            key: TemplateKey::of(graph, in_flight.len()),
+            tasks: graph.tasks.len(),
+            modelled: schedule.makespan,
+            ends: now + schedule.makespan,
+        };
+        in_flight.insert(graph_id, graph_in_flight);
         let servers = registry.servers();
         let issued = issue_times(graph, schedule);
         // Each server's figures, resolved once for the graph rather than once per task.
@@ -428,6 +512,9 @@ impl Planner {
     /// reported their graph). Each task with an outcome teaches the
     /// calibration.
     pub fn finish(&mut self, graph_id: u64, now: f64, actuals: &[TaskOutcome]) {
+        if self.in_flight.contains_key(&graph_id) {
+            Arc::make_mut(&mut self.in_flight).remove(&graph_id);
+        }
         let (ended, active): (Vec<ActivePlacement>, Vec<ActivePlacement>) = self
             .active
             .drain(..)

@@ -20,6 +20,11 @@ fn registry_with_slots(quantum: f64) -> Registry {
 
 /// One-processor servers at `addresses` offering LINPACK's routines.
 fn registry_of(addresses: &[&str], quantum: f64) -> Registry {
+    registry_of_at(addresses, quantum, 0.0)
+}
+
+/// [`registry_of`], the servers registered at `at`.
+fn registry_of_at(addresses: &[&str], quantum: f64, at: f64) -> Registry {
     let text = include_str!("../../routines/idl/linpack.idl");
     let module = ninf_idl::compile(&ninf_idl::SourceFile::new("linpack.idl", text)).unwrap();
     let routines: Vec<v1::FunctionInterface> = module
@@ -35,7 +40,7 @@ fn registry_of(addresses: &[&str], quantum: f64) -> Registry {
             quantum_seconds: quantum,
             ..Default::default()
         };
-        registry.register(id, address, info, &routines, 0.0);
+        registry.register(id, address, info, &routines, at);
     }
     registry
 }
@@ -523,4 +528,70 @@ fn plans_alike(
             ours
         })
         .collect()
+}
+
+/// Plans `graph` at `now`, records it as `id` under the template it was planned in, and
+/// returns what the planner expects of it (the model's makespan where nothing is expected).
+fn place_one(planner: &mut Planner, graph: &TaskGraph, id: u64, now: f64) -> (f64, Option<f64>) {
+    let registry = registry_of_at(&["a:1", "b:1"], 0.0, now);
+    let mut simple = ninf_scheduling::by_name("simple", 0).unwrap();
+    let schedule = planner
+        .plan(&registry, graph, &[], simple.as_mut(), now)
+        .unwrap();
+    let key = planner.template_of(graph);
+    let expected = planner.expect(key, &schedule).map(|e| e.makespan);
+    planner.record(id, graph, &schedule, &registry, now);
+    planner.file_under(id, key);
+    (schedule.makespan, expected)
+}
+
+#[test]
+fn once_like_graphs_have_run_under_the_same_load_the_planner_expects_what_they_took() {
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    planner.calibrate = false;
+    let graph = one_mmul();
+    // Alone on the grid, each run of the product took 3 s, whatever the model said.
+    let mut now = 10.0;
+    for id in 1..=ninf_scheduling::templates::MIN_SAMPLES as u64 {
+        let (_, expected) = place_one(&mut planner, &graph, id, now);
+        assert_eq!(expected, None, "graph {id}: too few like graphs yet");
+        let ran = [outcome(0, 0.1, 2.9)];
+        planner.teach_template(id, 3.0, &ran);
+        planner.finish(id, now + 3.0, &ran);
+        now += 10.0;
+    }
+    let (modelled, expected) = place_one(&mut planner, &graph, 100, now);
+    assert!(
+        (modelled - 2.0).abs() < 0.1,
+        "the model: 2 Gflop at 1 Gflop/s, {modelled}"
+    );
+    assert_eq!(expected, Some(3.0));
+    assert_eq!(planner.graphs_in_flight(), 1);
+    // With graph 100 still running, the next one meets another load: nothing known there.
+    let (_, beside) = place_one(&mut planner, &graph, 101, now + 0.1);
+    assert_eq!(beside, None);
+    // Another shape is another template.
+    let mut bigger = one_mmul();
+    bigger.tasks[0].flops = 4e9;
+    planner.finish(100, now + 3.0, &[]);
+    planner.finish(101, now + 3.1, &[]);
+    assert_eq!(planner.graphs_in_flight(), 0);
+    assert_eq!(place_one(&mut planner, &bigger, 102, now + 10.0).1, None);
+    // Switched off (`templates = false`), the model's prediction stands.
+    planner.finish(102, now + 15.0, &[]);
+    planner.templates_on = false;
+    assert_eq!(place_one(&mut planner, &graph, 103, now + 20.0).1, None);
+}
+
+#[test]
+fn a_graph_never_reported_stops_counting_as_in_flight_once_long_overdue() {
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    let graph = one_mmul();
+    place_one(&mut planner, &graph, 1, 1.0);
+    assert_eq!(planner.graphs_in_flight(), 1);
+    // Its predicted end (about 3.0) is long past when the next graph is recorded.
+    place_one(&mut planner, &graph, 2, 3.0 + OVERDUE_SECONDS + 1.0);
+    assert_eq!(planner.graphs_in_flight(), 1);
+    // Teaching a graph the planner does not know changes nothing.
+    planner.teach_template(77, 1.0, &[outcome(0, 0.0, 1.0)]);
 }

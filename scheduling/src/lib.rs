@@ -21,6 +21,7 @@ pub mod search;
 pub mod seed;
 pub mod simple;
 pub mod staging;
+pub mod templates;
 pub mod timeline;
 
 pub use graph::{ClientInput, Edge, GraphError, ResidentInput, Task, TaskGraph, TaskId};

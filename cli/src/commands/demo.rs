@@ -30,6 +30,10 @@ pub struct DemoArgs {
     /// per-call costs from the graphs that ran (its `calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// The metaserver expects of each graph what its model predicts, not what like graphs
+    /// took (its `templates = false`).
+    #[arg(long)]
+    pub no_templates: bool,
     /// The metaserver's predictor: latest (the metaserver paper's), forecast (NWS-style) or capacity
     /// (docs/scheduling.md); default the metaserver's.
     #[arg(long, value_parser = super::PREDICTORS)]
@@ -46,6 +50,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         speeds,
         database_url,
         no_calibrate,
+        no_templates,
         predictor,
     } = args;
     let data_dir = std::env::temp_dir().join(format!("ninf-demo-{}", std::process::id()));
@@ -54,6 +59,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         let mut options = GridOptions::new(speeds, &data_dir);
         options.database_url = database_url;
         options.calibrate = !no_calibrate;
+        options.templates = !no_templates;
         if let Some(predictor) = predictor {
             options.predictor = predictor;
         }

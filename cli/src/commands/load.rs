@@ -30,6 +30,10 @@ pub struct LoadArgs {
     /// The metaserver predicts with its model alone (`calibrate = false`).
     #[arg(long)]
     pub no_calibrate: bool,
+    /// The metaserver expects of each graph what its model predicts, not what like graphs
+    /// took (`templates = false`).
+    #[arg(long)]
+    pub no_templates: bool,
     /// The metaserver's predictor: latest (the metaserver paper's), forecast (NWS-style) or capacity
     /// (docs/scheduling.md); default the metaserver's.
     #[arg(long, value_parser = super::PREDICTORS)]
@@ -58,6 +62,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         database_url: args.database_url,
         proxy_journal: args.proxy_journal,
         calibrate: !args.no_calibrate,
+        templates: !args.no_templates,
         predictor: args.predictor,
         max_running: args.max_running,
         stall: std::time::Duration::try_from_secs_f64(args.stall_seconds)

@@ -47,6 +47,11 @@ impl Metaserver {
                     }
                 })
                 .collect();
+            if !failed {
+                state
+                    .planner
+                    .teach_template(report.graph_id, report.makespan, &times);
+            }
             state.planner.finish(report.graph_id, now, &times);
         }
         let actuals: Vec<ActualRecord> = report

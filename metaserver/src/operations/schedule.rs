@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use ninf_proto::v1;
+use ninf_scheduling::templates::TemplateKey;
 use ninf_scheduling::{Link, Schedule, TaskGraph};
 
 use crate::db::{EdgeRecord, GraphRecord, PlacementRecord};
@@ -33,7 +34,13 @@ struct PlanInput {
 /// A planned graph, before it is recorded.
 struct Plan {
     tasks: TaskGraph,
+    /// The model's schedule: its placements and the timings its bookings keep.
     schedule: Schedule,
+    /// What the metaserver expects the graph to take: like graphs' makespan once enough
+    /// have run ([`crate::planner::Planner::expect`]), else the model's.
+    predicted_makespan: f64,
+    /// The template it was expected from, which it teaches once it ends.
+    template: TemplateKey,
     placements: Vec<PlacementRecord>,
     staging: Vec<v1::StagedInput>,
     /// The registry the plan's server indices refer to.
@@ -99,7 +106,7 @@ impl Metaserver {
             tasks: plan.tasks.tasks.len() as u32,
             edges: plan.tasks.edges.len() as u32,
             created: now,
-            predicted_makespan: plan.schedule.makespan,
+            predicted_makespan: plan.predicted_makespan,
             inter_server_ratio,
             request_id: request.request_id.clone(),
         };
@@ -144,9 +151,10 @@ impl Metaserver {
                 &plan.registry,
                 placed,
             );
+            planner.file_under(graph_id, plan.template);
             let graph = crate::RunningGraph {
                 scheduler: scheduler.clone(),
-                predicted_makespan: plan.schedule.makespan,
+                predicted_makespan: plan.predicted_makespan,
             };
             running.insert(graph_id, graph);
         }
@@ -157,7 +165,9 @@ impl Metaserver {
             label = %request.label,
             tasks = plan.tasks.tasks.len(),
             %scheduler,
-            predicted_makespan = plan.schedule.makespan,
+            predicted_makespan = plan.predicted_makespan,
+            model_makespan = plan.schedule.makespan,
+            load_band = plan.template.band,
             inter_server_ratio,
             servers_planned_on = plan.registry.servers().len(),
             links_ms = stored.as_secs_f64() * 1e3,
@@ -317,12 +327,18 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         )
         .map_err(GraphRejection::from)?;
     within_walltime(&tasks, &schedule, registry, &input)?;
+    let template = input.planner.template_of(&tasks);
+    let expected = input.planner.expect(template, &schedule);
+    let (timings, predicted_makespan) = match &expected {
+        Some(e) => (&e.timings, e.makespan),
+        None => (&schedule.timings, schedule.makespan),
+    };
     let servers = registry.servers();
     let address = |server: usize| servers.get(server).map(|s| s.address.clone());
     let placements = schedule
         .servers
         .iter()
-        .zip(&schedule.timings)
+        .zip(timings)
         .enumerate()
         .map(|(task, (&server, timing))| PlacementRecord {
             task: task as u32,
@@ -349,6 +365,8 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
     Ok(Plan {
         tasks,
         schedule,
+        predicted_makespan,
+        template,
         placements,
         staging,
         registry: input.registry,
@@ -405,7 +423,7 @@ fn reply(
                 predicted_finish: p.predicted_finish,
             })
             .collect(),
-        predicted_makespan: plan.schedule.makespan,
+        predicted_makespan: plan.predicted_makespan,
         inter_server_ratio,
         staging: plan.staging,
     }
