@@ -336,18 +336,20 @@ impl LocalConnection {
         let mut lent =
             lender.map(|lender| lending::lend_arrays(&mut call, lender, &mut self.handed));
         let payloads = take_arrays(&mut call);
-        let inputs: usize = payloads.iter().map(Bytes::len).sum();
-        let handed = self.reserve(inputs.max(self.largest_outputs))?;
+        let handed = match self.stage_inputs(&payloads) {
+            Ok(handed) => handed,
+            Err(broken) => {
+                // Nothing left for the server: the run's output region stays its client's.
+                if let Some(loan) = lent.as_mut().and_then(|l| l.output.as_mut()) {
+                    loan.never_sent();
+                }
+                return Err(broken);
+            }
+        };
         let region = self
             .region
-            .as_mut()
-            .and_then(Arc::get_mut)
+            .as_ref()
             .ok_or_else(|| Broken::Protocol("no shared region".into()))?;
-        let mut offset = 0;
-        for payload in &payloads {
-            ninf_proto::copy::copy(&mut region.bytes_mut()[offset..][..payload.len()], payload);
-            offset += payload.len();
-        }
         let to_hand = lent.as_ref().map_or(&[][..], |l| &l.to_hand[..]);
         let mut files = Vec::new();
         if !to_hand.is_empty() {
@@ -399,6 +401,24 @@ impl LocalConnection {
         };
         self.largest_outputs = self.largest_outputs.max(outputs);
         Ok(Ok(reply))
+    }
+
+    /// Copies the call's inputs into the connection's region, made large enough for them
+    /// and for the largest outputs seen; whether the region is new (and must be handed over).
+    fn stage_inputs(&mut self, payloads: &[Bytes]) -> Result<bool, Broken> {
+        let inputs: usize = payloads.iter().map(Bytes::len).sum();
+        let handed = self.reserve(inputs.max(self.largest_outputs))?;
+        let region = self
+            .region
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .ok_or_else(|| Broken::Protocol("no shared region".into()))?;
+        let mut offset = 0;
+        for payload in payloads {
+            ninf_proto::copy::copy(&mut region.bytes_mut()[offset..][..payload.len()], payload);
+            offset += payload.len();
+        }
+        Ok(handed)
     }
 
     /// Makes the region hold `bytes` and be this connection's alone; whether it is new

@@ -489,6 +489,12 @@ impl OutputLoan {
         self.answered = true;
     }
 
+    /// The call was given up before its request left for the server: no routine was told
+    /// of the region, which goes back to its client as if answered.
+    pub fn never_sent(&mut self) {
+        self.answered = true;
+    }
+
     /// The output the server's reply names at `offset`, `bytes` long, as the bytes where
     /// they lie (holding the lease); `None` when they lie outside the region.
     pub fn output(&self, offset: u64, bytes: u64) -> Option<Bytes> {
@@ -925,6 +931,29 @@ mod tests {
         })
         .await
         .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_region_lent_to_a_call_never_sent_goes_back_to_its_client() {
+        let (regions, client) = serving().await;
+        let memory = SharedRegion::create(1 << 20).unwrap();
+        client.offer("out", &memory).await;
+        let request = v1::RunRequest {
+            output_region: "out".into(),
+            ..Default::default()
+        };
+        let held = regions.lease_output(&request).unwrap().unwrap();
+        // The call failed before its request left (its region could not be made): no
+        // routine was told of the output region.
+        let mut unsent = regions.lend_output(&place("out", 0, 4096)).unwrap();
+        unsent.never_sent();
+        drop(unsent);
+        // Lent again to the call made instead, and released with the run.
+        let mut again = regions.lend_output(&place("out", 0, 4096)).unwrap();
+        again.answered();
+        drop(again);
+        drop(held);
+        assert_eq!(client.next().await, Message::Released("out".into()));
     }
 
     #[test]
