@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use ninf_proto::v1;
 use ninf_scheduling::templates::TemplateKey;
-use ninf_scheduling::{Link, Schedule, TaskGraph};
+use ninf_scheduling::{Link, Schedule, TaskGraph, Timing};
 
 use crate::db::{EdgeRecord, GraphRecord, PlacementRecord};
 use crate::graph::{self, GraphRejection};
@@ -328,7 +328,12 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         .map_err(GraphRejection::from)?;
     within_walltime(&tasks, &schedule, registry, &input)?;
     let template = input.planner.template_of(&tasks);
-    let expected = input.planner.expect(template, &schedule);
+    // The deadline rule is the model's, which the scheduler placed by: a graph like graphs
+    // expect to run a task past its server's batch job keeps the model's times.
+    let expected = input
+        .planner
+        .expect(template, &schedule)
+        .filter(|e| first_past_deadline(&schedule.servers, &e.timings, registry, &input).is_none());
     let (timings, predicted_makespan) = match &expected {
         Some(e) => (&e.timings, e.makespan),
         None => (&schedule.timings, schedule.makespan),
@@ -382,24 +387,39 @@ fn within_walltime(
     input: &PlanInput,
 ) -> Result<(), MetaserverError> {
     let margin = input.planner.walltime_margin;
-    let deadlines = registry.deadlines(input.now, margin);
-    for (task, (&server, timing)) in schedule.servers.iter().zip(&schedule.timings).enumerate() {
-        let Some(Some(deadline)) = deadlines.get(server) else {
-            continue;
-        };
-        if timing.finish > *deadline {
-            let name = registry
-                .servers()
-                .get(server)
-                .map_or("?", |s| s.address.as_str());
-            return Err(MetaserverError::NoCapacity(format!(
-                "no server has the time left for task {}: the best placement, on {name}, \
-                 would end past its batch job's end less {margin} s",
-                tasks.tasks[task].label
-            )));
-        }
-    }
-    Ok(())
+    let Some((task, server)) =
+        first_past_deadline(&schedule.servers, &schedule.timings, registry, input)
+    else {
+        return Ok(());
+    };
+    let name = registry
+        .servers()
+        .get(server)
+        .map_or("?", |s| s.address.as_str());
+    Err(MetaserverError::NoCapacity(format!(
+        "no server has the time left for task {}: the best placement, on {name}, \
+         would end past its batch job's end less {margin} s",
+        tasks.tasks[task].label
+    )))
+}
+
+/// The first task (and its server) `timings` have end past its server's batch job, less
+/// the margin.
+fn first_past_deadline(
+    servers: &[usize],
+    timings: &[Timing],
+    registry: &Registry,
+    input: &PlanInput,
+) -> Option<(usize, usize)> {
+    let deadlines = registry.deadlines(input.now, input.planner.walltime_margin);
+    servers
+        .iter()
+        .zip(timings)
+        .enumerate()
+        .find(|(_, (server, timing))| {
+            matches!(deadlines.get(**server), Some(Some(deadline)) if timing.finish > *deadline)
+        })
+        .map(|(task, (&server, _))| (task, server))
 }
 
 fn reply(
