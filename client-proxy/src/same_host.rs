@@ -809,6 +809,25 @@ mod tests {
         );
     }
 
+    /// A client's 1 MiB region `out`, offered and leased as a run's output region.
+    async fn output_region_leased() -> (
+        Arc<SharedRegions>,
+        TestClient,
+        SharedRegion,
+        v1::RunRequest,
+        OutputRegion,
+    ) {
+        let (regions, client) = serving().await;
+        let memory = SharedRegion::create(1 << 20).unwrap();
+        client.offer("out", &memory).await;
+        let request = v1::RunRequest {
+            output_region: "out".into(),
+            ..Default::default()
+        };
+        let held = regions.lease_output(&request).unwrap().unwrap();
+        (regions, client, memory, request, held)
+    }
+
     fn place(region: &str, offset: u64, bytes: u64) -> v1::OutputPlace {
         v1::OutputPlace {
             region: region.into(),
@@ -885,14 +904,7 @@ mod tests {
     #[tokio::test]
     async fn a_region_lent_to_a_call_given_up_is_retired_not_released() {
         use v1::call_output::Result as Output;
-        let (regions, client) = serving().await;
-        let memory = SharedRegion::create(1 << 20).unwrap();
-        client.offer("out", &memory).await;
-        let request = v1::RunRequest {
-            output_region: "out".into(),
-            ..Default::default()
-        };
-        let held = regions.lease_output(&request).unwrap().unwrap();
+        let (regions, client, _memory, request, held) = output_region_leased().await;
         // One call answered, another given up while its routine may still write.
         let mut answered = regions.lend_output(&place("out", 0, 4096)).unwrap();
         answered.answered();
@@ -935,14 +947,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_region_lent_to_a_call_never_sent_goes_back_to_its_client() {
-        let (regions, client) = serving().await;
-        let memory = SharedRegion::create(1 << 20).unwrap();
-        client.offer("out", &memory).await;
-        let request = v1::RunRequest {
-            output_region: "out".into(),
-            ..Default::default()
-        };
-        let held = regions.lease_output(&request).unwrap().unwrap();
+        let (regions, client, _memory, _request, held) = output_region_leased().await;
         // The call failed before its request left (its region could not be made): no
         // routine was told of the output region.
         let mut unsent = regions.lend_output(&place("out", 0, 4096)).unwrap();
