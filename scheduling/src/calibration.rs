@@ -191,7 +191,7 @@ impl Overhead {
     }
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     median_of_sorted(&values)
 }

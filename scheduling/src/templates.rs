@@ -22,6 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
+use crate::calibration::median;
 use crate::graph::TaskGraph;
 use crate::schedule::{Schedule, Timing};
 
@@ -220,16 +221,6 @@ fn moved_to(timing: Timing, finish: f64) -> Timing {
     Timing {
         start: start.min(finish),
         finish,
-    }
-}
-
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(values[n / 2]),
-        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
     }
 }
 
