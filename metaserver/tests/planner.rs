@@ -538,10 +538,10 @@ fn place_one(planner: &mut Planner, graph: &TaskGraph, id: u64, now: f64) -> (f6
     let schedule = planner
         .plan(&registry, graph, &[], simple.as_mut(), now)
         .unwrap();
-    let key = planner.template_of(graph);
+    let key = planner.template_of(graph, now);
     let expected = planner.expect(key, &schedule).map(|e| e.makespan);
     planner.record(id, graph, &schedule, &registry, now);
-    planner.file_under(id, key);
+    planner.file_under(id, key, now);
     (schedule.makespan, expected)
 }
 
@@ -566,7 +566,7 @@ fn once_like_graphs_have_run_under_the_same_load_the_planner_expects_what_they_t
         "the model: 2 Gflop at 1 Gflop/s, {modelled}"
     );
     assert_eq!(expected, Some(3.0));
-    assert_eq!(planner.graphs_in_flight(), 1);
+    assert_eq!(planner.graphs_in_flight(now), 1);
     // With graph 100 still running, the next one meets another load: nothing known there.
     let (_, beside) = place_one(&mut planner, &graph, 101, now + 0.1);
     assert_eq!(beside, None);
@@ -575,7 +575,7 @@ fn once_like_graphs_have_run_under_the_same_load_the_planner_expects_what_they_t
     bigger.tasks[0].flops = 4e9;
     planner.finish(100, now + 3.0, &[]);
     planner.finish(101, now + 3.1, &[]);
-    assert_eq!(planner.graphs_in_flight(), 0);
+    assert_eq!(planner.graphs_in_flight(now + 0.2), 0);
     assert_eq!(place_one(&mut planner, &bigger, 102, now + 10.0).1, None);
     // Switched off (`templates = false`), the model's prediction stands.
     planner.finish(102, now + 15.0, &[]);
@@ -584,14 +584,50 @@ fn once_like_graphs_have_run_under_the_same_load_the_planner_expects_what_they_t
 }
 
 #[test]
-fn a_graph_never_reported_stops_counting_as_in_flight_once_long_overdue() {
+fn a_graph_counts_as_load_until_its_report_or_the_end_its_model_gave_it() {
     let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    planner.calibrate = false;
     let graph = one_mmul();
+    // 2 Gflop at 1 Gflop/s: the model has each graph end 2 s after it was planned.
+    let (modelled, _) = place_one(&mut planner, &graph, 1, 1.0);
+    assert!((modelled - 2.0).abs() < 0.1, "{modelled}");
+    assert_eq!(planner.graphs_in_flight(1.0), 1);
+    place_one(&mut planner, &graph, 2, 1.5);
+    assert_eq!(planner.graphs_in_flight(1.6), 2);
+    assert_eq!(planner.template_of(&graph, 1.6).band, 2);
+    // Graph 1, not reported, is past the end its model gave it: it no longer counts.
+    let past_first = 1.0 + modelled + 0.01;
+    assert_eq!(planner.graphs_in_flight(past_first), 1);
+    assert_eq!(planner.template_of(&graph, past_first).band, 1);
+    // Graph 2 is reported before its model's end.
+    planner.finish(2, past_first + 0.1, &[]);
+    assert_eq!(planner.graphs_in_flight(past_first + 0.1), 0);
+    assert_eq!(planner.template_of(&graph, past_first + 0.1).band, 0);
+}
+
+#[test]
+fn a_graph_never_reported_is_forgotten_once_long_overdue() {
+    let mut planner = Planner::new(PredictorKind::LatestSample, fast_link());
+    planner.calibrate = false;
+    let graph = one_mmul();
+    // Graph 1 is placed alone and never reported while others run after it.
     place_one(&mut planner, &graph, 1, 1.0);
-    assert_eq!(planner.graphs_in_flight(), 1);
-    // Its predicted end (about 3.0) is long past when the next graph is recorded.
-    place_one(&mut planner, &graph, 2, 3.0 + OVERDUE_SECONDS + 1.0);
-    assert_eq!(planner.graphs_in_flight(), 1);
-    // Teaching a graph the planner does not know changes nothing.
-    planner.teach_template(77, 1.0, &[outcome(0, 0.0, 1.0)]);
+    let mut now = 3.0 + OVERDUE_SECONDS + 1.0;
+    let ran = [outcome(0, 0.1, 2.9)];
+    for id in 2..ninf_scheduling::templates::MIN_SAMPLES as u64 + 1 {
+        place_one(&mut planner, &graph, id, now);
+        planner.teach_template(id, 3.0, &ran);
+        planner.finish(id, now + 3.0, &ran);
+        now += 10.0;
+    }
+    // Its late report teaches nothing: it was forgotten, so one graph too few was taught.
+    planner.teach_template(1, 3.0, &ran);
+    planner.finish(1, now, &ran);
+    assert_eq!(place_one(&mut planner, &graph, 100, now).1, None);
+    planner.teach_template(100, 3.0, &ran);
+    planner.finish(100, now + 3.0, &ran);
+    assert_eq!(
+        place_one(&mut planner, &graph, 101, now + 10.0).1,
+        Some(3.0)
+    );
 }

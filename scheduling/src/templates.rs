@@ -79,13 +79,19 @@ pub fn signature(graph: &TaskGraph) -> u64 {
     h.finish()
 }
 
-/// The band of `in_flight` graphs: 0, 1, then powers of two (2-3, 4-7, 8-15 ...). A
-/// call's time under `ninf load` grew about linearly with the graphs in flight, so the
-/// bands widen as a graph's time does.
+/// The band of `in_flight` graphs: 0 to 3 each their own, then half octaves (4-5, 6-7,
+/// 8-11, 12-15, 16-23, ...). A call's time under `ninf load` grew about linearly with the
+/// graphs in flight, so the bands widen as a graph's time does; octaves (4-7, 8-15) held
+/// graphs of 11 and 17 ms alike, and were 0.3-1.9 points worse per graph
+/// (docs/notes/2026-12-06-the-load-a-graph-meets.md).
 pub fn band(in_flight: usize) -> u32 {
     match in_flight {
-        0 => 0,
-        n => 1 + n.ilog2(),
+        n @ 0..4 => n as u32,
+        n => {
+            let octave = n.ilog2();
+            let upper_half = n >= 3 << (octave - 1);
+            2 * octave + u32::from(upper_half)
+        }
     }
 }
 
@@ -297,8 +303,8 @@ mod tests {
         bigger_edge.edges[0].bytes = 4096;
         assert_ne!(signature(&chain(1e6)), signature(&bigger_edge));
         assert_eq!(
-            [0, 1, 2, 3, 4, 7, 8, 15, 16].map(band),
-            [0, 1, 2, 2, 3, 3, 4, 4, 5]
+            [0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 15, 16, 23, 24, 31, 32].map(band),
+            [0, 1, 2, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10]
         );
     }
 

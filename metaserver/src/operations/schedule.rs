@@ -151,7 +151,7 @@ impl Metaserver {
                 &plan.registry,
                 placed,
             );
-            planner.file_under(graph_id, plan.template);
+            planner.file_under(graph_id, plan.template, now);
             let graph = crate::RunningGraph {
                 scheduler: scheduler.clone(),
                 predicted_makespan: plan.predicted_makespan,
@@ -327,7 +327,7 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         )
         .map_err(GraphRejection::from)?;
     within_walltime(&tasks, &schedule, registry, &input)?;
-    let template = input.planner.template_of(&tasks);
+    let template = input.planner.template_of(&tasks, *now);
     // The deadline rule is the model's, which the scheduler placed by: a graph like graphs
     // expect to run a task past its server's batch job keeps the model's times.
     let expected = input
