@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use ninf::grid::{GridClient, Plan, TxArg};
 use ninf::{CallError, ErrorKind};
+use ninf_scheduling::stats::{least_relative_error, median};
 use serde::Serialize;
 
 /// The matrix orders the metaserver paper measured each workload at (none for an unknown workload).
@@ -454,34 +455,10 @@ pub fn spread_errors(runs: &[WorkloadRun]) -> (f64, f64) {
         .map(|r| r.plan.actual_makespan)
         .filter(|&a| a > 0.0)
         .collect();
-    let graph = least_relative_error(&makespans).map_or(0.0, |best| {
+    let graph = least_relative_error(makespans.clone()).map_or(0.0, |best| {
         makespans.iter().map(|a| (best - a).abs() / a).sum::<f64>() / makespans.len() as f64
     });
     (median(tasks).unwrap_or(0.0), graph)
-}
-
-/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
-pub fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => None,
-        n if n % 2 == 1 => Some(values[n / 2]),
-        n => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
-    }
-}
-
-/// The figure `c` that makes the mean of |c - a| / a over `actuals` (all positive) least:
-/// their median weighted by 1 / a.
-fn least_relative_error(actuals: &[f64]) -> Option<f64> {
-    let mut ordered = actuals.to_vec();
-    ordered.sort_by(f64::total_cmp);
-    let half = ordered.iter().map(|a| 1.0 / a).sum::<f64>() / 2.0;
-    let mut total = 0.0;
-    ordered.into_iter().find(|a| {
-        total += 1.0 / a;
-        total >= half
-    })
 }
 
 impl Summary {

@@ -46,6 +46,7 @@
 //! Pure and deterministic: observations in, figures out; no clock (age is counted in
 //! observations).
 
+use crate::stats::median;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Observations each figure keeps: enough for a median to ignore the odd slow call, few
@@ -188,20 +189,6 @@ impl Overhead {
             fixed: fixed.min(MAX_OVERHEAD),
             shared: shared.min(MAX_OVERHEAD),
         }
-    }
-}
-
-pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    median_of_sorted(&values)
-}
-
-fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod search;
 pub mod seed;
 pub mod simple;
 pub mod staging;
+pub mod stats;
 pub mod templates;
 pub mod timeline;
 

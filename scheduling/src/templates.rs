@@ -22,9 +22,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
-use crate::calibration::median;
 use crate::graph::TaskGraph;
 use crate::schedule::{Schedule, Timing};
+use crate::stats::{least_relative_error, median};
 
 /// Graphs a template keeps: the most recent ones, so that it follows a grid that changes.
 pub const WINDOW: usize = 60;
@@ -193,7 +193,7 @@ impl GraphTemplates {
         {
             return None;
         }
-        let makespan = weighted_median(graphs.iter().map(|g| g.makespan).collect())?;
+        let makespan = least_relative_error(graphs.iter().map(|g| g.makespan).collect())?;
         let scale = makespan / schedule.makespan;
         let timings = schedule
             .timings
@@ -228,21 +228,6 @@ fn moved_to(timing: Timing, finish: f64) -> Timing {
         start: start.min(finish),
         finish,
     }
-}
-
-/// The constant `c` minimising the mean of `|c - a| / a` over `values` (all positive): their
-/// median weighted by `1 / a`.
-fn weighted_median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let half = values.iter().map(|a| 1.0 / a).sum::<f64>() / 2.0;
-    let mut total = 0.0;
-    for &a in &values {
-        total += 1.0 / a;
-        if total >= half {
-            return Some(a);
-        }
-    }
-    values.last().copied()
 }
 
 #[cfg(test)]
