@@ -547,7 +547,7 @@ async fn trials_of(
 }
 
 fn median(values: &[f64]) -> f64 {
-    ninf_grid::workloads::median(values.to_vec()).unwrap_or(0.0)
+    ninf_scheduling::stats::median(values.to_vec()).unwrap_or(0.0)
 }
 
 /// How the allocation benchmark's server places jobs.

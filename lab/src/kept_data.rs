@@ -131,7 +131,7 @@ pub fn client(
 }
 
 fn median(values: &[f64]) -> f64 {
-    ninf_grid::workloads::median(values.to_vec()).unwrap_or(f64::NAN)
+    ninf_scheduling::stats::median(values.to_vec()).unwrap_or(f64::NAN)
 }
 
 /// The report as text.

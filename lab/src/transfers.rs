@@ -217,7 +217,7 @@ fn report(
     let summary = |error: fn(&Estimate) -> Option<f64>| {
         let errors: Vec<f64> = report.estimates.iter().filter_map(error).collect();
         ErrorSummary {
-            median: ninf_grid::workloads::median(errors.clone()).unwrap_or(f64::NAN),
+            median: ninf_scheduling::stats::median(errors.clone()).unwrap_or(f64::NAN),
             max: errors.into_iter().fold(f64::NAN, f64::max),
         }
     };
@@ -575,7 +575,7 @@ async fn time_copy(from: &str, to: &str, bytes: u64, trials: usize) -> anyhow::R
 }
 
 fn timed(from: &str, to: &str, bytes: u64, (full, base): (&[f64], &[f64]), started: f64) -> Timed {
-    let median = |v: &[f64]| ninf_grid::workloads::median(v.to_vec()).unwrap_or(f64::NAN);
+    let median = |v: &[f64]| ninf_scheduling::stats::median(v.to_vec()).unwrap_or(f64::NAN);
     Timed {
         from: from.to_string(),
         to: to.to_string(),
