@@ -216,6 +216,12 @@ struct InFlight {
     ends: f64,
 }
 
+/// Of the graphs `in_flight`, those that count as load at `now` (see
+/// [`Planner::graphs_in_flight`]).
+fn counted_at(in_flight: &HashMap<u64, InFlight>, now: f64) -> usize {
+    in_flight.values().filter(|g| g.ends > now).count()
+}
+
 /// The record of placements made, feeding the predictor.
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -332,7 +338,7 @@ impl Planner {
     /// predictions from like graphs were 0-6 points worse per graph
     /// (docs/notes/2026-12-06-the-load-a-graph-meets.md).
     pub fn graphs_in_flight(&self, now: f64) -> usize {
-        self.in_flight.values().filter(|g| g.ends > now).count()
+        counted_at(&self.in_flight, now)
     }
 
     /// Teaches the template of graph `graph_id`, which ended after `makespan` seconds with
@@ -444,9 +450,8 @@ impl Planner {
     ) {
         let in_flight = Arc::make_mut(&mut self.in_flight);
         in_flight.retain(|_, g| g.ends + OVERDUE_SECONDS > now);
-        let load = in_flight.values().filter(|g| g.ends > now).count();
         let graph_in_flight = InFlight {
-            key: TemplateKey::of(graph, load),
+            key: TemplateKey::of(graph, counted_at(in_flight, now)),
             tasks: graph.tasks.len(),
             modelled: schedule.makespan,
             ends: now + schedule.makespan,

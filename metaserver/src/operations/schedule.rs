@@ -326,14 +326,15 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
             *now,
         )
         .map_err(GraphRejection::from)?;
-    within_walltime(&tasks, &schedule, registry, &input)?;
+    let deadlines = registry.deadlines(*now, input.planner.walltime_margin);
+    within_walltime(&tasks, &schedule, registry, &deadlines, &input)?;
     let template = input.planner.template_of(&tasks, *now);
     // The deadline rule is the model's, which the scheduler placed by: a graph like graphs
     // expect to run a task past its server's batch job keeps the model's times.
     let expected = input
         .planner
         .expect(template, &schedule)
-        .filter(|e| first_past_deadline(&schedule.servers, &e.timings, registry, &input).is_none());
+        .filter(|e| first_past_deadline(&schedule.servers, &e.timings, &deadlines).is_none());
     let (timings, predicted_makespan) = match &expected {
         Some(e) => (&e.timings, e.makespan),
         None => (&schedule.timings, schedule.makespan),
@@ -384,11 +385,11 @@ fn within_walltime(
     tasks: &TaskGraph,
     schedule: &Schedule,
     registry: &Registry,
+    deadlines: &[Option<f64>],
     input: &PlanInput,
 ) -> Result<(), MetaserverError> {
     let margin = input.planner.walltime_margin;
-    let Some((task, server)) =
-        first_past_deadline(&schedule.servers, &schedule.timings, registry, input)
+    let Some((task, server)) = first_past_deadline(&schedule.servers, &schedule.timings, deadlines)
     else {
         return Ok(());
     };
@@ -403,15 +404,13 @@ fn within_walltime(
     )))
 }
 
-/// The first task (and its server) `timings` have end past its server's batch job, less
-/// the margin.
+/// The first task (and its server) `timings` have end past its server's `deadlines`
+/// ([`Registry::deadlines`]: the batch job's end less the margin).
 fn first_past_deadline(
     servers: &[usize],
     timings: &[Timing],
-    registry: &Registry,
-    input: &PlanInput,
+    deadlines: &[Option<f64>],
 ) -> Option<(usize, usize)> {
-    let deadlines = registry.deadlines(input.now, input.planner.walltime_margin);
     servers
         .iter()
         .zip(timings)
