@@ -1,6 +1,6 @@
 //! An in-memory cluster for tests of the proxy's graph execution and recovery, with no
-//! processes: servers that run one routine, hold objects, and fail on demand (dead, losing
-//! what they store, refusing uploads). Its routine adds 1 to the element-wise sum of its
+//! processes: servers that run one routine, hold objects by owner, and fail on demand
+//! (dead, losing what they store, refusing uploads, doing a request but losing its reply). Its routine adds 1 to the element-wise sum of its
 //! input arrays (f64); the last argument is the output.
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,9 +27,27 @@ pub(crate) struct FakeServer {
     pub fails_calls: u32,
     /// In its next this many calls the routine's process exits with status 10.
     pub crashes_calls: u32,
+    /// Its next this many storage requests (puts, copies, adoptions) do their work but fail
+    /// as a link that broke before the reply fails them.
+    pub drops_replies: u32,
     /// The site the metaserver lists it in (empty: none named).
     pub site: String,
     pub(crate) objects: HashMap<String, Bytes>,
+    /// Each object's owner, by object id.
+    pub(crate) owners: HashMap<String, String>,
+}
+
+impl FakeServer {
+    /// Whether the reply to the request it just did is lost.
+    fn reply_lost(&mut self) -> bool {
+        let lost = self.drops_replies > 0;
+        self.drops_replies = self.drops_replies.saturating_sub(1);
+        lost
+    }
+}
+
+fn reply_lost(server: &str) -> Status {
+    Status::unavailable(format!("error reading from {server}: connection reset"))
 }
 
 /// What a call looked like when it arrived, for assertions.
@@ -118,6 +136,26 @@ impl FakeCluster {
         state.servers.get(server).map_or(0, |s| s.objects.len())
     }
 
+    /// The owners of the objects `server` holds, one per object, sorted.
+    pub(crate) fn owners_on(&self, server: &str) -> Vec<String> {
+        let state = ninf_proto::sync::lock(&self.state);
+        let mut owners: Vec<String> = state
+            .servers
+            .get(server)
+            .map(|s| s.owners.values().cloned().collect())
+            .unwrap_or_default();
+        owners.sort();
+        owners
+    }
+
+    /// Makes `server`'s next `requests` storage requests lose their replies.
+    pub(crate) fn drop_replies(&self, server: &str, requests: u32) {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        if let Some(s) = state.servers.get_mut(server) {
+            s.drops_replies = requests;
+        }
+    }
+
     /// Reads an argument's data: inline, or from the server that stores it.
     fn read(state: &State, argument: &v1::CallArgument) -> Result<Option<Vec<f64>>, Status> {
         match &argument.source {
@@ -142,13 +180,14 @@ impl FakeCluster {
         }
     }
 
-    fn store(state: &mut State, server: &str, data: Bytes) -> v1::ObjectRef {
+    fn store(state: &mut State, server: &str, owner: &str, data: Bytes) -> v1::ObjectRef {
         state.next_id += 1;
         let object_id = format!("object-{}", state.next_id);
         if let Some(s) = state.servers.get_mut(server)
             && !s.loses_objects
         {
             s.objects.insert(object_id.clone(), data);
+            s.owners.insert(object_id.clone(), owner.to_string());
         }
         v1::ObjectRef {
             server: server.to_string(),
@@ -216,7 +255,7 @@ impl Cluster for FakeCluster {
         let parameter = call.arguments.len().saturating_sub(1) as u32;
         let output = if call.keep.contains(&parameter) {
             let data = doubles(&result).data;
-            v1::call_output::Result::Object(Self::store(&mut state, server, data))
+            v1::call_output::Result::Object(Self::store(&mut state, server, &call.owner, data))
         } else {
             v1::call_output::Result::Array(doubles(&result))
         };
@@ -256,20 +295,77 @@ impl Cluster for FakeCluster {
     async fn put(
         &self,
         server: &str,
-        _owner: &str,
+        owner: &str,
         array: v1::Array,
     ) -> Result<v1::ObjectRef, Status> {
         let mut state = ninf_proto::sync::lock(&self.state);
         if Self::live(&mut state, server)?.refuses_uploads {
             return Err(Status::resource_exhausted(format!("{server} is full")));
         }
-        Ok(Self::store(&mut state, server, array.data))
+        let object = Self::store(&mut state, server, owner, array.data);
+        match Self::live(&mut state, server)?.reply_lost() {
+            true => Err(reply_lost(server)),
+            false => Ok(object),
+        }
     }
 
-    async fn delete_owner(&self, server: &str, _owner: &str) -> Result<(), Status> {
+    async fn delete_owner(&self, server: &str, owner: &str) -> Result<(), Status> {
         let mut state = ninf_proto::sync::lock(&self.state);
-        Self::live(&mut state, server)?.objects.clear();
+        let live = Self::live(&mut state, server)?;
+        let owned: Vec<String> = live
+            .owners
+            .iter()
+            .filter(|(_, o)| o.as_str() == owner)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in owned {
+            live.objects.remove(&id);
+            live.owners.remove(&id);
+        }
         Ok(())
+    }
+
+    async fn adopt(&self, object: &v1::ObjectRef, owner: &str) -> Result<(), Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        let live = Self::live(&mut state, &object.server)?;
+        let Some(held) = live.owners.get_mut(&object.object_id) else {
+            return Err(Status::not_found(format!("no object {}", object.object_id)));
+        };
+        *held = owner.to_string();
+        match live.reply_lost() {
+            true => Err(reply_lost(&object.server)),
+            false => Ok(()),
+        }
+    }
+
+    async fn delete(&self, object: &v1::ObjectRef) -> Result<(), Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        let live = Self::live(&mut state, &object.server)?;
+        live.owners.remove(&object.object_id);
+        match live.objects.remove(&object.object_id) {
+            Some(_) => Ok(()),
+            None => Err(Status::not_found(format!("no object {}", object.object_id))),
+        }
+    }
+
+    async fn copy_from(
+        &self,
+        server: &str,
+        source: &v1::ObjectRef,
+        owner: &str,
+    ) -> Result<v1::ObjectRef, Status> {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        let data = Self::live(&mut state, &source.server)?
+            .objects
+            .get(&source.object_id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("no object {}", source.object_id)))?;
+        Self::live(&mut state, server)?;
+        let copied = Self::store(&mut state, server, owner, data);
+        match Self::live(&mut state, server)?.reply_lost() {
+            true => Err(reply_lost(server)),
+            false => Ok(copied),
+        }
     }
 
     async fn renew(&self, server: &str, _owner: &str) -> Result<(), Status> {

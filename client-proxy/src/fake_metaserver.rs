@@ -1,7 +1,7 @@
 //! An in-memory metaserver for tests of the proxy's whole run of a graph: it lists the fake
 //! cluster's servers as up, places each graph's tasks where the test says (or round robin),
-//! keeps every report it is sent, and can be unreachable for its next few questions, as a
-//! restarting metaserver is, or refuse a graph outright.
+//! keeps every report it is sent and the records of data handles, and can be unreachable for
+//! its next few questions, as a restarting metaserver is, or refuse a graph outright.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +10,7 @@ use tonic::Status;
 
 use crate::cluster::Cluster;
 use crate::fake::FakeCluster;
-use crate::metaserver::Metaserver;
+use crate::metaserver::{DataRecordsReply, DataRecordsRequest, Metaserver};
 
 /// What [`crate::Proxy::with_parts`] takes, over `cluster` and a fake metaserver that
 /// lists its servers, with that metaserver for the test to steer and inspect.
@@ -35,6 +35,9 @@ struct State {
     schedules: u32,
     next_graph: u64,
     reports: Vec<v1::ActualsReport>,
+    /// Data handles by id, as the records keep them.
+    handles: std::collections::BTreeMap<String, v1::DataInfo>,
+    next_handle: u64,
 }
 
 pub(crate) struct FakeMetaserver {
@@ -80,6 +83,67 @@ impl FakeMetaserver {
 
     pub(crate) fn reports(&self) -> Vec<v1::ActualsReport> {
         self.state().reports.clone()
+    }
+
+    /// The handle `id` as the records list it.
+    pub(crate) fn handle(&self, id: &str) -> Option<v1::DataInfo> {
+        self.state().handles.get(id).cloned()
+    }
+
+    /// A new handle placed on the first servers not avoided, as many as its replicas.
+    fn create(&self, request: v1::CreateDataRequest) -> Result<DataRecordsReply, Status> {
+        let spec = request.spec.unwrap_or_default();
+        let wanted = spec.replicas.max(1) as usize;
+        let servers: Vec<String> = self
+            .cluster
+            .servers()
+            .into_iter()
+            .map(|(address, _)| address)
+            .filter(|address| !request.avoid.contains(address))
+            .take(wanted)
+            .collect();
+        if servers.len() < wanted {
+            return Err(Status::failed_precondition(
+                "too few servers for the copies",
+            ));
+        }
+        let mut state = self.state();
+        state.next_handle += 1;
+        let id = format!("handle-{}", state.next_handle);
+        let info = v1::DataInfo {
+            id: id.clone(),
+            owner: request.owner,
+            spec: Some(spec),
+            ..Default::default()
+        };
+        state.handles.insert(id, info.clone());
+        Ok(DataRecordsReply::Created(v1::CreateDataReply {
+            info: Some(info),
+            server: servers[0].clone(),
+            servers,
+            evicted: Vec::new(),
+        }))
+    }
+
+    /// Records a copy; `replace` makes it the only one, the others stale.
+    fn add_copy(&self, request: v1::AddCopyRequest) -> Result<DataRecordsReply, Status> {
+        let mut state = self.state();
+        let Some(info) = state.handles.get_mut(&request.id) else {
+            return Err(Status::not_found(format!("no handle {}", request.id)));
+        };
+        let copy = request.copy.unwrap_or_default();
+        let stale = match request.replace {
+            true => std::mem::take(&mut info.copies),
+            false => Vec::new(),
+        };
+        if !info.copies.contains(&copy) {
+            info.copies.push(copy);
+        }
+        Ok(DataRecordsReply::CopyAdded(v1::AddCopyReply {
+            info: Some(info.clone()),
+            stale,
+            replicate_to: Vec::new(),
+        }))
     }
 
     /// Counts one question; an error while it is unreachable.
@@ -170,5 +234,27 @@ impl Metaserver for FakeMetaserver {
         self.asked()?;
         self.state().reports.push(report);
         Ok(())
+    }
+
+    async fn data(&self, request: DataRecordsRequest) -> Result<DataRecordsReply, Status> {
+        self.asked()?;
+        let missing = |id: &str| Status::not_found(format!("no handle {id}"));
+        match request {
+            DataRecordsRequest::Create(request) => self.create(request),
+            DataRecordsRequest::AddCopy(request) => self.add_copy(request),
+            DataRecordsRequest::Lookup(request) => {
+                let info = self.state().handles.get(&request.id).cloned();
+                info.map(DataRecordsReply::Info)
+                    .ok_or_else(|| missing(&request.id))
+            }
+            DataRecordsRequest::Forget(request) => {
+                let info = self.state().handles.remove(&request.id);
+                info.map(DataRecordsReply::Info)
+                    .ok_or_else(|| missing(&request.id))
+            }
+            DataRecordsRequest::List(_) | DataRecordsRequest::Renew(_) => Err(
+                Status::unimplemented("the fake lists and renews no handles"),
+            ),
+        }
     }
 }

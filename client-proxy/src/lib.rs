@@ -24,6 +24,7 @@ mod fake_cluster_tests;
 #[cfg(test)]
 mod fake_metaserver;
 pub mod journal;
+mod leftovers;
 mod lending;
 pub mod links;
 pub mod memory;
@@ -59,9 +60,6 @@ pub use config::ProxyConfig;
 use links::LinkRecord;
 pub use metaserver::{GrpcMetaserver, Metaserver};
 use placement::{journal_key, placed_servers, staging_within_quota};
-
-/// Times a deletion that failed is tried again in the background (about 85 s in all).
-const DELETE_ATTEMPTS: u32 = 12;
 
 /// How long a suspect server's health check may take before it counts as no answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -500,28 +498,11 @@ impl Proxy {
         Ok(reply)
     }
 
-    /// Deletes what `owner` stored on `server`. A server that cannot be reached now (it is
-    /// cut off, or restarting) is asked again in the background with back-off, for about as
-    /// long as its lease would keep the objects anyway.
+    /// Deletes what `owner` stored on `server`, now or, while the server cannot be
+    /// reached, in the background ([`leftovers`]).
     async fn delete_owner(&self, server: &str, owner: &str) {
-        let Err(status) = self.cluster.delete_owner(server, owner).await else {
-            return;
-        };
-        tracing::warn!(%server, %owner, error = %status.message(), "cannot delete intermediates; asking again in the background");
-        let (cluster, server, owner) =
-            (self.cluster.clone(), server.to_string(), owner.to_string());
-        tokio::spawn(async move {
-            for attempt in 1..=DELETE_ATTEMPTS {
-                let wait =
-                    recovery::backoff(attempt, Duration::from_millis(500), Duration::from_secs(10));
-                tokio::time::sleep(wait).await;
-                if cluster.delete_owner(&server, &owner).await.is_ok() {
-                    tracing::info!(%server, %owner, attempt, "deleted intermediates at last");
-                    return;
-                }
-            }
-            tracing::warn!(%server, %owner, "cannot delete intermediates; their lease will");
-        });
+        self.delete_leftover(leftovers::Leftover::owner(server, owner))
+            .await;
     }
 
     /// Renews `owner`'s leases on the servers in `used` (which grows when a server takes

@@ -14,6 +14,7 @@ use ninf_proto::v1;
 use tonic::Status;
 
 use super::DataUses;
+use crate::leftovers::Leftover;
 use crate::{Executed, Failed, Proxy, journal};
 
 impl Proxy {
@@ -92,13 +93,15 @@ impl Proxy {
         for write in &commit.writes {
             let object = write.object.clone().unwrap_or_default();
             let id = &write.handle;
-            self.cluster.adopt(&object, id).await.map_err(|status| {
-                Status::unavailable(format!(
+            if let Err(status) = self.cluster.adopt(&object, id).await {
+                // Adopted or not (its reply may be what was lost), the value is no one's.
+                self.delete_leftover_later(Leftover::Object(object.clone()));
+                return Err(Status::unavailable(format!(
                     "cannot keep the new value of data handle `{id}` on {}: {}",
                     object.server,
                     status.message()
-                ))
-            })?;
+                )));
+            }
             let added = self
                 .add_copy(owner, id, object.clone(), (true, false))
                 .await?;
@@ -119,6 +122,9 @@ impl Proxy {
         let id = &replica.handle;
         if let Err(status) = self.cluster.adopt(&object, id).await {
             tracing::debug!(%id, server = %object.server, error = %status.message(), "replica not adopted");
+            // A lost reply may have given it to the handle all the same, which would keep it
+            // from going with the run's intermediates.
+            self.delete_leftover_later(Leftover::Object(object));
             return;
         }
         match self
@@ -140,7 +146,7 @@ impl Proxy {
                     server: object.server.clone(),
                     object_id: object.object_id.clone(),
                 };
-                self.delete_copies(id, &[stale]).await;
+                self.delete_copies(&[stale]).await;
             }
         }
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use ninf_proto::v1;
 use tonic::Status;
 
+use crate::leftovers::Leftover;
 use crate::metaserver::{DataRecordsReply, DataRecordsRequest};
 use upload::Upload;
 
@@ -122,7 +123,7 @@ impl Proxy {
             return Err(unexpected("a new handle"));
         };
         let mut info = created.info.unwrap_or_default();
-        self.delete_copies(&info.id, &created.evicted).await;
+        self.delete_copies(&created.evicted).await;
         if spec.empty {
             if let Err(status) = upload.finished().await {
                 let _ = self.free_data(owner, &info.id).await;
@@ -162,6 +163,9 @@ impl Proxy {
                 }
                 Err(status) => {
                     let _ = self.free_data(owner, &info.id).await;
+                    // The server may have stored it all the same (its reply was lost on a
+                    // link that broke), under an id no one records any more.
+                    self.delete_leftover_later(Leftover::owner(&server, &info.id));
                     let failure =
                         format!("data handle `{}` not stored: {}", info.id, status.message());
                     return Ok(Err((server, failure)));
@@ -195,58 +199,21 @@ impl Proxy {
         else {
             return Err(unexpected("a new copy"));
         };
-        self.delete_copies(id, &added.stale).await;
+        self.delete_copies(&added.stale).await;
         Ok(added)
     }
 
     /// Deletes copies the records no longer list (old values, evicted replicas) from their
-    /// servers; one that cannot be deleted now goes with its lease.
-    pub(super) async fn delete_copies(&self, id: &str, copies: &[v1::DataCopy]) {
+    /// servers, now or, while a server cannot be reached, in the background: its lease
+    /// would keep a copy for as long as the handle's, which its client renews.
+    pub(super) async fn delete_copies(&self, copies: &[v1::DataCopy]) {
         for copy in copies {
             let object = v1::ObjectRef {
                 server: copy.server.clone(),
                 object_id: copy.object_id.clone(),
             };
-            if let Err(status) = self.cluster.delete(&object).await {
-                tracing::warn!(%id, server = %copy.server, error = %status.message(), "cannot delete a copy the records dropped; asking again in the background");
-                self.delete_later(id, object);
-            }
+            self.delete_leftover(Leftover::Object(object)).await;
         }
-    }
-
-    /// Deletes `object` (a copy of handle `id` the records no longer list) in the background,
-    /// with back-off, while its server cannot be reached (cut off, restarting): its lease
-    /// would keep it for as long as the handle's, which its client renews.
-    fn delete_later(&self, id: &str, object: v1::ObjectRef) {
-        let (cluster, id) = (self.cluster.clone(), id.to_string());
-        tokio::spawn(async move {
-            for attempt in 1..=crate::DELETE_ATTEMPTS {
-                let wait = crate::recovery::backoff(
-                    attempt,
-                    std::time::Duration::from_millis(500),
-                    std::time::Duration::from_secs(10),
-                );
-                tokio::time::sleep(wait).await;
-                match cluster.delete(&object).await {
-                    Ok(_) => {
-                        tracing::info!(%id, server = %object.server, attempt, "deleted a dropped copy at last");
-                        return;
-                    }
-                    // Gone already (its server restarted, or its lease ran out), or a
-                    // cluster that keeps no data.
-                    Err(status)
-                        if matches!(
-                            status.code(),
-                            tonic::Code::NotFound | tonic::Code::Unimplemented
-                        ) =>
-                    {
-                        return;
-                    }
-                    Err(_) => {}
-                }
-            }
-            tracing::warn!(%id, server = %object.server, "cannot delete a dropped copy; its lease will");
-        });
     }
 
     async fn forget_record(&self, owner: &str, id: &str) -> Result<v1::DataInfo, Status> {
@@ -410,7 +377,7 @@ impl Proxy {
         servers: &[String],
     ) {
         for server in servers {
-            let copied = match self.cluster.copy_from(server, object, id).await {
+            let copied = match self.copy_for(server, object, id).await {
                 Ok(copied) => copied,
                 Err(status) => {
                     tracing::warn!(%id, %server, error = %status.message(), "cannot copy a data handle's new value");
@@ -426,11 +393,42 @@ impl Proxy {
                     server: copied.server,
                     object_id: copied.object_id,
                 };
-                self.delete_copies(id, &[stale]).await;
+                self.delete_copies(&[stale]).await;
             }
         }
     }
+
+    /// Has `server` copy `object` as a copy of handle `id`: under an owner of its own
+    /// first, adopted by the handle once it arrived, so that a copy whose reply was lost
+    /// can be deleted without touching the handle's other objects there.
+    async fn copy_for(
+        &self,
+        server: &str,
+        object: &v1::ObjectRef,
+        id: &str,
+    ) -> Result<v1::ObjectRef, Status> {
+        let provisional = format!(
+            "{}/copy-{}",
+            self.name,
+            COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let copied = match self.cluster.copy_from(server, object, &provisional).await {
+            Ok(copied) => copied,
+            Err(status) => {
+                self.delete_leftover_later(Leftover::owner(server, &provisional));
+                return Err(status);
+            }
+        };
+        if let Err(status) = self.cluster.adopt(&copied, id).await {
+            self.delete_leftover_later(Leftover::Object(copied));
+            return Err(status);
+        }
+        Ok(copied)
+    }
 }
+
+/// Copies made by this process, for their provisional owners' names.
+static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl DataUses {
     /// A run whose `task` reads handle `info` at `parameter`, as [`Proxy::resolve_data`] finds.
@@ -654,3 +652,6 @@ mod tests {
         assert_eq!(object.object_id, "p@a");
     }
 }
+
+#[cfg(test)]
+mod leftover_tests;

@@ -1,0 +1,113 @@
+//! Data handles against the in-memory cluster and records ([`crate::fake`]): a put or a copy
+//! whose server did its work but whose reply was lost leaves nothing behind once the
+//! background deletion has run, and touches nothing else the handle holds there.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ninf_proto::v1;
+
+use super::upload::Upload;
+use crate::cluster::Cluster;
+use crate::fake::{FakeCluster, FakeServer, doubles};
+use crate::fake_metaserver::{FakeMetaserver, fake_parts};
+use crate::{Proxy, ProxyConfig};
+
+fn grid() -> (Arc<FakeCluster>, Arc<FakeMetaserver>, Arc<Proxy>) {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", FakeServer::default()),
+        ("s2", FakeServer::default()),
+    ]));
+    let (parts, metaserver) = fake_parts(&cluster);
+    let config = ProxyConfig::new("127.0.0.1:1");
+    let proxy = Proxy::with_parts(config, "test".into(), parts, None, None).unwrap();
+    (cluster, metaserver, proxy)
+}
+
+fn persistent(values: &[f64]) -> (v1::DataSpec, Upload) {
+    let spec = v1::DataSpec {
+        element_type: v1::ElementType::Double as i32,
+        bytes: 8 * values.len() as u64,
+        shape: vec![values.len() as u64],
+        mode: v1::DataMode::Persistent as i32,
+        ..Default::default()
+    };
+    (spec, Upload::whole(doubles(values).data))
+}
+
+/// Longer than the background deletion's first waits (the clock is paused: it jumps).
+async fn background_deletions_run() {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_put_whose_reply_was_lost_is_placed_again_and_leaves_nothing_where_it_failed() {
+    let (cluster, metaserver, proxy) = grid();
+    cluster.drop_replies("s1", 1);
+    let (spec, upload) = persistent(&[1.0, 2.0]);
+    let info = proxy.put_data("client", spec, upload).await.unwrap();
+    let servers: Vec<&str> = info.copies.iter().map(|c| c.server.as_str()).collect();
+    assert_eq!(
+        servers,
+        ["s2"],
+        "placed again, away from the server that failed"
+    );
+    // s1 stored the first try under a handle freed since: deleted in the background.
+    assert_eq!(cluster.owners_on("s1"), ["handle-1"]);
+    background_deletions_run().await;
+    assert!(
+        cluster.owners_on("s1").is_empty(),
+        "the first try's bytes stay"
+    );
+    assert_eq!(cluster.owners_on("s2"), [info.id.as_str()]);
+    assert!(metaserver.handle("handle-1").is_none());
+    assert_eq!(metaserver.handle(&info.id).unwrap().copies, info.copies);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_copy_whose_reply_was_lost_leaves_nothing_and_spares_the_handles_other_objects() {
+    let (cluster, metaserver, proxy) = grid();
+    let (spec, upload) = persistent(&[3.0]);
+    let info = proxy.put_data("client", spec, upload).await.unwrap();
+    let id = info.id.clone();
+    let source = v1::ObjectRef {
+        server: "s1".into(),
+        object_id: info.copies[0].object_id.clone(),
+    };
+    // s2 already holds an object of the handle's (another copy on its way in, say).
+    let other = cluster
+        .put("s2", &id, doubles(&[3.0]))
+        .await
+        .expect("stored");
+    cluster.drop_replies("s2", 1);
+    proxy
+        .replicate("client", &id, &source, &["s2".to_string()])
+        .await;
+    background_deletions_run().await;
+    assert_eq!(
+        cluster.owners_on("s2"),
+        [id.as_str()],
+        "the lost copy is deleted, the other object stays"
+    );
+    cluster
+        .stat("s2", &other.object_id)
+        .await
+        .expect("the other object stays");
+    assert_eq!(metaserver.handle(&id).unwrap().copies.len(), 1);
+
+    // Copied again with its reply: adopted by the handle and recorded.
+    proxy
+        .replicate("client", &id, &source, &["s2".to_string()])
+        .await;
+    assert_eq!(cluster.owners_on("s2"), [id.as_str(), id.as_str()]);
+    let copies: Vec<String> = metaserver
+        .handle(&id)
+        .unwrap()
+        .copies
+        .into_iter()
+        .map(|c| c.server)
+        .collect();
+    assert_eq!(copies, ["s1", "s2"]);
+}
