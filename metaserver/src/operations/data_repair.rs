@@ -5,7 +5,7 @@
 //! handles and from where is decided in `data/repair.rs`; this is the I/O around it.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ninf_proto::net::auth::AttachToken;
@@ -89,7 +89,7 @@ impl Metaserver {
         };
         for copy in &evicted {
             if let Err(status) = self.delete_on(copy).await {
-                tracing::warn!(server = %copy.server, error = %status.message(), "cannot delete an evicted replica; its lease will");
+                tracing::warn!(server = %copy.server, error = %status.message(), "cannot delete an evicted replica; asking again in the background");
             }
         }
         let mut made = 0;
@@ -139,49 +139,69 @@ impl Metaserver {
         tracing::info!(%handle, server = %copy.server, "a handle freed while a repair copied it: the copy goes");
         self.db.remove_copy(handle, &copy.server).await?;
         if let Err(status) = self.delete_on(copy).await {
-            tracing::warn!(server = %copy.server, error = %status.message(), "cannot delete a repair's copy of a freed handle; its lease will");
+            tracing::warn!(server = %copy.server, error = %status.message(), "cannot delete a repair's copy of a freed handle; asking again in the background");
         }
         Ok(false)
     }
 
-    /// Copies the shortfall's source copy to `target`, owned by the handle there.
+    /// Copies the shortfall's source copy to `target`, owned by the handle there: under an
+    /// owner of its own first, adopted by the handle once it arrived, so that a copy whose
+    /// reply was lost is deleted without touching anything else the handle has there.
     async fn copy_to(&self, target: &str, shortfall: &Shortfall) -> Result<v1::DataCopy, Status> {
+        let provisional = format!(
+            "metaserver-{}/repair-{}",
+            std::process::id(),
+            REPAIR_COPIES.fetch_add(1, Ordering::Relaxed)
+        );
         let request = v1::CopyFromRequest {
             source: Some(v1::ObjectRef {
                 server: shortfall.source.server.clone(),
                 object_id: shortfall.source.object_id.clone(),
             }),
-            owner: shortfall.handle.clone(),
+            owner: provisional.clone(),
         };
         let mut storage = self.storage(target)?;
-        let info = match tokio::time::timeout(COPY_TIMEOUT, storage.copy_from(request)).await {
-            Ok(reply) => reply?.into_inner(),
-            Err(_) => return Err(Status::deadline_exceeded("the copy took too long")),
+        let copied = match tokio::time::timeout(COPY_TIMEOUT, storage.copy_from(request)).await {
+            Ok(Ok(reply)) => reply.into_inner(),
+            failed => {
+                delete_later(storage, Leftover::Owner(provisional));
+                return Err(match failed {
+                    Ok(Err(status)) => status,
+                    _ => Status::deadline_exceeded("the copy took too long"),
+                });
+            }
         };
+        let adopt = v1::AdoptRequest {
+            object_id: copied.object_id.clone(),
+            owner: shortfall.handle.clone(),
+        };
+        if let Err(status) = storage.adopt(adopt).await {
+            delete_later(storage, Leftover::Object(copied.object_id));
+            return Err(status);
+        }
         Ok(v1::DataCopy {
             server: target.to_string(),
-            object_id: info.object_id,
+            object_id: copied.object_id,
         })
     }
 
+    /// Deletes `copy` now or, while its server cannot be reached, in the background.
     async fn delete_on(&self, copy: &v1::DataCopy) -> Result<(), Status> {
+        let mut storage = self.storage(&copy.server)?;
         let request = v1::DeleteRequest {
             object_id: copy.object_id.clone(),
         };
-        self.storage(&copy.server)?.delete(request).await?;
-        Ok(())
+        match storage.delete(request).await {
+            Err(status) if status.code() != tonic::Code::NotFound => {
+                delete_later(storage, Leftover::Object(copy.object_id.clone()));
+                Err(status)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A storage client of `server`, with the grid's token and TLS.
-    fn storage(
-        &self,
-        server: &str,
-    ) -> Result<
-        StorageClient<
-            tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>,
-        >,
-        Status,
-    > {
+    fn storage(&self, server: &str) -> Result<Storage, Status> {
         let channel = connect_lazy(server, self.tls.as_ref(), ConnectionSettings::default())
             .map_err(|e| Status::unavailable(format!("cannot reach {server}: {e}")))?;
         Ok(StorageClient::with_interceptor(
@@ -189,4 +209,52 @@ impl Metaserver {
             AttachToken::new(self.token.as_deref()),
         ))
     }
+}
+
+/// Copies made by repairs in this process, for their provisional owners' names.
+static REPAIR_COPIES: AtomicU64 = AtomicU64::new(0);
+
+/// Times a deletion is tried again in the background (about 85 s in all, as long as a lease
+/// would keep the bytes anyway).
+const DELETE_ATTEMPTS: u32 = 12;
+
+type Storage = StorageClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>,
+>;
+
+/// What a failed copy may have left on its server.
+enum Leftover {
+    Owner(String),
+    Object(String),
+}
+
+/// Deletes `leftover` through `storage` in the background, with back-off, until its server
+/// answers: a request whose reply was lost may have done its work.
+fn delete_later(mut storage: Storage, leftover: Leftover) {
+    tokio::spawn(async move {
+        let mut wait = Duration::from_millis(500);
+        for _ in 0..DELETE_ATTEMPTS {
+            tokio::time::sleep(wait).await;
+            let deleted = match &leftover {
+                Leftover::Owner(owner) => {
+                    let request = v1::DeleteOwnerRequest {
+                        owner: owner.clone(),
+                    };
+                    storage.delete_owner(request).await.map(|_| ())
+                }
+                Leftover::Object(object_id) => {
+                    let request = v1::DeleteRequest {
+                        object_id: object_id.clone(),
+                    };
+                    storage.delete(request).await.map(|_| ())
+                }
+            };
+            match deleted {
+                Err(status) if status.code() != tonic::Code::NotFound => {}
+                _ => return,
+            }
+            wait = (wait * 2).min(Duration::from_secs(10));
+        }
+        tracing::warn!("cannot delete what a failed copy may have left; its lease will");
+    });
 }
