@@ -490,6 +490,7 @@ async fn call_holding(
     request: v1::CallRequest,
     held: &mut Option<JobTicket>,
 ) -> Result<v1::CallReply, Status> {
+    let _running = state.store.call_started(&request.owner);
     let routine = find(state, &request.function)?;
     let prepared = prepare(state, &routine, &request)?;
     let function = prepared.function;

@@ -130,7 +130,9 @@ async fn serve_request(
         frame_len as u64 + arrays_in(&request),
     );
     let started = std::time::Instant::now();
+    let running = state.store.call_started(&request.owner);
     let outcome = call(state, request, io).await;
+    drop(running);
     let bytes_out = *outcome.as_ref().unwrap_or(&0);
     let seconds = started.elapsed().as_secs_f64();
     state.metrics.call(

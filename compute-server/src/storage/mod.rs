@@ -17,7 +17,7 @@ pub mod lending;
 pub mod put;
 pub mod region;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +49,11 @@ pub enum StorageError {
     },
     #[error("object of {bytes} bytes is not a whole number of {element} elements")]
     Ragged { bytes: u64, element: &'static str },
+    #[error(
+        "the objects of `{0}` were deleted while this call ran (its transaction ended or was \
+         given up): its outputs are not kept"
+    )]
+    OwnerDeleted(String),
 }
 
 impl StorageError {
@@ -61,6 +66,7 @@ impl StorageError {
             StorageError::Ragged { .. } => tonic::Status::invalid_argument(message),
             StorageError::Spill { .. } => tonic::Status::resource_exhausted(message),
             StorageError::ReadSpill { .. } => tonic::Status::internal(message),
+            StorageError::OwnerDeleted(_) => tonic::Status::failed_precondition(message),
         }
     }
 }
@@ -95,6 +101,39 @@ struct Objects {
     spilled_bytes: u64,
     /// When each owner's lease runs out (seconds on the caller's clock).
     leases: HashMap<String, f64>,
+    /// Calls running now, by owner.
+    calls: HashMap<String, u32>,
+    /// Owners deleted while calls of theirs ran: a call whose caller has given up on it (a
+    /// link cut off, a task moved elsewhere) may end after its transaction's clean-up, and
+    /// what it keeps then would be no one's. Forgotten when the last of those calls ends.
+    deleted_while_running: HashSet<String>,
+}
+
+/// A call of an owner's, running ([`ObjectStore::call_started`]).
+#[derive(Debug)]
+pub struct OwnerCall<'a> {
+    store: &'a ObjectStore,
+    owner: String,
+}
+
+impl Drop for OwnerCall<'_> {
+    fn drop(&mut self) {
+        if self.owner.is_empty() {
+            return;
+        }
+        let mut objects = self.store.lock();
+        let ended = match objects.calls.get_mut(&self.owner) {
+            Some(running) if *running > 1 => {
+                *running -= 1;
+                false
+            }
+            _ => true,
+        };
+        if ended {
+            objects.calls.remove(&self.owner);
+            objects.deleted_while_running.remove(&self.owner);
+        }
+    }
 }
 
 /// The objects of one server.
@@ -179,6 +218,12 @@ impl ObjectStore {
         };
         let spilled = matches!(location, Location::Spilled(_));
         let mut objects = self.lock();
+        if objects.deleted_while_running.contains(owner) {
+            if let Location::Spilled(path) = &location {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(StorageError::OwnerDeleted(owner.to_string()));
+        }
         if spilled {
             objects.spilled_bytes += bytes;
         } else {
@@ -284,7 +329,22 @@ impl ObjectStore {
             bytes += Self::remove(&mut objects, id).unwrap_or(0);
         }
         objects.leases.remove(owner);
+        if objects.calls.contains_key(owner) {
+            objects.deleted_while_running.insert(owner.to_string());
+        }
         (ids.len() as u64, bytes)
+    }
+
+    /// Counts a call of `owner` as running until the guard returned drops: if the owner is
+    /// deleted meanwhile, the call keeps nothing more for it.
+    pub fn call_started(&self, owner: &str) -> OwnerCall<'_> {
+        if !owner.is_empty() {
+            *self.lock().calls.entry(owner.to_string()).or_insert(0) += 1;
+        }
+        OwnerCall {
+            store: self,
+            owner: owner.to_string(),
+        }
     }
 
     /// Renews `owner`'s lease to run out no sooner than `now + lease`; returns how many
@@ -433,6 +493,31 @@ mod tests {
             "deleting a spilled object removes its file"
         );
         assert_eq!(store.usage(), (16, 0));
+    }
+
+    #[test]
+    fn an_owner_deleted_while_its_calls_run_gets_nothing_kept_until_the_last_ends() {
+        let store = ObjectStore::new(1 << 20, temp_dir("running"));
+        let data = |n: usize| Bytes::from(vec![0u8; n]);
+        let put = |owner: &str| store.put(owner, ElementType::Char, data(4));
+        let first = store.call_started("g1");
+        let second = store.call_started("g1");
+        let other = store.call_started("g2");
+        put("g1").unwrap();
+        assert_eq!(store.delete_owner("g1"), (1, 4));
+        // The calls still running end after the clean-up: what they keep is refused.
+        assert_eq!(put("g1"), Err(StorageError::OwnerDeleted("g1".into())));
+        put("g2").unwrap();
+        drop(first);
+        assert_eq!(put("g1"), Err(StorageError::OwnerDeleted("g1".into())));
+        drop(second);
+        // No call of g1's left: the name is free again, as it was before.
+        put("g1").unwrap();
+        // Deleted with no call running: nothing is remembered.
+        drop(other);
+        store.delete_owner("g2");
+        put("g2").unwrap();
+        assert_eq!(store.usage().0, 8, "nothing refused was stored");
     }
 
     #[test]
