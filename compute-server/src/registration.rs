@@ -6,6 +6,7 @@
 //! the metaserver has forgotten it (a fresh DB), it registers again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ninf_proto::net::auth::{Authorized, authorized};
@@ -132,6 +133,27 @@ async fn measure_peers(
     samples
 }
 
+/// Measures the paths to `peers` with probes of `probe_bytes` and reports them, off the
+/// heartbeat loop: a peer cut off holds its probe until it times out, and the heartbeats
+/// must go on meanwhile, or the metaserver marks this server down too. `measuring` is
+/// cleared at the end, so that measurements never overlap.
+fn spawn_measurement(
+    state: Arc<ServerState>,
+    mut client: Registry,
+    (peers, probe_bytes): (Vec<String>, usize),
+    measuring: Arc<AtomicBool>,
+) {
+    tokio::spawn(async move {
+        let samples = measure_peers(&state, &peers, probe_bytes).await;
+        if !samples.is_empty()
+            && let Err(status) = client.report_network(v1::NetworkReport { samples }).await
+        {
+            tracing::warn!(error = %status.message(), "network report refused");
+        }
+        measuring.store(false, Ordering::Release);
+    });
+}
+
 /// Keeps the server registered for as long as the returned task runs.
 pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -152,6 +174,7 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
         };
         let mut reply = register(&metaservers, &state).await;
         let mut next_network = tokio::time::Instant::now();
+        let measuring = Arc::new(AtomicBool::new(false));
         let mut backoff = Duration::from_millis(100);
         loop {
             let heartbeat = Duration::from_secs_f64(reply.heartbeat_seconds.clamp(0.01, 3600.0));
@@ -174,16 +197,13 @@ pub fn spawn(state: Arc<ServerState>, config: RegistrationConfig) -> tokio::task
                         next_network = tokio::time::Instant::now();
                         continue;
                     }
-                    if tokio::time::Instant::now() >= next_network && !answer.peers.is_empty() {
+                    if tokio::time::Instant::now() >= next_network
+                        && !answer.peers.is_empty()
+                        && !measuring.swap(true, Ordering::AcqRel)
+                    {
                         next_network = tokio::time::Instant::now() + network;
-                        let samples =
-                            measure_peers(&state, &answer.peers, config.probe_bytes).await;
-                        if !samples.is_empty()
-                            && let Err(status) =
-                                client.report_network(v1::NetworkReport { samples }).await
-                        {
-                            tracing::warn!(error = %status.message(), "network report refused");
-                        }
+                        let peers = (answer.peers, config.probe_bytes);
+                        spawn_measurement(state.clone(), client, peers, measuring.clone());
                     }
                     tokio::select! {
                         () = tokio::time::sleep(heartbeat) => {}

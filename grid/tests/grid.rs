@@ -463,6 +463,61 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
     grid.assert_no_leftovers();
 }
 
+/// A peer that takes connections and never answers (as one cut off by a partition does, its
+/// probes hanging until they time out) holds up only the measurement of the path to it:
+/// the servers' heartbeats go on, and the metaserver never marks them down.
+#[test]
+fn a_peer_that_never_answers_its_probe_does_not_hold_up_the_heartbeats() {
+    let grid = TestGrid::start(vec![1, 1], |o| {
+        o.heartbeat_seconds = 0.1;
+        o.heartbeat_timeout_seconds = 0.6;
+        o.network_seconds = 0.2;
+    });
+    // Never accepted: the kernel completes the handshakes, and nothing ever answers.
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hole_address = hole.local_addr().unwrap().to_string();
+    let metaserver = grid.grid().metaserver.clone();
+    let registration = v1::RegisterRequest {
+        address: hole_address.clone(),
+        info: Some(v1::ServerInfo {
+            mflops: 1000.0,
+            processors: 1,
+            cpus: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    grid.runtime
+        .block_on(metaserver.register(registration))
+        .unwrap();
+    // It beats, so the metaserver lists it up and hands it out as a peer to measure.
+    let beats = grid.runtime.spawn(async move {
+        loop {
+            let beat = v1::HeartbeatRequest {
+                address: hole_address.clone(),
+                load: None,
+            };
+            let _ = metaserver.heartbeat(beat).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let servers = grid.grid().endpoints.servers.clone();
+    // Ten heartbeat timeouts, in which every server is asked to measure the path to it.
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_millis(100));
+        let status = grid.status();
+        let down: Vec<&str> = status
+            .servers
+            .iter()
+            .filter(|s| servers.contains(&s.address) && !s.up)
+            .map(|s| s.address.as_str())
+            .collect();
+        assert!(down.is_empty(), "marked down: {down:?}");
+    }
+    beats.abort();
+    drop(hole);
+}
+
 /// A server that names its site in its configuration (`site = "..."`, as
 /// docs/compute-server.md writes it) is listed in that site; one that names none, in its
 /// address's /24.
