@@ -84,8 +84,9 @@ pub enum DataRecordsReply {
     Renewed(v1::RenewDataReply),
 }
 
-/// Runs `call` against `metaserver`. A metaserver that is restarting (unreachable) or a
-/// standby is asked again, moving on down the list, with doubling back-off for up to
+/// Runs `call` against `metaserver`. A metaserver that is restarting (unreachable), a
+/// standby, or one that refuses a graph for now (every server for one of its routines is
+/// down) is asked again, moving on down the list, with doubling back-off for up to
 /// `patience`; any other refusal is final.
 pub async fn retrying<T, F, Fut>(
     metaserver: &dyn Metaserver,
@@ -108,7 +109,7 @@ where
                     continue;
                 }
                 let wait = backoff(attempt, Duration::from_millis(100), Duration::from_secs(2));
-                tracing::warn!(error = %status.message(), retry_in = ?wait, "metaserver unreachable");
+                tracing::warn!(error = %status.message(), retry_in = ?wait, "metaserver unavailable; asking again");
                 tokio::time::sleep(wait).await;
             }
             Err(status) => return Err(status),

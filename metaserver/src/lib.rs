@@ -77,6 +77,16 @@ pub enum MetaserverError {
     #[error("{0}")]
     NoCapacity(String),
     #[error(
+        "graph refused for now: every server that implements `{function}` (task `{label}`) is \
+         down ({servers}); it can run once one of them is back"
+    )]
+    ServersDown {
+        label: String,
+        function: String,
+        /// The servers, by address, up to a few.
+        servers: String,
+    },
+    #[error(
         "data handle `{0}` is not on the grid: it was freed, its lease ran out, or it never \
          existed"
     )]
@@ -116,6 +126,8 @@ impl From<MetaserverError> for tonic::Status {
             MetaserverError::Allocation(_) => tonic::Status::failed_precondition(message),
             MetaserverError::QueueExists(_) => tonic::Status::already_exists(message),
             MetaserverError::NoCapacity(_) => tonic::Status::resource_exhausted(message),
+            // Transient: a proxy asks again with back-off, as it does a restarting metaserver.
+            MetaserverError::ServersDown { .. } => tonic::Status::unavailable(message),
         }
     }
 }

@@ -4,10 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::common::{linpack, registration};
+use crate::common::{linpack, one_product, registration};
 use ninf_metaserver::{MetaserverConfig, MetaserverError};
 use ninf_proto::v1;
 
@@ -17,23 +16,6 @@ fn config(dir: &std::path::Path, url: &str) -> MetaserverConfig {
         database_url: Some(url.to_string()),
         heartbeat_timeout_seconds: 60.0,
         ..MetaserverConfig::default()
-    }
-}
-
-fn one_product() -> v1::ScheduleRequest {
-    v1::ScheduleRequest {
-        graph: Some(v1::TaskGraph {
-            tasks: vec![v1::GraphTask {
-                label: "mmul#0".into(),
-                function: "mmul".into(),
-                scalars: HashMap::from([("n".to_string(), 50)]),
-                client_out_bytes: 20_000,
-                data: Vec::new(),
-            }],
-            edges: Vec::new(),
-        }),
-        proxy: "test".into(),
-        ..Default::default()
     }
 }
 

@@ -73,8 +73,44 @@ impl Metaserver {
                 Err(e) if wants_capacity(&e) && self.wait_for_capacity(since).await => {
                     tracing::debug!(error = %e, "graph waits for an allocation queue's servers");
                 }
+                Err(e) => return Err(self.down_for_now(e)),
                 other => return other,
             }
+        }
+    }
+
+    /// A graph refused because no server that is up implements one of its routines is
+    /// refused for now when servers that implement it are only down (their heartbeats
+    /// late, not draining): they may be back in a moment.
+    fn down_for_now(&self, error: MetaserverError) -> MetaserverError {
+        let MetaserverError::Graph(GraphRejection::Structure(
+            ninf_scheduling::GraphError::Unimplemented { label, function },
+        )) = &error
+        else {
+            return error;
+        };
+        let state = self.state();
+        let now = unix_now();
+        let down: Vec<&str> = state
+            .registry
+            .serving(function)
+            .iter()
+            .filter_map(|&i| state.registry.servers().get(i))
+            .filter(|s| !s.draining && !state.registry.is_up(s, now))
+            .map(|s| s.address.as_str())
+            .collect();
+        if down.is_empty() {
+            return error;
+        }
+        let shown = down.len().min(3);
+        let mut servers = down[..shown].join(", ");
+        if down.len() > shown {
+            servers.push_str(&format!(" and {} more", down.len() - shown));
+        }
+        MetaserverError::ServersDown {
+            label: label.clone(),
+            function: function.clone(),
+            servers,
         }
     }
 

@@ -33,3 +33,21 @@ pub fn registration(address: &str, functions: Vec<v1::FunctionInterface>) -> v1:
         failed_modules: Vec::new(),
     }
 }
+
+/// A graph of one product of n = 50 from proxy `test`.
+pub fn one_product() -> v1::ScheduleRequest {
+    v1::ScheduleRequest {
+        graph: Some(v1::TaskGraph {
+            tasks: vec![v1::GraphTask {
+                label: "mmul#0".into(),
+                function: "mmul".into(),
+                scalars: std::collections::HashMap::from([("n".to_string(), 50)]),
+                client_out_bytes: 20_000,
+                data: Vec::new(),
+            }],
+            edges: Vec::new(),
+        }),
+        proxy: "test".into(),
+        ..Default::default()
+    }
+}
