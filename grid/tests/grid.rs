@@ -470,7 +470,8 @@ fn a_restarted_metaserver_keeps_registrations_and_a_silent_server_gets_no_tasks(
 fn a_peer_that_never_answers_its_probe_does_not_hold_up_the_heartbeats() {
     let grid = TestGrid::start(vec![1, 1], |o| {
         o.heartbeat_seconds = 0.1;
-        o.heartbeat_timeout_seconds = 0.6;
+        // Roomy, for a loaded machine: a probe that held the heartbeats held them for good.
+        o.heartbeat_timeout_seconds = 1.5;
         o.network_seconds = 0.2;
     });
     // Never accepted: the kernel completes the handshakes, and nothing ever answers.
@@ -502,8 +503,9 @@ fn a_peer_that_never_answers_its_probe_does_not_hold_up_the_heartbeats() {
         }
     });
     let servers = grid.grid().endpoints.servers.clone();
-    // Ten heartbeat timeouts, in which every server is asked to measure the path to it.
-    for _ in 0..60 {
+    // Three heartbeat timeouts, in which every server is asked to measure the path to it
+    // again and again.
+    for _ in 0..45 {
         std::thread::sleep(Duration::from_millis(100));
         let status = grid.status();
         let down: Vec<&str> = status
