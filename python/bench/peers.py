@@ -19,7 +19,9 @@ SciPy's lu_factor and lu_solve, the same algorithm. A chain of 10 transactions o
 sends them with every transaction. --only data runs just these.
 
 With --interleave every system is started at once and each workload's trials alternate
-between them, so that a change in the machine's other load falls on all of them alike.
+between them (each round starting with the next system), so that a change in the machine's
+other load falls on all of them alike. Every trial, in turn or interleaved, starts once the
+machine is idle (see quiet()).
 
 Where the systems differ: Ninf's pairs are LINPACK's dgefa then dgesl, two tasks per
 system with the factors passed server to server; the peers solve each system with
@@ -33,15 +35,56 @@ import json
 import os
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+
+
+def cpu_jiffies() -> Optional[Tuple[int, int]]:
+    """(busy, total) time of all the machine's cores since boot, in jiffies, from
+    /proc/stat; None where there is none. Busy is user, nice, system, irq and softirq time;
+    a hypervisor's steal counts in the total only (no one here can wait it out)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 8:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return user + nice + system + irq + softirq, sum(fields)
+
+
+# A trial starts once the cores were at most this busy over one window, or after the longest
+# wait (a machine busy with something else does not stop the run).
+QUIET_BUSY = 0.10
+QUIET_WINDOW_SECONDS = 0.05
+QUIET_LONGEST_SECONDS = 2.0
+
+
+def quiet() -> None:
+    """Waits until the machine is idle, so that no trial starts while the last one's threads
+    still spin: after each product NumPy's OpenBLAS threads keep a core busy for another
+    0.13 s, in the benchmark's own process and in Ray's workers, which took that core from
+    whichever system ran next (docs/performance.md, "How the peers are timed")."""
+    deadline = time.perf_counter() + QUIET_LONGEST_SECONDS
+    before = cpu_jiffies()
+    while before is not None and time.perf_counter() < deadline:
+        time.sleep(QUIET_WINDOW_SECONDS)
+        after = cpu_jiffies()
+        if after is None:
+            return
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total > 0 and busy <= QUIET_BUSY * total:
+            return
+        before = after
 
 
 def median_time(run: Callable[[], None], trials: int) -> float:
     run()  # warm up: connections, pools, compiled code
     times = []
     for _ in range(trials):
+        quiet()
         started = time.perf_counter()
         run()
         times.append(time.perf_counter() - started)
@@ -473,8 +516,11 @@ def run_interleaved(sides, args) -> Dict[str, Dict[str, float]]:
                 continue
             run(side)  # warm up
         times: Dict[str, List[float]] = {side.name: [] for side in taking}
-        for _ in range(args.trials):
-            for side in taking:
+        for trial in range(args.trials):
+            # Each round starts with the next side, so no side always follows the same one.
+            turn = trial % len(taking) if taking else 0
+            for side in taking[turn:] + taking[:turn]:
+                quiet()
                 started = time.perf_counter()
                 run(side)
                 times[side.name].append(time.perf_counter() - started)
