@@ -66,7 +66,7 @@ def quiet() -> None:
     """Waits until the machine is idle, so that no trial starts while the last one's threads
     still spin: after each product NumPy's OpenBLAS threads keep a core busy for another
     0.13 s, in the benchmark's own process and in Ray's workers, which took that core from
-    whichever system ran next (docs/performance.md, "How the peers are timed")."""
+    whichever system ran next (docs/notes/2026-12-06-the-trial-after-numpys.md)."""
     deadline = time.perf_counter() + QUIET_LONGEST_SECONDS
     before = cpu_jiffies()
     while before is not None and time.perf_counter() < deadline:
