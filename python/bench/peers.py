@@ -80,15 +80,17 @@ def quiet() -> None:
         before = after
 
 
+def trial_time(run: Callable[[], object]) -> float:
+    """One timed trial, started on an idle machine."""
+    quiet()
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
 def median_time(run: Callable[[], None], trials: int) -> float:
     run()  # warm up: connections, pools, compiled code
-    times = []
-    for _ in range(trials):
-        quiet()
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistics.median(trial_time(run) for _ in range(trials))
 
 
 def matrices(n: int, count: int, seed: int = 2026) -> List[np.ndarray]:
@@ -520,10 +522,7 @@ def run_interleaved(sides, args) -> Dict[str, Dict[str, float]]:
             # Each round starts with the next side, so no side always follows the same one.
             turn = trial % len(taking) if taking else 0
             for side in taking[turn:] + taking[:turn]:
-                quiet()
-                started = time.perf_counter()
-                run(side)
-                times[side.name].append(time.perf_counter() - started)
+                times[side.name].append(trial_time(lambda side=side: run(side)))
         for side in taking:
             results[side.name][name] = statistics.median(times[side.name])
     return results
