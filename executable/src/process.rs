@@ -169,15 +169,25 @@ fn stored_outputs(reply: &v1::ExecReply) -> bool {
 
 /// The command that starts an executable: frames on piped standard input and output,
 /// standard error inherited, and the shared regions handed over as descriptors 3 and 4.
+/// OpenBLAS in an executable computes on the caller's thread alone
+/// (`OPENBLAS_NUM_THREADS=1`, unless the server's own environment sets it): a routine
+/// computes on the threads the host gives each call (`threads`), and OpenBLAS's own pool,
+/// started when the library loads, spins a core for about 0.1 s doing nothing.
 pub fn executable_command(path: &Path, regions: &HostRegions) -> Command {
     let mut command = Command::new(path);
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    if std::env::var_os(OPENBLAS_THREADS).is_none() {
+        command.env(OPENBLAS_THREADS, "1");
+    }
     regions.attach(&mut command);
     command
 }
+
+/// The variable OpenBLAS reads its thread count from when it loads.
+const OPENBLAS_THREADS: &str = "OPENBLAS_NUM_THREADS";
 
 /// A started executable's frame pipes, widened (see [`widen_pipe`]).
 pub fn take_pipes<I: std::os::fd::AsRawFd, O: std::os::fd::AsRawFd>(
@@ -214,5 +224,25 @@ fn describe_exit(status: ExitStatus) -> String {
         (Some(code), _) => format!("exited with status {code}"),
         (None, Some(signal)) => format!("killed by signal {signal}"),
         _ => "exited".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executables_start_with_openblas_on_one_thread() {
+        let regions = HostRegions::create().expect("regions");
+        let command = executable_command(Path::new("/bin/true"), &regions);
+        let set: Vec<_> = command
+            .get_envs()
+            .filter(|(name, _)| *name == OPENBLAS_THREADS)
+            .collect();
+        // The test's own environment decides which promise holds.
+        match std::env::var_os(OPENBLAS_THREADS) {
+            None => assert_eq!(set, [(OPENBLAS_THREADS.as_ref(), Some("1".as_ref()))]),
+            Some(_) => assert!(set.is_empty(), "the server's own setting is inherited"),
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! The standard numerical routines of every Ninf compute server, on the `faer` linear-algebra
-//! crate, with LINPACK's conventions: matrices are column-major (element (i, j) of an n-by-n
+//! crate or the host's OpenBLAS (`kernels`), with LINPACK's conventions: matrices are column-major (element (i, j) of an n-by-n
 //! matrix at `i + j * n`), pivots are 1-based row indices, and a singular factor is reported
 //! as the routine's status (LINPACK's `info`: the 1-based index of the first zero pivot).
 
 pub mod blas;
+pub mod kernels;
 pub mod linpack;
+pub mod openblas;
 pub mod selftest;
 
 /// How faer splits this call's work: over the threads the host gave it (routines declared

@@ -1,5 +1,5 @@
 //! LU factorisation and solve with partial pivoting, LINPACK's `dgefa`/`dgesl` interface on
-//! faer's blocked LU.
+//! faer's blocked LU or LAPACK's `dgetrf` in the host's OpenBLAS.
 //!
 //! faer returns the final row permutation; LINPACK's `ipvt` is the sequence of row
 //! interchanges (at step k, rows k and `ipvt[k]` were swapped). [`dgefa`] converts one into
@@ -12,6 +12,8 @@ use faer::linalg::triangular_solve::{
     solve_unit_lower_triangular_in_place, solve_upper_triangular_in_place,
 };
 use faer::{MatMut, MatRef, Par};
+
+use crate::kernels::Kernels;
 
 fn order(n: i32) -> Result<usize, String> {
     usize::try_from(n).map_err(|_| format!("n = {n} is negative"))
@@ -28,10 +30,35 @@ pub(crate) fn check_len(name: &str, len: usize, expected: usize) -> Result<(), S
 
 /// Factors the column-major n-by-n `a` in place; `ipvt` receives the 1-based interchanges.
 /// Returns 0, or k when U(k, k) is zero (the matrix is singular; `dgesl` would divide by zero).
+/// Computes with the kernels `NINF_BLAS` chooses ([`crate::kernels`]).
 pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
+    dgefa_with(&crate::kernels::current()?, a, n, ipvt)
+}
+
+/// [`dgefa`] with the given kernels. A call given several threads factors with faer's
+/// blocked LU over them whichever kernels it is given: OpenBLAS would compute on threads of
+/// its own, not on the cores the host lent the call.
+pub fn dgefa_with(
+    kernels: &Kernels,
+    a: &mut [f64],
+    n: i32,
+    ipvt: &mut [i32],
+) -> Result<i32, String> {
     let n = order(n)?;
     check_len("a", a.len(), n * n)?;
     check_len("ipvt", ipvt.len(), n)?;
+    match kernels {
+        Kernels::OpenBlas(lib) if ninf_executable::threads::count() <= 1 => {
+            lib.dgetrf(n, a, ipvt)?
+        }
+        _ => faer_lu(a, n, ipvt)?,
+    }
+    let info = (0..n).find(|&k| a[k + k * n] == 0.0 || !a[k + k * n].is_finite());
+    Ok(info.map_or(0, |k| k as i32 + 1))
+}
+
+/// faer's LU of `a`, its permutation replayed into LINPACK's interchanges.
+fn faer_lu(a: &mut [f64], n: usize, ipvt: &mut [i32]) -> Result<(), String> {
     let par = crate::par();
     let mut perm = vec![0usize; n];
     let mut perm_inv = vec![0usize; n];
@@ -62,8 +89,7 @@ pub fn dgefa(a: &mut [f64], n: i32, ipvt: &mut [i32]) -> Result<i32, String> {
         position[rk] = l;
         position[rl] = k;
     }
-    let info = (0..n).find(|&k| a[k + k * n] == 0.0 || !a[k + k * n].is_finite());
-    Ok(info.map_or(0, |k| k as i32 + 1))
+    Ok(())
 }
 
 /// Solves A x = b with the factors from [`dgefa`]; `b` is overwritten with x.

@@ -4,8 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::needless_range_loop)]
 
-use ninf_routines::blas::mmul;
-use ninf_routines::linpack::{dgefa, dgesl, dgesv};
+use std::sync::Arc;
+
+use ninf_routines::blas::{mmul, mmul_with};
+use ninf_routines::kernels::{self, Kernels};
+use ninf_routines::linpack::{dgefa, dgefa_with, dgesl, dgesv};
+use ninf_routines::openblas::OpenBlas;
 
 const EPS: f64 = f64::EPSILON;
 
@@ -258,5 +262,96 @@ fn routines_given_two_threads_compute_what_they_compute_on_one() {
         mmul(n as i32, a, b, &mut c_one).unwrap();
         threads::run(2, &[], || mmul(n as i32, a, b, &mut c_two).unwrap());
         assert!(c_one == c_two, "n = {n}: the products differ");
+    }
+}
+
+/// The host's OpenBLAS, required: `scripts/test` installs `libopenblas0-pthread`. Loaded
+/// whichever kernels it chose for this processor, so that its results are checked here even
+/// where `auto` would pass it over.
+fn openblas() -> OpenBlas {
+    OpenBlas::load(kernels::OPENBLAS_SONAME)
+        .unwrap_or_else(|e| panic!("the tests need OpenBLAS (libopenblas0-pthread): {e}"))
+}
+
+fn both_kernels() -> [Kernels; 2] {
+    [Kernels::Faer, Kernels::OpenBlas(Arc::new(openblas()))]
+}
+
+#[test]
+fn faer_and_openblas_compute_the_same_products_and_factors() {
+    use ninf_executable::threads;
+    for kernels in both_kernels() {
+        let name = kernels.name();
+        for n in [1, 7, 65, 300] {
+            let a = random_matrix(n, 31);
+            let b = random_matrix(n, 32);
+            let mut c = vec![f64::NAN; n * n];
+            mmul_with(&kernels, n as i32, &a, &b, &mut c).unwrap();
+            let mut reference = vec![0.0; n * n];
+            mmul_with(&Kernels::Faer, n as i32, &a, &b, &mut reference).unwrap();
+            let worst = max_difference(&c, &reference);
+            assert!(
+                worst <= 4.0 * n as f64 * EPS * n as f64,
+                "{name} n={n}: {worst}"
+            );
+            // Two threads' column blocks: each column as one thread computes it.
+            let mut c_two = vec![f64::NAN; n * n];
+            threads::run(2, &[], || mmul_with(&kernels, n as i32, &a, &b, &mut c_two)).unwrap();
+            assert!(c == c_two, "{name} n={n}: two threads' product differs");
+
+            let mut lu = a.clone();
+            let mut ipvt = vec![0; n];
+            assert_eq!(
+                dgefa_with(&kernels, &mut lu, n as i32, &mut ipvt).unwrap(),
+                0
+            );
+            let mut x = vec![1.0; n];
+            dgesl(&lu, n as i32, &ipvt, &mut x).unwrap();
+            let mut fa = a.clone();
+            let mut fipvt = vec![0; n];
+            dgefa_with(&Kernels::Faer, &mut fa, n as i32, &mut fipvt).unwrap();
+            assert_eq!(ipvt, fipvt, "{name} n={n}: LINPACK's interchanges");
+            let residual = max_difference(&mat_vec(n, &a, &x), &vec![1.0; n]);
+            assert!(residual <= 1e-8, "{name} n={n}: residual {residual}");
+        }
+        // A zero row: the status names the zero pivot whichever library factored.
+        let n = 5;
+        let mut a = random_matrix(n, 11);
+        for j in 0..n {
+            a[2 + j * n] = 0.0;
+        }
+        assert_eq!(
+            dgefa_with(&kernels, &mut a, n as i32, &mut [0; 5]),
+            Ok(5),
+            "{name}"
+        );
+        assert_eq!(
+            mmul_with(&kernels, 2, &[0.0; 4], &[0.0; 3], &mut [0.0; 4]).unwrap_err(),
+            "`B` has 3 elements, expected 4"
+        );
+    }
+}
+
+#[test]
+fn ninf_blas_settings_are_checked_and_a_missing_openblas_named() {
+    let missing = "libninf-no-such-blas.so.0";
+    assert_eq!(
+        kernels::choose("blis", missing).err().unwrap(),
+        "NINF_BLAS=\"blis\": expected `auto`, `faer` or `openblas`"
+    );
+    let refused = kernels::choose("openblas", missing).err().unwrap();
+    assert!(
+        refused.starts_with("NINF_BLAS=openblas: libninf-no-such-blas.so.0: "),
+        "{refused}"
+    );
+    for setting in ["", "auto", " faer "] {
+        assert_eq!(kernels::choose(setting, missing).unwrap().name(), "faer");
+    }
+    // `auto` takes the host's OpenBLAS where it has kernels for this processor.
+    let lib = openblas();
+    let auto = kernels::choose("auto", kernels::OPENBLAS_SONAME).unwrap();
+    match lib.check() {
+        Ok(()) => assert_eq!(auto.name(), format!("OpenBLAS ({})", lib.core())),
+        Err(why) => assert_eq!(auto.name(), "faer", "{why}"),
     }
 }
