@@ -1,9 +1,10 @@
 //! Which library computes the routines' products and factorisations: faer (always built
 //! in) or the host's OpenBLAS, loaded at run time when it is installed.
 //!
-//! On an AMD EPYC (Zen 3) OpenBLAS's one-thread `dgemm` took 0.75-0.85 of faer's time at
-//! n = 2000 and its `dgetrf` 0.87 (docs/performance.md, "The routines' kernels"), so a host
-//! that has it computes with it. It is loaded, not linked, so that the executables start on
+//! On an AMD EPYC (Zen 3) OpenBLAS's one-thread `dgemm` took about four fifths of faer's time
+//! at n = 2000, and the grid's pairs of `dgefa` and `dgesl` at n = 1000 three quarters of
+//! their time with faer (docs/performance.md, "The routines' kernels"), so a host that has
+//! it computes with it. It is loaded, not linked, so that the executables start on
 //! a host without it and compute with faer there. `NINF_BLAS` in the executable's
 //! environment chooses: `auto` (the default), `faer` or `openblas`.
 

@@ -70,8 +70,9 @@ impl OpenBlas {
     /// and what was missing.
     pub fn load(soname: &str) -> Result<OpenBlas, String> {
         // SAFETY: opening a shared library runs its initialisers; OpenBLAS's only set up its
-        // tables (and its threads, one here: see the module comment).
-        let library = unsafe { Library::new(soname) }.map_err(|e| format!("{soname}: {e}"))?;
+        // tables (and its threads, one here: see the module comment). dlopen's message names
+        // the library already.
+        let library = unsafe { Library::new(soname) }.map_err(|e| e.to_string())?;
         // SAFETY: each symbol is read with the type OpenBLAS's cblas.h and its LAPACK
         // interface declare for it (LP64: `int` is 32-bit, which the soname promises).
         unsafe {
