@@ -34,7 +34,7 @@ pub fn mmul_with(
     // the last full group of its kernel's width (2 to 8) in another order, so blocks that
     // start elsewhere change the product's last bits (n = 65 in halves of 33 and 32 did).
     // n > 0 here, so the chunks are never empty.
-    let width = n.div_ceil(blocks).next_multiple_of(BLOCK_ALIGN) * n;
+    let width = block_width(n, blocks) * n;
     let mut results = Vec::new();
     rayon::scope(|scope| {
         let slots: Vec<_> = b.chunks(width).zip(c.chunks_mut(width)).collect();
@@ -46,8 +46,13 @@ pub fn mmul_with(
     results.into_iter().collect()
 }
 
-/// Columns in a multiple of which [`mmul_with`] hands out blocks.
+/// Columns in a multiple of which [`mmul_with`] and [`pmmul`] hand out blocks.
 const BLOCK_ALIGN: usize = 8;
+
+/// Columns per block when n columns are split `blocks` ways (the last block takes the rest).
+fn block_width(n: usize, blocks: usize) -> usize {
+    n.div_ceil(blocks.max(1)).next_multiple_of(BLOCK_ALIGN)
+}
 
 /// C's columns of `b`'s columns (both `n` rows, packed) by the n-by-n `a`, on this thread.
 fn columns(kernels: &Kernels, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) -> Result<(), String> {
@@ -76,13 +81,19 @@ pub fn pmmul(p: i32, n: i32, a: &[f64], b: &[f64], c: &mut [f64]) -> Result<(), 
     for (name, len) in [("A", a.len()), ("B", b.len()), ("C", c.len())] {
         crate::linpack::check_len(name, len, n * n)?;
     }
-    let block = |r: usize| (r * n / size, (r + 1) * n / size);
+    // The blocks `mmul` would give as many threads, with the same kernels: the same product
+    // bit for bit.
+    let width = block_width(n, size);
+    let block = |r: usize| ((r * width).min(n), ((r + 1) * width).min(n));
     let (first, end) = block(rank);
-    let width = end - first;
-    let a = MatRef::from_column_major_slice(a, n, n);
-    let b_block = MatRef::from_column_major_slice(&b[first * n..end * n], n, width);
-    let c_block = MatMut::from_column_major_slice_mut(&mut c[first * n..end * n], n, width);
-    faer::linalg::matmul::matmul(c_block, Accum::Replace, a, b_block, 1.0, Par::Seq);
+    let kernels = crate::kernels::current()?;
+    columns(
+        &kernels,
+        n,
+        a,
+        &b[first * n..end * n],
+        &mut c[first * n..end * n],
+    )?;
     if rank == 0 {
         for from in 1..size {
             let (first, end) = block(from);

@@ -76,22 +76,11 @@ impl OpenBlas {
         // SAFETY: each symbol is read with the type OpenBLAS's cblas.h and its LAPACK
         // interface declare for it (LP64: `int` is 32-bit, which the soname promises).
         unsafe {
-            let symbol = |name: &str| format!("{soname} has no `{name}`");
-            let dgemm = *library
-                .get::<Dgemm>(b"cblas_dgemm\0")
-                .map_err(|_| symbol("cblas_dgemm"))?;
-            let dgetrf = *library
-                .get::<Dgetrf>(b"dgetrf_\0")
-                .map_err(|_| symbol("dgetrf_"))?;
-            let set_threads = *library
-                .get::<SetThreads>(b"openblas_set_num_threads\0")
-                .map_err(|_| symbol("openblas_set_num_threads"))?;
-            let corename = *library
-                .get::<GetText>(b"openblas_get_corename\0")
-                .map_err(|_| symbol("openblas_get_corename"))?;
-            let parallel = *library
-                .get::<GetInt>(b"openblas_get_parallel\0")
-                .map_err(|_| symbol("openblas_get_parallel"))?;
+            let dgemm = function::<Dgemm>(&library, soname, "cblas_dgemm")?;
+            let dgetrf = function::<Dgetrf>(&library, soname, "dgetrf_")?;
+            let set_threads = function::<SetThreads>(&library, soname, "openblas_set_num_threads")?;
+            let corename = function::<GetText>(&library, soname, "openblas_get_corename")?;
+            let parallel = function::<GetInt>(&library, soname, "openblas_get_parallel")?;
             set_threads(1);
             let name = corename();
             let core = if name.is_null() {
@@ -193,6 +182,17 @@ impl OpenBlas {
         }
         Ok(())
     }
+}
+
+/// The function `library` (opened as `soname`) exports as `name`, read as a `T`.
+///
+/// # Safety
+/// `T` must be the function type the library declares for `name`.
+unsafe fn function<T: Copy>(library: &Library, soname: &str, name: &str) -> Result<T, String> {
+    // SAFETY: the caller promises the type; libloading adds the name's closing NUL.
+    unsafe { library.get::<T>(name.as_bytes()) }
+        .map(|symbol| *symbol)
+        .map_err(|_| format!("{soname} has no `{name}`"))
 }
 
 /// Sizes as OpenBLAS's 32-bit integers.
