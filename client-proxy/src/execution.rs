@@ -18,6 +18,7 @@ use crate::progress::ProgressSink;
 use crate::recovery::{self, CallFailure, Candidate};
 use crate::run_state::GraphRun;
 use crate::staging::{Staging, Uploaded};
+use crate::turns::Turns;
 use crate::{Executed, Failed, Proxy, RunCounts, UsedServers};
 
 /// How long a journaled transaction runs before its finished tasks are journaled.
@@ -45,7 +46,10 @@ pub(crate) struct Restored {
 struct Issued {
     task: usize,
     server: String,
+    /// When the call was sent (seconds from the graph's start).
     started: f64,
+    /// When it is timed from: its sending, or when it began to wait for its turn.
+    timed_from: f64,
     finished: f64,
     result: Result<v1::CallReply, Status>,
 }
@@ -293,6 +297,8 @@ struct GraphExecution<'a> {
     /// task's routine writes its wanted outputs in the task's part of it, when its server
     /// is on this host.
     output_region: Option<&'a str>,
+    /// Which ready tasks wait for a turn on their server (`crate::turns`).
+    turns: Turns,
 }
 
 impl Proxy {
@@ -301,7 +307,7 @@ impl Proxy {
     pub(crate) async fn execute(
         &self,
         (graph, arguments, output_region): (&v1::TaskGraph, &[v1::TaskArguments], Option<&str>),
-        (servers, staging_plan): (&mut [String], &[v1::StagedInput]),
+        (servers, staging_plan, turns): (&mut [String], &[v1::StagedInput], Turns),
         (owner, used): (&str, &UsedServers),
         sink: &ProgressSink,
         journaling: Journaling<'_>,
@@ -343,6 +349,7 @@ impl Proxy {
             journal_key: journaling.key,
             progress_journaled: false,
             data,
+            turns,
         };
         let outcome = execution.run().await;
         execution.finish(outcome).await
@@ -439,16 +446,20 @@ impl GraphExecution<'_> {
         loop {
             self.issue_ready().await?;
             match self.next_event().await {
-                Event::Call(issued) => match issued.result {
-                    Ok(reply) => {
-                        let (task, server) = (issued.task, issued.server.clone());
-                        self.on_reply(task, server, (issued.started, issued.finished), reply);
+                Event::Call(issued) => {
+                    self.turns.ended(issued.task, &issued.server);
+                    match issued.result {
+                        Ok(reply) => {
+                            let (task, server) = (issued.task, issued.server.clone());
+                            let times = (issued.started, issued.timed_from, issued.finished);
+                            self.on_reply(task, server, times, reply);
+                        }
+                        Err(ref status) => {
+                            let status = status.clone();
+                            self.on_failure(&issued, status).await?;
+                        }
                     }
-                    Err(ref status) => {
-                        let status = status.clone();
-                        self.on_failure(&issued, status).await?;
-                    }
-                },
+                }
                 Event::CallLost(e) => {
                     return Err(Status::internal(format!("a task's call was lost: {e}")));
                 }
@@ -487,17 +498,13 @@ impl GraphExecution<'_> {
         }
     }
 
-    /// Issues every task that is ready and not waiting for a staged upload.
+    /// Issues every task that is ready, not waiting for a staged upload, and not waiting
+    /// for a turn on its server.
     async fn issue_ready(&mut self) -> Result<(), Status> {
         let mut ready = self.progress.run.take_ready();
         ready.extend(self.staging.take_released());
         ready.append(&mut self.backed_off);
-        // A lone task (nothing else of the graph running or waiting) may be given cores idle
-        // elsewhere on its server's host: no call of its own graph would wait for them.
-        let alone = ready.len() == 1
-            && self.calls.is_empty()
-            && self.backing_off.is_empty()
-            && !self.staging.holds_tasks();
+        let mut issuable = Vec::with_capacity(ready.len());
         for task in ready {
             if self.staging.park(task) {
                 continue;
@@ -510,24 +517,43 @@ impl GraphExecution<'_> {
                 });
                 continue;
             }
-            let suspects = self.proxy.suspects_with(&self.progress.faults.suspects);
-            if suspects.contains(&self.servers[task]) {
-                let from = self.servers[task].clone();
-                let moved = self
-                    .proxy
-                    .move_task(self.graph, task, self.servers, &suspects, self.used)
-                    .await;
-                if let Some(to) = moved {
-                    tracing::info!(graph = %self.owner, task, %from, %to, "moving a task off a suspect server");
-                    self.progress.note("moved", task, &from, format!("to {to}"));
-                }
-            }
+            self.move_off_suspect(task).await;
+            issuable.push(task);
+        }
+        let servers = &*self.servers;
+        let now = self.start.elapsed().as_secs_f64();
+        let issuable = self.turns.take(issuable, |task| servers[task].clone(), now);
+        // A lone task (nothing else of the graph running or waiting) may be given cores idle
+        // elsewhere on its server's host: no call of its own graph would wait for them.
+        let alone = issuable.len() == 1
+            && self.calls.is_empty()
+            && self.backing_off.is_empty()
+            && !self.staging.holds_tasks()
+            && !self.turns.holds_tasks();
+        for task in issuable {
             let distrusted = self.proxy.distrusted(&self.progress.faults.suspects);
             let mut call = self.call_for(task, &distrusted)?;
             call.alone = alone;
             self.issue(task, call);
         }
         Ok(())
+    }
+
+    /// Moves `task` to another server if its own is suspect now.
+    async fn move_off_suspect(&mut self, task: usize) {
+        let suspects = self.proxy.suspects_with(&self.progress.faults.suspects);
+        if !suspects.contains(&self.servers[task]) {
+            return;
+        }
+        let from = self.servers[task].clone();
+        let moved = self
+            .proxy
+            .move_task(self.graph, task, self.servers, &suspects, self.used)
+            .await;
+        if let Some(to) = moved {
+            tracing::info!(graph = %self.owner, task, %from, %to, "moving a task off a suspect server");
+            self.progress.note("moved", task, &from, format!("to {to}"));
+        }
     }
 
     /// `task`'s call: its arguments, edges fed from stored objects, staged arrays named.
@@ -580,6 +606,7 @@ impl GraphExecution<'_> {
     fn issue(&mut self, task: usize, call: v1::CallRequest) {
         let cluster = self.proxy.cluster.clone();
         let server = self.servers[task].clone();
+        let waited_since = self.turns.issued(task, &server);
         let start = self.start;
         if self.sink.is_followed() {
             self.progress.sent_bytes[task] = prost::Message::encoded_len(&call) as u64;
@@ -595,6 +622,7 @@ impl GraphExecution<'_> {
                     task,
                     server,
                     started,
+                    timed_from: waited_since.unwrap_or(started),
                     finished: start.elapsed().as_secs_f64(),
                     result,
                 }
@@ -609,7 +637,7 @@ impl GraphExecution<'_> {
         &mut self,
         task: usize,
         server: String,
-        (started, finished): (f64, f64),
+        (sent, started, finished): (f64, f64, f64),
         reply: v1::CallReply,
     ) {
         let moved = if self.sink.is_followed() {
@@ -619,7 +647,7 @@ impl GraphExecution<'_> {
             0
         };
         let progress = &mut self.progress;
-        ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + started);
+        ninf_proto::sync::lock(&self.proxy.suspects).worked(&server, self.origin + sent);
         for kept in reply.kept_inputs {
             if let Some(object) = kept.object {
                 progress.kept_inputs.insert((task, kept.parameter), object);
@@ -730,7 +758,7 @@ impl GraphExecution<'_> {
         self.staging.forget(task);
         self.progress.actuals.push(v1::TaskActual {
             task: task as u32,
-            start: issued.started,
+            start: issued.timed_from,
             finish: issued.finished,
             timing: None,
             error: status.message().to_string(),

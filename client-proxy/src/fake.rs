@@ -58,12 +58,18 @@ pub(crate) struct Invocation {
     pub sources: Vec<&'static str>,
     /// Where the call was asked to write its outputs in a client's region.
     pub output_place: Option<v1::OutputPlace>,
+    /// Whether the proxy said the call runs alone in its graph.
+    pub alone: bool,
+    /// Calls out on its server as it arrived, itself included.
+    pub out_on_server: u32,
 }
 
 #[derive(Default)]
 struct State {
     servers: BTreeMap<String, FakeServer>,
     invocations: Vec<Invocation>,
+    /// Calls arrived and not yet answered, by server.
+    out: HashMap<String, u32>,
     next_id: u64,
 }
 
@@ -202,16 +208,15 @@ impl FakeCluster {
             .filter(|s| !s.dead)
             .ok_or_else(|| refused(server))
     }
-}
 
-#[tonic::async_trait]
-impl Cluster for FakeCluster {
-    fn release_connections(&self) {
-        self.releases
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
+    /// The fake routine's answer to `call` on `server`, which `out_on_server` calls had
+    /// reached.
+    fn answer(
+        &self,
+        server: &str,
+        call: v1::CallRequest,
+        out_on_server: u32,
+    ) -> Result<v1::CallReply, Status> {
         let mut state = ninf_proto::sync::lock(&self.state);
         let sources = call
             .arguments
@@ -229,6 +234,8 @@ impl Cluster for FakeCluster {
             server: server.to_string(),
             sources,
             output_place: call.output_place.clone(),
+            alone: call.alone,
+            out_on_server,
         });
         let live = Self::live(&mut state, server)?;
         if live.fails_calls > 0 {
@@ -266,6 +273,32 @@ impl Cluster for FakeCluster {
             }],
             ..Default::default()
         })
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for FakeCluster {
+    fn release_connections(&self) {
+        self.releases
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
+        let out_on_server = {
+            let mut state = ninf_proto::sync::lock(&self.state);
+            let out = state.out.entry(server.to_string()).or_default();
+            *out += 1;
+            *out
+        };
+        // Lets the proxy's other calls issued with this one arrive before it is answered,
+        // as they would at a server that computes for a while.
+        tokio::task::yield_now().await;
+        let reply = self.answer(server, call, out_on_server);
+        let mut state = ninf_proto::sync::lock(&self.state);
+        if let Some(out) = state.out.get_mut(server) {
+            *out = out.saturating_sub(1);
+        }
+        reply
     }
 
     async fn get(&self, object: &v1::ObjectRef) -> Result<v1::Array, Status> {

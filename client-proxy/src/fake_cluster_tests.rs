@@ -42,7 +42,7 @@ fn proxy_with(cluster: Arc<FakeCluster>, tune: impl FnOnce(&mut ProxyConfig)) ->
 
 /// A task of the fake routine: inputs are arrays by value, or fed by an edge (no source);
 /// the last argument is the output.
-fn task(label: &str, inputs: &[Option<&[f64]>]) -> (v1::GraphTask, v1::TaskArguments) {
+pub(crate) fn task(label: &str, inputs: &[Option<&[f64]>]) -> (v1::GraphTask, v1::TaskArguments) {
     let mut arguments: Vec<v1::CallArgument> = inputs
         .iter()
         .map(|input| v1::CallArgument {
@@ -77,6 +77,8 @@ pub(crate) struct Run {
     data: crate::data::DataUses,
     /// The client's region for the run's large outputs (`RunRequest.output_region`).
     output_region: Option<String>,
+    /// Each task's turns and predicted start (`TaskPlacement`); empty: none takes turns.
+    turns: Vec<(u32, f64)>,
 }
 
 impl Run {
@@ -120,6 +122,7 @@ impl Run {
             progress: ProgressSink::none(),
             data: crate::data::DataUses::default(),
             output_region: None,
+            turns: Vec::new(),
         }
     }
 
@@ -138,6 +141,7 @@ impl Run {
             progress: ProgressSink::none(),
             data: crate::data::DataUses::default(),
             output_region: None,
+            turns: Vec::new(),
         }
     }
 
@@ -162,7 +166,8 @@ impl Run {
         let used = Arc::new(Mutex::new(
             self.servers.iter().cloned().collect::<BTreeSet<_>>(),
         ));
-        let placement = (&mut self.servers[..], &self.staging[..]);
+        let turns = crate::turns::Turns::new(self.turns.clone());
+        let placement = (&mut self.servers[..], &self.staging[..], turns);
         proxy
             .execute(
                 (&self.graph, &self.arguments, self.output_region.as_deref()),

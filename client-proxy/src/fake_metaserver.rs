@@ -31,6 +31,8 @@ struct State {
     refusal: Option<Status>,
     /// Each task's server, by task; round robin over the servers when empty.
     placement: Vec<String>,
+    /// Each task's turns (`TaskPlacement.turns`), by task; none when missing.
+    turns: Vec<u32>,
     /// Placement requests, answered or not.
     schedules: u32,
     next_graph: u64,
@@ -60,6 +62,11 @@ impl FakeMetaserver {
     /// Places task i on `servers[i]`.
     pub(crate) fn place_on(&self, servers: &[&str]) {
         self.state().placement = servers.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// Gives task i `turns[i]` turns on its server.
+    pub(crate) fn give_turns(&self, turns: &[u32]) {
+        self.state().turns = turns.to_vec();
     }
 
     /// Fails its next `questions` questions as unreachable.
@@ -218,6 +225,7 @@ impl Metaserver for FakeMetaserver {
                     .unwrap_or_else(|| servers[task % servers.len()].clone()),
                 predicted_start: task as f64,
                 predicted_finish: task as f64 + 1.0,
+                turns: state.turns.get(task).copied().unwrap_or(0),
             })
             .collect();
         state.next_graph += 1;

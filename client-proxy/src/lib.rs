@@ -40,6 +40,7 @@ pub mod same_host;
 pub mod service;
 mod staging;
 pub mod suspects;
+mod turns;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -59,7 +60,7 @@ use tonic::service::interceptor::InterceptedService;
 pub use config::ProxyConfig;
 use links::LinkRecord;
 pub use metaserver::{GrpcMetaserver, Metaserver};
-use placement::{journal_key, placed_servers, staging_within_quota};
+use placement::{journal_key, placed_servers, placed_turns, staging_within_quota};
 
 /// How long a suspect server's health check may take before it counts as no answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -456,7 +457,7 @@ impl Proxy {
             None => tokio::select! {
                 outcome = self.execute(
                     (&graph, &arguments, Some(output_region.as_str()).filter(|r| !r.is_empty())),
-                    (&mut servers, staging),
+                    (&mut servers, staging, placed_turns(placement, n)),
                     (&placed.owner, &used),
                     progress,
                     journaling,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use ninf_proto::v1;
 use tonic::Status;
 
+use crate::turns::Turns;
 use crate::{Executed, Failed, Proxy, RunCounts, admission, execution, journal, unix_ms};
 
 /// Each task's predicted (start, finish), seconds from the graph's start.
@@ -217,6 +218,17 @@ pub(crate) fn placed_servers(
         ))),
         None => Ok((servers, predicted)),
     }
+}
+
+/// Each task's turns on its server (`TaskPlacement.turns`), ordered by predicted start.
+pub(crate) fn placed_turns(placement: &v1::ScheduleReply, tasks: usize) -> Turns {
+    let mut turns = vec![(0, 0.0); tasks];
+    for p in &placement.placements {
+        if let Some(task) = turns.get_mut(p.task as usize) {
+            *task = (p.turns, p.predicted_start);
+        }
+    }
+    Turns::new(turns)
 }
 
 /// The staged uploads to make. Staged arrays are stored on the servers like intermediates:

@@ -131,3 +131,73 @@ async fn a_graph_that_fails_is_reported_with_its_error_and_leaves_nothing() {
     assert_eq!(reports[0].error, err.message());
     assert_eq!(cluster.stored_on("a:1"), 0);
 }
+
+/// `count` independent `inc([i])`, each returned to the client.
+fn independent(count: usize) -> v1::RunRequest {
+    let (tasks, arguments) = (0..count)
+        .map(|i| {
+            let value = [i as f64];
+            let (task, mut arguments) =
+                crate::fake_cluster_tests::task(&format!("inc#{i}"), &[Some(&value)]);
+            arguments.returns = vec![1];
+            (task, arguments)
+        })
+        .unzip();
+    v1::RunRequest {
+        graph: Some(v1::TaskGraph {
+            tasks,
+            edges: Vec::new(),
+        }),
+        arguments,
+        ..Default::default()
+    }
+}
+
+/// The most calls each server had out at once, and whether each call went alone.
+fn out_and_alone(cluster: &FakeCluster) -> (Vec<(String, u32)>, Vec<bool>) {
+    let invocations = cluster.invocations();
+    let mut most: std::collections::BTreeMap<String, u32> = Default::default();
+    for i in &invocations {
+        let m = most.entry(i.server.clone()).or_default();
+        *m = (*m).max(i.out_on_server);
+    }
+    (
+        most.into_iter().collect(),
+        invocations.iter().map(|i| i.alone).collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_graphs_long_calls_take_turns_on_their_server_and_the_last_goes_alone() {
+    let (proxy, cluster, metaserver) = grid(&[("a:1", server()), ("b:1", server())]);
+    metaserver.place_on(&["a:1", "a:1", "a:1", "b:1"]);
+    metaserver.give_turns(&[1, 1, 1, 1]);
+    let reply = run(&proxy, independent(4)).await.unwrap();
+    let results: Vec<Vec<f64>> = reply
+        .tasks
+        .iter()
+        .map(|t| match &t.outputs[0].result {
+            Some(v1::call_output::Result::Array(array)) => values(&array.data),
+            other => panic!("expected an array, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(results, [[1.0], [2.0], [3.0], [4.0]]);
+    let (most, alone) = out_and_alone(&cluster);
+    // One call at a time on each server: "a" ran its three in turn.
+    assert_eq!(most, [("a:1".to_string(), 1), ("b:1".to_string(), 1)]);
+    assert_eq!(alone.len(), 4);
+    // The last call on "a" had nothing of its graph out or waiting: it may borrow cores.
+    assert_eq!(alone, [false, false, false, true]);
+}
+
+#[tokio::test]
+async fn without_turns_a_graphs_calls_go_to_their_server_at_once() {
+    let (proxy, cluster, metaserver) = grid(&[("a:1", server()), ("b:1", server())]);
+    metaserver.place_on(&["a:1", "a:1", "a:1", "b:1"]);
+    // Short calls (turns 0) are not held, beside long ones that are.
+    metaserver.give_turns(&[0, 0, 0, 1]);
+    run(&proxy, independent(4)).await.unwrap();
+    let (most, alone) = out_and_alone(&cluster);
+    assert_eq!(most, [("a:1".to_string(), 3), ("b:1".to_string(), 1)]);
+    assert_eq!(alone, [false; 4]);
+}

@@ -67,6 +67,10 @@ pub struct GridOptions {
     /// Whether servers with cores of their own lend them to each other's lone calls while
     /// they run nothing (`[gang] core_claims`; see [`lending_cores`]).
     pub lend_cores: bool,
+    /// Whether a graph's long calls take turns on their server (the metaserver's
+    /// `turns_min_seconds`; docs/scheduling.md, "Turns"); `false`: every call is issued
+    /// when ready, as before turns.
+    pub turns: bool,
     /// The least flops of a call lent cores (the servers' `[gang] lend_min_flops`).
     pub lend_min_flops: f64,
     /// Run every connection over TLS: a new certificate authority and certificates in
@@ -114,6 +118,7 @@ impl GridOptions {
             same_host_calls: true,
             same_host_uploads: true,
             lend_cores: true,
+            turns: true,
             lend_min_flops: GangSettings::default().lend_min_flops,
             tls: false,
             server_program: None,
@@ -305,6 +310,11 @@ fn metaserver_config(options: &GridOptions, listen: &str) -> MetaserverConfig {
         predictor: options.predictor.clone(),
         calibrate: options.calibrate,
         templates: options.templates,
+        turns_min_seconds: if options.turns {
+            MetaserverConfig::default().turns_min_seconds
+        } else {
+            f64::INFINITY
+        },
         heartbeat_seconds: options.heartbeat_seconds,
         heartbeat_timeout_seconds: options.heartbeat_timeout_seconds,
         network_seconds: options.network_seconds,

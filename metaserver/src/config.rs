@@ -7,6 +7,7 @@
 //! scheduler = "flow"          # any of ninf_scheduling::SCHEDULERS (docs/scheduling.md)
 //! predictor = "latest"        # latest (the paper's) or forecast (NWS-style)
 //! calibrate = true            # learn routines' speeds and per-call costs from what ran
+//! turns_min_seconds = 0.1     # a graph's calls this long take turns on their server
 //! heartbeat_seconds = 1.0
 //! heartbeat_timeout_seconds = 5.0
 //! network_seconds = 10.0
@@ -61,6 +62,14 @@ pub struct MetaserverConfig {
     /// is the model's either way. `false`: the model's predictions alone.
     #[serde(default = "default_templates")]
     pub templates: bool,
+    /// A call the model gives at least this long alone on its server takes turns there
+    /// with its graph's other such calls (`crate::turns`): the proxy issues at most as many
+    /// of them as the server has processors. The default is the servers' default gang
+    /// quantum: a shorter call runs to its end in its first slot, so its graph's calls do
+    /// not share the processor anyway, and a turn would only add the wait between calls.
+    /// `inf`: every call is issued when ready.
+    #[serde(default = "default_turns_min_seconds")]
+    pub turns_min_seconds: f64,
     /// Seed of the `random` scheduler (combined with each graph's id).
     #[serde(default)]
     pub random_seed: u64,
@@ -188,6 +197,9 @@ fn default_calibrate() -> bool {
 fn default_templates() -> bool {
     true
 }
+fn default_turns_min_seconds() -> f64 {
+    0.1
+}
 fn default_heartbeat() -> f64 {
     1.0
 }
@@ -235,6 +247,7 @@ impl Default for MetaserverConfig {
             predictor: default_predictor(),
             calibrate: default_calibrate(),
             templates: default_templates(),
+            turns_min_seconds: default_turns_min_seconds(),
             random_seed: 0,
             heartbeat_seconds: default_heartbeat(),
             heartbeat_timeout_seconds: default_heartbeat_timeout(),

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod service;
 pub mod shortlist;
 pub mod sites;
+pub mod turns;
 
 use ninf_proto::net::auth::CheckToken;
 use std::collections::{HashMap, HashSet};
@@ -288,6 +289,7 @@ impl Metaserver {
         );
         planner.calibrate = config.calibrate;
         planner.templates_on = config.templates;
+        planner.turns_min_seconds = config.turns_min_seconds;
         planner.walltime_margin = config.allocation.walltime_margin_seconds;
         // Samples of servers still up are at most a heartbeat timeout old.
         planner.ended_memory_seconds = planner

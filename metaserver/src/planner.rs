@@ -246,6 +246,9 @@ pub struct Planner {
     /// Whether what the planner expects of a graph comes from like graphs once they have
     /// run ([`Planner::expect`]; the configuration's `templates`).
     pub templates_on: bool,
+    /// How long a call must be alone for its graph's calls to take turns on its server
+    /// (the configuration's `turns_min_seconds`, [`crate::turns`]).
+    pub turns_min_seconds: f64,
     /// Shared with the copies graphs are planned with, as the calibration is.
     templates: Arc<GraphTemplates>,
     in_flight: Arc<HashMap<u64, InFlight>>,
@@ -263,6 +266,7 @@ impl Planner {
             calibration: Arc::default(),
             walltime_margin: 0.0,
             templates_on: true,
+            turns_min_seconds: f64::INFINITY,
             templates: Arc::default(),
             in_flight: Arc::default(),
         }
@@ -299,6 +303,7 @@ impl Planner {
             calibration: Arc::clone(&self.calibration),
             walltime_margin: self.walltime_margin,
             templates_on: self.templates_on,
+            turns_min_seconds: self.turns_min_seconds,
             templates: Arc::clone(&self.templates),
             in_flight: Arc::clone(&self.in_flight),
         }

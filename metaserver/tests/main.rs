@@ -13,3 +13,4 @@ mod resource_db;
 mod server_list;
 mod shortlist;
 mod sites;
+mod turns;

@@ -7,7 +7,8 @@ scripts/bench-peers, which installs the peers into a virtual environment first.
 
     python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
                             [--factor-n 2000] [--solves 50] [--only data]
-                            [--systems ninf,ray,dask,numpy] [--json] [--interleave]
+                            [--systems ninf,ray,dask,numpy,ninf-no-turns] [--json]
+                            [--interleave]
                             [--no-lend-cores]
 
 Factor once, solve many (docs/data.md): one n x n matrix factored once, then --solves right-
@@ -132,13 +133,16 @@ def ninf_cascade(grid, m: List[np.ndarray]):
 
 
 class NinfSide:
-    name = "ninf"
-
-    def __init__(self, bin_dir: str, lend_cores: bool = True) -> None:
+    def __init__(self, bin_dir: str, lend_cores: bool = True, turns: bool = True) -> None:
         import ninf
 
+        # Without turns: the grid as it was before a transaction's long calls took turns
+        # on their server (docs/scheduling.md, "Turns"), to measure them side by side.
+        self.name = "ninf" if turns else "ninf-no-turns"
         os.environ["NINF_BIN_DIR"] = bin_dir
-        self._grid_cm = ninf.local_grid(servers=2, selftest=True, lend_cores=lend_cores)
+        self._grid_cm = ninf.local_grid(
+            servers=2, selftest=True, lend_cores=lend_cores, turns=turns
+        )
         self.grid = self._grid_cm.__enter__()
 
     def close(self) -> None:
@@ -585,6 +589,7 @@ def main() -> None:
     args.sizes = [int(v) for v in args.sizes.split(",")]
     makers = {
         "ninf": lambda: NinfSide(args.bin_dir, not args.no_lend_cores),
+        "ninf-no-turns": lambda: NinfSide(args.bin_dir, not args.no_lend_cores, turns=False),
         "ray": RaySide,
         "dask": DaskSide,
         "numpy": NumpySide,

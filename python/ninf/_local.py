@@ -86,6 +86,7 @@ def local_grid(
     selftest: bool = False,
     tls: bool = False,
     lend_cores: bool = True,
+    turns: bool = True,
     startup_seconds: float = 60.0,
 ) -> Iterator[Grid]:
     """Starts a grid of ``servers`` compute servers on this machine for the block and
@@ -102,6 +103,9 @@ def local_grid(
     (the default) a server running nothing lends its core to another server's call that
     runs alone in its transaction (a large ``mmul``, ``dgefa`` or ``dgesv``), which then
     computes with two threads; ``lend_cores=False`` keeps every call on its own core.
+    With ``turns`` (the default) a transaction's long calls take turns on their server,
+    as many at once as it has processors; ``turns=False`` issues every call as soon as it
+    is ready (docs/scheduling.md, "Turns").
     The grid runs with a token, in a temporary data directory removed afterwards; its
     log is ``grid.log`` there while it runs.
     """
@@ -118,6 +122,8 @@ def local_grid(
             command.append("--tls")
         if not lend_cores:
             command.append("--no-lend-cores")
+        if not turns:
+            command.append("--no-turns")
         if speeds is not None:
             command += ["--speeds", ",".join(str(int(s)) for s in speeds)]
         log = data / "grid.log"

@@ -39,6 +39,10 @@ pub struct UpArgs {
     /// computes on its own server's core alone (docs/gang.md, "Cores lent between servers").
     #[arg(long)]
     pub no_lend_cores: bool,
+    /// Issue every call of a transaction as soon as it is ready, instead of letting its long
+    /// calls take turns on their server (docs/scheduling.md, "Turns").
+    #[arg(long)]
+    pub no_turns: bool,
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -53,6 +57,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         modules,
         database_url,
         no_lend_cores,
+        no_turns,
     } = args;
     let extra_modules = modules
         .iter()
@@ -82,6 +87,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         options.extra_modules = extra_modules;
         options.database_url = database_url;
         options.lend_cores = !no_lend_cores;
+        options.turns = !no_turns;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);

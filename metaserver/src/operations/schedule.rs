@@ -42,6 +42,8 @@ struct Plan {
     /// The template it was expected from, which it teaches once it ends.
     template: TemplateKey,
     placements: Vec<PlacementRecord>,
+    /// Each task's `TaskPlacement.turns` ([`crate::turns`]).
+    turns: Vec<u32>,
     staging: Vec<v1::StagedInput>,
     /// The registry the plan's server indices refer to.
     registry: Registry,
@@ -392,6 +394,21 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
             predicted_finish: timing.finish,
         })
         .collect();
+    let turns = schedule
+        .servers
+        .iter()
+        .zip(&tasks.tasks)
+        .map(|(&server, task)| {
+            servers.get(server).map_or(0, |entry| {
+                crate::turns::turns_of(
+                    task,
+                    registry.flops_per_processor(entry),
+                    entry.info.processors,
+                    input.planner.turns_min_seconds,
+                )
+            })
+        })
+        .collect();
     let staging = schedule
         .staging
         .iter()
@@ -410,6 +427,7 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         predicted_makespan,
         template,
         placements,
+        turns,
         staging,
         registry: input.registry,
     })
@@ -471,11 +489,13 @@ fn reply(
         placements: plan
             .placements
             .into_iter()
-            .map(|p| v1::TaskPlacement {
+            .zip(plan.turns)
+            .map(|(p, turns)| v1::TaskPlacement {
                 task: p.task,
                 server: p.server_address,
                 predicted_start: p.predicted_start,
                 predicted_finish: p.predicted_finish,
+                turns,
             })
             .collect(),
         predicted_makespan: plan.predicted_makespan,
