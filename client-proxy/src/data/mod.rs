@@ -11,7 +11,6 @@
 //! its older copies deleted (`commit.rs`). A run that fails changes no handle.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use ninf_proto::v1;
 use tonic::Status;
@@ -47,9 +46,6 @@ fn unexpected(what: &str) -> Status {
 /// Placements a put tries before it gives up: one server dying under a put must not fail
 /// it, and a put refused everywhere is refused quickly.
 const PUT_ATTEMPTS: usize = 3;
-
-/// Tries of a replica's copy to a server that cannot be reached (0.2, 0.4 and 0.8 s apart).
-const REPLICA_COPY_ATTEMPTS: u32 = 4;
 
 impl Proxy {
     /// One request to the metaserver's records, waiting for a restarting metaserver.
@@ -381,8 +377,12 @@ impl Proxy {
         servers: &[String],
     ) {
         for server in servers {
-            let Some(copied) = self.copy_retrying(server, object, id).await else {
-                continue;
+            let copied = match self.copy_for(server, object, id).await {
+                Ok(copied) => copied,
+                Err(status) => {
+                    tracing::warn!(%id, %server, error = %status.message(), "cannot copy a data handle's new value");
+                    continue;
+                }
             };
             if let Err(status) = self
                 .add_copy(owner, id, copied.clone(), (false, false))
@@ -395,37 +395,6 @@ impl Proxy {
                 };
                 self.delete_copies(&[stale]).await;
             }
-        }
-    }
-
-    /// [`Proxy::copy_for`], asked again with back-off while `server` cannot be reached (a
-    /// restart takes it away for a moment): a replica not made leaves the new value in
-    /// fewer copies, and the writer's server lost next would lose the value with it (seen
-    /// under `ninf chaos`, docs/notes/2026-12-05-the-kept-chain-and-the-ci-disk.md). `None`
-    /// once it gives up, as it does at once for any other refusal.
-    async fn copy_retrying(
-        &self,
-        server: &str,
-        object: &v1::ObjectRef,
-        id: &str,
-    ) -> Option<v1::ObjectRef> {
-        let mut attempt = 0;
-        loop {
-            let status = match self.copy_for(server, object, id).await {
-                Ok(copied) => return Some(copied),
-                Err(status) => status,
-            };
-            attempt += 1;
-            if status.code() != tonic::Code::Unavailable || attempt >= REPLICA_COPY_ATTEMPTS {
-                tracing::warn!(%id, %server, error = %status.message(), "cannot copy a data handle's new value");
-                return None;
-            }
-            let wait = crate::recovery::backoff(
-                attempt,
-                Duration::from_millis(200),
-                Duration::from_secs(1),
-            );
-            tokio::time::sleep(wait).await;
         }
     }
 
