@@ -365,4 +365,20 @@ mod tests {
         let e = parse("templates = 1\n").err().map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.contains("templates")), "names the key");
     }
+
+    #[test]
+    fn turns_start_at_a_quantum_and_inf_turns_them_off_as_the_docs_write_it() {
+        let parse =
+            |text: &str| toml::from_str::<MetaserverConfig>(text).map(|c| c.turns_min_seconds);
+        assert_eq!(parse("calibrate = true\n").ok(), Some(0.1));
+        assert_eq!(parse("turns_min_seconds = 0.005\n").ok(), Some(0.005));
+        assert_eq!(parse("turns_min_seconds = inf\n").ok(), Some(f64::INFINITY));
+        let e = parse("turns_min_seconds = \"never\"\n")
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.is_some_and(|e| e.contains("turns_min_seconds")),
+            "names the key"
+        );
+    }
 }
