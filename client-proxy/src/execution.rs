@@ -187,6 +187,9 @@ struct Progress {
     objects: HashMap<(usize, u32), v1::ObjectRef>,
     /// Inputs the tasks' servers kept (`CallRequest.keep_inputs`), under the graph's owner.
     kept_inputs: HashMap<(usize, u32), v1::ObjectRef>,
+    /// Copies of replicated handles' new values made before the commit, under the graph's
+    /// owner, by the output they copy (`crate::data::written_copies`).
+    written_copies: HashMap<(usize, u32), Vec<v1::ObjectRef>>,
     reports: Vec<Option<v1::TaskReport>>,
     actuals: Vec<v1::TaskActual>,
     /// Object ids each task's latest call read from storage.
@@ -217,6 +220,7 @@ impl Progress {
     /// Forgets what a task's earlier run produced (it runs again).
     fn forget(&mut self, task: usize) {
         self.objects.retain(|&(t, _), _| t != task);
+        self.written_copies.retain(|&(t, _), _| t != task);
         self.reports[task] = None;
         self.actuals.retain(|a| a.task as usize != task);
     }
@@ -368,6 +372,7 @@ impl Progress {
             run: GraphRun::new(n, dependencies),
             objects: HashMap::new(),
             kept_inputs: HashMap::new(),
+            written_copies: HashMap::new(),
             reports: vec![None; n],
             actuals: Vec::new(),
             inputs: vec![Vec::new(); n],
@@ -430,15 +435,70 @@ impl Progress {
 }
 
 impl GraphExecution<'_> {
-    /// Runs every task, then fetches the kept outputs the client wants; a loss found then
-    /// sends the run back to its calls.
+    /// Runs every task, then fetches the kept outputs the client wants and copies the
+    /// replicated handles' new values; a loss found then sends the run back to its calls.
     async fn run(&mut self) -> Result<Vec<(usize, v1::CallOutput)>, Status> {
         loop {
             self.run_calls().await?;
-            if let Some(fetched) = self.fetch_kept_outputs().await? {
+            let Some(fetched) = self.fetch_kept_outputs().await? else {
+                continue;
+            };
+            if self.copy_written_values().await? {
                 return Ok(fetched);
             }
         }
+    }
+
+    /// Copies each replicated handle's new value to the servers of its old copies, under
+    /// the graph's owner (`crate::data::written_copies`). A value lost before it was copied sends
+    /// its writer back to run again (`false`); a copy its target fails is left to the
+    /// commit's replicas.
+    async fn copy_written_values(&mut self) -> Result<bool, Status> {
+        let outputs: Vec<((usize, u32), v1::ObjectRef)> = self
+            .data
+            .writes
+            .iter()
+            .filter_map(|(t, p, _)| Some(((*t, *p), self.progress.objects.get(&(*t, *p))?.clone())))
+            .collect();
+        for (output, object) in outputs {
+            let made: Vec<String> = self
+                .progress
+                .written_copies
+                .get(&output)
+                .map_or_else(Vec::new, |copies| {
+                    copies.iter().map(|c| c.server.clone()).collect()
+                });
+            for target in self.data.written_copy_targets(output, &object, &made) {
+                Proxy::lock(self.used).insert(target.clone());
+                match self
+                    .proxy
+                    .cluster
+                    .copy_from(&target, &object, self.owner)
+                    .await
+                {
+                    Ok(copy) => self
+                        .progress
+                        .written_copies
+                        .entry(output)
+                        .or_default()
+                        .push(copy),
+                    Err(status) => {
+                        if let Err(lost) = self
+                            .proxy
+                            .cluster
+                            .stat(&object.server, &object.object_id)
+                            .await
+                        {
+                            self.on_lost_at_end(output.0, object.server.clone(), lost)
+                                .await?;
+                            return Ok(false);
+                        }
+                        tracing::warn!(graph = %self.owner, server = %target, error = %status.message(), "cannot copy a handle's new value before the commit; its replicas are made after");
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Issues ready tasks and handles what comes back until nothing is out.
@@ -935,6 +995,14 @@ impl GraphExecution<'_> {
                 Some((*task, *parameter, object.clone()))
             })
             .collect();
+        let written_copies = self
+            .progress
+            .written_copies
+            .into_iter()
+            .flat_map(|((task, parameter), copies)| {
+                copies.into_iter().map(move |c| (task, parameter, c))
+            })
+            .collect();
         let data_replicas = self
             .progress
             .kept_inputs
@@ -945,6 +1013,7 @@ impl GraphExecution<'_> {
         Ok(Executed {
             commit: None,
             data_objects,
+            written_copies,
             data_replicas,
             reports,
             actuals: self.progress.actuals,

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use ninf_proto::v1;
 
+use crate::cluster::Cluster;
 use crate::fake::{FakeCluster, FakeServer, doubles, values};
 use crate::fake_metaserver::fake_parts;
 use crate::progress::ProgressSink;
@@ -674,4 +675,85 @@ async fn the_proxy_measures_a_few_servers_of_each_site_the_longest_unmeasured_fi
     // Every path old: of a's, two never measured; b's two again.
     assert_eq!(probe(std::time::Duration::ZERO).await.unwrap(), 4);
     assert_eq!(measured(), ["a0", "a1", "a2", "a3", "b0", "b1"]);
+}
+
+/// A replicated handle `h` (two copies, on s1 and s2) that task 0's output writes.
+fn replicated_handle() -> v1::DataInfo {
+    v1::DataInfo {
+        id: "h".into(),
+        spec: Some(v1::DataSpec {
+            mode: v1::DataMode::Persistent as i32,
+            replicas: 2,
+            bytes: 16,
+            ..Default::default()
+        }),
+        copies: ["s1", "s2"]
+            .map(|s| v1::DataCopy {
+                server: s.into(),
+                object_id: format!("old@{s}"),
+            })
+            .into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_replicated_handles_new_value_is_copied_to_its_old_copys_server_before_the_run_ends() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", server(1000.0)),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::single("s1");
+    run.arguments[0].returns.clear();
+    run.data = crate::data::DataUses::writing(0, 1, replicated_handle());
+    let executed = run.execute(&proxy).await.unwrap();
+    let written = &executed.data_objects[0].2;
+    assert_eq!(written.server, "s1");
+    let copies: Vec<&v1::ObjectRef> = executed.written_copies.iter().map(|(_, _, c)| c).collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(copies[0].server, "s2");
+    let copied = cluster.get(copies[0]).await.unwrap();
+    assert_eq!(values(&copied.data), [2.0, 3.0], "a + 1, on s2 too");
+    assert_eq!(
+        cluster.owners_on("s2"),
+        ["test/graph-1"],
+        "the graph's until the commit"
+    );
+}
+
+#[tokio::test]
+async fn a_new_value_lost_before_it_was_copied_sends_its_writer_back_to_run_again() {
+    // s1 keeps nothing it stores: the value written there is gone before it is copied.
+    let forgetful = FakeServer {
+        loses_objects: true,
+        ..server(2000.0)
+    };
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", forgetful),
+        ("s2", server(1000.0)),
+    ]));
+    let proxy = proxy(cluster.clone());
+    let mut run = Run::single("s1");
+    run.arguments[0].returns.clear();
+    run.data = crate::data::DataUses::writing(0, 1, replicated_handle());
+    let executed = run.execute(&proxy).await.unwrap();
+    assert_eq!(executed.counts.retried, 1, "the writer ran again");
+    let written = &executed.data_objects[0].2;
+    assert_eq!(written.server, "s2", "off the server that lost it");
+    let value = cluster.get(written).await.unwrap();
+    assert_eq!(values(&value.data), [2.0, 3.0]);
+    // Copied to s1, the other old copy's server, where the commit will find it gone.
+    let copies: Vec<&str> = executed
+        .written_copies
+        .iter()
+        .map(|(_, _, c)| c.server.as_str())
+        .collect();
+    assert_eq!(copies, ["s1"]);
+    let servers: Vec<String> = cluster
+        .invocations()
+        .into_iter()
+        .map(|i| i.server)
+        .collect();
+    assert_eq!(servers, ["s1", "s2"]);
 }

@@ -40,6 +40,8 @@ struct State {
     /// Data handles by id, as the records keep them.
     handles: std::collections::BTreeMap<String, v1::DataInfo>,
     next_handle: u64,
+    /// Repairs asked for, in order (answered with no copy made).
+    repairs: Vec<v1::RepairDataRequest>,
 }
 
 pub(crate) struct FakeMetaserver {
@@ -97,6 +99,11 @@ impl FakeMetaserver {
         self.state().handles.get(id).cloned()
     }
 
+    /// The repairs asked for so far (`DataRecords.Repair`), in order.
+    pub(crate) fn repairs(&self) -> Vec<v1::RepairDataRequest> {
+        self.state().repairs.clone()
+    }
+
     /// A new handle placed on the first servers not avoided, as many as its replicas.
     fn create(&self, request: v1::CreateDataRequest) -> Result<DataRecordsReply, Status> {
         let spec = request.spec.unwrap_or_default();
@@ -132,7 +139,8 @@ impl FakeMetaserver {
         }))
     }
 
-    /// Records a copy; `replace` makes it the only one, the others stale.
+    /// Records a copy (with its further copies); `replace` makes them the only ones, the
+    /// others stale.
     fn add_copy(&self, request: v1::AddCopyRequest) -> Result<DataRecordsReply, Status> {
         let mut state = self.state();
         let Some(info) = state.handles.get_mut(&request.id) else {
@@ -143,8 +151,10 @@ impl FakeMetaserver {
             true => std::mem::take(&mut info.copies),
             false => Vec::new(),
         };
-        if !info.copies.contains(&copy) {
-            info.copies.push(copy);
+        for copy in std::iter::once(copy).chain(request.further_copies) {
+            if !info.copies.contains(&copy) {
+                info.copies.push(copy);
+            }
         }
         Ok(DataRecordsReply::CopyAdded(v1::AddCopyReply {
             info: Some(info.clone()),
@@ -259,6 +269,15 @@ impl Metaserver for FakeMetaserver {
                 let info = self.state().handles.remove(&request.id);
                 info.map(DataRecordsReply::Info)
                     .ok_or_else(|| missing(&request.id))
+            }
+            DataRecordsRequest::Repair(request) => {
+                let info = self.state().handles.get(&request.id).cloned();
+                self.state().repairs.push(request.clone());
+                let info = info.ok_or_else(|| missing(&request.id))?;
+                Ok(DataRecordsReply::Repaired(v1::RepairDataReply {
+                    info: Some(info),
+                    copies_made: 0,
+                }))
             }
             DataRecordsRequest::List(_) | DataRecordsRequest::Renew(_) => Err(
                 Status::unimplemented("the fake lists and renews no handles"),

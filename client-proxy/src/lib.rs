@@ -539,6 +539,9 @@ struct Executed {
     /// Where the outputs that become data handles' values were kept: (task, parameter,
     /// object).
     data_objects: Vec<(usize, u32, v1::ObjectRef)>,
+    /// Copies of replicated handles' new values made before the commit: (task, parameter,
+    /// object).
+    written_copies: Vec<(usize, u32, v1::ObjectRef)>,
     /// Inputs the servers kept to become replicas of the handles read: (task, parameter,
     /// object).
     data_replicas: Vec<(usize, u32, v1::ObjectRef)>,
@@ -557,6 +560,7 @@ impl Executed {
     fn committed(commit: v1::JournaledCommit) -> Executed {
         Executed {
             data_objects: Vec::new(),
+            written_copies: Vec::new(),
             data_replicas: Vec::new(),
             reports: commit.tasks.clone(),
             actuals: Vec::new(),

@@ -72,6 +72,7 @@ pub enum DataRecordsRequest {
     Forget(v1::LookupDataRequest),
     List(v1::ListDataRecordsRequest),
     Renew(v1::RenewDataRecordsRequest),
+    Repair(v1::RepairDataRequest),
 }
 
 /// Its answer, by request.
@@ -82,6 +83,7 @@ pub enum DataRecordsReply {
     Info(v1::DataInfo),
     List(v1::ListDataReply),
     Renewed(v1::RenewDataReply),
+    Repaired(v1::RepairDataReply),
 }
 
 /// Runs `call` against `metaserver`. A metaserver that is restarting (unreachable), a
@@ -225,6 +227,10 @@ impl Metaserver for GrpcMetaserver {
                 .renew(r)
                 .await
                 .map(|a| Reply::Renewed(a.into_inner())),
+            Ask::Repair(r) => client
+                .repair(r)
+                .await
+                .map(|a| Reply::Repaired(a.into_inner())),
         };
         self.noted(used, answer)
     }

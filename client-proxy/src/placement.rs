@@ -116,6 +116,7 @@ impl Proxy {
                 counts: run_counts,
                 incidents,
                 data_objects: _,
+                written_copies: _,
                 data_replicas: _,
                 commit: _,
             }) => {

@@ -201,8 +201,13 @@ impl GraphRun {
         }
     }
 
+    /// `task` failed: its call, or, once done, its output lost after the last call (it no
+    /// longer counts as done, so that the run completes once it is done again).
     pub fn fail(&mut self, task: usize) {
         if let Some(state) = self.states.get_mut(task) {
+            if *state == TaskState::Done {
+                self.done -= 1;
+            }
             *state = TaskState::Failed;
         }
     }
@@ -225,6 +230,25 @@ impl GraphRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_done_task_that_fails_at_the_end_runs_again_and_the_run_completes_once() {
+        let mut run = GraphRun::new(2, [(0, 1)]);
+        for task in [0, 1] {
+            assert_eq!(run.take_ready(), vec![task]);
+            run.complete(task);
+        }
+        assert!(run.is_complete());
+        // Task 1's output is lost after the last call (fetched at the end, say).
+        run.fail(1);
+        assert!(!run.is_complete());
+        assert_eq!(run.done(), 1);
+        run.retry(1);
+        assert_eq!(run.take_ready(), vec![1]);
+        run.complete(1);
+        assert!(run.is_complete());
+        assert_eq!(run.done(), 2);
+    }
 
     #[test]
     fn diamond_runs_in_waves() {

@@ -638,6 +638,29 @@ fn persistent_data_read_on_another_server_is_kept_there_where_it_fits_and_sticky
     grid.assert_no_leftovers();
 }
 
+/// Puts the n × n matrix `a` as a persistent handle in two copies.
+fn put_persistent_in_two(
+    client: &ninf::grid::GridClient,
+    a: &[f64],
+    n: usize,
+) -> ninf::grid::DataRef {
+    let bytes = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(a));
+    let shape = ninf::grid::Shape {
+        dims: &[n as u64, n as u64],
+        fortran_order: true,
+    };
+    let runtime = ninf::runtime::runtime().unwrap();
+    runtime
+        .block_on(client.inner().put_bytes_replicated(
+            ElementType::Double,
+            shape,
+            bytes,
+            DataMode::Persistent,
+            2,
+        ))
+        .unwrap()
+}
+
 /// Waits up to 30 s for `condition`.
 fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -668,21 +691,7 @@ fn lost_replicas_are_made_again_from_the_copy_left_and_a_restarted_servers_copie
     let client = grid.client("simple");
     let n = 40usize;
     let a = system(n);
-    let bytes = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(&a));
-    let shape = ninf::grid::Shape {
-        dims: &[n as u64, n as u64],
-        fortran_order: true,
-    };
-    let runtime = ninf::runtime::runtime().unwrap();
-    let d = runtime
-        .block_on(client.inner().put_bytes_replicated(
-            ElementType::Double,
-            shape,
-            bytes,
-            DataMode::Persistent,
-            2,
-        ))
-        .unwrap();
+    let d = put_persistent_in_two(&client, &a, n);
     let mut both = vec![e.address.clone(), f.address.clone()];
     both.sort();
     assert_eq!(copies_of(&client, &d), both);
@@ -736,6 +745,75 @@ fn lost_replicas_are_made_again_from_the_copy_left_and_a_restarted_servers_copie
     client.get(&d, &mut back).unwrap();
     assert_eq!(back, a, "read from e's new copy");
     client.free(&d).unwrap();
+}
+
+/// A new value whose replica could not be copied (its server died, and the metaserver does
+/// not know yet) is handed to the metaserver's repair, which copies it to another server:
+/// the value outlives the server it was written on. Here the repair is asked directly, as
+/// the proxy asks it after a failed copy; the long heartbeat timeout keeps the dead server
+/// listed as up, as in the moments after it died.
+#[test]
+fn a_repair_asked_for_avoids_the_dead_server_and_copies_the_value_elsewhere() {
+    use ninf_proto::v1;
+    let grid = TestGrid::start(vec![1], |o| {
+        o.heartbeat_seconds = 0.2;
+        o.heartbeat_timeout_seconds = 60.0;
+        o.data_cap_bytes = 1000;
+    });
+    let e = common::ExternalServer::start_with(&grid, &["linpack"], "e", "");
+    let mut f = common::ExternalServer::start_with(&grid, &["linpack"], "f", "");
+    grid.runtime.block_on(grid.grid().wait_until_up(3)).unwrap();
+    let client = grid.client("simple");
+    let n = 40usize;
+    let a = system(n);
+    let d = put_persistent_in_two(&client, &a, n);
+    let g = common::ExternalServer::start_with(&grid, &["linpack"], "g", "");
+    grid.runtime.block_on(grid.grid().wait_until_up(4)).unwrap();
+    f.kill();
+    let metaserver = &grid.grid().metaserver;
+    let owner = grid
+        .runtime
+        .block_on(metaserver.all_data())
+        .unwrap()
+        .into_iter()
+        .find(|info| info.id == d.id())
+        .expect("recorded")
+        .owner;
+    let repair = |owner: &str| {
+        grid.runtime
+            .block_on(metaserver.repair_data_handle(v1::RepairDataRequest {
+                id: d.id().to_string(),
+                owner: owner.to_string(),
+                avoid: vec![f.address.clone()],
+            }))
+    };
+    // Another owner's handle is unknown to it, and nothing is copied.
+    let refused = repair("someone-else").unwrap_err();
+    assert!(refused.to_string().contains(d.id()), "{refused}");
+    let reply = repair(&owner).unwrap();
+    assert_eq!(reply.copies_made, 1);
+    let mut servers: Vec<String> = reply
+        .info
+        .unwrap()
+        .copies
+        .into_iter()
+        .map(|c| c.server)
+        .collect();
+    servers.sort();
+    let mut expected = vec![e.address.clone(), f.address.clone(), g.address.clone()];
+    expected.sort();
+    assert_eq!(
+        servers, expected,
+        "e's and g's copies, and f's until it is marked down"
+    );
+    // Asked again, nothing is short: no copy.
+    assert_eq!(repair(&owner).unwrap().copies_made, 0);
+    // e goes too: g's copy holds the value.
+    drop(e);
+    let mut back = vec![0.0; n * n];
+    client.get(&d, &mut back).unwrap();
+    assert_eq!(back, a, "read from g's copy");
+    drop(g);
 }
 
 /// A put sent again under its name (its first try's reply was lost, say to a proxy that

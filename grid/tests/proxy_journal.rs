@@ -228,6 +228,13 @@ fn the_journal_keeps_to_postgresql_as_well() {
             }],
             replicas: Vec::new(),
             makespan: 1.5,
+            written_copies: vec![v1::HandleObject {
+                handle: "h".into(),
+                object: Some(v1::ObjectRef {
+                    server: "s:2".into(),
+                    object_id: "p".into(),
+                }),
+            }],
         }),
     };
     let committed = |id: &str| Entry::Committed {
@@ -262,6 +269,12 @@ fn the_journal_keeps_to_postgresql_as_well() {
         store.close().await;
         loaded
     });
+    // A restarted proxy that abandons the run cleans up where its commit's copies are too.
+    assert!(
+        loaded[0].servers().contains(&"s:2".to_string()),
+        "{:?}",
+        loaded[0].servers()
+    );
     assert_eq!(loaded, vec![run]);
 }
 

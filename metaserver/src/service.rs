@@ -168,6 +168,16 @@ impl v1::data_records_server::DataRecords for DataRecordsService {
         let r = request.into_inner();
         Ok(Response::new(self.0.renew_data(&r.owner, &r.ids).await?))
     }
+
+    async fn repair(
+        &self,
+        request: Request<v1::RepairDataRequest>,
+    ) -> Result<Response<v1::RepairDataReply>, Status> {
+        self.0.serving()?;
+        Ok(Response::new(
+            self.0.repair_data_handle(request.into_inner()).await?,
+        ))
+    }
 }
 
 #[tonic::async_trait]

@@ -102,8 +102,9 @@ impl Proxy {
                     status.message()
                 )));
             }
+            let further = self.adopt_written_copies(id, &commit.written_copies).await;
             let added = self
-                .add_copy(owner, id, object.clone(), (true, false))
+                .add_copy(owner, id, object.clone(), (true, false), further)
                 .await?;
             self.replicate(owner, id, &object, &added.replicate_to)
                 .await;
@@ -112,6 +113,31 @@ impl Proxy {
             self.keep_replica(owner, replica).await;
         }
         Ok(())
+    }
+
+    /// Gives handle `id` the copies of its new value made before the commit (`copies` lists
+    /// every written handle's): those adopted, to be recorded with the value. One that
+    /// cannot be adopted (its server died since) is deleted when its server answers.
+    async fn adopt_written_copies(
+        &self,
+        id: &str,
+        copies: &[v1::HandleObject],
+    ) -> Vec<v1::DataCopy> {
+        let mut adopted = Vec::new();
+        for copy in copies.iter().filter(|c| c.handle == id) {
+            let object = copy.object.clone().unwrap_or_default();
+            match self.cluster.adopt(&object, id).await {
+                Ok(()) => adopted.push(v1::DataCopy {
+                    server: object.server,
+                    object_id: object.object_id,
+                }),
+                Err(status) => {
+                    tracing::warn!(%id, server = %object.server, error = %status.message(), "a copy of a new value made before the commit is lost");
+                    self.delete_leftover_later(Leftover::Object(object));
+                }
+            }
+        }
+        adopted
     }
 
     /// Records an input a server kept as a replica of the handle it read, if it fits; else
@@ -128,7 +154,7 @@ impl Proxy {
             return;
         }
         match self
-            .add_copy(owner, id, object.clone(), (false, true))
+            .add_copy(owner, id, object.clone(), (false, true), Vec::new())
             .await
         {
             Ok(added)
@@ -188,9 +214,20 @@ impl DataUses {
                 })
             })
             .collect();
+        let written_copies = executed
+            .written_copies
+            .iter()
+            .filter_map(|(task, parameter, object)| {
+                Some(v1::HandleObject {
+                    handle: self.written_handle(*task, *parameter)?.to_string(),
+                    object: Some(object.clone()),
+                })
+            })
+            .collect();
         Ok(v1::JournaledCommit {
             writes,
             replicas,
+            written_copies,
             ..Default::default()
         })
     }

@@ -1,6 +1,7 @@
 //! Data handles against the in-memory cluster and records ([`crate::fake`]): a put or a copy
 //! whose server did its work but whose reply was lost leaves nothing behind once the
-//! background deletion has run, and touches nothing else the handle holds there.
+//! background deletion has run, and touches nothing else the handle holds there; a new
+//! value's copy that fails is handed to the metaserver's repair.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -110,4 +111,49 @@ async fn a_copy_whose_reply_was_lost_leaves_nothing_and_spares_the_handles_other
         .map(|c| c.server)
         .collect();
     assert_eq!(copies, ["s1", "s2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_values_copy_to_a_dead_server_is_handed_to_the_repair_avoiding_it() {
+    let cluster = Arc::new(FakeCluster::new(&[
+        ("s1", FakeServer::default()),
+        ("s2", FakeServer::default()),
+        (
+            "s3",
+            FakeServer {
+                dead: true,
+                ..FakeServer::default()
+            },
+        ),
+    ]));
+    let (parts, metaserver) = fake_parts(&cluster);
+    let config = ProxyConfig::new("127.0.0.1:1");
+    let proxy = Proxy::with_parts(config, "test".into(), parts, None, None).unwrap();
+    let (spec, upload) = persistent(&[3.0]);
+    let info = proxy.put_data("client", spec, upload).await.unwrap();
+    let source = v1::ObjectRef {
+        server: "s1".into(),
+        object_id: info.copies[0].object_id.clone(),
+    };
+
+    // Copied where it can be: nothing to repair.
+    proxy
+        .replicate("client", &info.id, &source, &["s2".to_string()])
+        .await;
+    assert!(metaserver.repairs().is_empty());
+
+    // s3 is down: the copy there is asked of the metaserver's repair, s3 avoided.
+    proxy
+        .replicate(
+            "client",
+            &info.id,
+            &source,
+            &["s3".to_string(), "s2".to_string()],
+        )
+        .await;
+    let repairs = metaserver.repairs();
+    assert_eq!(repairs.len(), 1, "{repairs:?}");
+    assert_eq!(repairs[0].id, info.id);
+    assert_eq!(repairs[0].owner, "client");
+    assert_eq!(repairs[0].avoid, ["s3"]);
 }

@@ -8,7 +8,8 @@
 //! server when there is one); a persistent handle read from another server is kept there as
 //! well, a replica recorded once the run has succeeded if it fits under that server's cap. A
 //! handle it writes becomes a kept output, given to the handle once the run has succeeded,
-//! its older copies deleted (`commit.rs`). A run that fails changes no handle.
+//! its older copies deleted (`commit.rs`); a replicated handle's new value is copied to the
+//! servers of its old copies before that (`written_copies.rs`). A run that fails changes no handle.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +22,7 @@ use upload::Upload;
 
 mod commit;
 pub(crate) mod upload;
+mod written_copies;
 use crate::Proxy;
 
 /// The handles a run's arguments name, looked up once before it is placed.
@@ -156,7 +158,7 @@ impl Proxy {
             match stored {
                 Ok(object) => {
                     info = self
-                        .add_copy(owner, &info.id, object, (false, false))
+                        .add_copy(owner, &info.id, object, (false, false), Vec::new())
                         .await?
                         .info
                         .unwrap_or_default()
@@ -183,6 +185,7 @@ impl Proxy {
         id: &str,
         object: v1::ObjectRef,
         (replace, only_if_room): (bool, bool),
+        further_copies: Vec<v1::DataCopy>,
     ) -> Result<v1::AddCopyReply, Status> {
         let request = v1::AddCopyRequest {
             id: id.to_string(),
@@ -193,6 +196,7 @@ impl Proxy {
             }),
             replace,
             only_if_room,
+            further_copies,
         };
         let DataRecordsReply::CopyAdded(added) =
             self.records(DataRecordsRequest::AddCopy(request)).await?
@@ -367,8 +371,10 @@ impl Proxy {
     }
 
     /// Copies a persistent handle's new value from `object` to each of `servers`, server to
-    /// server, and records each copy. A copy that fails leaves the handle with fewer copies
-    /// (its value is safe where it was written); it is said in the log.
+    /// server, and records each copy. The servers a copy failed on are handed to the
+    /// metaserver's repair, which copies the value to others: left with the one copy it was
+    /// written to, the value would be lost with that server (seen under `ninf chaos`, a
+    /// replica's server restarting and then the writer's killed).
     pub(super) async fn replicate(
         &self,
         owner: &str,
@@ -376,16 +382,18 @@ impl Proxy {
         object: &v1::ObjectRef,
         servers: &[String],
     ) {
+        let mut failed = Vec::new();
         for server in servers {
             let copied = match self.copy_for(server, object, id).await {
                 Ok(copied) => copied,
                 Err(status) => {
-                    tracing::warn!(%id, %server, error = %status.message(), "cannot copy a data handle's new value");
+                    tracing::warn!(%id, %server, error = %status.message(), "cannot copy a data handle's new value; the metaserver copies it elsewhere");
+                    failed.push(server.clone());
                     continue;
                 }
             };
             if let Err(status) = self
-                .add_copy(owner, id, copied.clone(), (false, false))
+                .add_copy(owner, id, copied.clone(), (false, false), Vec::new())
                 .await
             {
                 tracing::warn!(%id, %server, error = %status.message(), "cannot record a data handle's copy");
@@ -394,6 +402,28 @@ impl Proxy {
                     object_id: copied.object_id,
                 };
                 self.delete_copies(&[stale]).await;
+            }
+        }
+        if !failed.is_empty() {
+            self.repair_elsewhere(owner, id, failed).await;
+        }
+    }
+
+    /// Asks the metaserver to copy handle `id` to servers other than `avoid`, those its
+    /// replicas could not be copied to; said in the log when it cannot.
+    async fn repair_elsewhere(&self, owner: &str, id: &str, avoid: Vec<String>) {
+        let request = v1::RepairDataRequest {
+            id: id.to_string(),
+            owner: owner.to_string(),
+            avoid,
+        };
+        match self.records(DataRecordsRequest::Repair(request)).await {
+            Ok(DataRecordsReply::Repaired(reply)) => {
+                tracing::info!(%id, copies = reply.copies_made, "a data handle's new value copied elsewhere");
+            }
+            Ok(_) => tracing::warn!(%id, "{}", unexpected("a repair").message()),
+            Err(status) => {
+                tracing::warn!(%id, error = %status.message(), "cannot have a data handle's new value copied elsewhere");
             }
         }
     }
@@ -436,6 +466,16 @@ impl DataUses {
     pub(crate) fn reading(task: usize, parameter: u32, info: v1::DataInfo) -> DataUses {
         DataUses {
             reads: vec![(task, parameter, info.id.clone())],
+            handles: [(info.id.clone(), info)].into_iter().collect(),
+            ..DataUses::default()
+        }
+    }
+
+    /// A run whose `task` writes handle `info` with its output `parameter`.
+    #[cfg(test)]
+    pub(crate) fn writing(task: usize, parameter: u32, info: v1::DataInfo) -> DataUses {
+        DataUses {
+            writes: vec![(task, parameter, info.id.clone())],
             handles: [(info.id.clone(), info)].into_iter().collect(),
             ..DataUses::default()
         }

@@ -31,7 +31,7 @@ impl JournaledRun {
         let committed = self
             .commit
             .iter()
-            .flat_map(|c| c.writes.iter().chain(&c.replicas))
+            .flat_map(|c| c.writes.iter().chain(&c.replicas).chain(&c.written_copies))
             .filter_map(|w| w.object.as_ref());
         let mut servers: Vec<String> = self
             .placement

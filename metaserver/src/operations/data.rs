@@ -226,8 +226,22 @@ impl Metaserver {
         stale.extend(self.room_for(&copy.server, &request.id, &reserved).await?);
         let mut replicate_to = Vec::new();
         if request.replace {
+            let mut holders = vec![copy.server.clone()];
+            for further in request
+                .further_copies
+                .iter()
+                .filter(|c| c.server != copy.server)
+            {
+                reserved.stored(&request.id, &further.server);
+                self.db.add_data_copy(&request.id, further, false).await?;
+                stale.extend(
+                    self.room_for(&further.server, &request.id, &reserved)
+                        .await?,
+                );
+                holders.push(further.server.clone());
+            }
             let (targets, evicted) = self
-                .replica_targets(&before, &copy.server, &mut reserved)
+                .replica_targets(&before, &holders, &mut reserved)
                 .await?;
             replicate_to = targets;
             stale.extend(evicted);
@@ -241,13 +255,14 @@ impl Metaserver {
         })
     }
 
-    /// Where a persistent handle's new value, written on `written`, is copied to bring it
-    /// back to its `replicas`: as many servers as have room, up to that count, their room
-    /// reserved; and the replicas of other handles evicted there for it.
+    /// Where a persistent handle's new value, held on `holders` (where it was written, and
+    /// the copies made before it was recorded), is copied to bring it back to its
+    /// `replicas`: as many servers as have room, up to that count, their room reserved; and
+    /// the replicas of other handles evicted there for it.
     async fn replica_targets(
         &self,
         handle: &v1::DataInfo,
-        written: &str,
+        holders: &[String],
         reserved: &mut Reserved,
     ) -> Result<(Vec<String>, Vec<v1::DataCopy>), MetaserverError> {
         let Some(spec) = handle.spec.as_ref() else {
@@ -255,13 +270,16 @@ impl Metaserver {
         };
         let persistent = spec.mode == v1::DataMode::Persistent as i32;
         let wanted = if persistent {
-            spec.replicas.max(1) as usize - 1
+            (spec.replicas.max(1) as usize).saturating_sub(holders.len())
         } else {
             0
         };
-        let except = [written.to_string()];
+        if wanted == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let except = holders;
         let (servers, evicted) = self
-            .copy_targets(&handle.id, spec.bytes, wanted, &except, reserved)
+            .copy_targets(&handle.id, spec.bytes, wanted, except, reserved)
             .await?;
         if servers.len() < wanted {
             tracing::warn!(id = %handle.id, "no server has room for another copy of a persistent handle's new value");

@@ -44,24 +44,7 @@ impl Metaserver {
     /// that are up and not draining, from a live copy, to servers with room.
     pub async fn repair_data(&self) -> Result<Repaired, MetaserverError> {
         let handles = self.db.all_data().await?;
-        let holders: HashMap<String, Holder> = {
-            let state = self.state();
-            let now = unix_now();
-            state
-                .registry
-                .servers()
-                .iter()
-                .filter(|s| state.registry.is_up(s, now))
-                .map(|s| {
-                    let holder = if s.draining {
-                        Holder::Leaving
-                    } else {
-                        Holder::Staying
-                    };
-                    (s.address.clone(), holder)
-                })
-                .collect()
-        };
+        let holders = self.holders();
         let holder = |s: &str| holders.get(s).copied().unwrap_or(Holder::Gone);
         let mut repaired = Repaired::default();
         for shortfall in shortfalls(&handles, holder) {
@@ -72,6 +55,63 @@ impl Metaserver {
             }
         }
         Ok(repaired)
+    }
+
+    /// A proxy's request (`DataRecords.Repair`): `owner`'s handle `id`, whose new value could
+    /// not be copied to the servers in `avoid`, copied now to others with room. Those servers'
+    /// copies do not count and they get none; their room reserved for the proxy's copy is
+    /// given back. Copies still missing are left to the upkeep's rounds.
+    pub async fn repair_data_handle(
+        &self,
+        request: v1::RepairDataRequest,
+    ) -> Result<v1::RepairDataReply, MetaserverError> {
+        let info = self.owned_data(&request.id, &request.owner).await?;
+        {
+            let mut reserved = self.data_room.lock().await;
+            for server in &request.avoid {
+                reserved.stored(&request.id, server);
+            }
+        }
+        let holders = self.holders();
+        let holder = |s: &str| {
+            if request.avoid.iter().any(|a| a == s) {
+                return Holder::Gone;
+            }
+            holders.get(s).copied().unwrap_or(Holder::Gone)
+        };
+        let mut made = 0;
+        for mut shortfall in shortfalls(std::slice::from_ref(&info), holder) {
+            shortfall.listed.extend(request.avoid.iter().cloned());
+            made = self.repair(&shortfall).await?;
+            if made < shortfall.missing {
+                self.want_data_repair();
+            }
+        }
+        let info = self.owned_data(&request.id, &request.owner).await?;
+        Ok(v1::RepairDataReply {
+            info: Some(info),
+            copies_made: u32::try_from(made).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// What each server that is up is to a repair: staying, or leaving (draining).
+    fn holders(&self) -> HashMap<String, Holder> {
+        let state = self.state();
+        let now = unix_now();
+        state
+            .registry
+            .servers()
+            .iter()
+            .filter(|s| state.registry.is_up(s, now))
+            .map(|s| {
+                let holder = if s.draining {
+                    Holder::Leaving
+                } else {
+                    Holder::Staying
+                };
+                (s.address.clone(), holder)
+            })
+            .collect()
     }
 
     /// Makes up to `shortfall.missing` copies of one handle; the number made.
