@@ -46,48 +46,9 @@ pub struct UpArgs {
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
-    let UpArgs {
-        servers,
-        speeds,
-        scheduler,
-        predictor,
-        data_dir,
-        tls,
-        selftest,
-        modules,
-        database_url,
-        no_lend_cores,
-        no_turns,
-    } = args;
-    let extra_modules = modules
-        .iter()
-        .map(|flag| ModuleConfig::from_flag(flag))
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(anyhow::Error::msg)?;
-    let data_dir = data_dir.unwrap_or_else(ninf_grid::default_data_dir);
-    let mut processors = speeds;
-    if processors.is_empty() {
-        processors = vec![1; servers];
-    }
-    if processors.len() != servers {
-        anyhow::bail!(
-            "--speeds gives {} values for {servers} servers",
-            processors.len()
-        );
-    }
+    let options = grid_options(args)?;
+    let data_dir = options.data_dir.clone();
     super::runtime()?.block_on(async move {
-        let mut options = GridOptions::new(processors, &data_dir);
-        options.scheduler = scheduler;
-        options.predictor = predictor;
-        options.auth = true;
-        options.tls = tls;
-        if selftest {
-            options.modules = ninf_grid::embedded::modules_with_selftest(&data_dir)?;
-        }
-        options.extra_modules = extra_modules;
-        options.database_url = database_url;
-        options.lend_cores = !no_lend_cores;
-        options.turns = !no_turns;
         let grid = EmbeddedGrid::start(options).await?;
         println!("metaserver {}", grid.endpoints.metaserver);
         println!("proxy      {}", grid.endpoints.proxy);
@@ -121,4 +82,89 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         println!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// The grid the flags ask for.
+fn grid_options(args: UpArgs) -> anyhow::Result<GridOptions> {
+    let UpArgs {
+        servers,
+        speeds,
+        scheduler,
+        predictor,
+        data_dir,
+        tls,
+        selftest,
+        modules,
+        database_url,
+        no_lend_cores,
+        no_turns,
+    } = args;
+    let extra_modules = modules
+        .iter()
+        .map(|flag| ModuleConfig::from_flag(flag))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)?;
+    let data_dir = data_dir.unwrap_or_else(ninf_grid::default_data_dir);
+    let mut processors = speeds;
+    if processors.is_empty() {
+        processors = vec![1; servers];
+    }
+    if processors.len() != servers {
+        anyhow::bail!(
+            "--speeds gives {} values for {servers} servers",
+            processors.len()
+        );
+    }
+    let mut options = GridOptions::new(processors, &data_dir);
+    options.scheduler = scheduler;
+    options.predictor = predictor;
+    options.auth = true;
+    options.tls = tls;
+    if selftest {
+        options.modules = ninf_grid::embedded::modules_with_selftest(&data_dir)?;
+    }
+    options.extra_modules = extra_modules;
+    options.database_url = database_url;
+    options.lend_cores = !no_lend_cores;
+    options.turns = !no_turns;
+    Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use clap::Parser;
+
+    use super::{UpArgs, grid_options};
+
+    #[derive(Parser)]
+    struct Up {
+        #[command(flatten)]
+        args: UpArgs,
+    }
+
+    fn options(flags: &[&str]) -> anyhow::Result<ninf_grid::embedded::GridOptions> {
+        let mut argv = vec!["up", "--data-dir", "/nonexistent/ninf-up-test"];
+        argv.extend_from_slice(flags);
+        grid_options(Up::try_parse_from(argv)?.args)
+    }
+
+    #[test]
+    fn turns_and_lent_cores_are_on_unless_switched_off_by_their_flags() {
+        let default = options(&[]).unwrap();
+        assert!(default.turns && default.lend_cores);
+        assert_eq!(default.processors, [1, 1]);
+        let off = options(&["--no-turns", "--no-lend-cores"]).unwrap();
+        assert!(!off.turns && !off.lend_cores);
+        let speeds = options(&["--servers", "3", "--speeds", "2,1,1", "--no-turns"]).unwrap();
+        assert_eq!(speeds.processors, [2, 1, 1]);
+        assert!(!speeds.turns && speeds.lend_cores);
+    }
+
+    #[test]
+    fn speeds_that_do_not_match_the_servers_are_refused_naming_both() {
+        let error = options(&["--servers", "3", "--speeds", "2,1"]).unwrap_err();
+        assert_eq!(error.to_string(), "--speeds gives 2 values for 3 servers");
+    }
 }
