@@ -541,6 +541,61 @@ fn a_server_is_listed_in_the_site_its_configuration_names() {
     assert_eq!(site_of(local).as_deref(), Some("127.0.0.0/24"), "{local}");
 }
 
+/// `NINF_BLAS` in a compute server's environment reaches the executables it starts
+/// (docs/compute-server.md, "The standard routines' kernels"): a server started with a
+/// value the routines do not know fails the call naming it, and keeps serving; one started
+/// with `faer` computes the product. Only the external servers offer `linpack` here.
+#[test]
+fn ninf_blas_in_a_servers_environment_chooses_its_routines_kernels() {
+    let grid = TestGrid::start(vec![1], |o| {
+        o.modules = vec![crate::common::module("selftest")]
+    });
+    let bogus = ExternalServer::start_with_env(
+        &grid,
+        &["linpack"],
+        "bogus-blas",
+        "",
+        &[("NINF_BLAS", "bogus")],
+    );
+    grid.runtime.block_on(grid.grid().wait_until_up(2)).unwrap();
+    let client = grid.client("simple");
+    let n = 8usize;
+    let (a, b) = (matrix(n, 3), matrix(n, 4));
+    let product = |client: &GridClient| {
+        let mut c = vec![0.0; n * n];
+        client
+            .transaction(|tx| {
+                let (ha, hb) = (tx.input(&a), tx.input(&b));
+                let hc = tx.buffer(&mut c);
+                tx.call(
+                    "mmul",
+                    &[TxArg::from(n as i32), ha.into(), hb.into(), hc.into()],
+                )?;
+                Ok(())
+            })
+            .map(|_| c)
+    };
+    let error = product(&client).unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("NINF_BLAS=\"bogus\": expected `auto`, `faer` or `openblas`"),
+        "{error}"
+    );
+    drop(bogus);
+    let _faer = ExternalServer::start_with_env(
+        &grid,
+        &["linpack"],
+        "faer-blas",
+        "",
+        &[("NINF_BLAS", "faer")],
+    );
+    grid.runtime.block_on(grid.grid().wait_until_up(3)).unwrap();
+    // Placed on the dead server (not yet marked down), the call runs again on `faer`.
+    let c = product(&client).unwrap();
+    assert_eq!(c, local_mmul(n, &a, &b));
+}
+
 /// A grid of one in-process server and one external server that has registered (and whose
 /// path the proxy has measured), with heartbeats slow to time out, so the metaserver still
 /// places tasks on the external one after it is killed.

@@ -128,6 +128,8 @@ pub struct ExternalServer {
     pub child: std::process::Child,
     pub address: String,
     config: PathBuf,
+    /// Its environment's extra variables, kept for a restart.
+    env: Vec<(String, String)>,
 }
 
 impl ExternalServer {
@@ -142,6 +144,18 @@ impl ExternalServer {
         modules: &[&str],
         name: &str,
         settings: &str,
+    ) -> ExternalServer {
+        ExternalServer::start_with_env(grid, modules, name, settings, &[])
+    }
+
+    /// As [`ExternalServer::start_with`], the server (and so its executables) started with
+    /// these variables in its environment.
+    pub fn start_with_env(
+        grid: &TestGrid,
+        modules: &[&str],
+        name: &str,
+        settings: &str,
+        env: &[(&str, &str)],
     ) -> ExternalServer {
         let dir = grid._dir.path();
         let config = dir.join(format!("external-{name}-{}.toml", modules.join("-")));
@@ -158,11 +172,16 @@ impl ExternalServer {
             ));
         }
         std::fs::write(&config, text).unwrap();
-        let (child, address) = spawn_server(&config);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, address) = spawn_server(&config, &env);
         ExternalServer {
             child,
             address,
             config,
+            env,
         }
     }
 
@@ -174,7 +193,7 @@ impl ExternalServer {
             1,
         );
         std::fs::write(&self.config, text).unwrap();
-        let (child, address) = spawn_server(&self.config);
+        let (child, address) = spawn_server(&self.config, &self.env);
         assert_eq!(address, self.address);
         self.child = child;
     }
@@ -186,12 +205,13 @@ impl ExternalServer {
 }
 
 /// `ninf-server --config CONFIG` and the address it says it listens on.
-fn spawn_server(config: &Path) -> (std::process::Child, String) {
+fn spawn_server(config: &Path, env: &[(String, String)]) -> (std::process::Child, String) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(binaries().join("ninf-server"))
         .arg("--config")
         .arg(config)
         .arg("--no-benchmark")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
