@@ -583,14 +583,26 @@ fn ninf_blas_in_a_servers_environment_chooses_its_routines_kernels() {
         "{error}"
     );
     drop(bogus);
-    let _faer = ExternalServer::start_with_env(
+    let faer = ExternalServer::start_with_env(
         &grid,
         &["linpack"],
         "faer-blas",
         "",
         &[("NINF_BLAS", "faer")],
     );
-    grid.runtime.block_on(grid.grid().wait_until_up(3)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !grid
+        .status()
+        .servers
+        .iter()
+        .any(|s| s.address == faer.address && s.up)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "faer never registered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // Placed on the dead server (not yet marked down), the call runs again on `faer`.
     let c = product(&client).unwrap();
     assert_eq!(c, local_mmul(n, &a, &b));
