@@ -24,6 +24,7 @@
 //! bulk_calls = true
 //! same_host_calls = true
 //! same_host_uploads = true
+//! wait_to_borrow_cores = false
 //! journal = "ninf-proxy-journal.sqlite"
 //! journal_wait_seconds = 60.0
 //! ```
@@ -159,6 +160,14 @@ pub struct ProxyConfig {
     /// sending their bytes (docs/bulk-protocol.md). Never with TLS. false: always by gRPC.
     #[serde(default = "default_true")]
     pub same_host_uploads: bool,
+    /// The grid's servers lend each other the cores they leave idle (one host, `[gang]
+    /// core_claims`): a graph's last long call then waits for its other calls to end, when
+    /// the model says they end within a quarter of its own time (waiting at most a third of
+    /// it), so that it leaves alone and
+    /// borrows their cores (docs/scheduling.md, "Turns"). `ninf up` and `local_grid` set it
+    /// when their servers lend cores; elsewhere the wait would buy nothing.
+    #[serde(default)]
+    pub wait_to_borrow_cores: bool,
     /// How long a transaction waits for an unreachable (restarting) metaserver to place it.
     #[serde(default = "default_metaserver_retry")]
     pub metaserver_retry_seconds: f64,
@@ -313,6 +322,7 @@ impl ProxyConfig {
             bulk_calls: true,
             same_host_calls: true,
             same_host_uploads: true,
+            wait_to_borrow_cores: false,
             metaserver_retry_seconds: default_metaserver_retry(),
             auth_token_file: None,
             tls: None,

@@ -32,6 +32,8 @@ pub(crate) struct FakeServer {
     pub drops_replies: u32,
     /// The site the metaserver lists it in (empty: none named).
     pub site: String,
+    /// How long each of its calls computes before its answer (real time; 0: none).
+    pub call_seconds: f64,
     pub(crate) objects: HashMap<String, Bytes>,
     /// Each object's owner, by object id.
     pub(crate) owners: HashMap<String, String>,
@@ -284,15 +286,19 @@ impl Cluster for FakeCluster {
     }
 
     async fn invoke(&self, server: &str, call: v1::CallRequest) -> Result<v1::CallReply, Status> {
-        let out_on_server = {
+        let (out_on_server, computes) = {
             let mut state = ninf_proto::sync::lock(&self.state);
+            let computes = state.servers.get(server).map_or(0.0, |s| s.call_seconds);
             let out = state.out.entry(server.to_string()).or_default();
             *out += 1;
-            *out
+            (*out, computes)
         };
         // Lets the proxy's other calls issued with this one arrive before it is answered,
         // as they would at a server that computes for a while.
         tokio::task::yield_now().await;
+        if computes > 0.0 {
+            tokio::time::sleep(std::time::Duration::from_secs_f64(computes)).await;
+        }
         let reply = self.answer(server, call, out_on_server);
         let mut state = ninf_proto::sync::lock(&self.state);
         if let Some(out) = state.out.get_mut(server) {

@@ -167,7 +167,16 @@ impl Run {
         let used = Arc::new(Mutex::new(
             self.servers.iter().cloned().collect::<BTreeSet<_>>(),
         ));
-        let turns = crate::turns::Turns::new(self.turns.clone());
+        let turns = self
+            .turns
+            .iter()
+            .map(|&(turns, start)| crate::turns::TaskTurn {
+                turns,
+                start,
+                alone: 1.0,
+            })
+            .collect();
+        let turns = crate::turns::Turns::new(turns, false);
         let placement = (&mut self.servers[..], &self.staging[..], turns);
         proxy
             .execute(

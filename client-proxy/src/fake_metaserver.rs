@@ -33,6 +33,8 @@ struct State {
     placement: Vec<String>,
     /// Each task's turns (`TaskPlacement.turns`), by task; none when missing.
     turns: Vec<u32>,
+    /// Each task's `TaskPlacement.alone_seconds`, by task; 1 s when missing.
+    alone: Vec<f64>,
     /// Placement requests, answered or not.
     schedules: u32,
     next_graph: u64,
@@ -69,6 +71,11 @@ impl FakeMetaserver {
     /// Gives task i `turns[i]` turns on its server.
     pub(crate) fn give_turns(&self, turns: &[u32]) {
         self.state().turns = turns.to_vec();
+    }
+
+    /// Tells the proxy task i runs `alone[i]` seconds alone on its server.
+    pub(crate) fn give_alone_seconds(&self, alone: &[f64]) {
+        self.state().alone = alone.to_vec();
     }
 
     /// Fails its next `questions` questions as unreachable.
@@ -236,6 +243,7 @@ impl Metaserver for FakeMetaserver {
                 predicted_start: task as f64,
                 predicted_finish: task as f64 + 1.0,
                 turns: state.turns.get(task).copied().unwrap_or(0),
+                alone_seconds: state.alone.get(task).copied().unwrap_or(1.0),
             })
             .collect();
         state.next_graph += 1;

@@ -457,7 +457,7 @@ impl Proxy {
             None => tokio::select! {
                 outcome = self.execute(
                     (&graph, &arguments, Some(output_region.as_str()).filter(|r| !r.is_empty())),
-                    (&mut servers, staging, placed_turns(placement, n)),
+                    (&mut servers, staging, placed_turns(placement, n, self.config.wait_to_borrow_cores)),
                     (&placed.owner, &used),
                     progress,
                     journaling,

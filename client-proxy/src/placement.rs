@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ninf_proto::v1;
 use tonic::Status;
 
-use crate::turns::Turns;
+use crate::turns::{TaskTurn, Turns};
 use crate::{Executed, Failed, Proxy, RunCounts, admission, execution, journal, unix_ms};
 
 /// Each task's predicted (start, finish), seconds from the graph's start.
@@ -221,15 +221,24 @@ pub(crate) fn placed_servers(
     }
 }
 
-/// Each task's turns on its server (`TaskPlacement.turns`), ordered by predicted start.
-pub(crate) fn placed_turns(placement: &v1::ScheduleReply, tasks: usize) -> Turns {
-    let mut turns = vec![(0, 0.0); tasks];
+/// Each task's turns on its server (`TaskPlacement.turns`), ordered by predicted start;
+/// with `wait_to_borrow`, the graph's last long call may wait to borrow cores.
+pub(crate) fn placed_turns(
+    placement: &v1::ScheduleReply,
+    tasks: usize,
+    wait_to_borrow: bool,
+) -> Turns {
+    let mut turns = vec![TaskTurn::default(); tasks];
     for p in &placement.placements {
         if let Some(task) = turns.get_mut(p.task as usize) {
-            *task = (p.turns, p.predicted_start);
+            *task = TaskTurn {
+                turns: p.turns,
+                start: p.predicted_start,
+                alone: p.alone_seconds,
+            };
         }
     }
-    Turns::new(turns)
+    Turns::new(turns, wait_to_borrow)
 }
 
 /// The staged uploads to make. Staged arrays are stored on the servers like intermediates:

@@ -26,6 +26,14 @@ fn server() -> FakeServer {
 }
 
 fn grid(servers: &[(&str, FakeServer)]) -> (Arc<Proxy>, Arc<FakeCluster>, Arc<FakeMetaserver>) {
+    grid_with(servers, ProxyConfig::new("127.0.0.1:1"))
+}
+
+/// A grid whose proxy has `config`, but for quick retries.
+fn grid_with(
+    servers: &[(&str, FakeServer)],
+    config: ProxyConfig,
+) -> (Arc<Proxy>, Arc<FakeCluster>, Arc<FakeMetaserver>) {
     let cluster = Arc::new(FakeCluster::new(servers));
     let (parts, metaserver) = fake_parts(&cluster);
     let config = ProxyConfig {
@@ -33,7 +41,7 @@ fn grid(servers: &[(&str, FakeServer)]) -> (Arc<Proxy>, Arc<FakeCluster>, Arc<Fa
         retry_backoff_max_seconds: 0.01,
         task_retries: 1,
         metaserver_retry_seconds: 30.0,
-        ..ProxyConfig::new("127.0.0.1:1")
+        ..config
     };
     let proxy = Proxy::with_parts(config, "test".into(), parts, None, None).unwrap();
     (proxy, cluster, metaserver)
@@ -188,6 +196,43 @@ async fn a_graphs_long_calls_take_turns_on_their_server_and_the_last_goes_alone(
     assert_eq!(alone.len(), 4);
     // The last call on "a" had nothing of its graph out or waiting: it may borrow cores.
     assert_eq!(alone, [false, false, false, true]);
+}
+
+/// Three long calls, two on "a" (0.2 s each) and one on "b" (0.3 s), the last on "a"
+/// modelled at 4 s alone; on a proxy whose servers lend cores or not.
+async fn last_call_alone(wait_to_borrow_cores: bool) -> Vec<bool> {
+    let (a, b) = (
+        FakeServer {
+            call_seconds: 0.2,
+            ..server()
+        },
+        FakeServer {
+            call_seconds: 0.3,
+            ..server()
+        },
+    );
+    let config = ProxyConfig {
+        wait_to_borrow_cores,
+        ..ProxyConfig::new("127.0.0.1:1")
+    };
+    let (proxy, cluster, metaserver) = grid_with(&[("a:1", a), ("b:1", b)], config);
+    metaserver.place_on(&["a:1", "b:1", "a:1"]);
+    metaserver.give_turns(&[1, 1, 1]);
+    metaserver.give_alone_seconds(&[0.2, 0.3, 4.0]);
+    run(&proxy, independent(3)).await.unwrap();
+    let invocations = cluster.invocations();
+    let servers: Vec<&str> = invocations.iter().map(|i| i.server.as_str()).collect();
+    assert_eq!(servers, ["a:1", "b:1", "a:1"]);
+    invocations.iter().map(|i| i.alone).collect()
+}
+
+#[tokio::test]
+async fn where_servers_lend_cores_the_last_long_call_waits_for_the_others_and_goes_alone() {
+    // When "a"'s first call ends (0.2 s), "b"'s has 0.1 s left, under a quarter of the last
+    // call's 4 s: it waits for it, then leaves alone and may borrow "b"'s core.
+    assert_eq!(last_call_alone(true).await, [false, false, true]);
+    // Where servers lend nothing it leaves at its turn, beside "b"'s call.
+    assert_eq!(last_call_alone(false).await, [false, false, false]);
 }
 
 #[tokio::test]

@@ -414,6 +414,7 @@ impl EmbeddedGrid {
             bulk_calls: options.bulk_calls,
             same_host_calls: options.same_host_calls,
             same_host_uploads: options.same_host_uploads,
+            wait_to_borrow_cores: servers_lend_cores(&options),
             tls: component_tls(&options, "proxy"),
             lease_renew_seconds: options
                 .data_lease_seconds
@@ -522,6 +523,13 @@ impl EmbeddedGrid {
     }
 }
 
+/// Whether the servers lend each other the cores they leave idle: asked to, several, and
+/// each with cores of its own (no more processors in all than the host's cores).
+fn servers_lend_cores(options: &GridOptions) -> bool {
+    let processors: usize = options.processors.iter().map(|&p| p.max(1) as usize).sum();
+    options.lend_cores && options.processors.len() > 1 && processors <= cores::allowed().len()
+}
+
 /// Server `index`'s cores: the servers share this host's cores, each starting after the
 /// ones before it. When each has cores of its own (no more processors in all than cores),
 /// they lend each other the cores they leave idle (`[gang] core_claims`, docs/gang.md).
@@ -534,8 +542,7 @@ fn lending_cores(options: &GridOptions, index: usize) -> GangSettings {
     let host = cores::allowed();
     let own = cores::spread(processors.iter().take(index).sum());
     let mine = processors.get(index).copied().unwrap_or(1);
-    let disjoint = processors.iter().sum::<usize>() <= host.len();
-    let (core_claims, spare_cores) = if options.lend_cores && disjoint && processors.len() > 1 {
+    let (core_claims, spare_cores) = if servers_lend_cores(options) {
         let taken: Vec<u32> = own.iter().take(mine).copied().collect();
         let spare = host.into_iter().filter(|c| !taken.contains(c)).collect();
         (Some(options.data_dir.join("cores")), spare)

@@ -19,17 +19,35 @@
 use ninf_scheduling::Task;
 use ninf_scheduling::predictor::modelled_seconds;
 
-/// How many of its graph's turn-taking calls `task`'s server runs at once: the server's
-/// `processors` when the model gives the call at least `min_seconds` alone there (at
-/// `flops_per_processor` per processor), 0 (issued when ready) otherwise; an infinite
-/// `min_seconds` gives no call turns.
-pub fn turns_of(task: &Task, flops_per_processor: f64, processors: u32, min_seconds: f64) -> u32 {
+/// A task's `TaskPlacement.turns` and `.alone_seconds`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TaskTurns {
+    /// How many of its graph's turn-taking calls its server runs at once; 0: none, the
+    /// call is issued when ready.
+    pub turns: u32,
+    /// The model's seconds for the call alone on the server.
+    pub alone_seconds: f64,
+}
+
+/// `task`'s turns on its server: the server's `processors` when the model gives the call
+/// at least `min_seconds` alone there (at `flops_per_processor` per processor), 0 (issued
+/// when ready) otherwise; an infinite `min_seconds` gives no call turns.
+pub fn turns_of(
+    task: &Task,
+    flops_per_processor: f64,
+    processors: u32,
+    min_seconds: f64,
+) -> TaskTurns {
     let processors = processors.max(1);
-    let alone = modelled_seconds(task, flops_per_processor, processors);
-    if min_seconds.is_finite() && alone >= min_seconds {
+    let alone_seconds = modelled_seconds(task, flops_per_processor, processors);
+    let turns = if min_seconds.is_finite() && alone_seconds >= min_seconds {
         processors
     } else {
         0
+    };
+    TaskTurns {
+        turns,
+        alone_seconds,
     }
 }
 
@@ -52,28 +70,31 @@ mod tests {
     fn calls_long_enough_alone_take_turns_by_their_servers_processors() {
         // 0.67 Gflop (an LU at n = 1000) at 10 Gflop/s: 67 ms alone.
         let lu = task(0.67e9);
-        assert_eq!(turns_of(&lu, 10e9, 1, 0.005), 1);
-        assert_eq!(turns_of(&lu, 10e9, 4, 0.005), 4);
+        assert_eq!(turns_of(&lu, 10e9, 1, 0.005).turns, 1);
+        assert_eq!(turns_of(&lu, 10e9, 4, 0.005).turns, 4);
         // A server reporting no processors still runs one call at a time.
-        assert_eq!(turns_of(&lu, 10e9, 0, 0.005), 1);
+        assert_eq!(turns_of(&lu, 10e9, 0, 0.005).turns, 1);
         // Past the threshold only by the model's time on that server.
-        assert_eq!(turns_of(&lu, 10e9, 1, 0.1), 0);
-        assert_eq!(turns_of(&lu, 5e9, 1, 0.1), 1);
+        assert_eq!(turns_of(&lu, 10e9, 1, 0.1).turns, 0);
+        assert_eq!(turns_of(&lu, 5e9, 1, 0.1).turns, 1);
+        // Below the threshold or not, the proxy is told the model's time alone.
+        assert!((turns_of(&lu, 10e9, 1, 0.1).alone_seconds - 0.067).abs() < 1e-9);
+        assert!((turns_of(&lu, 5e9, 1, 0.1).alone_seconds - 0.134).abs() < 1e-9);
     }
 
     #[test]
     fn short_calls_and_calls_without_flops_go_at_once() {
         // A product at n = 100 (2 Mflop): 0.2 ms.
-        assert_eq!(turns_of(&task(2e6), 10e9, 2, 0.005), 0);
+        assert_eq!(turns_of(&task(2e6), 10e9, 2, 0.005).turns, 0);
         // A routine the IDL gives no cost (a `noop`): the model cannot say it is long.
-        assert_eq!(turns_of(&task(0.0), 10e9, 2, 0.005), 0);
+        assert_eq!(turns_of(&task(0.0), 10e9, 2, 0.005).turns, 0);
         // A threshold of infinity turns turns off.
-        assert_eq!(turns_of(&task(1e12), 10e9, 2, f64::INFINITY), 0);
+        assert_eq!(turns_of(&task(1e12), 10e9, 2, f64::INFINITY).turns, 0);
     }
 
     #[test]
     fn a_call_on_a_server_without_speed_takes_turns() {
         // The model gives it forever there.
-        assert_eq!(turns_of(&task(1e9), 0.0, 1, 0.005), 1);
+        assert_eq!(turns_of(&task(1e9), 0.0, 1, 0.005).turns, 1);
     }
 }

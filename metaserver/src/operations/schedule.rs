@@ -42,8 +42,8 @@ struct Plan {
     /// The template it was expected from, which it teaches once it ends.
     template: TemplateKey,
     placements: Vec<PlacementRecord>,
-    /// Each task's `TaskPlacement.turns` ([`crate::turns`]).
-    turns: Vec<u32>,
+    /// Each task's `TaskPlacement.turns` and `.alone_seconds` ([`crate::turns`]).
+    turns: Vec<crate::turns::TaskTurns>,
     staging: Vec<v1::StagedInput>,
     /// The registry the plan's server indices refer to.
     registry: Registry,
@@ -399,7 +399,7 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         .iter()
         .zip(&tasks.tasks)
         .map(|(&server, task)| {
-            servers.get(server).map_or(0, |entry| {
+            servers.get(server).map_or_else(Default::default, |entry| {
                 crate::turns::turns_of(
                     task,
                     registry.flops_per_processor(entry),
@@ -495,7 +495,8 @@ fn reply(
                 server: p.server_address,
                 predicted_start: p.predicted_start,
                 predicted_finish: p.predicted_finish,
-                turns,
+                turns: turns.turns,
+                alone_seconds: turns.alone_seconds,
             })
             .collect(),
         predicted_makespan: plan.predicted_makespan,
