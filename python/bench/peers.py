@@ -7,9 +7,9 @@ scripts/bench-peers, which installs the peers into a virtual environment first.
 
     python peers.py BIN_DIR [--sizes 200,1000] [--trials 3] [--tiny 10000] [--mib 64]
                             [--factor-n 2000] [--solves 50] [--only data]
-                            [--systems ninf,ray,dask,numpy,ninf-no-turns] [--json]
+                            [--systems ninf,ray,dask,numpy,ninf-no-turns,bound] [--json]
                             [--interleave]
-                            [--no-lend-cores]
+                            [--no-lend-cores] [--before OLD_BIN_DIR]
 
 Factor once, solve many (docs/data.md): one n x n matrix factored once, then --solves right-
 hand sides solved against the factors. "kept" keeps the matrix on the grid (Ninf's
@@ -23,6 +23,10 @@ With --interleave every system is started at once and each workload's trials alt
 between them (each round starting with the next system), so that a change in the machine's
 other load falls on all of them alike. Every trial, in turn or interleaved, starts once the
 machine is idle (see quiet()).
+
+The system "bound" is no system: the cascade and the pairs as the best schedule of whole
+NumPy tasks on two cores runs them with no data moved (see BoundSide), what no scheduler of
+whole tasks beats on this machine.
 
 Where the systems differ: Ninf's pairs are LINPACK's dgefa then dgesl, two tasks per
 system with the factors passed server to server; the peers solve each system with
@@ -133,12 +137,14 @@ def ninf_cascade(grid, m: List[np.ndarray]):
 
 
 class NinfSide:
-    def __init__(self, bin_dir: str, lend_cores: bool = True, turns: bool = True) -> None:
+    def __init__(
+        self, bin_dir: str, lend_cores: bool = True, turns: bool = True, name: str = ""
+    ) -> None:
         import ninf
 
         # Without turns: the grid as it was before a transaction's long calls took turns
         # on their server (docs/scheduling.md, "Turns"), to measure them side by side.
-        self.name = "ninf" if turns else "ninf-no-turns"
+        self.name = name or ("ninf" if turns else "ninf-no-turns")
         os.environ["NINF_BIN_DIR"] = bin_dir
         self._grid_cm = ninf.local_grid(
             servers=2, selftest=True, lend_cores=lend_cores, turns=turns
@@ -401,6 +407,148 @@ class NumpySide:
         raise NotImplementedError
 
 
+# ---- The best whole-task schedule ------------------------------------------------------
+
+
+def _bound_worker(conn) -> None:
+    """One worker of BoundSide: runs the tasks it is sent, in order, on arrays in shared
+    memory (so that nothing is copied), with as many OpenBLAS threads as its environment
+    says, and answers True once they are done."""
+    from multiprocessing import shared_memory
+
+    blocks = {}
+
+    def array(name: str, shape: Tuple[int, ...], dtype: str = "float64") -> np.ndarray:
+        if name not in blocks:
+            blocks[name] = shared_memory.SharedMemory(name=name)
+        return np.ndarray(shape, dtype=dtype, buffer=blocks[name].buf, order="F")
+
+    while True:
+        tasks = conn.recv()
+        if tasks is None:
+            break
+        for op, n, a, b, out in tasks:
+            if op == "matmul":
+                np.matmul(array(a, (n, n)), array(b, (n, n)), out=array(out, (n, n)))
+            else:
+                array(out, (n,))[:] = np.linalg.solve(array(a, (n, n)), array(b, (n,)))
+        conn.send(True)
+    for block in blocks.values():
+        block.close()
+
+
+class BoundSide:
+    """The cascade and the pairs as the best schedule of whole NumPy tasks on this machine's
+    two cores could run them, with no data moved at all: two workers of one OpenBLAS thread
+    each take half of the tasks that can run at once, and the odd one out (the cascade's
+    last product, the pairs' fifth system) runs on a third worker with two threads once both
+    are done. Every array lives in shared memory, written once before the trials. What a
+    scheduler of whole tasks cannot beat here, whatever it moves or decides, unless a task
+    grows onto a core freed while it runs (docs/performance.md, "The best schedule of whole
+    tasks")."""
+
+    name = "bound"
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.workers = []
+        for threads in (1, 1, 2):
+            parent, child = context.Pipe()
+            saved = os.environ.get("OPENBLAS_NUM_THREADS")
+            os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+            try:
+                process = context.Process(target=_bound_worker, args=(child,), daemon=True)
+                process.start()
+            finally:
+                if saved is None:
+                    del os.environ["OPENBLAS_NUM_THREADS"]
+                else:
+                    os.environ["OPENBLAS_NUM_THREADS"] = saved
+            self.workers.append((process, parent))
+        self.blocks = {}
+        self.inputs = {}
+
+    def close(self) -> None:
+        for process, conn in self.workers:
+            conn.send(None)
+            process.join(timeout=10)
+        for block in self.blocks.values():
+            block.close()
+            block.unlink()
+
+    def _shared(self, key: str, like: np.ndarray) -> Tuple[str, np.ndarray]:
+        """A block of shared memory shaped as `like`, made once per key."""
+        from multiprocessing import shared_memory
+
+        if key not in self.blocks:
+            self.blocks[key] = shared_memory.SharedMemory(create=True, size=like.nbytes)
+        block = self.blocks[key]
+        return block.name, np.ndarray(like.shape, like.dtype, buffer=block.buf, order="F")
+
+    def _inputs(self, key: str, arrays: List[np.ndarray]) -> List[str]:
+        """The shared copies of a workload's inputs, written the first time they are seen."""
+        if key not in self.inputs:
+            names = []
+            for i, a in enumerate(arrays):
+                name, shared = self._shared(f"{key} in {i}", a)
+                shared[...] = a
+                names.append(name)
+            self.inputs[key] = (arrays, names)
+        return self.inputs[key][1]
+
+    def _stages(self, halves, odd) -> None:
+        """Both one-thread workers' task lists at once, then the two-thread worker's task."""
+        for (_, conn), tasks in zip(self.workers, halves):
+            conn.send(tasks)
+        for (_, conn), _tasks in zip(self.workers, halves):
+            conn.recv()
+        conn = self.workers[2][1]
+        conn.send([odd])
+        conn.recv()
+
+    def cascade(self, m):
+        n = m[0].shape[0]
+        key = f"cascade {id(m)} {n}"
+        i = self._inputs(key, m)
+        e = [self._shared(f"{key} e{k}", m[0]) for k in range(7)]
+        halves = [
+            [("matmul", n, i[0], i[1], e[0][0]), ("matmul", n, i[2], i[3], e[1][0]),
+             ("matmul", n, e[0][0], e[1][0], e[4][0])],
+            [("matmul", n, i[4], i[5], e[2][0]), ("matmul", n, i[6], i[7], e[3][0]),
+             ("matmul", n, e[2][0], e[3][0], e[5][0])],
+        ]
+        self._stages(halves, ("matmul", n, e[4][0], e[5][0], e[6][0]))
+        return e[6][1]
+
+    def pairs(self, s):
+        n = s[0][0].shape[0]
+        key = f"pairs {id(s)} {n}"
+        names = self._inputs(key, [x for pair in s for x in pair])
+        xs = [self._shared(f"{key} x{k}", s[k][1]) for k in range(len(s))]
+        tasks = [("solve", n, names[2 * k], names[2 * k + 1], xs[k][0]) for k in range(len(s))]
+        half = (len(tasks) - 1) // 2
+        self._stages([tasks[:half], tasks[half:-1]], tasks[-1])
+        return [x for _, x in xs]
+
+    def tiny(self, count: int) -> None:
+        raise NotImplementedError("no tasks to schedule")
+
+    def echo(self, x):
+        raise NotImplementedError("nothing computed")
+
+    def factor_kept(self, a, bs):
+        raise NotImplementedError("not a schedule of whole tasks")
+
+    factor_resent = factor_kept
+
+    def chain_kept(self, x, y, count):
+        raise NotImplementedError("not a schedule of whole tasks")
+
+    chain_resent = chain_kept
+
+
 def factor_problem(n: int, solves: int):
     rng = np.random.default_rng(11)
     a = np.asfortranarray(rng.random((n, n)) + n * np.eye(n))
@@ -462,11 +610,12 @@ def run_side(side, args) -> Dict[str, float]:
         for (a, b), x in zip(s, side.pairs(s)):
             assert np.allclose(a @ x, b, rtol=1e-6), f"{side.name}: wrong pairs at n={n}"
         results[f"pairs n={n}"] = median_time(lambda: side.pairs(s), args.trials)
-    if side.name != "numpy":
+    if side.name not in ("numpy", "bound"):
         results[f"{args.tiny} tiny tasks"] = median_time(lambda: side.tiny(args.tiny), args.trials)
-    x = np.arange(args.mib * 1024 * 1024 // 8, dtype=np.float64)
-    assert np.array_equal(side.echo(x), x)
-    results[f"{args.mib} MiB in and out"] = median_time(lambda: side.echo(x), args.trials)
+    if side.name != "bound":
+        x = np.arange(args.mib * 1024 * 1024 // 8, dtype=np.float64)
+        assert np.array_equal(side.echo(x), x)
+        results[f"{args.mib} MiB in and out"] = median_time(lambda: side.echo(x), args.trials)
     return results
 
 
@@ -542,6 +691,9 @@ def table(all_results: Dict[str, Dict[str, float]], tiny: int) -> str:
     head = "| workload | " + " | ".join(systems_run)
     if "ninf" in all_results:
         head += " | " + " | ".join(f"ninf / {s}" for s in systems_run if s != "ninf")
+    # Each peer against the best schedule of whole tasks, where it was run.
+    over_bound = [s for s in systems_run if s not in ("ninf", "bound")] if "bound" in all_results else []
+    head += "".join(f" | {s} / bound" for s in over_bound)
     lines = [head + " |", "|" + "---|" * (head.count("|"))]
     for w in workloads:
         cells = []
@@ -559,6 +711,9 @@ def table(all_results: Dict[str, Dict[str, float]], tiny: int) -> str:
                     continue
                 a, b = all_results["ninf"].get(w), all_results[s].get(w)
                 cells.append("-" if a is None or b is None else f"{a / b:.2f}")
+        for s in over_bound:
+            a, b = all_results[s].get(w), all_results["bound"].get(w)
+            cells.append("-" if a is None or b is None else f"{a / b:.2f}")
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -581,18 +736,27 @@ def main() -> None:
         help="Ninf's servers do not lend each other idle cores (the figures before they did)",
     )
     parser.add_argument(
+        "--before",
+        help="a folder of another build's programs (an older commit's target/release), run "
+        "as the system ninf-before, to measure a change side by side",
+    )
+    parser.add_argument(
         "--interleave",
         action="store_true",
         help="start every system at once and alternate their trials (see run_interleaved)",
     )
     args = parser.parse_args()
     args.sizes = [int(v) for v in args.sizes.split(",")]
+    if "ninf-before" in args.systems.split(",") and not args.before:
+        parser.error("the system ninf-before needs --before OLD_BIN_DIR")
     makers = {
         "ninf": lambda: NinfSide(args.bin_dir, not args.no_lend_cores),
         "ninf-no-turns": lambda: NinfSide(args.bin_dir, not args.no_lend_cores, turns=False),
+        "ninf-before": lambda: NinfSide(args.before, not args.no_lend_cores, name="ninf-before"),
         "ray": RaySide,
         "dask": DaskSide,
         "numpy": NumpySide,
+        "bound": BoundSide,
     }
     all_results: Dict[str, Dict[str, float]] = {}
     if args.interleave:
