@@ -383,19 +383,22 @@ mod tests {
         assert_eq!(turns.held_until(), None);
     }
 
-    #[test]
-    fn the_last_lu_waits_a_third_of_its_time_alone_at_most() {
-        let (mut turns, server) = pairs_lending();
-        assert_eq!(
-            issue_at(&mut turns, vec![0, 2, 4, 6, 8], &server, 0.0),
-            [0, 2]
-        );
+    /// Two rounds of the pairs' LUs, the second issued at 1 s, up to LU 4's end at 2 s; LU 6
+    /// is still out on "b" (expected to end at 2 s), LU 8 waits for its turn on "a".
+    fn two_rounds(turns: &mut Turns, server: &impl Fn(usize) -> String) {
+        assert_eq!(issue_at(turns, vec![0, 2, 4, 6, 8], server, 0.0), [0, 2]);
         turns.ended(0, "a");
         turns.ended(2, "b");
-        assert_eq!(issue_at(&mut turns, vec![1, 3], &server, 1.0), [1, 3, 4, 6]);
+        assert_eq!(issue_at(turns, vec![1, 3], server, 1.0), [1, 3, 4, 6]);
         turns.ended(1, "a");
         turns.ended(3, "b");
         turns.ended(4, "a");
+    }
+
+    #[test]
+    fn the_last_lu_waits_a_third_of_its_time_alone_at_most() {
+        let (mut turns, server) = pairs_lending();
+        two_rounds(&mut turns, &server);
         assert_eq!(issue_at(&mut turns, vec![5], &server, 2.0), [5]);
         turns.ended(5, "a");
         // LU 6 on "b" runs late: at 2.3 s LU 8 still waits, a third of a second after it
@@ -427,14 +430,7 @@ mod tests {
         assert_eq!(issue_at(&mut turns, vec![5], &server, 2.0), [5, 8]);
         // Where servers lend nothing, it never waits.
         let (mut turns, server) = pairs();
-        assert_eq!(
-            issue_at(&mut turns, vec![0, 2, 4, 6, 8], &server, 0.0),
-            [0, 2]
-        );
-        turns.ended(0, "a");
-        turns.ended(2, "b");
-        assert_eq!(issue_at(&mut turns, vec![1, 3], &server, 1.0), [1, 3, 4, 6]);
-        turns.ended(4, "a");
+        two_rounds(&mut turns, &server);
         assert_eq!(issue_at(&mut turns, vec![5], &server, 2.0), [5, 8]);
     }
 
