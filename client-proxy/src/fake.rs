@@ -156,6 +156,14 @@ impl FakeCluster {
         owners
     }
 
+    /// Takes `server` down (every request to it refused) or brings it back.
+    pub(crate) fn set_dead(&self, server: &str, dead: bool) {
+        let mut state = ninf_proto::sync::lock(&self.state);
+        if let Some(s) = state.servers.get_mut(server) {
+            s.dead = dead;
+        }
+    }
+
     /// Makes `server`'s next `requests` storage requests lose their replies.
     pub(crate) fn drop_replies(&self, server: &str, requests: u32) {
         let mut state = ninf_proto::sync::lock(&self.state);

@@ -91,18 +91,11 @@ impl Proxy {
         commit: &v1::JournaledCommit,
     ) -> Result<(), Status> {
         for write in &commit.writes {
-            let object = write.object.clone().unwrap_or_default();
             let id = &write.handle;
-            if let Err(status) = self.cluster.adopt(&object, id).await {
-                // Adopted or not (its reply may be what was lost), the value is no one's.
-                self.delete_leftover_later(Leftover::Object(object.clone()));
-                return Err(Status::unavailable(format!(
-                    "cannot keep the new value of data handle `{id}` on {}: {}",
-                    object.server,
-                    status.message()
-                )));
-            }
-            let further = self.adopt_written_copies(id, &commit.written_copies).await;
+            let written = write.object.clone().unwrap_or_default();
+            let (object, further) = self
+                .adopt_new_value(id, written, &commit.written_copies)
+                .await?;
             let added = self
                 .add_copy(owner, id, object.clone(), (true, false), further)
                 .await?;
@@ -113,6 +106,38 @@ impl Proxy {
             self.keep_replica(owner, replica).await;
         }
         Ok(())
+    }
+
+    /// Gives handle `id` its new value: the object its writer kept (`written`), and the
+    /// copies made before the commit. Where the writer's server cannot adopt it (it died
+    /// since the run), the first copy stands in for it; an error where there is none.
+    async fn adopt_new_value(
+        &self,
+        id: &str,
+        written: v1::ObjectRef,
+        copies: &[v1::HandleObject],
+    ) -> Result<(v1::ObjectRef, Vec<v1::DataCopy>), Status> {
+        let adopted = self.cluster.adopt(&written, id).await;
+        let mut further = self.adopt_written_copies(id, copies).await;
+        let Err(status) = adopted else {
+            return Ok((written, further));
+        };
+        // Adopted or not (its reply may be what was lost), the writer's object is no one's.
+        self.delete_leftover_later(Leftover::Object(written.clone()));
+        if further.is_empty() {
+            return Err(Status::unavailable(format!(
+                "cannot keep the new value of data handle `{id}` on {}: {}",
+                written.server,
+                status.message()
+            )));
+        }
+        let stand_in = further.remove(0);
+        tracing::warn!(%id, server = %written.server, copy = %stand_in.server, error = %status.message(), "the new value's writer cannot keep it; its copy stands in");
+        let object = v1::ObjectRef {
+            server: stand_in.server,
+            object_id: stand_in.object_id,
+        };
+        Ok((object, further))
     }
 
     /// Gives handle `id` the copies of its new value made before the commit (`copies` lists

@@ -1,7 +1,8 @@
 //! Data handles against the in-memory cluster and records ([`crate::fake`]): a put or a copy
 //! whose server did its work but whose reply was lost leaves nothing behind once the
 //! background deletion has run, and touches nothing else the handle holds there; a new
-//! value's copy that fails is handed to the metaserver's repair.
+//! value's copy that fails is handed to the metaserver's repair; a new value whose writer
+//! died before the commit is kept from its copy.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -156,4 +157,58 @@ async fn a_new_values_copy_to_a_dead_server_is_handed_to_the_repair_avoiding_it(
     assert_eq!(repairs[0].id, info.id);
     assert_eq!(repairs[0].owner, "client");
     assert_eq!(repairs[0].avoid, ["s3"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_value_whose_writer_died_before_the_commit_is_kept_from_its_copy() {
+    let (cluster, metaserver, proxy) = grid();
+    let (spec, upload) = persistent(&[3.0]);
+    let info = proxy.put_data("client", spec, upload).await.unwrap();
+    let id = info.id.clone();
+    // A run wrote the value [4] on s1 and copied it to s2 before its commit; then s1 died.
+    let written = cluster
+        .put("s1", "p/graph-1", doubles(&[4.0]))
+        .await
+        .unwrap();
+    let copy = cluster
+        .put("s2", "p/graph-1", doubles(&[4.0]))
+        .await
+        .unwrap();
+    cluster.set_dead("s1", true);
+    let handle_object = |object: &v1::ObjectRef| v1::HandleObject {
+        handle: id.clone(),
+        object: Some(object.clone()),
+    };
+    let commit = v1::JournaledCommit {
+        writes: vec![handle_object(&written)],
+        written_copies: vec![handle_object(&copy)],
+        ..Default::default()
+    };
+    proxy.apply_commit("client", &commit).await.unwrap();
+    let copies = metaserver.handle(&id).unwrap().copies;
+    assert_eq!(
+        copies,
+        [v1::DataCopy {
+            server: "s2".into(),
+            object_id: copy.object_id.clone(),
+        }],
+        "the copy stands in for the value its writer lost"
+    );
+    let value = cluster.get(&copy).await.unwrap();
+    assert_eq!(crate::fake::values(&value.data), [4.0]);
+    assert_eq!(cluster.owners_on("s2"), [id.as_str()]);
+
+    // With no copy, the commit fails naming the handle and the writer's server.
+    let commit = v1::JournaledCommit {
+        writes: vec![handle_object(&written)],
+        ..Default::default()
+    };
+    let err = proxy.apply_commit("client", &commit).await.unwrap_err();
+    assert!(
+        err.message().starts_with(&format!(
+            "cannot keep the new value of data handle `{id}` on s1"
+        )),
+        "{}",
+        err.message()
+    );
 }
