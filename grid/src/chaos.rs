@@ -83,7 +83,7 @@ pub struct ChaosReport {
     /// Executables of killed servers still alive at the end.
     pub leaked_processes: usize,
     pub seconds: f64,
-    /// The first few errors of lost transactions.
+    /// The first few errors of lost transactions, and which transactions came back wrong.
     pub errors: Vec<String>,
 }
 
@@ -470,6 +470,13 @@ pub fn run_transactions(proxy: &str, total: usize, concurrency: usize) -> ChaosR
                                 r.completed += 1;
                             } else {
                                 r.mismatched += 1;
+                                if r.errors.len() < 5 {
+                                    r.errors.push(format!(
+                                        "transaction {i} ({}): off by {:e}",
+                                        kind(i),
+                                        run.max_abs_error
+                                    ));
+                                }
                             }
                         }
                         Err(e) => {
@@ -529,6 +536,15 @@ fn transaction(grid: &GridClient, i: usize) -> Result<workloads::WorkloadRun, ni
         4 => workloads::pairs(grid, 380, 2, seed),
         5 => workloads::cascade(grid, 160, seed),
         _ => workloads::kept_factor(grid, 200, KEPT_REPLICAS, seed),
+    }
+}
+
+/// What transaction `i` of the mix is, for its errors.
+fn kind(i: usize) -> &'static str {
+    match i % 7 {
+        0 | 2 | 4 => "pairs",
+        1 | 3 | 5 => "cascade",
+        _ => "kept factor",
     }
 }
 
