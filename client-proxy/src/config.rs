@@ -378,6 +378,10 @@ mod tests {
         assert!(defaults.bulk_calls);
         assert!(defaults.same_host_uploads);
         assert!(defaults.same_host_calls);
+        assert!(!defaults.wait_to_borrow_cores);
+        let lending: ProxyConfig =
+            toml::from_str("metaserver = \"m:1\"\nwait_to_borrow_cores = true\n").unwrap();
+        assert!(lending.wait_to_borrow_cores);
         let text = "metaserver = \"m:1\"\nidle_connection_seconds = 0\nbulk_calls = false\n\
                     same_host_uploads = false\nsame_host_calls = false\n";
         let set: ProxyConfig = toml::from_str(text).unwrap();

@@ -343,22 +343,25 @@ mod tests {
         assert_eq!(issue(&mut turns, vec![2, 0, 1], &one), [2, 0, 1]);
     }
 
+    /// The pairs' first LUs, then the second on "a" at 1 s and the second on "b" (LU 6) at
+    /// `at`, up to LU 4's end at 2 s; LU 8 waits for its turn on "a".
+    fn second_lu_on_b_at(turns: &mut Turns, server: &impl Fn(usize) -> String, at: f64) {
+        assert_eq!(issue_at(turns, vec![0, 2, 4, 6, 8], server, 0.0), [0, 2]);
+        turns.ended(0, "a");
+        assert_eq!(issue_at(turns, vec![1], server, 1.0), [1, 4]);
+        turns.ended(2, "b");
+        assert_eq!(issue_at(turns, vec![3], server, at), [3, 6]);
+        turns.ended(1, "a");
+        turns.ended(3, "b");
+        turns.ended(4, "a");
+    }
+
     #[test]
     fn the_last_lu_waits_for_the_other_servers_lu_and_every_solve_then_leaves_alone() {
         let (mut turns, server) = pairs_lending();
-        assert_eq!(
-            issue_at(&mut turns, vec![0, 2, 4, 6, 8], &server, 0.0),
-            [0, 2]
-        );
-        turns.ended(0, "a");
-        assert_eq!(issue_at(&mut turns, vec![1], &server, 1.0), [1, 4]);
-        turns.ended(2, "b");
-        assert_eq!(issue_at(&mut turns, vec![3], &server, 1.0), [3, 6]);
-        turns.ended(1, "a");
-        turns.ended(3, "b");
+        second_lu_on_b_at(&mut turns, &server, 1.0);
         // LU 4 ends on "a" at 2.0 s: LU 8's turn, but LU 6 on "b" is expected to end by
         // then too, so LU 8 waits while the solve after LU 4 goes.
-        turns.ended(4, "a");
         assert_eq!(issue_at(&mut turns, vec![5], &server, 2.0), [5]);
         assert!(turns.holds_tasks());
         assert!(
@@ -414,19 +417,9 @@ mod tests {
     #[test]
     fn the_last_lu_does_not_wait_for_calls_that_end_late_nor_without_lent_cores() {
         let (mut turns, server) = pairs_lending();
-        assert_eq!(
-            issue_at(&mut turns, vec![0, 2, 4, 6, 8], &server, 0.0),
-            [0, 2]
-        );
         // LU 6 starts half a second after LU 4: when LU 4 ends, LU 6 has half its time
         // left, more than LU 8 would gain on two cores.
-        turns.ended(0, "a");
-        assert_eq!(issue_at(&mut turns, vec![1], &server, 1.0), [1, 4]);
-        turns.ended(2, "b");
-        assert_eq!(issue_at(&mut turns, vec![3], &server, 1.5), [3, 6]);
-        turns.ended(1, "a");
-        turns.ended(3, "b");
-        turns.ended(4, "a");
+        second_lu_on_b_at(&mut turns, &server, 1.5);
         assert_eq!(issue_at(&mut turns, vec![5], &server, 2.0), [5, 8]);
         // Where servers lend nothing, it never waits.
         let (mut turns, server) = pairs();
