@@ -27,6 +27,7 @@
 //! wait_to_borrow_cores = false
 //! journal = "ninf-proxy-journal.sqlite"
 //! journal_wait_seconds = 60.0
+//! answer_keep_seconds = 600.0
 //! ```
 
 use std::path::Path;
@@ -192,10 +193,20 @@ pub struct ProxyConfig {
     /// to send them again, keeping their intermediates; then it deletes them.
     #[serde(default = "default_journal_wait")]
     pub journal_wait_seconds: f64,
+    /// How long the journal keeps the answer of a transaction that wrote data handles: a
+    /// client whose reply was lost and that sends it again within this time is answered
+    /// from it, never run again over the values it wrote. Longer than the clients'
+    /// `NINF_RECONNECT_SECONDS` (60 s by default).
+    #[serde(default = "default_answer_keep")]
+    pub answer_keep_seconds: f64,
 }
 
 fn default_journal_wait() -> f64 {
     60.0
+}
+
+fn default_answer_keep() -> f64 {
+    600.0
 }
 
 fn default_metaserver_retry() -> f64 {
@@ -328,6 +339,7 @@ impl ProxyConfig {
             tls: None,
             journal: None,
             journal_wait_seconds: default_journal_wait(),
+            answer_keep_seconds: default_answer_keep(),
         }
     }
 

@@ -143,6 +143,7 @@ impl FakeMetaserver {
             server: servers[0].clone(),
             servers,
             evicted: Vec::new(),
+            earlier_tries: Vec::new(),
         }))
     }
 
@@ -154,11 +155,12 @@ impl FakeMetaserver {
             return Err(Status::not_found(format!("no handle {}", request.id)));
         };
         let copy = request.copy.unwrap_or_default();
-        let stale = match request.replace {
+        let mut stale = match request.replace {
             true => std::mem::take(&mut info.copies),
             false => Vec::new(),
         };
         for copy in std::iter::once(copy).chain(request.further_copies) {
+            stale.retain(|c| *c != copy);
             if !info.copies.contains(&copy) {
                 info.copies.push(copy);
             }

@@ -412,15 +412,22 @@ impl Proxy {
                 arguments.len()
             )));
         }
+        let key = journal_key(admitted.client(), &transaction_id).filter(|_| self.journal.is_on());
+        // The graph as the client sent it: the handles' copies, added next, move between
+        // the first try and a resend (the first try's writes among them).
+        let hash = key.as_ref().map_or(0, |_| journal::graph_hash(&graph));
         let mut data = self
             .resolve_data(admitted.client(), &mut graph, &arguments)
             .await?;
-        let key = journal_key(admitted.client(), &transaction_id).filter(|_| self.journal.is_on());
         // A resend waits for the run it replaces (its client went away) to clean up.
         let _exclusive = match &key {
             Some(key) => self.journal.exclusive(key).await,
             None => None,
         };
+        let found = self.journal.take(key.as_deref(), admitted.client(), hash);
+        if let (Some(key), journal::Found::Answered) = (&key, &found) {
+            return self.answer_again(key, &graph).await;
+        }
         // Taken after the exclusive hold, so a resend never holds a slot its predecessor
         // needs to finish.
         let slot = tokio::select! {
@@ -432,7 +439,7 @@ impl Proxy {
         let placed = self
             .place_or_resume(
                 &graph,
-                key.as_deref(),
+                (key.as_deref(), hash, found),
                 admitted.client(),
                 (scheduler, label),
             )
@@ -475,6 +482,8 @@ impl Proxy {
         let outcome = self
             .keep_data_outputs(key.as_deref(), admitted.client(), &data, outcome)
             .await;
+        // Its writes are done: a resend is answered from its commit, not run over them.
+        let answered = outcome.is_ok() && !data.writes.is_empty();
         // Clean-up and the report need no core: the next graph starts meanwhile.
         drop(slot);
         // Whatever happened, nothing the graph stored may stay behind, on the servers first
@@ -489,7 +498,7 @@ impl Proxy {
             )
             .await;
             if let Some(key) = &key {
-                self.journal.record(journal::Entry::Finished(key.clone()));
+                self.journal.ended(key, (admitted.client(), hash), answered);
             }
         };
         let report = self.report_outcome(&graph, &placed.placement, predicted, outcome);
@@ -702,11 +711,12 @@ fn listen_same_host(proxy: &Arc<Proxy>) -> Option<tokio::net::UnixListener> {
 /// kept for its clients ([`journal::restart`]).
 async fn open_journal(proxy: &Arc<Proxy>, url: &str) -> Result<(), journal::JournalError> {
     let store = journal::JournalStore::open(url, &proxy.name).await?;
-    let orphans = store.load().await?;
-    tracing::info!(journal = %ninf_db::redact(url), transactions = orphans.len(), "journal opened");
-    let waiting = !orphans.is_empty();
-    proxy.journal.start(store, orphans);
-    if waiting {
+    let runs = store.load().await?;
+    let keep = Duration::from_secs_f64(proxy.config.answer_keep_seconds.max(0.0));
+    proxy.journal.start(store, runs, keep);
+    let orphans = proxy.journal.orphans().len();
+    tracing::info!(journal = %ninf_db::redact(url), transactions = orphans, "journal opened");
+    if orphans > 0 {
         journal::restart::spawn_orphan_keeper(proxy.clone());
     }
     Ok(())

@@ -9,7 +9,7 @@ use ninf_proto::v1;
 use tonic::Status;
 
 use crate::turns::{TaskTurn, Turns};
-use crate::{Executed, Failed, Proxy, RunCounts, admission, execution, journal, unix_ms};
+use crate::{Executed, Failed, Proxy, admission, execution, journal, unix_ms};
 
 /// Each task's predicted (start, finish), seconds from the graph's start.
 pub(crate) type PredictedTimes = Vec<(f64, f64)>;
@@ -17,26 +17,27 @@ pub(crate) type PredictedTimes = Vec<(f64, f64)>;
 impl Proxy {
     /// The graph's placement: asked of the metaserver (and journaled), or, for a transaction
     /// the journal holds from before a restart, the one it ran under, with what survived.
+    /// `found` is what the journal holds of the transaction (journal key `key`, its graph
+    /// as the client sent it hashing to `hash`).
     pub(crate) async fn place_or_resume(
         &self,
         graph: &v1::TaskGraph,
-        key: Option<&str>,
+        (key, hash, found): (Option<&str>, u64, journal::Found),
         client: &str,
         (scheduler, label): (String, String),
     ) -> Result<Placed, Status> {
-        // Only a journaled transaction needs its graph's hash.
-        let hash = key.map_or(0, |_| journal::graph_hash(graph));
-        let found = match key {
-            Some(key) => self.journal.take(key, client, hash),
-            None => journal::Found::Nothing,
-        };
         match found {
             journal::Found::Resume(run) => return Ok(self.resume(*run).await),
             journal::Found::Stale(run) => {
-                self.abandon(&run, "the client sent another graph under its id")
+                self.abandon(&run, "the client sent another graph under its id", false)
                     .await;
             }
             journal::Found::Nothing => {}
+            journal::Found::Answered => {
+                return Err(Status::internal(
+                    "an answered transaction reached its placement",
+                ));
+            }
         }
         // A path is measured before its first use: a server that registered after the
         // last probe round would otherwise be scheduled on the default link's guess. Not
@@ -84,6 +85,7 @@ impl Proxy {
                 accepted_ms: unix_ms(),
                 tasks: Vec::new(),
                 commit: None,
+                answered_ms: None,
             };
             self.journal
                 .record_durably(journal::Entry::Accepted(Box::new(run)))
@@ -107,27 +109,18 @@ impl Proxy {
         predicted: PredictedTimes,
         outcome: Result<Executed, Failed>,
     ) -> Result<v1::RunReply, Status> {
-        let mut counts = RunCounts::default();
-        let (tasks, actuals, error, makespan, incidents) = match outcome {
-            Ok(Executed {
-                mut reports,
-                actuals,
-                makespan,
-                counts: run_counts,
-                incidents,
-                data_objects: _,
-                written_copies: _,
-                data_replicas: _,
-                commit: _,
-            }) => {
-                counts = run_counts;
-                for report in reports.iter_mut() {
-                    let task = report.task as usize;
-                    report.label = graph.tasks[task].label.clone();
-                    report.function = graph.tasks[task].function.clone();
-                    (report.predicted_start, report.predicted_finish) = predicted[task];
-                }
-                (Ok(reports), actuals, String::new(), makespan, incidents)
+        let graph_id = placement.graph_id;
+        match outcome {
+            Ok(mut executed) => {
+                self.report_actuals(v1::ActualsReport {
+                    graph_id,
+                    tasks: std::mem::take(&mut executed.actuals),
+                    makespan: executed.makespan,
+                    error: String::new(),
+                    incidents: std::mem::take(&mut executed.incidents),
+                })
+                .await;
+                Ok(run_reply(graph, placement, &predicted, executed))
             }
             Err(Failed {
                 status,
@@ -135,32 +128,40 @@ impl Proxy {
                 makespan,
                 incidents,
             }) => {
-                let message = status.message().to_string();
-                (Err(status), actuals, message, makespan, incidents)
+                self.report_actuals(v1::ActualsReport {
+                    graph_id,
+                    tasks: actuals,
+                    makespan,
+                    error: status.message().to_string(),
+                    incidents,
+                })
+                .await;
+                Err(status)
             }
-        };
-        self.report_actuals(v1::ActualsReport {
-            graph_id: placement.graph_id,
-            tasks: actuals,
-            makespan,
-            error,
-            incidents,
-        })
-        .await;
-        Ok(v1::RunReply {
-            graph_id: placement.graph_id,
-            scheduler: placement.scheduler.clone(),
-            tasks: tasks?,
-            predicted_makespan: placement.predicted_makespan,
-            actual_makespan: makespan,
-            inter_server_ratio: placement.inter_server_ratio,
-            schedule_seconds: 0.0,
-            tasks_retried: counts.retried,
-            regenerated: counts.regenerated,
-            staged_uploads: counts.staged_uploads,
-            staged_upload_seconds: counts.staged_upload_seconds,
-            resumed_tasks: counts.resumed,
-        })
+        }
+    }
+
+    /// The answer of transaction `key`, answered before (its reply was lost), as the
+    /// journal keeps it: nothing runs, nothing is written, the metaserver is not told again.
+    /// An error if the journal no longer has it: it is never run twice.
+    pub(crate) async fn answer_again(
+        &self,
+        key: &str,
+        graph: &v1::TaskGraph,
+    ) -> Result<v1::RunReply, Status> {
+        let (placement, commit) = self.journal.answer(key).await.map_err(|why| {
+            Status::failed_precondition(format!(
+                "transaction `{key}` was answered already and is not run again: {why}"
+            ))
+        })?;
+        tracing::info!(transaction = %key, graph = placement.graph_id, "answering a transaction again from the journal");
+        let (_, predicted) = placed_servers(&placement, graph.tasks.len())?;
+        Ok(run_reply(
+            graph,
+            &placement,
+            &predicted,
+            Executed::committed(commit),
+        ))
     }
 
     /// Tells the metaserver what happened to a graph (a failure to do so is only logged).
@@ -197,6 +198,46 @@ pub(crate) struct Placed {
     pub(crate) committed: Option<v1::JournaledCommit>,
     /// Seconds the metaserver took to place it (0 when resumed).
     pub(crate) schedule_seconds: f64,
+}
+
+/// The client's reply for a graph that ran to its end (or was answered before), its task
+/// reports named after `graph`'s tasks.
+fn run_reply(
+    graph: &v1::TaskGraph,
+    placement: &v1::ScheduleReply,
+    predicted: &PredictedTimes,
+    executed: Executed,
+) -> v1::RunReply {
+    let Executed {
+        mut reports,
+        makespan,
+        counts,
+        ..
+    } = executed;
+    for report in reports.iter_mut() {
+        let task = report.task as usize;
+        if let Some(t) = graph.tasks.get(task) {
+            report.label = t.label.clone();
+            report.function = t.function.clone();
+        }
+        if let Some(&times) = predicted.get(task) {
+            (report.predicted_start, report.predicted_finish) = times;
+        }
+    }
+    v1::RunReply {
+        graph_id: placement.graph_id,
+        scheduler: placement.scheduler.clone(),
+        tasks: reports,
+        predicted_makespan: placement.predicted_makespan,
+        actual_makespan: makespan,
+        inter_server_ratio: placement.inter_server_ratio,
+        schedule_seconds: 0.0,
+        tasks_retried: counts.retried,
+        regenerated: counts.regenerated,
+        staged_uploads: counts.staged_uploads,
+        staged_upload_seconds: counts.staged_upload_seconds,
+        resumed_tasks: counts.resumed,
+    }
 }
 
 /// Each task's server and predicted times, from the metaserver's placement; an error if it

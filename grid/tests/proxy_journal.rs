@@ -15,6 +15,7 @@ use ninf::CallError;
 use ninf::grid::{GridClient, Plan};
 use ninf_client_proxy::journal::{JournalStore, JournaledRun};
 use ninf_grid::processes::{Started, free_address, start, write};
+use ninf_proto::v1;
 
 /// Milliseconds each call of the chain sleeps: long enough to kill the proxy during one.
 const CALL_MS: i32 = 1500;
@@ -196,7 +197,6 @@ fn a_transaction_its_client_abandons_is_deleted_and_reported_failed() {
 #[test]
 fn the_journal_keeps_to_postgresql_as_well() {
     use ninf_client_proxy::journal::Entry;
-    use ninf_proto::v1;
     let postgres = ninf_grid::postgres::LocalPostgres::start().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let run = JournaledRun {
@@ -235,7 +235,23 @@ fn the_journal_keeps_to_postgresql_as_well() {
                     object_id: "p".into(),
                 }),
             }],
+            old_copies: vec![v1::HandleObject {
+                handle: "h".into(),
+                object: Some(v1::ObjectRef {
+                    server: "s:3".into(),
+                    object_id: "q".into(),
+                }),
+            }],
         }),
+        answered_ms: None,
+    };
+    // Answered: kept with its commit, its tasks forgotten.
+    let answered = JournaledRun {
+        transaction_id: "client#t3".into(),
+        accepted_ms: 18,
+        tasks: Vec::new(),
+        answered_ms: Some(40),
+        ..run.clone()
     };
     let committed = |id: &str| Entry::Committed {
         transaction_id: id.into(),
@@ -262,11 +278,29 @@ fn the_journal_keeps_to_postgresql_as_well() {
                 })),
                 committed("client#t2"),
                 Entry::Finished("client#t2".into()),
+                Entry::Accepted(Box::new(JournaledRun {
+                    transaction_id: "client#t3".into(),
+                    accepted_ms: 18,
+                    ..answered.clone()
+                })),
+                committed("client#t3"),
+                Entry::Answered {
+                    transaction_id: "client#t3".into(),
+                    at_ms: 40,
+                },
             ])
             .await
             .unwrap();
         let loaded = store.load().await.unwrap();
+        let answer = store.answer("client#t3").await.unwrap();
+        store.forget_answered_before(41).await.unwrap();
+        let forgotten = store.answer("client#t3").await.unwrap();
+        let left = store.load().await.unwrap().len();
         store.close().await;
+        assert_eq!(
+            (answer.map(|(p, _)| p.graph_id), forgotten, left),
+            (Some(9), None, 1)
+        );
         loaded
     });
     // A restarted proxy that abandons the run cleans up where its commit's copies are too.
@@ -275,7 +309,7 @@ fn the_journal_keeps_to_postgresql_as_well() {
         "{:?}",
         loaded[0].servers()
     );
-    assert_eq!(loaded, vec![run]);
+    assert_eq!(loaded, vec![run, answered]);
 }
 
 /// Data kept on the grid is the metaserver's record and the servers' bytes, not the proxy's:
@@ -492,20 +526,110 @@ fn a_transaction_that_wrote_a_handle_is_finished_from_the_journal_not_run_again(
     );
     assert_eq!(x, local, "the reply is the first run's");
     assert_eq!(plan.resumed_tasks, 3, "{plan:?}");
-    let metrics = grid.grid().endpoints.metrics.clone();
-    let calls = |routine: &str| -> f64 {
-        metrics
-            .iter()
-            .filter(|(name, _)| name.starts_with("server-"))
-            .map(|(_, address)| {
-                let routine = format!("routine=\"{routine}\"");
-                sample_sum(&scrape(address), "ninf_calls_total", &[&routine])
-            })
-            .sum()
-    };
+    let calls = |routine: &str| routine_calls(&grid, routine);
     assert_eq!((calls("dgefa"), calls("slow_echo")), (1.0, 1.0));
-    eventually("the journal forgetting the transaction", || {
-        proxy.journaled(&grid).is_empty()
+    eventually("the journal keeping only the transaction's answer", || {
+        proxy
+            .journaled(&grid)
+            .iter()
+            .all(|run| run.answered_ms.is_some() && run.tasks.is_empty())
     });
     assert!(no_bytes_left(&grid), "{:?}", grid.grid().stored_bytes());
+}
+
+/// Calls of `routine` the grid's servers have run.
+fn routine_calls(grid: &TestGrid, routine: &str) -> f64 {
+    let routine = format!("routine=\"{routine}\"");
+    grid.grid()
+        .endpoints
+        .metrics
+        .iter()
+        .filter(|(name, _)| name.starts_with("server-"))
+        .map(|(_, address)| sample_sum(&scrape(address), "ninf_calls_total", &[&routine]))
+        .sum()
+}
+
+/// `dgefa` over handle `id` (order `n`) in place, its pivots returned, sent as the
+/// transaction `transaction_id`: what a client sends again when its reply was lost.
+fn dgefa_request(id: &str, n: usize, transaction_id: &str) -> v1::RunRequest {
+    use v1::call_argument::Source;
+    let argument = |source| v1::CallArgument {
+        source: Some(source),
+    };
+    let order = v1::ArgumentValue {
+        value: Some(v1::argument_value::Value::IntValue(n as i64)),
+    };
+    let handle = v1::DataArgument {
+        id: id.to_string(),
+        reads: true,
+        writes: true,
+    };
+    v1::RunRequest {
+        graph: Some(v1::TaskGraph {
+            tasks: vec![v1::GraphTask {
+                label: "dgefa#0".into(),
+                function: "dgefa".into(),
+                scalars: [("n".to_string(), n as i64)].into_iter().collect(),
+                client_out_bytes: 4 * n as u64,
+                data: Vec::new(),
+            }],
+            edges: Vec::new(),
+        }),
+        arguments: vec![v1::TaskArguments {
+            arguments: vec![
+                argument(Source::Data(handle)),
+                argument(Source::Value(order)),
+                v1::CallArgument { source: None },
+            ],
+            returns: vec![2],
+        }],
+        transaction_id: transaction_id.to_string(),
+        ..Default::default()
+    }
+}
+
+/// A client whose reply was lost sends its transaction again: one that wrote a handle is
+/// answered from the journal, the same answer, and not run over the value it wrote; so
+/// after a proxy restart too. Another graph under the same id is a new transaction.
+#[test]
+fn a_transaction_that_wrote_a_handle_is_answered_again_when_its_reply_was_lost() {
+    let n = 30usize;
+    let grid = TestGrid::start(vec![1], |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut proxy = ProxyProcess::start(dir.path(), &grid.grid().endpoints.metaserver);
+    let client = GridClient::connect(&proxy.address).unwrap();
+    let a = dominant(n);
+    let handle = client
+        .put(&a, &[n as u64, n as u64], ninf::grid::DataMode::Persistent)
+        .unwrap();
+    let request = dgefa_request(handle.id(), n, "reply-lost");
+    let run = |request: &v1::RunRequest| grid.runtime.block_on(client.inner().run(request.clone()));
+    let first = run(&request).unwrap();
+    let again = run(&request).unwrap();
+    proxy.kill();
+    proxy.restart();
+    let after_restart = run(&request).unwrap();
+    let pivots = |reply: &v1::RunReply| reply.tasks[0].outputs.clone();
+    assert_eq!(pivots(&again), pivots(&first), "the first answer, again");
+    assert_eq!(pivots(&after_restart), pivots(&first));
+    assert_eq!(routine_calls(&grid, "dgefa"), 1.0, "run once");
+    let mut lu = a.clone();
+    let mut ipvt = vec![0i32; n];
+    ninf_routines::linpack::dgefa(&mut lu, n as i32, &mut ipvt).unwrap();
+    let mut factors = vec![0.0; n * n];
+    client.get(&handle, &mut factors).unwrap();
+    assert_eq!(
+        factors, lu,
+        "the handle holds the factors of a, not of its factors"
+    );
+
+    // The id used again for another graph (another label) runs afresh.
+    let mut other = dgefa_request(handle.id(), n, "reply-lost");
+    if let Some(graph) = other.graph.as_mut() {
+        graph.tasks[0].label = "refactor".into();
+    }
+    run(&other).unwrap();
+    assert_eq!(routine_calls(&grid, "dgefa"), 2.0);
+    client.free(&handle).unwrap();
+    eventually("nothing left on the servers", || no_bytes_left(&grid));
 }

@@ -5,6 +5,7 @@
 
 mod binary;
 mod common;
+mod data_retries;
 mod events;
 mod failover;
 mod off_lock;

@@ -99,6 +99,7 @@ impl Proxy {
             let added = self
                 .add_copy(owner, id, object.clone(), (true, false), further)
                 .await?;
+            self.delete_old_copies(id, commit, &added).await;
             self.replicate(owner, id, &object, &added.replicate_to)
                 .await;
         }
@@ -106,6 +107,31 @@ impl Proxy {
             self.keep_replica(owner, replica).await;
         }
         Ok(())
+    }
+
+    /// Deletes handle `id`'s old copies the run found (`commit.old_copies`) that its
+    /// records, now holding the new value (`added`), no longer name. The records named them
+    /// as stale too, the first time; this also reaches those whose deletion a proxy that
+    /// died after the record never asked for.
+    async fn delete_old_copies(
+        &self,
+        id: &str,
+        commit: &v1::JournaledCommit,
+        added: &v1::AddCopyReply,
+    ) {
+        let recorded = added.info.as_ref().map_or(&[][..], |i| &i.copies[..]);
+        let old: Vec<v1::DataCopy> = commit
+            .old_copies
+            .iter()
+            .filter(|c| c.handle == id)
+            .filter_map(|c| c.object.as_ref())
+            .map(|o| v1::DataCopy {
+                server: o.server.clone(),
+                object_id: o.object_id.clone(),
+            })
+            .filter(|c| !recorded.contains(c) && !added.stale.contains(c))
+            .collect();
+        self.delete_copies(&old).await;
     }
 
     /// Gives handle `id` its new value: the object its writer kept (`written`), and the
@@ -249,10 +275,24 @@ impl DataUses {
                 })
             })
             .collect();
+        let old_copies = writes
+            .iter()
+            .filter_map(|write| self.handles.get(&write.handle))
+            .flat_map(|info| {
+                info.copies.iter().map(|copy| v1::HandleObject {
+                    handle: info.id.clone(),
+                    object: Some(v1::ObjectRef {
+                        server: copy.server.clone(),
+                        object_id: copy.object_id.clone(),
+                    }),
+                })
+            })
+            .collect();
         Ok(v1::JournaledCommit {
             writes,
             replicas,
             written_copies,
+            old_copies,
             ..Default::default()
         })
     }

@@ -212,3 +212,74 @@ async fn a_new_value_whose_writer_died_before_the_commit_is_kept_from_its_copy()
         err.message()
     );
 }
+
+/// A commit whose proxy died after the records took the new value and before the old
+/// copies were deleted is applied again from the journal: the old copies the run found go
+/// (the records no longer name them), and the new value's copies stay, though the records
+/// list them already.
+#[tokio::test(start_paused = true)]
+async fn a_commit_applied_again_deletes_the_old_value_and_keeps_the_new() {
+    use crate::metaserver::{DataRecordsRequest, Metaserver};
+    let (cluster, metaserver, proxy) = grid();
+    let (spec, upload) = persistent(&[3.0]);
+    let info = proxy.put_data("client", spec, upload).await.unwrap();
+    let id = info.id.clone();
+    let old = info.copies[0].clone();
+    assert_eq!(old.server, "s1");
+    // The run wrote [4] on s2 and copied it to s1 before its commit.
+    let written = cluster
+        .put("s2", "p/graph-1", doubles(&[4.0]))
+        .await
+        .unwrap();
+    let copy = cluster
+        .put("s1", "p/graph-1", doubles(&[4.0]))
+        .await
+        .unwrap();
+    let handle_object = |object: &v1::ObjectRef| v1::HandleObject {
+        handle: id.clone(),
+        object: Some(object.clone()),
+    };
+    let old_object = v1::ObjectRef {
+        server: old.server.clone(),
+        object_id: old.object_id.clone(),
+    };
+    let commit = v1::JournaledCommit {
+        writes: vec![handle_object(&written)],
+        written_copies: vec![handle_object(&copy)],
+        old_copies: vec![handle_object(&old_object)],
+        ..Default::default()
+    };
+    // The first proxy's life: both adopted and recorded, then it died.
+    cluster.adopt(&written, &id).await.unwrap();
+    cluster.adopt(&copy, &id).await.unwrap();
+    let as_copy = |o: &v1::ObjectRef| v1::DataCopy {
+        server: o.server.clone(),
+        object_id: o.object_id.clone(),
+    };
+    let record = v1::AddCopyRequest {
+        id: id.clone(),
+        owner: "client".into(),
+        copy: Some(as_copy(&written)),
+        replace: true,
+        further_copies: vec![as_copy(&copy)],
+        only_if_room: false,
+    };
+    metaserver
+        .data(DataRecordsRequest::AddCopy(record))
+        .await
+        .unwrap();
+
+    proxy.apply_commit("client", &commit).await.unwrap();
+    background_deletions_run().await;
+    assert!(
+        cluster.get(&old_object).await.is_err(),
+        "the old value is gone"
+    );
+    for kept in [&written, &copy] {
+        let value = cluster.get(kept).await.unwrap();
+        assert_eq!(crate::fake::values(&value.data), [4.0]);
+    }
+    let mut copies = metaserver.handle(&id).unwrap().copies;
+    copies.sort_by(|a, b| a.server.cmp(&b.server));
+    assert_eq!(copies, [as_copy(&copy), as_copy(&written)]);
+}

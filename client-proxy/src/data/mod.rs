@@ -11,7 +11,7 @@
 //! its older copies deleted (`commit.rs`); a replicated handle's new value is copied to the
 //! servers of its old copies before that (`written_copies.rs`). A run that fails changes no handle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ninf_proto::v1;
 use tonic::Status;
@@ -126,6 +126,9 @@ impl Proxy {
         };
         let mut info = created.info.unwrap_or_default();
         self.delete_copies(&created.evicted).await;
+        for earlier in &created.earlier_tries {
+            self.delete_owner(&earlier.server, &earlier.id).await;
+        }
         if spec.empty {
             if let Err(status) = upload.finished().await {
                 let _ = self.free_data(owner, &info.id).await;
@@ -260,11 +263,22 @@ impl Proxy {
         )))
     }
 
-    /// Frees `owner`'s handle `id`: its record, then its bytes on every server holding them.
+    /// Frees `owner`'s handle `id`: its bytes on every server holding them, then its
+    /// record, then the bytes of any copy recorded meanwhile. In that order, a proxy that
+    /// dies midway leaves the record, and the client's free sent again finishes the work;
+    /// the other way round it left bytes that no record names.
     pub async fn free_data(&self, owner: &str, id: &str) -> Result<v1::DataInfo, Status> {
+        let before = self.lookup_data(owner, id).await?;
+        let servers = |info: &v1::DataInfo| -> BTreeSet<String> {
+            info.copies.iter().map(|c| c.server.clone()).collect()
+        };
+        let deleted = servers(&before);
+        for server in &deleted {
+            self.delete_owner(server, id).await;
+        }
         let info = self.forget_record(owner, id).await?;
-        for copy in &info.copies {
-            self.delete_owner(&copy.server, id).await;
+        for server in servers(&info).difference(&deleted) {
+            self.delete_owner(server, id).await;
         }
         Ok(info)
     }

@@ -22,6 +22,9 @@ pub struct JournaledRun {
     /// For a transaction that ran to its end and writes data handles: what it did, recorded
     /// before the handles were given their new values. Such a transaction never runs again.
     pub commit: Option<v1::JournaledCommit>,
+    /// When such a transaction was answered, its writes done (Unix ms): kept since only to
+    /// answer its client again (`answer_keep_seconds`).
+    pub answered_ms: Option<i64>,
 }
 
 impl JournaledRun {
@@ -75,6 +78,9 @@ pub enum Entry {
         transaction_id: String,
         commit: v1::JournaledCommit,
     },
+    /// A transaction that wrote data handles was answered, its writes done: its commit is
+    /// kept, to answer a resend from, and the rest forgotten.
+    Answered { transaction_id: String, at_ms: i64 },
     /// A transaction ended (replied, failed or abandoned) and was cleaned up.
     Finished(String),
 }

@@ -13,17 +13,25 @@
 //! losing the last few entries to a crash costs only recomputation (a task not journaled runs
 //! again), never a wrong result, because the restarted proxy checks that every journaled
 //! object is still held before it counts its task done.
+//!
+//! A transaction that wrote data handles is not forgotten when it is answered: its commit
+//! stays for `answer_keep_seconds` ([`answered`]), so that a resend whose reply was lost is
+//! answered again from it, never run over the values it wrote.
 
+pub mod answered;
 mod entry;
 pub mod restart;
 pub mod store;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use answered::{Answered, AnsweredRuns, Match};
 pub use entry::{Entry, JournaledRun, graph_hash};
+use ninf_proto::clock::unix_ms;
 pub use store::{JournalError, JournalStore};
 
 /// Entries written in one database transaction at most.
@@ -39,7 +47,12 @@ pub enum Found {
     /// A journaled run the request does not match (another graph): to clean up before the
     /// request runs afresh.
     Stale(Box<JournaledRun>),
+    /// A transaction answered already: its answer is in the journal's database.
+    Answered,
 }
+
+/// How often answers older than the keep window are forgotten, at most.
+const FORGET_ANSWERS_EVERY: Duration = Duration::from_secs(5);
 
 /// The journal a proxy writes; off until [`Journal::start`].
 #[derive(Default)]
@@ -58,6 +71,10 @@ struct Enabled {
     /// One lock per transaction id being run, so that a resend waits for the run it
     /// replaces (cancelled when its client went away) to clean up first.
     running: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Transactions that wrote data handles and were answered, within the keep window.
+    answered: Arc<Mutex<AnsweredRuns>>,
+    /// Where their answers are read back.
+    store: JournalStore,
 }
 
 /// Held while a transaction id runs; see [`Journal::exclusive`].
@@ -83,27 +100,50 @@ impl Drop for Exclusive<'_> {
 }
 
 impl Journal {
-    /// Starts journaling into `store`, with `orphans` read back from it: a task writes the
-    /// entries behind the runs, in batches, until the proxy stops.
+    /// Starts journaling into `store`, with `runs` read back from it (those not answered
+    /// become orphans): a task writes the entries behind the runs, in batches, until the
+    /// proxy stops, and forgets answers older than `keep` as it goes.
     pub fn start(
         &self,
         store: JournalStore,
-        orphans: Vec<JournaledRun>,
+        runs: Vec<JournaledRun>,
+        keep: Duration,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let (entries, mut received) = mpsc::unbounded_channel();
-        let orphans = orphans
-            .into_iter()
-            .map(|run| (run.transaction_id.clone(), run))
-            .collect();
+        let mut answered = AnsweredRuns::default();
+        let mut orphans = HashMap::new();
+        for run in runs {
+            match run.answered_ms {
+                Some(at_ms) => answered.insert(
+                    run.transaction_id,
+                    Answered {
+                        client: run.client,
+                        graph_hash: run.graph_hash,
+                        at_ms,
+                    },
+                ),
+                None => {
+                    orphans.insert(run.transaction_id.clone(), run);
+                }
+            }
+        }
+        let answered = Arc::new(Mutex::new(answered));
         let enabled = Enabled {
             entries,
             orphans: Mutex::new(orphans),
             running: Mutex::default(),
+            answered: answered.clone(),
+            store: store.clone(),
         };
         self.on.set(enabled).ok()?;
         Some(tokio::spawn(async move {
             let mut batch: Vec<Queued> = Vec::with_capacity(BATCH);
+            let mut forgot = Instant::now();
             while received.recv_many(&mut batch, BATCH).await > 0 {
+                if forgot.elapsed() >= FORGET_ANSWERS_EVERY {
+                    forgot = Instant::now();
+                    forget_old_answers(&store, &answered, keep).await;
+                }
                 let (entries, waiting): (Vec<Entry>, Vec<_>) = batch.drain(..).unzip();
                 let began = std::time::Instant::now();
                 if let Err(e) = store.apply(&entries).await {
@@ -120,6 +160,48 @@ impl Journal {
                 }
             }
         }))
+    }
+
+    /// Keeps transaction `id`, which wrote data handles, as answered: a resend of it by
+    /// `client` with the same graph is answered from its commit.
+    fn answered(&self, id: &str, client: &str, graph_hash: u64) {
+        let Some(on) = self.on.get() else {
+            return;
+        };
+        let at_ms = unix_ms();
+        let answered = Answered {
+            client: client.to_string(),
+            graph_hash,
+            at_ms,
+        };
+        ninf_proto::sync::lock(&on.answered).insert(id.to_string(), answered);
+        self.record(Entry::Answered {
+            transaction_id: id.to_string(),
+            at_ms,
+        });
+    }
+
+    /// The placement and commit of answered transaction `id`: an error if the journal no
+    /// longer has them (they were forgotten just now) or cannot be read, so that it is
+    /// never run again.
+    pub async fn answer(
+        &self,
+        id: &str,
+    ) -> Result<
+        (
+            ninf_proto::v1::ScheduleReply,
+            ninf_proto::v1::JournaledCommit,
+        ),
+        String,
+    > {
+        let Some(on) = self.on.get() else {
+            return Err("the proxy keeps no journal".into());
+        };
+        match on.store.answer(id).await {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => Err("its answer is no longer kept".into()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     pub fn is_on(&self) -> bool {
@@ -163,12 +245,30 @@ impl Journal {
         })
     }
 
-    /// Takes transaction `id` of the previous life out of the orphans, if `client` sent it
-    /// with the graph it was journaled with.
-    pub fn take(&self, id: &str, client: &str, graph_hash: u64) -> Found {
-        let Some(on) = self.on.get() else {
+    /// Transaction `id` (none: not journaled) ended, `client`'s with a graph hashing to
+    /// `graph_hash`: kept as answered when `answered` (it wrote data handles and its writes
+    /// are done), forgotten otherwise.
+    pub fn ended(&self, id: &str, (client, graph_hash): (&str, u64), answered: bool) {
+        match answered {
+            true => self.answered(id, client, graph_hash),
+            false => self.record(Entry::Finished(id.to_string())),
+        }
+    }
+
+    /// What the journal holds of transaction `id` (none: not journaled), `client` sending it
+    /// with a graph hashing to `graph_hash`: an answer to give again, or a transaction of
+    /// the previous life taken out of the orphans to resume (or, sent with another graph,
+    /// to clean up).
+    pub fn take(&self, id: Option<&str>, client: &str, graph_hash: u64) -> Found {
+        let (Some(on), Some(id)) = (self.on.get(), id) else {
             return Found::Nothing;
         };
+        match ninf_proto::sync::lock(&on.answered).find(id, client, graph_hash) {
+            Match::Same => return Found::Answered,
+            // The id is used again: the old answer goes before the new run is accepted.
+            Match::Other => self.record(Entry::Finished(id.to_string())),
+            Match::None => {}
+        }
         let mut orphans = ninf_proto::sync::lock(&on.orphans);
         match orphans.get(id) {
             None => Found::Nothing,
@@ -206,6 +306,15 @@ impl Journal {
     }
 }
 
+/// Forgets, in memory and then in `store`, the answers older than `keep`.
+async fn forget_old_answers(store: &JournalStore, answered: &Mutex<AnsweredRuns>, keep: Duration) {
+    let before_ms = unix_ms().saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX));
+    ninf_proto::sync::lock(answered).forget_before(before_ms);
+    if let Err(e) = store.forget_answered_before(before_ms).await {
+        tracing::warn!(error = %e, "cannot forget old answers in the journal");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use ninf_proto::v1;
@@ -240,6 +349,7 @@ mod tests {
                 ..Default::default()
             }],
             commit: None,
+            answered_ms: None,
         }
     }
 
@@ -249,11 +359,18 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("j.sqlite").display());
         let store = JournalStore::open(&url, "p").await.expect("opens");
         let journal = Journal::default();
-        journal.start(store, vec![run("t1", "c", 5), run("t2", "c", 5)]);
-        assert!(matches!(journal.take("t1", "other", 5), Found::Nothing));
-        assert!(matches!(journal.take("t1", "c", 5), Found::Resume(_)));
-        assert!(matches!(journal.take("t1", "c", 5), Found::Nothing));
-        assert!(matches!(journal.take("t2", "c", 6), Found::Stale(_)));
+        journal.start(
+            store,
+            vec![run("t1", "c", 5), run("t2", "c", 5)],
+            Duration::from_secs(60),
+        );
+        assert!(matches!(
+            journal.take(Some("t1"), "other", 5),
+            Found::Nothing
+        ));
+        assert!(matches!(journal.take(Some("t1"), "c", 5), Found::Resume(_)));
+        assert!(matches!(journal.take(Some("t1"), "c", 5), Found::Nothing));
+        assert!(matches!(journal.take(Some("t2"), "c", 6), Found::Stale(_)));
         assert!(journal.give_up_orphans().is_empty());
     }
 

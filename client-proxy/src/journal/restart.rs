@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ninf_proto::v1;
 
-use super::{Entry, JournaledRun};
+use super::JournaledRun;
 use crate::Proxy;
 use crate::execution::Restored;
 use crate::placement::Placed;
@@ -88,13 +88,19 @@ impl Proxy {
 
     /// Gives up a journaled transaction: finishes its data writes if it had run to its end
     /// (they were committed; only its reply is lost), deletes what else it stored wherever it
-    /// may have, tells the metaserver its graph failed, and forgets it.
-    pub(crate) async fn abandon(&self, run: &JournaledRun, why: &str) {
+    /// may have, tells the metaserver its graph failed, and forgets it; one whose writes
+    /// were finished is kept as answered when `keep_answer` (its client may still come
+    /// back for it).
+    pub(crate) async fn abandon(&self, run: &JournaledRun, why: &str, keep_answer: bool) {
         tracing::info!(transaction = %run.transaction_id, graph = run.placement.graph_id, why, "giving up a journaled transaction");
-        if let Some(commit) = &run.commit
-            && let Err(status) = self.apply_commit(&run.client, commit).await
-        {
-            tracing::warn!(transaction = %run.transaction_id, error = %status.message(), "cannot finish a journaled transaction's data writes");
+        let mut written = false;
+        if let Some(commit) = &run.commit {
+            match self.apply_commit(&run.client, commit).await {
+                Ok(()) => written = true,
+                Err(status) => {
+                    tracing::warn!(transaction = %run.transaction_id, error = %status.message(), "cannot finish a journaled transaction's data writes");
+                }
+            }
         }
         let mut servers = run.servers();
         servers.extend(self.up_addresses().await);
@@ -109,8 +115,9 @@ impl Proxy {
             ..Default::default()
         })
         .await;
+        let answer = (run.client.as_str(), run.graph_hash);
         self.journal
-            .record(Entry::Finished(run.transaction_id.clone()));
+            .ended(&run.transaction_id, answer, written && keep_answer);
     }
 }
 
@@ -140,7 +147,7 @@ pub fn spawn_orphan_keeper(proxy: Arc<Proxy>) -> tokio::task::JoinHandle<()> {
         }
         for run in proxy.journal.give_up_orphans() {
             proxy
-                .abandon(&run, "its client did not send it again in time")
+                .abandon(&run, "its client did not send it again in time", true)
                 .await;
         }
     })

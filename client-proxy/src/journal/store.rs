@@ -26,7 +26,10 @@ fn segments(entries: &[Entry]) -> Vec<&[Entry]> {
                 start = i;
                 finished.clear();
             }
-            Entry::Finished(id) => {
+            Entry::Finished(id)
+            | Entry::Answered {
+                transaction_id: id, ..
+            } => {
                 finished.insert(id);
             }
             _ => {}
@@ -41,6 +44,7 @@ struct Changes<'a> {
     accepted: Vec<&'a JournaledRun>,
     kept: Vec<(&'a str, &'a v1::TaskReport)>,
     committed: Vec<(&'a str, &'a v1::JournaledCommit)>,
+    answered: Vec<(&'a str, i64)>,
     finished: Vec<&'a str>,
 }
 
@@ -49,6 +53,7 @@ impl<'a> Changes<'a> {
         let mut accepted: BTreeMap<&str, &JournaledRun> = BTreeMap::new();
         let mut kept: BTreeMap<(&str, u32), &v1::TaskReport> = BTreeMap::new();
         let mut committed: BTreeMap<&str, &v1::JournaledCommit> = BTreeMap::new();
+        let mut answered: BTreeMap<&str, i64> = BTreeMap::new();
         let mut finished = BTreeSet::new();
         for entry in segment {
             match entry {
@@ -67,13 +72,25 @@ impl<'a> Changes<'a> {
                 } => {
                     committed.insert(transaction_id, commit);
                 }
+                Entry::Answered {
+                    transaction_id,
+                    at_ms,
+                } => {
+                    answered.insert(transaction_id, *at_ms);
+                }
                 Entry::Finished(id) => {
                     finished.insert(id.as_str());
                 }
             }
         }
         // What a transaction that ends in this segment accepted or kept in it is deleted by
-        // its ending anyway: it is not written at all.
+        // its ending anyway: it is not written at all. An answered one keeps its acceptance
+        // and its commit, not its tasks.
+        let answered: Vec<(&str, i64)> = answered
+            .into_iter()
+            .filter(|(id, _)| !finished.contains(id))
+            .collect();
+        let ended = |id: &str| finished.contains(id) || answered.iter().any(|(a, _)| *a == id);
         Changes {
             accepted: accepted
                 .into_iter()
@@ -82,13 +99,14 @@ impl<'a> Changes<'a> {
                 .collect(),
             kept: kept
                 .into_iter()
-                .filter(|((id, _), _)| !finished.contains(id))
+                .filter(|((id, _), _)| !ended(id))
                 .map(|((id, _), r)| (id, r))
                 .collect(),
             committed: committed
                 .into_iter()
                 .filter(|(id, _)| !finished.contains(id))
                 .collect(),
+            answered,
             finished: finished.into_iter().collect(),
         }
     }
@@ -129,10 +147,12 @@ impl JournalStore {
         })
     }
 
-    /// The transactions this proxy had not finished, with their tasks' kept outputs.
+    /// The transactions this proxy had not finished, with their tasks' kept outputs, and
+    /// those it answered and keeps (`answered_ms`).
     pub async fn load(&self) -> Result<Vec<JournaledRun>, JournalError> {
         let rows = sqlx::query(
-            "SELECT transaction_id, client, graph_hash, owner, placement, accepted_ms
+            "SELECT transaction_id, client, graph_hash, owner, placement, accepted_ms,
+                 answered_ms
              FROM journal_transactions WHERE proxy = $1 ORDER BY accepted_ms",
         )
         .bind(&self.proxy)
@@ -152,6 +172,7 @@ impl JournalStore {
                 accepted_ms: row.try_get(5)?,
                 tasks: Vec::new(),
                 commit: None,
+                answered_ms: row.try_get(6)?,
                 transaction_id: id,
             });
         }
@@ -211,6 +232,12 @@ impl JournalStore {
             for (id, commit) in &changes.committed {
                 self.upsert_commit(&mut tx, id, commit).await?;
             }
+            for &(id, at_ms) in &changes.answered {
+                self.mark_answered(&mut tx, id, at_ms).await?;
+            }
+            let answered: Vec<&str> = changes.answered.iter().map(|(id, _)| *id).collect();
+            self.delete_from(&mut tx, "journal_tasks", &answered)
+                .await?;
             self.delete_from(&mut tx, "journal_tasks", &changes.finished)
                 .await?;
             self.delete_from(&mut tx, "journal_commits", &changes.finished)
@@ -232,7 +259,8 @@ impl JournalStore {
                  placement, accepted_ms) {}
              ON CONFLICT (proxy, transaction_id) DO UPDATE SET client = excluded.client,
                  graph_hash = excluded.graph_hash, owner = excluded.owner,
-                 placement = excluded.placement, accepted_ms = excluded.accepted_ms",
+                 placement = excluded.placement, accepted_ms = excluded.accepted_ms,
+                 answered_ms = NULL",
             ninf_db::values_list(runs.len(), 7, 1)
         );
         // Each row count is another statement: caching them would only fill the cache.
@@ -291,6 +319,73 @@ impl JournalStore {
         .bind(commit.encode_to_vec())
         .execute(&mut **tx)
         .await?;
+        Ok(())
+    }
+
+    async fn mark_answered(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        id: &str,
+        at_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE journal_transactions SET answered_ms = $3
+             WHERE proxy = $1 AND transaction_id = $2",
+        )
+        .bind(&self.proxy)
+        .bind(id)
+        .bind(at_ms)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// The placement and commit of answered transaction `id`, if the journal still keeps
+    /// them.
+    pub async fn answer(
+        &self,
+        id: &str,
+    ) -> Result<Option<(v1::ScheduleReply, v1::JournaledCommit)>, JournalError> {
+        let row = sqlx::query(
+            "SELECT t.placement, c.outcome FROM journal_transactions t
+             JOIN journal_commits c ON c.proxy = t.proxy AND c.transaction_id = t.transaction_id
+             WHERE t.proxy = $1 AND t.transaction_id = $2",
+        )
+        .bind(&self.proxy)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (placement, outcome): (Vec<u8>, Vec<u8>) = (row.try_get(0)?, row.try_get(1)?);
+        let decode_error = |e| JournalError::Decode(id.to_string(), e);
+        let placement = v1::ScheduleReply::decode(placement.as_slice()).map_err(decode_error)?;
+        let commit = v1::JournaledCommit::decode(outcome.as_slice()).map_err(decode_error)?;
+        Ok(Some((placement, commit)))
+    }
+
+    /// Forgets the transactions answered before `before_ms` (Unix ms).
+    pub async fn forget_answered_before(&self, before_ms: i64) -> Result<(), JournalError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "DELETE FROM journal_commits WHERE proxy = $1 AND transaction_id IN
+                 (SELECT transaction_id FROM journal_transactions
+                  WHERE proxy = $1 AND answered_ms IS NOT NULL AND answered_ms < $2)",
+        )
+        .bind(&self.proxy)
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM journal_transactions
+             WHERE proxy = $1 AND answered_ms IS NOT NULL AND answered_ms < $2",
+        )
+        .bind(&self.proxy)
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 

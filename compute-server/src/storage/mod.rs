@@ -229,6 +229,7 @@ impl ObjectStore {
         } else {
             objects.memory_bytes += bytes;
         }
+        tracing::debug!(object = %id, owner, bytes, "object stored");
         objects.by_id.insert(
             id.clone(),
             StoredObject {
@@ -306,11 +307,13 @@ impl ObjectStore {
             .by_id
             .get_mut(id)
             .ok_or_else(|| StorageError::UnknownObject(id.to_string()))?;
+        tracing::debug!(object = id, from = %object.owner, to = owner, "object adopted");
         object.owner = owner.to_string();
         Ok(Self::info(id, object))
     }
 
     pub fn delete(&self, id: &str) -> Result<u64, StorageError> {
+        tracing::debug!(object = id, "object deleted");
         Self::remove(&mut self.lock(), id)
             .ok_or_else(|| StorageError::UnknownObject(id.to_string()))
     }
@@ -328,6 +331,7 @@ impl ObjectStore {
         for id in &ids {
             bytes += Self::remove(&mut objects, id).unwrap_or(0);
         }
+        tracing::debug!(owner, objects = ids.len(), bytes, "owner's objects deleted");
         objects.leases.remove(owner);
         if objects.calls.contains_key(owner) {
             objects.deleted_while_running.insert(owner.to_string());

@@ -101,8 +101,12 @@ impl Reserved {
         }
     }
 
-    pub fn forget(&mut self, handle: &str) {
-        self.handles.remove(handle);
+    /// Forgets `handle`'s reservation; returns the servers it was still to store a copy on.
+    pub fn forget(&mut self, handle: &str) -> Vec<String> {
+        self.handles
+            .remove(handle)
+            .map(|(servers, _, _)| servers)
+            .unwrap_or_default()
     }
 
     /// Forgets reservations made before `since` (a put that never finished).

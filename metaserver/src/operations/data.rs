@@ -32,7 +32,7 @@ impl Metaserver {
         let now = unix_now();
         let mut reserved = self.data_room.lock().await;
         reserved.prune(now - self.config.data_lease_seconds);
-        let earlier = self
+        let (earlier, earlier_tries) = self
             .forget_earlier_try(&request.owner, &spec.put_id, &mut reserved)
             .await?;
         // An empty handle stores nothing until a call writes it, and room is made then.
@@ -73,28 +73,38 @@ impl Metaserver {
             server,
             servers,
             evicted,
+            earlier_tries,
         })
     }
 
     /// Forgets what an earlier try of `owner`'s put `put_id` made (its reply was lost, so the
-    /// client sent it again): the copies it stored, for deleting.
+    /// client sent it again), for deleting: the copies it recorded, and where it was still
+    /// to store one (it may have, unrecorded).
     async fn forget_earlier_try(
         &self,
         owner: &str,
         put_id: &str,
         reserved: &mut Reserved,
-    ) -> Result<Vec<v1::DataCopy>, MetaserverError> {
+    ) -> Result<(Vec<v1::DataCopy>, Vec<v1::DataOwned>), MetaserverError> {
+        let (mut copies, mut unrecorded) = (Vec::new(), Vec::new());
         if put_id.is_empty() {
-            return Ok(Vec::new());
+            return Ok((copies, unrecorded));
         }
-        let mut copies = Vec::new();
         for info in self.db.data_put_as(owner, put_id).await? {
             tracing::info!(id = %info.id, %owner, "a put sent again replaces what its first try made");
             self.db.delete_data(&info.id).await?;
-            reserved.forget(&info.id);
+            unrecorded.extend(
+                reserved
+                    .forget(&info.id)
+                    .into_iter()
+                    .map(|server| v1::DataOwned {
+                        server,
+                        id: info.id.clone(),
+                    }),
+            );
             copies.extend(info.copies);
         }
-        Ok(copies)
+        Ok((copies, unrecorded))
     }
 
     /// The up servers, not draining, none of `except`, that a new handle's `copies` copies
@@ -245,6 +255,9 @@ impl Metaserver {
                 .await?;
             replicate_to = targets;
             stale.extend(evicted);
+            // A commit applied again (its proxy died midway) names copies recorded the first
+            // time: they hold the new value, not an old one.
+            stale.retain(|c| !request.further_copies.contains(c));
         }
         drop(reserved);
         let info = self.owned_data(&request.id, &request.owner).await?;
