@@ -130,7 +130,25 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             report.leaked_processes
         );
     }
+    if let Some(missing) = proxy_fault_missing(proxy_every, &report) {
+        anyhow::bail!(missing);
+    }
     Ok(())
+}
+
+/// Why a run asked to kill the proxy proves nothing about it: it ended before its first
+/// proxy fault (a fast machine, or too few transactions for the kill cycle).
+fn proxy_fault_missing(
+    proxy_every: usize,
+    report: &ninf_grid::chaos::ChaosReport,
+) -> Option<String> {
+    (proxy_every > 0 && report.proxy_restarts == 0).then(|| {
+        format!(
+            "the proxy was to be killed every {proxy_every} faults, but the run ended after {} \
+             faults in {:.1} s without killing it: give it more --transactions or a shorter --kill-every",
+            report.faults_injected, report.seconds
+        )
+    })
 }
 
 #[cfg(test)]
@@ -163,5 +181,24 @@ mod tests {
             .to_string();
         assert!(error.contains("invalid value 'maybe'"), "{error}");
         assert!(error.contains("--same-host-calls"), "{error}");
+    }
+
+    #[test]
+    fn a_run_asked_to_kill_the_proxy_that_never_did_fails_saying_so() {
+        let report = |proxy_restarts| ninf_grid::chaos::ChaosReport {
+            faults_injected: 2,
+            proxy_restarts,
+            seconds: 4.5,
+            ..Default::default()
+        };
+        let missing = super::proxy_fault_missing(3, &report(0)).expect("no proxy fault");
+        assert!(
+            missing.starts_with(
+                "the proxy was to be killed every 3 faults, but the run ended after 2 faults in 4.5 s"
+            ),
+            "{missing}"
+        );
+        assert_eq!(super::proxy_fault_missing(3, &report(1)), None);
+        assert_eq!(super::proxy_fault_missing(0, &report(0)), None, "not asked");
     }
 }
