@@ -130,25 +130,29 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             report.leaked_processes
         );
     }
-    if let Some(missing) = proxy_fault_missing(proxy_every, &report) {
+    if let Some(missing) = fault_missing((metaserver_every, proxy_every), &report) {
         anyhow::bail!(missing);
     }
     Ok(())
 }
 
-/// Why a run asked to kill the proxy proves nothing about it: it ended before its first
-/// proxy fault (a fast machine, or too few transactions for the kill cycle).
-fn proxy_fault_missing(
-    proxy_every: usize,
+/// Why a run asked to kill the metaserver or the proxy proves nothing about it: it ended
+/// before its first such fault (a fast machine, or too few transactions for the cycle).
+fn fault_missing(
+    (metaserver_every, proxy_every): (usize, usize),
     report: &ninf_grid::chaos::ChaosReport,
 ) -> Option<String> {
-    (proxy_every > 0 && report.proxy_restarts == 0).then(|| {
-        format!(
-            "the proxy was to be killed every {proxy_every} faults, but the run ended after {} \
-             faults in {:.1} s without killing it: give it more --transactions or a shorter --kill-every",
-            report.faults_injected, report.seconds
-        )
-    })
+    let missing = |what: &str, every: usize, killed: usize| {
+        (every > 0 && killed == 0).then(|| {
+            format!(
+                "the {what} was to be killed every {every} faults, but the run ended after {} \
+                 faults in {:.1} s without killing it: give it more --transactions or a shorter --kill-every",
+                report.faults_injected, report.seconds
+            )
+        })
+    };
+    missing("proxy", proxy_every, report.proxy_restarts)
+        .or_else(|| missing("metaserver", metaserver_every, report.metaserver_restarts))
 }
 
 #[cfg(test)]
@@ -184,21 +188,31 @@ mod tests {
     }
 
     #[test]
-    fn a_run_asked_to_kill_the_proxy_that_never_did_fails_saying_so() {
-        let report = |proxy_restarts| ninf_grid::chaos::ChaosReport {
+    fn a_run_asked_to_kill_the_proxy_or_the_metaserver_that_never_did_fails_saying_so() {
+        let report = |metaserver_restarts, proxy_restarts| ninf_grid::chaos::ChaosReport {
             faults_injected: 2,
+            metaserver_restarts,
             proxy_restarts,
             seconds: 4.5,
             ..Default::default()
         };
-        let missing = super::proxy_fault_missing(3, &report(0)).expect("no proxy fault");
+        let missing = super::fault_missing((0, 3), &report(0, 0)).expect("no proxy fault");
         assert!(
             missing.starts_with(
                 "the proxy was to be killed every 3 faults, but the run ended after 2 faults in 4.5 s"
             ),
             "{missing}"
         );
-        assert_eq!(super::proxy_fault_missing(3, &report(1)), None);
-        assert_eq!(super::proxy_fault_missing(0, &report(0)), None, "not asked");
+        let missing = super::fault_missing((5, 0), &report(0, 0)).expect("no metaserver fault");
+        assert!(
+            missing.starts_with("the metaserver was to be killed every 5"),
+            "{missing}"
+        );
+        assert_eq!(super::fault_missing((5, 3), &report(1, 1)), None);
+        assert_eq!(
+            super::fault_missing((0, 0), &report(0, 0)),
+            None,
+            "not asked"
+        );
     }
 }
