@@ -394,6 +394,10 @@ mod tests {
         let lending: ProxyConfig =
             toml::from_str("metaserver = \"m:1\"\nwait_to_borrow_cores = true\n").unwrap();
         assert!(lending.wait_to_borrow_cores);
+        assert_eq!(defaults.answer_keep_seconds, 600.0);
+        let keeping: ProxyConfig =
+            toml::from_str("metaserver = \"m:1\"\nanswer_keep_seconds = 120.0\n").unwrap();
+        assert_eq!(keeping.answer_keep_seconds, 120.0);
         let text = "metaserver = \"m:1\"\nidle_connection_seconds = 0\nbulk_calls = false\n\
                     same_host_uploads = false\nsame_host_calls = false\n";
         let set: ProxyConfig = toml::from_str(text).unwrap();
