@@ -245,7 +245,7 @@ impl Journal {
         })
     }
 
-    /// Transaction `id` (none: not journaled) ended, `client`'s with a graph hashing to
+    /// Journaled transaction `id` ended, `client`'s with a graph hashing to
     /// `graph_hash`: kept as answered when `answered` (it wrote data handles and its writes
     /// are done), forgotten otherwise.
     pub fn ended(&self, id: &str, (client, graph_hash): (&str, u64), answered: bool) {
