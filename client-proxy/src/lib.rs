@@ -417,7 +417,7 @@ impl Proxy {
         // the first try and a resend (the first try's writes among them).
         let hash = key.as_ref().map_or(0, |_| journal::graph_hash(&graph));
         let mut data = self
-            .resolve_data(admitted.client(), &mut graph, &arguments)
+            .resolve_data_and_probe(admitted.client(), &mut graph, &arguments)
             .await?;
         // A resend waits for the run it replaces (its client went away) to clean up.
         let _exclusive = match &key {

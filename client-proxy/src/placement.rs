@@ -15,6 +15,38 @@ use crate::{Executed, Failed, Proxy, admission, execution, journal, unix_ms};
 pub(crate) type PredictedTimes = Vec<(f64, f64)>;
 
 impl Proxy {
+    /// Measures the paths to servers never measured before a graph is placed: a server that
+    /// registered after the last probe round would otherwise be scheduled on the default
+    /// link's guess. Not more than `probe_before_placement_seconds` of them, though: a grid
+    /// that gained thousands of servers at once has its paths measured by the background
+    /// probes, and the graph goes on. It asks the metaserver which servers there are, so
+    /// `run_graph` does this while it looks up the graph's handles.
+    async fn probe_new_servers(&self) {
+        let budget = self.config.probe_before_placement_seconds;
+        if budget > 0.0
+            && let Err(status) = self
+                .probe_servers_within(Duration::MAX, Duration::from_secs_f64(budget))
+                .await
+        {
+            tracing::debug!(error = %status.message(), "cannot probe new servers");
+        }
+    }
+
+    /// [`Proxy::resolve_data`] while [`Proxy::probe_new_servers`] measures new paths: both
+    /// ask the metaserver, at once rather than one after the other.
+    pub(crate) async fn resolve_data_and_probe(
+        &self,
+        owner: &str,
+        graph: &mut v1::TaskGraph,
+        arguments: &[v1::TaskArguments],
+    ) -> Result<crate::data::DataUses, Status> {
+        let (data, ()) = tokio::join!(
+            self.resolve_data(owner, graph, arguments),
+            self.probe_new_servers(),
+        );
+        data
+    }
+
     /// The graph's placement: asked of the metaserver (and journaled), or, for a transaction
     /// the journal holds from before a restart, the one it ran under, with what survived.
     /// `found` is what the journal holds of the transaction (journal key `key`, its graph
@@ -38,18 +70,6 @@ impl Proxy {
                     "an answered transaction reached its placement",
                 ));
             }
-        }
-        // A path is measured before its first use: a server that registered after the
-        // last probe round would otherwise be scheduled on the default link's guess. Not
-        // more than a second of them, though: a grid that gained thousands of servers at
-        // once has its paths measured by the background probes, and the graph goes on.
-        let budget = self.config.probe_before_placement_seconds;
-        if budget > 0.0
-            && let Err(status) = self
-                .probe_servers_within(Duration::MAX, Duration::from_secs_f64(budget))
-                .await
-        {
-            tracing::debug!(error = %status.message(), "cannot probe new servers");
         }
         // Step 4: the metaserver checks the graph against the IDL and places it.
         let client_links = Self::lock(&self.links).unsent();

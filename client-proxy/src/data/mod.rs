@@ -339,6 +339,28 @@ impl Proxy {
         Ok(renewed)
     }
 
+    /// The records of every handle `arguments` name (the client's own only), by id, looked
+    /// up all at once: each lookup is a round trip to the metaserver, and a transaction
+    /// over kept data names several (the kept chain's `ddot` two, a kept solve's three).
+    async fn lookup_named(
+        &self,
+        owner: &str,
+        arguments: &[v1::TaskArguments],
+    ) -> Result<BTreeMap<String, v1::DataInfo>, Status> {
+        let ids: BTreeSet<&str> = arguments
+            .iter()
+            .flat_map(|args| &args.arguments)
+            .filter_map(|argument| match &argument.source {
+                Some(v1::call_argument::Source::Data(data)) => Some(data.id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let found =
+            futures_util::future::try_join_all(ids.iter().map(|id| self.lookup_data(owner, id)))
+                .await?;
+        Ok(ids.into_iter().map(String::from).zip(found).collect())
+    }
+
     /// Looks up every handle the run's arguments name (the client's own only) and tells the
     /// metaserver where those it reads are, in the graph's tasks.
     pub(crate) async fn resolve_data(
@@ -347,17 +369,18 @@ impl Proxy {
         graph: &mut v1::TaskGraph,
         arguments: &[v1::TaskArguments],
     ) -> Result<DataUses, Status> {
-        let mut uses = DataUses::default();
+        let mut uses = DataUses {
+            handles: self.lookup_named(owner, arguments).await?,
+            ..DataUses::default()
+        };
         for (task, args) in arguments.iter().enumerate() {
             for (parameter, argument) in args.arguments.iter().enumerate() {
                 let Some(v1::call_argument::Source::Data(data)) = &argument.source else {
                     continue;
                 };
-                if !uses.handles.contains_key(&data.id) {
-                    let info = self.lookup_data(owner, &data.id).await?;
-                    uses.handles.insert(data.id.clone(), info);
-                }
-                let info = &uses.handles[&data.id];
+                let Some(info) = uses.handles.get(&data.id) else {
+                    continue;
+                };
                 let parameter = parameter as u32;
                 if data.reads {
                     uses.reads.push((task, parameter, data.id.clone()));

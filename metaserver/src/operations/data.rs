@@ -392,7 +392,16 @@ impl Metaserver {
     /// `owner`'s handle `id`, marked used now (for a call or a get).
     pub async fn use_data(&self, id: &str, owner: &str) -> Result<v1::DataInfo, MetaserverError> {
         let info = self.owned_data(id, owner).await?;
-        self.db.touch_data(id, unix_now()).await?;
+        // The mark only orders replicas for eviction, and it waits for the DB's write turn:
+        // the lookup, which every transaction over kept data makes before it is placed, does
+        // not wait for it. A mark lost to a failed write (or a handle freed meanwhile, which
+        // it no longer finds) changes nothing but that order.
+        let (db, id, now) = (self.db.clone(), id.to_string(), unix_now());
+        tokio::spawn(async move {
+            if let Err(e) = db.touch_data(&id, now).await {
+                tracing::warn!(%id, error = %e, "cannot mark a data handle used");
+            }
+        });
         Ok(info)
     }
 
