@@ -93,6 +93,7 @@ pub async fn bind(config: &ServerConfig, info: v1::ServerInfo) -> Result<Running
         data_cap_bytes: config.storage.data_cap_bytes,
         instance: ninf_proto::net::local::random_name("").map_err(StartError::Io)?,
         site: config.site.clone().unwrap_or_default(),
+        host: ninf_proto::net::local::host_identity(),
         ..info
     };
     let state = ServerState::start(config, advertise.clone(), info).await?;

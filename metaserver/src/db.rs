@@ -406,6 +406,9 @@ impl ResourceDb {
                 site: row.try_get(17)?,
                 // Servers ask each other for it (compute-server's storage::borrowing).
                 store_local: String::new(),
+                // Not kept: until the server registers again, its sticky data's readers
+                // run where the data is, as with a server that says no host.
+                host: String::new(),
             };
             let routines = sqlx::query(
                 "SELECT name, descriptor FROM routines WHERE server_id = $1 ORDER BY name",

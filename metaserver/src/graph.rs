@@ -42,12 +42,12 @@ pub enum GraphRejection {
 
 /// Checks `graph` and computes its tasks' costs; `describe` finds a routine's descriptor,
 /// `locate` the index in the grid of a server that is up, by its address (for data kept
-/// on the grid).
+/// on the grid), and `same_host` the other servers up on a server's host (by index).
 pub fn check_graph<'a>(
     graph: &v1::TaskGraph,
     limit: usize,
     describe: impl Fn(&str) -> Option<&'a FunctionInterface>,
-    locate: impl Fn(&str) -> Option<usize>,
+    (locate, same_host): (impl Fn(&str) -> Option<usize>, impl Fn(usize) -> Vec<usize>),
 ) -> Result<TaskGraph, GraphRejection> {
     if graph.tasks.is_empty() {
         return Err(GraphRejection::Empty);
@@ -85,9 +85,15 @@ pub fn check_graph<'a>(
     let mut client_inputs = Vec::with_capacity(graph.tasks.len());
     let mut resident_inputs = Vec::with_capacity(graph.tasks.len());
     let mut pinned = Vec::with_capacity(graph.tasks.len());
+    let mut pinned_with = Vec::with_capacity(graph.tasks.len());
     for (i, (task, interface)) in graph.tasks.iter().zip(&interfaces).enumerate() {
         let resident = resident_inputs_of(i, task, interface, &mut fed, &locate)?;
-        pinned.push(sticky_pin(i, task, &locate)?);
+        let pin = sticky_pin(i, task, &locate)?;
+        pinned_with.push(match pin {
+            Some(at) if reads_sticky_only(task) => same_host(at),
+            _ => Vec::new(),
+        });
+        pinned.push(pin);
         let resident_bytes: u64 = resident.iter().map(|r| r.bytes).sum();
         client_inputs.push(inputs_from_client(i, task, interface, &fed)?);
         tasks.push(costed_task(
@@ -104,6 +110,7 @@ pub fn check_graph<'a>(
         client_inputs,
         resident_inputs,
         pinned,
+        pinned_with,
     };
     graph.validate()?;
     Ok(graph)
@@ -188,6 +195,17 @@ fn check_edge<'b>(
         )));
     }
     Ok(produced)
+}
+
+/// Whether task `task` writes no sticky data that has a value: its pin then only says where
+/// the sticky data it reads lies, which the servers of that host read without a copy
+/// (docs/bulk-protocol.md, "Stored arrays lent between servers"), so it may run on any of
+/// them.
+fn reads_sticky_only(task: &v1::GraphTask) -> bool {
+    !task
+        .data
+        .iter()
+        .any(|d| d.sticky && d.writes && !d.servers.is_empty())
 }
 
 /// The server task `i` must run on, since sticky data never moves: the one holding the
@@ -451,6 +469,25 @@ mod tests {
         two.data[0].writes = true;
         two.data[1].bytes = 1 << 30;
         assert_eq!(sticky_pin(0, &two, &locate), Ok(Some(0)));
+    }
+
+    #[test]
+    fn only_a_task_that_writes_no_sticky_value_may_run_beside_its_pin_on_the_holders_host() {
+        let mut task = writing(&[("d1", "a:1", true)]);
+        assert!(
+            !reads_sticky_only(&task),
+            "it writes the value it is pinned to"
+        );
+        task.data[0].writes = false;
+        assert!(reads_sticky_only(&task), "it reads it only");
+        // Writing a sticky handle with no value yet: written wherever the task runs.
+        task.data
+            .push(writing(&[("d2", "a:1", true)]).data.remove(0));
+        task.data[1].servers.clear();
+        assert!(reads_sticky_only(&task));
+        // Writing persistent data pins nothing.
+        task.data[1] = writing(&[("d3", "b:1", false)]).data.remove(0);
+        assert!(reads_sticky_only(&task));
     }
 
     #[test]

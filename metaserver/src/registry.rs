@@ -671,6 +671,25 @@ impl Registry {
     pub fn index_of(&self, address: &str) -> Option<usize> {
         self.by_address.get(address).copied()
     }
+
+    /// The other servers up at `now` on the host of server `index` (the same
+    /// `ServerInfo.host`, when it says one): they read its stored arrays where they lie.
+    pub fn same_host(&self, index: usize, now: f64) -> Vec<usize> {
+        let Some(host) = self
+            .servers
+            .get(index)
+            .map(|s| s.info.host.as_str())
+            .filter(|host| !host.is_empty())
+        else {
+            return Vec::new();
+        };
+        self.servers
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| *i != index && s.info.host == host && self.is_up(s, now))
+            .map(|(i, _)| i)
+            .collect()
+    }
 }
 
 /// The load a sample stands for, in processors wanted, which is what the predictor divides a

@@ -200,3 +200,39 @@ fn a_server_keeps_its_latest_paths_and_one_forgotten_is_estimated_by_its_sites()
     assert_eq!(p.link(at(0), at(2)), link(5e5));
     assert_eq!(p.link(at(0), at(peers)), link(1e6 * peers as f64), "kept");
 }
+
+#[test]
+fn the_servers_of_one_host_are_those_up_that_name_the_same_host() {
+    let mut registry = Registry::new(8, 5.0, 1000.0);
+    let on = |host: &str| v1::ServerInfo {
+        host: host.to_string(),
+        ..info("")
+    };
+    for (i, (address, host)) in [
+        ("a:1", "h1"),
+        ("a:2", "h1"),
+        ("b:1", "h2"),
+        ("c:1", ""),
+        ("c:2", ""),
+    ]
+    .iter()
+    .enumerate()
+    {
+        registry.register(i as i64 + 1, address, on(host), &linpack(), 0.0);
+    }
+    assert_eq!(registry.same_host(0, 1.0), vec![1]);
+    assert_eq!(registry.same_host(1, 1.0), vec![0]);
+    assert_eq!(
+        registry.same_host(2, 1.0),
+        Vec::<usize>::new(),
+        "alone on h2"
+    );
+    assert_eq!(
+        registry.same_host(3, 1.0),
+        Vec::<usize>::new(),
+        "a server that names no host shares it with none"
+    );
+    // a:2 falls silent (its heartbeat 5 s old): no longer listed.
+    registry.heartbeat("a:1", None, 7.0);
+    assert_eq!(registry.same_host(0, 7.0), Vec::<usize>::new());
+}

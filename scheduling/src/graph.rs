@@ -82,6 +82,11 @@ pub struct TaskGraph {
     /// for tasks free to go anywhere.
     #[serde(default)]
     pub pinned: Vec<Option<usize>>,
+    /// Per task, the other servers a pinned task may run on instead: for a call that only
+    /// reads sticky data, the servers of its holder's host, which read the data where it
+    /// lies without copying it. Shorter than `tasks`, or empty, for none.
+    #[serde(default)]
+    pub pinned_with: Vec<Vec<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -131,6 +136,11 @@ impl TaskGraph {
     /// The server `task` must run on, if any.
     pub fn pinned(&self, task: TaskId) -> Option<usize> {
         self.pinned.get(task).copied().flatten()
+    }
+
+    /// The servers a pinned `task` may run on besides its pin.
+    pub fn pinned_with(&self, task: TaskId) -> &[usize] {
+        self.pinned_with.get(task).map_or(&[], Vec::as_slice)
     }
 
     /// Checks the structure: task ids, self-loops, cycles, flops and processor counts.

@@ -76,11 +76,16 @@ impl GridView {
     }
 
     /// The up servers that may run task `task` of `graph`: those serving its routine, or
-    /// only its pinned server.
+    /// only its pinned server (and those it is pinned with).
     pub fn capable_for(&self, graph: &TaskGraph, task: TaskId) -> Vec<ServerId> {
         let function = &graph.tasks[task].function;
         match graph.pinned(task) {
-            Some(pin) => self.capable(function).filter(|&s| s == pin).collect(),
+            Some(pin) => {
+                let with = graph.pinned_with(task);
+                self.capable(function)
+                    .filter(|s| *s == pin || with.contains(s))
+                    .collect()
+            }
             None => self.capable(function).collect(),
         }
     }
@@ -190,5 +195,28 @@ mod tests {
         let cascade = grid.avoiding(&avoid, &graph(&["mmul"]));
         assert_eq!(cascade, grid);
         assert_eq!(grid.avoiding(&[], &graph(&["mmul"])), grid);
+    }
+
+    #[test]
+    fn a_pinned_task_runs_on_its_pin_or_a_server_pinned_with_it_that_serves_its_routine() {
+        let mut grid = GridView {
+            servers: vec![
+                server("a:1", &["dgesl"]),
+                server("a:2", &["dgesl"]),
+                server("a:3", &["mmul"]),
+                server("b:1", &["dgesl"]),
+            ],
+        };
+        let mut g = graph(&["dgesl", "dgesl"]);
+        g.pinned = vec![Some(0), Some(0)];
+        g.pinned_with = vec![Vec::new(), vec![1, 2]];
+        assert_eq!(grid.capable_for(&g, 0), vec![0], "pinned alone");
+        assert_eq!(
+            grid.capable_for(&g, 1),
+            vec![0, 1],
+            "a:3 is pinned with it but does not serve dgesl; b:1 is not pinned with it"
+        );
+        grid.servers[1].up = false;
+        assert_eq!(grid.capable_for(&g, 1), vec![0], "a server that is down");
     }
 }

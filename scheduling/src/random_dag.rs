@@ -156,6 +156,7 @@ pub fn layered(tasks: usize, ccr: f64, platform: &Platform, seed: u64) -> TaskGr
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
         pinned: Vec::new(),
+        pinned_with: Vec::new(),
     }
 }
 

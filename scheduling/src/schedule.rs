@@ -95,9 +95,10 @@ pub struct Prepared {
 impl Prepared {
     pub fn new(graph: &TaskGraph, grid: &GridView) -> Result<Prepared, GraphError> {
         let order = check(graph, grid)?;
-        // Tasks are grouped by the servers open to them: their routine, and their pin.
-        let mut index: std::collections::HashMap<(&str, Option<ServerId>), usize> =
-            std::collections::HashMap::new();
+        // Tasks are grouped by the servers open to them: their routine, and their pin (with
+        // the servers it admits besides).
+        type Class<'g> = (&'g str, Option<ServerId>, &'g [ServerId]);
+        let mut index: std::collections::HashMap<Class, usize> = std::collections::HashMap::new();
         let mut capable = Vec::new();
         let mut serves = Vec::new();
         let function_of = graph
@@ -105,7 +106,7 @@ impl Prepared {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let class = (t.function.as_str(), graph.pinned(i));
+                let class = (t.function.as_str(), graph.pinned(i), graph.pinned_with(i));
                 *index.entry(class).or_insert_with(|| {
                     let servers: Vec<ServerId> = grid.capable_for(graph, i);
                     let mut row = vec![false; grid.servers.len()];

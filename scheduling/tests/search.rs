@@ -79,6 +79,7 @@ fn heft_ranks_then_inserts_and_keeps_a_fork_on_the_fast_server() {
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
         pinned: Vec::new(),
+        pinned_with: Vec::new(),
     };
     let (servers, makespan) = schedule("heft", &graph, &grid, 1e8);
     assert_eq!(servers, vec![0, 0, 0]);
@@ -110,6 +111,7 @@ fn a_fork_join_with_cheap_edges_is_spread_and_an_expensive_chain_is_kept_togethe
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
         pinned: Vec::new(),
+        pinned_with: Vec::new(),
     };
     let (best_servers, best) = optimum(&fork_join, &grid, 1e8);
     assert!((best - 3.0).abs() < 1e-3, "{best}");
@@ -135,6 +137,7 @@ fn a_fork_join_with_cheap_edges_is_spread_and_an_expensive_chain_is_kept_togethe
         client_inputs: Vec::new(),
         resident_inputs: Vec::new(),
         pinned: Vec::new(),
+        pinned_with: Vec::new(),
     };
     assert_eq!(optimum(&chain, &grid, 1e7), (vec![0, 0, 0], 3.0));
     for name in ["flow", "heft", "search"] {
@@ -269,6 +272,7 @@ fn paper_cascade() -> (TaskGraph, GridView, LoadPredictor) {
         client_inputs,
         resident_inputs: Vec::new(),
         pinned: Vec::new(),
+        pinned_with: Vec::new(),
     };
     (graph, grid, predictor)
 }

@@ -44,6 +44,7 @@ fn tasks_with_inputs(tasks: usize, inputs: usize, bytes: u64) -> TaskGraph {
         ],
         resident_inputs: Vec::new(),
         pinned: Vec::new(),
+        pinned_with: Vec::new(),
     }
 }
 

@@ -351,7 +351,7 @@ fn plan(input: PlanInput) -> Result<Plan, MetaserverError> {
         graph,
         input.max_tasks,
         |f| registry.describe(f, *now),
-        locate,
+        (locate, |index| registry.same_host(index, *now)),
     )?;
     let schedule = input
         .planner

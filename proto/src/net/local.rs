@@ -59,6 +59,19 @@ pub fn socket_name() -> io::Result<String> {
     random_name("ninf-bulk-")
 }
 
+/// The kernel this process runs on and its network namespace, as one name (`ServerInfo.host`):
+/// processes that share it reach each other's abstract sockets and can pass memory files, so
+/// servers with the same name lend each other stored arrays. Empty when either cannot be read.
+pub fn host_identity() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+    let namespace = std::fs::metadata("/proc/self/ns/net");
+    match (boot, namespace) {
+        (Ok(boot), Ok(namespace)) => format!("{}/net:{}", boot.trim(), namespace.ino()),
+        _ => String::new(),
+    }
+}
+
 /// `prefix` and 128 random bits in hex: a name nobody else picks.
 pub fn random_name(prefix: &str) -> io::Result<String> {
     let mut bytes = [0u8; 16];
