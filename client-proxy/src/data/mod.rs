@@ -342,23 +342,29 @@ impl Proxy {
     /// The records of every handle `arguments` name (the client's own only), by id, looked
     /// up all at once: each lookup is a round trip to the metaserver, and a transaction
     /// over kept data names several (the kept chain's `ddot` two, a kept solve's three).
+    /// When some cannot be found, the error is the first one's in the order the arguments
+    /// name them, as when they were looked up one after another.
     async fn lookup_named(
         &self,
         owner: &str,
         arguments: &[v1::TaskArguments],
     ) -> Result<BTreeMap<String, v1::DataInfo>, Status> {
-        let ids: BTreeSet<&str> = arguments
+        let mut seen = BTreeSet::new();
+        let ids: Vec<&str> = arguments
             .iter()
             .flat_map(|args| &args.arguments)
             .filter_map(|argument| match &argument.source {
                 Some(v1::call_argument::Source::Data(data)) => Some(data.id.as_str()),
                 _ => None,
             })
+            .filter(|id| seen.insert(*id))
             .collect();
         let found =
-            futures_util::future::try_join_all(ids.iter().map(|id| self.lookup_data(owner, id)))
-                .await?;
-        Ok(ids.into_iter().map(String::from).zip(found).collect())
+            futures_util::future::join_all(ids.iter().map(|id| self.lookup_data(owner, id))).await;
+        ids.into_iter()
+            .zip(found)
+            .map(|(id, info)| Ok((id.to_string(), info?)))
+            .collect()
     }
 
     /// Looks up every handle the run's arguments name (the client's own only) and tells the
