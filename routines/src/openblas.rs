@@ -34,6 +34,17 @@ type Dgetrf = unsafe extern "C" fn(
     ipiv: *mut c_int,
     info: *mut c_int,
 );
+type Dtrsv = unsafe extern "C" fn(
+    order: c_int,
+    uplo: c_int,
+    trans: c_int,
+    diag: c_int,
+    n: c_int,
+    a: *const f64,
+    lda: c_int,
+    x: *mut f64,
+    incx: c_int,
+);
 type SetThreads = unsafe extern "C" fn(c_int);
 type GetInt = unsafe extern "C" fn() -> c_int;
 type GetText = unsafe extern "C" fn() -> *const c_char;
@@ -41,6 +52,11 @@ type GetText = unsafe extern "C" fn() -> *const c_char;
 /// CBLAS's constants for column-major storage and an untransposed operand.
 const COLUMN_MAJOR: c_int = 102;
 const NO_TRANS: c_int = 111;
+/// CBLAS's constants for a triangle's side and its diagonal.
+const UPPER: c_int = 121;
+const LOWER: c_int = 122;
+const NON_UNIT: c_int = 131;
+const UNIT: c_int = 132;
 
 /// Processors OpenBLAS has AVX2 or AVX-512 kernels for. Under any other name it computes
 /// with older kernels, slower than faer's: Debian's 0.3.21 multiplied at a third to a
@@ -61,6 +77,7 @@ pub struct OpenBlas {
     _library: Library,
     dgemm: Dgemm,
     dgetrf: Dgetrf,
+    dtrsv: Dtrsv,
     core: String,
     parallel: c_int,
 }
@@ -78,6 +95,7 @@ impl OpenBlas {
         unsafe {
             let dgemm = function::<Dgemm>(&library, soname, "cblas_dgemm")?;
             let dgetrf = function::<Dgetrf>(&library, soname, "dgetrf_")?;
+            let dtrsv = function::<Dtrsv>(&library, soname, "cblas_dtrsv")?;
             let set_threads = function::<SetThreads>(&library, soname, "openblas_set_num_threads")?;
             let corename = function::<GetText>(&library, soname, "openblas_get_corename")?;
             let parallel = function::<GetInt>(&library, soname, "openblas_get_parallel")?;
@@ -92,6 +110,7 @@ impl OpenBlas {
                 _library: library,
                 dgemm,
                 dgetrf,
+                dtrsv,
                 core,
                 parallel: parallel(),
             })
@@ -179,6 +198,41 @@ impl OpenBlas {
                 ipvt.as_mut_ptr(),
                 &mut info,
             );
+        }
+        Ok(())
+    }
+    /// Solves L U x = b in place for the column-major n-by-n factors `lu` (L unit lower
+    /// triangular below the diagonal, U upper triangular on and above it), the row
+    /// interchanges already applied to `b`: LAPACK's `dgetrs` for one right-hand side, as
+    /// two triangular solves (`dtrsv`).
+    pub fn lu_solve(&self, n: usize, lu: &[f64], b: &mut [f64]) -> Result<(), String> {
+        if lu.len() != n * n || b.len() != n {
+            return Err(format!(
+                "a solve with {n}x{n} factors given {} elements and a right-hand side of {}",
+                lu.len(),
+                b.len()
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let [order] = ints([n])?;
+        // SAFETY: `lu` holds n * n elements and `b` n (checked above); dtrsv reads the one
+        // triangle and writes `b` alone.
+        unsafe {
+            for (uplo, diag) in [(LOWER, UNIT), (UPPER, NON_UNIT)] {
+                (self.dtrsv)(
+                    COLUMN_MAJOR,
+                    uplo,
+                    NO_TRANS,
+                    diag,
+                    order,
+                    lu.as_ptr(),
+                    order,
+                    b.as_mut_ptr(),
+                    1,
+                );
+            }
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ninf_routines::blas::{mmul, mmul_with};
 use ninf_routines::kernels::{self, Kernels};
-use ninf_routines::linpack::{dgefa, dgefa_with, dgesl, dgesv};
+use ninf_routines::linpack::{dgefa, dgefa_with, dgesl, dgesl_with, dgesv};
 use ninf_routines::openblas::OpenBlas;
 
 const EPS: f64 = f64::EPSILON;
@@ -305,14 +305,20 @@ fn faer_and_openblas_compute_the_same_products_and_factors() {
                 dgefa_with(&kernels, &mut lu, n as i32, &mut ipvt).unwrap(),
                 0
             );
-            let mut x = vec![1.0; n];
-            dgesl(&lu, n as i32, &ipvt, &mut x).unwrap();
+            let b: Vec<f64> = (0..n).map(|i| 1.0 + i as f64 / n as f64).collect();
+            let mut x = b.clone();
+            dgesl_with(&kernels, &lu, n as i32, &ipvt, &mut x).unwrap();
             let mut fa = a.clone();
             let mut fipvt = vec![0; n];
             dgefa_with(&Kernels::Faer, &mut fa, n as i32, &mut fipvt).unwrap();
             assert_eq!(ipvt, fipvt, "{name} n={n}: LINPACK's interchanges");
-            let residual = max_difference(&mat_vec(n, &a, &x), &vec![1.0; n]);
+            let residual = max_difference(&mat_vec(n, &a, &x), &b);
             assert!(residual <= 1e-8, "{name} n={n}: residual {residual}");
+            // The other library's solve of the same factors: the same x, to rounding.
+            let mut y = b.clone();
+            dgesl_with(&Kernels::Faer, &lu, n as i32, &ipvt, &mut y).unwrap();
+            let apart = max_difference(&x, &y);
+            assert!(apart <= 1e-10, "{name} n={n}: solves differ by {apart}");
         }
         // A zero row: the status names the zero pivot whichever library factored.
         let n = 5;
