@@ -82,6 +82,16 @@ pub struct GraphRecord {
     pub request_id: String,
 }
 
+/// A graph to record as scheduled: its id, numbered by the metaserver, its record, its
+/// placements and its edges.
+#[derive(Debug, Clone)]
+pub struct NewGraph {
+    pub id: u64,
+    pub graph: GraphRecord,
+    pub placements: Vec<PlacementRecord>,
+    pub edges: Vec<EdgeRecord>,
+}
+
 /// The error a graph gets when its schedule request was placed again.
 pub const SUPERSEDED: &str =
     "placed again: the metaserver that placed it went away before the proxy had its answer";
@@ -569,15 +579,40 @@ impl ResourceDb {
             .map_err(DbError::from)
     }
 
-    /// Records a scheduled graph, its placements and its edges; returns the graph's id.
-    pub async fn record_graph(
-        &self,
-        graph: &GraphRecord,
-        placements: &[PlacementRecord],
-        edges: &[EdgeRecord],
-    ) -> Result<u64, DbError> {
+    /// The highest graph id recorded, 0 when none is: the metaserver numbers the graphs it
+    /// places from the next one on ([`NewGraph::id`]).
+    pub async fn last_graph_id(&self) -> Result<u64, DbError> {
+        let last: Option<i64> = sqlx::query("SELECT MAX(id) FROM graphs")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        Ok(last.map_or(0, to_u64))
+    }
+
+    /// Records scheduled graphs, their placements and their edges, in one transaction: all
+    /// of them or, on an error, none.
+    pub async fn record_graphs(&self, graphs: &[NewGraph]) -> Result<(), DbError> {
         let _turn = self.write_turn().await;
         let mut tx = self.pool.begin().await?;
+        for graph in graphs {
+            self.insert_graph(&mut tx, graph).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn insert_graph(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        new: &NewGraph,
+    ) -> Result<(), DbError> {
+        let NewGraph {
+            id,
+            graph,
+            placements,
+            edges,
+        } = new;
+        let id = to_i64(*id);
         if !graph.request_id.is_empty() {
             sqlx::query(
                 "UPDATE graphs SET state = 'failed', error = $3
@@ -586,16 +621,16 @@ impl ResourceDb {
             .bind(&graph.proxy)
             .bind(&graph.request_id)
             .bind(SUPERSEDED)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         }
-        let id: i64 = sqlx::query(
-            "INSERT INTO graphs (label, proxy, scheduler, predictor, tasks, edges, created,
+        sqlx::query(
+            "INSERT INTO graphs (id, label, proxy, scheduler, predictor, tasks, edges, created,
                  predicted_makespan, inter_server_ratio, actual_makespan, state, error,
                  request_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, 'running', '', $10)
-             RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL, 'running', '', $11)",
         )
+        .bind(id)
         .bind(&graph.label)
         .bind(&graph.proxy)
         .bind(&graph.scheduler)
@@ -606,9 +641,8 @@ impl ResourceDb {
         .bind(graph.predicted_makespan)
         .bind(graph.inter_server_ratio)
         .bind(&graph.request_id)
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get(0)?;
+        .execute(&mut **tx)
+        .await?;
         let rows = placements.iter().map(|p| {
             json!([
                 p.task,
@@ -623,7 +657,7 @@ impl ResourceDb {
         sqlx::query(placements_insert(self.backend))
             .bind(id)
             .bind(json_rows(rows))
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         if !edges.is_empty() {
             let rows = edges
@@ -632,11 +666,10 @@ impl ResourceDb {
             sqlx::query(edges_insert(self.backend))
                 .bind(id)
                 .bind(json_rows(rows))
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?;
         }
-        tx.commit().await?;
-        Ok(to_u64(id))
+        Ok(())
     }
 
     /// Records how a graph ended and its tasks' actual times.

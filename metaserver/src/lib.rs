@@ -52,6 +52,11 @@ const HEARTBEATS_PER_COMMIT: usize = 2048;
 /// and a placement's rows wait behind the transaction under way (on SQLite, its one
 /// writer). At 10,000 servers 128 reports a commit left p99 at 54-57 ms, 32 at 42-43 ms.
 const NETWORK_REPORTS_PER_COMMIT: usize = 32;
+/// Graphs' records written in one transaction at most. Graphs are placed one at a time and
+/// recorded after, together: a one-call graph's rows took 1.1 ms to commit (median, 50
+/// calls at once on SQLite) against 0.3 ms to plan, and recorded while the next graph
+/// waited to be planned, the fiftieth waited for 49 commits.
+const GRAPHS_PER_COMMIT: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaserverError {
@@ -171,6 +176,11 @@ pub struct Metaserver {
     data_room: tokio::sync::Mutex<data::room::Reserved>,
     /// Graphs being planned off the lock (see [`operations::schedule`]).
     planning: std::sync::atomic::AtomicU64,
+    /// The id the next graph placed gets: one past the highest the resource DB held when
+    /// this metaserver opened it or became active.
+    next_graph_id: std::sync::atomic::AtomicU64,
+    /// Placed graphs' records on their way to the resource DB, written in batches.
+    graph_log: group_commit::GroupCommit<db::NewGraph>,
     /// What it counts for Prometheus, and the registry it is served from.
     metrics: metrics::MetaserverMetrics,
     metrics_registry: Arc<ninf_telemetry::Registry>,
@@ -314,6 +324,13 @@ impl Metaserver {
             scheduling: tokio::sync::Mutex::new(()),
             data_room: tokio::sync::Mutex::new(data::room::Reserved::default()),
             planning: std::sync::atomic::AtomicU64::new(0),
+            next_graph_id: std::sync::atomic::AtomicU64::new(db.last_graph_id().await? + 1),
+            graph_log: group_commit::GroupCommit::start(
+                db.clone(),
+                "graphs",
+                GRAPHS_PER_COMMIT,
+                |db, graphs| async move { db.record_graphs(&graphs).await },
+            ),
             data_repair_wanted: std::sync::atomic::AtomicBool::new(false),
             heartbeat_log: group_commit::GroupCommit::start(
                 db.clone(),
@@ -371,6 +388,10 @@ impl Metaserver {
     pub(crate) async fn promote(&self) -> Result<(), MetaserverError> {
         let registry = restore_registry(&self.db, &self.config).await?;
         self.restore_queues().await?;
+        // The metaserver active before numbered graphs on from where this one left off.
+        let last_graph = self.db.last_graph_id().await?;
+        self.next_graph_id
+            .fetch_max(last_graph + 1, std::sync::atomic::Ordering::SeqCst);
         let servers = registry.servers().len();
         {
             let mut state = self.state();

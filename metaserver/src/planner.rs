@@ -526,6 +526,28 @@ impl Planner {
         }
     }
 
+    /// Graph `graph_id`'s placements, booked when it was planned, count from `placed`
+    /// instead: the graph starts once its proxy has the reply, which waits for its record
+    /// to be written. Timed from the plan, its calls were booked on the servers before they
+    /// ran, and a server's load sample missed the calls it was running.
+    pub fn started_at(&mut self, graph_id: u64, placed: f64) {
+        for p in self.active.iter_mut().filter(|p| p.graph == graph_id) {
+            let later = (placed - p.placed_at).max(0.0);
+            p.start += later;
+            p.finish += later;
+            p.placed_at += later;
+        }
+    }
+
+    /// Forgets graph `graph_id`, which was booked and then refused: its placements stop
+    /// counting as load, and it teaches nothing.
+    pub fn forget(&mut self, graph_id: u64) {
+        if self.in_flight.contains_key(&graph_id) {
+            Arc::make_mut(&mut self.in_flight).remove(&graph_id);
+        }
+        self.active.retain(|p| p.graph != graph_id);
+    }
+
     /// A graph has ended at `now`; `actuals` are its tasks' outcomes. Its placements stop
     /// counting as load, and are kept with their actual times (a task without an actual is
     /// taken to have run until `now`) to correct load samples taken while they ran.

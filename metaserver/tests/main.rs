@@ -10,6 +10,7 @@ mod events;
 mod failover;
 mod off_lock;
 mod planner;
+mod recording;
 mod resource_db;
 mod server_list;
 mod shortlist;

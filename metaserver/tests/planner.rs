@@ -138,6 +138,29 @@ fn a_late_call_counts_from_now_for_as_long_as_it_was_predicted() {
     assert_eq!(second.servers, vec![1]);
 }
 
+#[test]
+fn a_graph_booked_at_its_plan_counts_from_when_its_record_was_written_or_not_at_all() {
+    let (registry, mut planner, graph, mut simple) = first_mmul_on_a();
+    let booked = planner.active()[0].clone();
+    // Its record took 0.25 s to commit: its call runs from then on.
+    planner.started_at(1, 1.25);
+    let started = planner.active()[0].clone();
+    assert_eq!(started.placed_at, 1.25);
+    assert_eq!(started.start, booked.start + 0.25);
+    assert_eq!(started.finish, booked.finish + 0.25);
+    // Never earlier than it was booked.
+    planner.started_at(1, 0.5);
+    assert_eq!(planner.active()[0].start, started.start);
+    // A graph whose record could not be written is refused: a:1 is free again.
+    planner.forget(1);
+    assert!(planner.active().is_empty());
+    assert_eq!(planner.graphs_in_flight(1.5), 0);
+    let next = planner
+        .plan(&registry, &graph, &[], simple.as_mut(), 1.5)
+        .unwrap();
+    assert_eq!(next.servers, vec![0]);
+}
+
 /// A grid where graph 1, one mmul, was placed and recorded at t = 1 (on a:1, the lower id on
 /// a tie): its registry, planner, the one-mmul graph and SIMPLE.
 fn first_mmul_on_a() -> (Registry, Planner, TaskGraph, Box<dyn Scheduler>) {

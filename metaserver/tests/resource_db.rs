@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::common::linpack;
 use ninf_metaserver::db::{
-    ActualRecord, EdgeRecord, GraphRecord, PlacementRecord, ResourceDb, Retention, StoredLink,
-    StoredLoad,
+    ActualRecord, EdgeRecord, GraphRecord, NewGraph, PlacementRecord, ResourceDb, Retention,
+    StoredLink, StoredLoad,
 };
 use ninf_metaserver::{CLIENT, Registry};
 use ninf_proto::v1;
@@ -253,7 +253,7 @@ fn registrations_and_history_on(url: &str) {
                 predicted_start: 0.0,
                 predicted_finish: 1.0,
             };
-            let graph_id = db.record_graph(&graph, &[placement], &[]).await.unwrap();
+            let graph_id = record_one(&db, graph, vec![placement], vec![]).await;
             let actual = ActualRecord {
                 task: 0,
                 start: 0.1,
@@ -309,7 +309,76 @@ fn registrations_and_history_on(url: &str) {
         a_request_asked_again_supersedes_its_first_graph(&db).await;
         a_large_graph_keeps_every_placement_edge_and_actual_exactly(&db).await;
         a_backlog_of_samples_is_pruned_in_steps_to_the_cutoff(&db).await;
+        graphs_recorded_together_are_all_written_or_none(&db).await;
     });
+}
+
+/// Records one graph as the metaserver does, under the id after the last; returns it.
+async fn record_one(
+    db: &ResourceDb,
+    graph: GraphRecord,
+    placements: Vec<PlacementRecord>,
+    edges: Vec<EdgeRecord>,
+) -> u64 {
+    let id = db.last_graph_id().await.unwrap() + 1;
+    let new = NewGraph {
+        id,
+        graph,
+        placements,
+        edges,
+    };
+    db.record_graphs(&[new]).await.unwrap();
+    id
+}
+
+/// Graphs the metaserver recorded in one commit each keep the id it gave them; a batch in
+/// which one graph cannot be written (its id is taken) writes none of its graphs.
+async fn graphs_recorded_together_are_all_written_or_none(db: &ResourceDb) {
+    let last = db.last_graph_id().await.unwrap();
+    let new = |id: u64, label: &str| NewGraph {
+        id,
+        graph: GraphRecord {
+            label: label.into(),
+            proxy: "p".into(),
+            scheduler: "flow".into(),
+            predictor: "latest".into(),
+            tasks: 1,
+            edges: 0,
+            created: 60.0,
+            predicted_makespan: 1.0,
+            inter_server_ratio: 0.0,
+            request_id: String::new(),
+        },
+        placements: vec![PlacementRecord {
+            task: 0,
+            label: format!("{label}#0"),
+            function: "noop".into(),
+            server_address: "a:1".into(),
+            processors: 1,
+            predicted_start: 0.0,
+            predicted_finish: 1.0,
+        }],
+        edges: vec![],
+    };
+    // Out of order, as commits of graphs placed one after the other may land.
+    let batch = [new(last + 2, "second"), new(last + 1, "first")];
+    db.record_graphs(&batch).await.unwrap();
+    assert_eq!(db.last_graph_id().await.unwrap(), last + 2);
+    let failing = [new(last + 3, "third"), new(last + 1, "again")];
+    let error = db.record_graphs(&failing).await.unwrap_err();
+    assert!(
+        error.to_string().to_lowercase().contains("unique")
+            || error.to_string().contains("duplicate"),
+        "{error}"
+    );
+    assert_eq!(db.last_graph_id().await.unwrap(), last + 2, "none written");
+    let graphs = db.recent_graphs(2).await.unwrap();
+    let written: Vec<(u64, &str)> = graphs
+        .iter()
+        .map(|g| (g.graph_id, g.label.as_str()))
+        .collect();
+    assert_eq!(written, [(last + 2, "second"), (last + 1, "first")]);
+    assert_eq!(db.placements(last + 1).await.unwrap()[0].label, "first#0");
 }
 
 /// More samples older than the cutoff than one pruning step deletes, and more of them at one
@@ -374,7 +443,7 @@ async fn a_large_graph_keeps_every_placement_edge_and_actual_exactly(db: &Resour
             bytes: u64::from(t) << 20,
         })
         .collect();
-    let graph = db.record_graph(&record, &placements, &edges).await.unwrap();
+    let graph = record_one(db, record, placements.clone(), edges.clone()).await;
     let actuals: Vec<ActualRecord> = (1..n)
         .map(|t| ActualRecord {
             task: t,
@@ -450,9 +519,7 @@ async fn a_request_asked_again_supersedes_its_first_graph(db: &ResourceDb) {
         request_id: "r1".into(),
     };
     for (label, proxy) in [("other", "q"), ("first", "p"), ("again", "p")] {
-        db.record_graph(&graph(label, proxy), &[], &[])
-            .await
-            .unwrap();
+        record_one(db, graph(label, proxy), vec![], vec![]).await;
     }
     let graphs = db.recent_graphs(3).await.unwrap();
     let states: Vec<(&str, &str, &str)> = graphs

@@ -2,7 +2,8 @@
 //! and planned by the configured scheduler on a snapshot of the registry and the planner,
 //! on a blocking thread and off the state's lock: a 100,000-task graph takes seconds to
 //! plan, and heartbeats, registrations and status requests are answered meanwhile. Graphs
-//! are still planned one at a time, so each sees the placements of the one before.
+//! are still planned one at a time, so each sees the placements of the one before; their
+//! records are written after, several graphs to a commit.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -11,7 +12,7 @@ use ninf_proto::v1;
 use ninf_scheduling::templates::TemplateKey;
 use ninf_scheduling::{Link, Schedule, TaskGraph, Timing};
 
-use crate::db::{EdgeRecord, GraphRecord, PlacementRecord};
+use crate::db::{EdgeRecord, GraphRecord, NewGraph, PlacementRecord};
 use crate::graph::{self, GraphRejection};
 use crate::operations::network::{client_end, unstored_client_links};
 use crate::planner::Planner;
@@ -116,12 +117,13 @@ impl Metaserver {
         }
     }
 
-    /// Places a graph on the servers there are now.
+    /// Places a graph on the servers there are now. Graphs are planned and booked one at a
+    /// time, so that each sees the placements of the one before; their records are written
+    /// after, several graphs in one commit, and a graph is answered once its record is.
     async fn schedule_now(
         &self,
         request: &v1::ScheduleRequest,
     ) -> Result<v1::ScheduleReply, MetaserverError> {
-        let _one_at_a_time = self.scheduling.lock().await;
         let scheduler = if request.scheduler.is_empty() {
             self.config.scheduler.clone()
         } else {
@@ -129,73 +131,51 @@ impl Metaserver {
         };
         let now = unix_now();
         let began = std::time::Instant::now();
-        self.store_client_links(request, now).await?;
-        let stored = began.elapsed();
-        let input = self.plan_input(request, scheduler.clone(), now);
-        let copied = began.elapsed();
-        let plan = self.plan_off_lock(input).await?;
-        let planned = began.elapsed();
-        let inter_server_ratio = plan.schedule.inter_server_ratio(&plan.tasks);
-        let record = GraphRecord {
-            label: request.label.clone(),
-            proxy: request.proxy.clone(),
-            scheduler: scheduler.clone(),
-            predictor: self.config.predictor.clone(),
-            tasks: plan.tasks.tasks.len() as u32,
-            edges: plan.tasks.edges.len() as u32,
-            created: now,
-            predicted_makespan: plan.predicted_makespan,
-            inter_server_ratio,
-            request_id: request.request_id.clone(),
+        let (plan, graph_id, times) = {
+            let _one_at_a_time = self.scheduling.lock().await;
+            self.store_client_links(request, now).await?;
+            let stored = began.elapsed();
+            let input = self.plan_input(request, scheduler.clone(), now);
+            let copied = began.elapsed();
+            let plan = self.plan_off_lock(input).await?;
+            let graph_id = self.book(&plan, &scheduler, now);
+            (plan, graph_id, [stored, copied, began.elapsed()])
         };
-        let edges: Vec<EdgeRecord> = plan
-            .tasks
-            .edges
-            .iter()
-            .map(|e| EdgeRecord {
-                from_task: e.from as u32,
-                to_task: e.to as u32,
-                bytes: e.bytes,
-            })
-            .collect();
-        let graph_id = self
-            .db
-            .record_graph(&record, &plan.placements, &edges)
-            .await?;
-        let recorded = began.elapsed();
-        {
-            let mut state = self.state();
-            let State {
-                planner,
-                running,
-                registry,
-                ..
-            } = &mut *state;
-            let placed = unix_now();
-            for placement in &plan.placements {
-                registry.busy_until(
-                    &placement.server_address,
-                    placed + placement.predicted_finish,
-                );
-            }
-            // The graph starts once its proxy has the reply, not when it was planned: the
-            // rows above took 1-6 ms under `ninf load`, as long as a whole graph there.
-            // Timed from the plan, its calls were booked on the servers before they ran,
-            // and a server's load sample missed the calls it was running.
-            planner.record(
-                graph_id,
-                &plan.tasks,
-                &plan.schedule,
-                &plan.registry,
-                placed,
-            );
-            planner.file_under(graph_id, plan.template, now);
-            let graph = crate::RunningGraph {
+        let inter_server_ratio = plan.schedule.inter_server_ratio(&plan.tasks);
+        let new = NewGraph {
+            id: graph_id,
+            graph: GraphRecord {
+                label: request.label.clone(),
+                proxy: request.proxy.clone(),
                 scheduler: scheduler.clone(),
+                predictor: self.config.predictor.clone(),
+                tasks: plan.tasks.tasks.len() as u32,
+                edges: plan.tasks.edges.len() as u32,
+                created: now,
                 predicted_makespan: plan.predicted_makespan,
-            };
-            running.insert(graph_id, graph);
+                inter_server_ratio,
+                request_id: request.request_id.clone(),
+            },
+            placements: plan.placements.clone(),
+            edges: plan
+                .tasks
+                .edges
+                .iter()
+                .map(|e| EdgeRecord {
+                    from_task: e.from as u32,
+                    to_task: e.to as u32,
+                    bytes: e.bytes,
+                })
+                .collect(),
+        };
+        if let Err(e) = self.graph_log.record(new).await {
+            self.unbook(graph_id);
+            return Err(MetaserverError::Recording(e));
         }
+        let [stored, copied, planned] = times;
+        let recorded = began.elapsed();
+        // Recording took 1-6 ms under `ninf load`, as long as a whole graph there.
+        self.state().planner.started_at(graph_id, unix_now());
         self.graph_changed(graph_id);
         self.alloc.worked(now);
         tracing::info!(
@@ -221,6 +201,49 @@ impl Metaserver {
             plan,
             inter_server_ratio,
         ))
+    }
+
+    /// Numbers a planned graph and books its placements, so that the next graph planned
+    /// sees them; returns its id.
+    fn book(&self, plan: &Plan, scheduler: &str, now: f64) -> u64 {
+        let graph_id = self.next_graph_id.fetch_add(1, Ordering::SeqCst);
+        let mut state = self.state();
+        let State {
+            planner,
+            running,
+            registry,
+            ..
+        } = &mut *state;
+        let placed = unix_now();
+        for placement in &plan.placements {
+            registry.busy_until(
+                &placement.server_address,
+                placed + placement.predicted_finish,
+            );
+        }
+        planner.record(
+            graph_id,
+            &plan.tasks,
+            &plan.schedule,
+            &plan.registry,
+            placed,
+        );
+        planner.file_under(graph_id, plan.template, now);
+        let graph = crate::RunningGraph {
+            scheduler: scheduler.to_string(),
+            predicted_makespan: plan.predicted_makespan,
+        };
+        running.insert(graph_id, graph);
+        graph_id
+    }
+
+    /// Takes back the bookings of a graph whose record could not be written: it is refused,
+    /// and its placements must not count as load. (A server's busy-until mark, which only
+    /// keeps an allocation queue from letting it go, stays.)
+    fn unbook(&self, graph_id: u64) {
+        let mut state = self.state();
+        state.running.remove(&graph_id);
+        state.planner.forget(graph_id);
     }
 
     /// Graphs being planned right now (0 or 1): for tests and metrics.
