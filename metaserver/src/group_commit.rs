@@ -47,6 +47,15 @@ impl<T: Send + 'static> GroupCommit<T> {
         GroupCommit { queue, what }
     }
 
+    /// Queues `item` to be recorded, without waiting for its commit: for writes whose loss
+    /// to a failed commit costs nothing but an order (the log names the failure).
+    pub fn send(&self, item: T) {
+        let (done, _not_waited_for) = oneshot::channel();
+        if self.queue.send((item, done)).is_err() {
+            tracing::warn!("the writer of {} stopped", self.what);
+        }
+    }
+
     /// Records `item`, once it is committed.
     pub async fn record(&self, item: T) -> Result<(), String> {
         let stopped = || format!("the writer of {} stopped", self.what);

@@ -57,6 +57,8 @@ const NETWORK_REPORTS_PER_COMMIT: usize = 32;
 /// calls at once on SQLite) against 0.3 ms to plan, and recorded while the next graph
 /// waited to be planned, the fiftieth waited for 49 commits.
 const GRAPHS_PER_COMMIT: usize = 64;
+/// Data handles' use marks written in one transaction at most.
+const USE_MARKS_PER_COMMIT: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaserverError {
@@ -181,6 +183,9 @@ pub struct Metaserver {
     next_graph_id: std::sync::atomic::AtomicU64,
     /// Placed graphs' records on their way to the resource DB, written in batches.
     graph_log: group_commit::GroupCommit<db::NewGraph>,
+    /// When data handles were last read ([`operations::data`]), on their way to the
+    /// resource DB, likewise; nothing waits for them.
+    use_marks: group_commit::GroupCommit<(String, f64)>,
     /// What it counts for Prometheus, and the registry it is served from.
     metrics: metrics::MetaserverMetrics,
     metrics_registry: Arc<ninf_telemetry::Registry>,
@@ -330,6 +335,12 @@ impl Metaserver {
                 "graphs",
                 GRAPHS_PER_COMMIT,
                 |db, graphs| async move { db.record_graphs(&graphs).await },
+            ),
+            use_marks: group_commit::GroupCommit::start(
+                db.clone(),
+                "data handles' use marks",
+                USE_MARKS_PER_COMMIT,
+                |db, marks| async move { db.touch_data_all(&marks).await },
             ),
             data_repair_wanted: std::sync::atomic::AtomicBool::new(false),
             heartbeat_log: group_commit::GroupCommit::start(

@@ -310,6 +310,7 @@ fn registrations_and_history_on(url: &str) {
         a_large_graph_keeps_every_placement_edge_and_actual_exactly(&db).await;
         a_backlog_of_samples_is_pruned_in_steps_to_the_cutoff(&db).await;
         graphs_recorded_together_are_all_written_or_none(&db).await;
+        use_marks_written_together_keep_each_handles_latest(&db).await;
     });
 }
 
@@ -534,4 +535,44 @@ async fn a_request_asked_again_supersedes_its_first_graph(db: &ResourceDb) {
             ("other", "running", ""),
         ]
     );
+}
+
+/// Use marks of many lookups written in one commit: each handle keeps its latest mark, the
+/// order eviction reads; a mark of a handle freed meanwhile is dropped, not an error.
+async fn use_marks_written_together_keep_each_handles_latest(db: &ResourceDb) {
+    for id in ["h1", "h2"] {
+        let info = v1::DataInfo {
+            id: id.into(),
+            owner: "p".into(),
+            spec: Some(v1::DataSpec {
+                bytes: 800,
+                ..Default::default()
+            }),
+            lease_until: 1e12,
+            created: 10.0,
+            ..Default::default()
+        };
+        db.insert_data(&info).await.unwrap();
+        let copy = v1::DataCopy {
+            server: "a:1".into(),
+            object_id: format!("o-{id}"),
+        };
+        db.add_data_copy(id, &copy, false).await.unwrap();
+    }
+    let marks = [
+        ("h1".to_string(), 30.0),
+        ("h2".to_string(), 20.0),
+        ("h1".to_string(), 25.0),
+        ("freed".to_string(), 40.0),
+    ];
+    db.touch_data_all(&marks).await.unwrap();
+    let mut kept: Vec<(String, f64)> = db
+        .kept_on("a:1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| (k.handle, k.used_at))
+        .collect();
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(kept, [("h1".to_string(), 30.0), ("h2".to_string(), 20.0)]);
 }

@@ -1,5 +1,7 @@
 //! Data handles and their copies in the resource DB.
 
+use std::collections::HashMap;
+
 use ninf_proto::v1;
 use prost::Message;
 use sqlx::Row;
@@ -123,12 +125,27 @@ impl ResourceDb {
     /// Marks the handle used at `now` (read for a call or a get, or written): replicas are
     /// evicted least recently used first.
     pub async fn touch_data(&self, id: &str, now: f64) -> Result<(), DbError> {
+        self.touch_data_all(&[(id.to_string(), now)]).await
+    }
+
+    /// Marks handles used, each at its time, in one transaction: the latest mark of each
+    /// handle named more than once.
+    pub async fn touch_data_all(&self, marks: &[(String, f64)]) -> Result<(), DbError> {
+        let mut latest: HashMap<&str, f64> = HashMap::new();
+        for (id, at) in marks {
+            let mark = latest.entry(id.as_str()).or_insert(*at);
+            *mark = mark.max(*at);
+        }
         let _turn = self.write_turn().await;
-        sqlx::query("UPDATE data_handles SET used_at = $2 WHERE id = $1")
-            .bind(id)
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+        let mut tx = self.pool.begin().await?;
+        for (id, at) in latest {
+            sqlx::query("UPDATE data_handles SET used_at = $2 WHERE id = $1")
+                .bind(id)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
