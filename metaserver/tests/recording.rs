@@ -4,26 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::common::linpack;
+use crate::common::{linpack, one_product, registration};
 use ninf_metaserver::{Metaserver, MetaserverConfig};
 use ninf_proto::v1;
 
-fn one_product() -> v1::TaskGraph {
-    v1::TaskGraph {
-        tasks: vec![v1::GraphTask {
-            label: "mmul#0".into(),
-            function: "mmul".into(),
-            scalars: HashMap::from([("n".to_string(), 100)]),
-            client_out_bytes: 80_000,
-            data: Vec::new(),
-        }],
-        edges: Vec::new(),
-    }
-}
-
+/// A metaserver over the resource DB in `dir`, with two servers of `linpack` registered.
 async fn open(dir: &std::path::Path) -> Arc<Metaserver> {
     let config = MetaserverConfig {
         data_dir: dir.to_path_buf(),
@@ -32,24 +20,8 @@ async fn open(dir: &std::path::Path) -> Arc<Metaserver> {
     };
     let metaserver = Metaserver::open(config).await.unwrap();
     for address in ["a:1", "b:1"] {
-        let module = v1::ModuleInterface {
-            name: "linpack".into(),
-            functions: linpack(),
-            ..Default::default()
-        };
-        let info = v1::ServerInfo {
-            mflops: 500.0,
-            processors: 1,
-            cpus: 2,
-            ..Default::default()
-        };
         metaserver
-            .register(v1::RegisterRequest {
-                address: address.into(),
-                info: Some(info),
-                modules: vec![module],
-                failed_modules: Vec::new(),
-            })
+            .register(registration(address, linpack()))
             .await
             .unwrap();
     }
@@ -58,10 +30,8 @@ async fn open(dir: &std::path::Path) -> Arc<Metaserver> {
 
 async fn place(metaserver: &Metaserver, label: String) -> v1::ScheduleReply {
     let request = v1::ScheduleRequest {
-        graph: Some(one_product()),
-        proxy: "test".into(),
         label,
-        ..Default::default()
+        ..one_product()
     };
     metaserver.schedule(request).await.unwrap()
 }
