@@ -30,6 +30,8 @@ use crate::workloads;
 pub struct ChaosOptions {
     /// Where `ninf-metaserver`, `ninf-proxy` and `ninf-server` are.
     pub bin_dir: PathBuf,
+    /// Transactions at least; more, up to [`MORE_TRANSACTIONS`] times as many, until every
+    /// kind of fault asked for has happened and the process is back.
     pub transactions: usize,
     /// Transactions in flight at once.
     pub concurrency: usize,
@@ -55,9 +57,13 @@ pub struct ChaosOptions {
     pub same_host_calls: bool,
 }
 
+/// How many times `transactions` a run may send while it waits for the faults it asked for.
+pub const MORE_TRANSACTIONS: usize = 10;
+
 /// What happened.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ChaosReport {
+    /// Transactions sent: at least those asked for, more if the faults came late.
     pub transactions: usize,
     pub completed: usize,
     pub faults_injected: usize,
@@ -225,6 +231,7 @@ fn run_in(
     let started = Instant::now();
     let servers = Arc::new(Mutex::new(servers));
     let done = Arc::new(AtomicBool::new(false));
+    let faults_due = Arc::new(AtomicBool::new(true));
     let faults = Arc::new(AtomicUsize::new(0));
     let metaserver_kills = Arc::new(AtomicUsize::new(0));
     let proxy_kills = Arc::new(AtomicUsize::new(0));
@@ -235,6 +242,7 @@ fn run_in(
             metaservers: metaserver_processes.clone(),
             proxy: proxy_process.clone(),
             done: done.clone(),
+            faults_due: faults_due.clone(),
             faults: faults.clone(),
             metaserver_kills: metaserver_kills.clone(),
             proxy_kills: proxy_kills.clone(),
@@ -244,7 +252,15 @@ fn run_in(
         options,
     );
 
-    let results = run_transactions(&proxy, options.transactions, options.concurrency);
+    let results = run_transactions(
+        &proxy,
+        Quota {
+            at_least: options.transactions,
+            at_most: options.transactions.saturating_mul(MORE_TRANSACTIONS),
+            until: Some(faults_due),
+        },
+        options.concurrency,
+    );
     let seconds = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     let injected = injector
@@ -271,7 +287,6 @@ fn run_in(
         .sum();
     let leaked_processes = still_alive(&lock(&orphans));
     let mut report = results;
-    report.transactions = options.transactions;
     report.faults_injected = faults.load(Ordering::Relaxed);
     report.metaserver_restarts = metaserver_kills.load(Ordering::Relaxed);
     report.proxy_restarts = proxy_kills.load(Ordering::Relaxed);
@@ -361,6 +376,8 @@ struct Shared {
     metaservers: Arc<Mutex<Vec<ChaosServer>>>,
     proxy: Arc<Mutex<ChaosServer>>,
     done: Arc<AtomicBool>,
+    /// Cleared once every kind of fault asked for has happened and the process is back.
+    faults_due: Arc<AtomicBool>,
     faults: Arc<AtomicUsize>,
     metaserver_kills: Arc<AtomicUsize>,
     proxy_kills: Arc<AtomicUsize>,
@@ -380,6 +397,7 @@ fn spawn_injector(
         metaservers,
         proxy,
         done,
+        faults_due,
         faults,
         metaserver_kills,
         proxy_kills,
@@ -391,8 +409,13 @@ fn spawn_injector(
     let (metaserver_every, proxy_every) = (options.metaserver_every, options.proxy_every);
     let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
     let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
+    let cycle = FaultCycle {
+        metaserver_every,
+        proxy_every,
+    };
     std::thread::spawn(move || -> anyhow::Result<()> {
         let mut victim = 0;
+        let mut tally = FaultTally::default();
         loop {
             if sleep_unless(&done, every) {
                 return Ok(());
@@ -404,9 +427,8 @@ fn spawn_injector(
                 tracing::info!("killed the proxy");
                 std::thread::sleep(down);
                 lock(&proxy).start(&proxy_bin)?;
-                continue;
-            }
-            if metaserver_every > 0 && fault % metaserver_every == 0 {
+                tally.proxies += 1;
+            } else if metaserver_every > 0 && fault % metaserver_every == 0 {
                 let addresses: Vec<String> = lock(&metaservers)
                     .iter()
                     .map(|m| m.address.clone())
@@ -417,31 +439,106 @@ fn spawn_injector(
                 tracing::info!(metaserver = active, "killed the active metaserver");
                 std::thread::sleep(down);
                 lock(&metaservers)[active].start(&metaserver_bin)?;
-                continue;
+                tally.metaservers += 1;
+            } else {
+                let count = lock(&servers).len();
+                if count == 0 {
+                    return Ok(());
+                }
+                let i = victim % count;
+                victim += 1;
+                let children = lock(&servers)[i].kill();
+                tracing::info!(server = i, executables = children.len(), "killed a server");
+                lock(&orphans).extend(children);
+                std::thread::sleep(down);
+                lock(&servers)[i].start(&server_bin)?;
+                tally.servers += 1;
             }
-            let count = lock(&servers).len();
-            if count == 0 {
-                return Ok(());
+            if !cycle.still_due(&tally) {
+                faults_due.store(false, Ordering::Relaxed);
             }
-            let i = victim % count;
-            victim += 1;
-            let children = lock(&servers)[i].kill();
-            tracing::info!(server = i, executables = children.len(), "killed a server");
-            lock(&orphans).extend(children);
-            std::thread::sleep(down);
-            lock(&servers)[i].start(&server_bin)?;
         }
     })
 }
 
-/// Runs `total` transactions of the mix through `proxy`, `concurrency` at a time, each
-/// checked bit for bit against the local computation; returns the counts.
-pub fn run_transactions(proxy: &str, total: usize, concurrency: usize) -> ChaosReport {
+/// Every how many faults the proxy and the metaserver are killed (0: never); the others
+/// kill a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultCycle {
+    pub metaserver_every: usize,
+    pub proxy_every: usize,
+}
+
+/// Processes killed and started again so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultTally {
+    pub servers: usize,
+    pub metaservers: usize,
+    pub proxies: usize,
+}
+
+impl FaultCycle {
+    /// Whether some kind of process the cycle kills has not yet been killed and restarted
+    /// once: until then the run is not over, whatever its transaction count.
+    pub fn still_due(&self, tally: &FaultTally) -> bool {
+        let kills_servers = self.metaserver_every != 1 && self.proxy_every != 1;
+        (self.proxy_every > 0 && tally.proxies == 0)
+            || (self.metaserver_every > 0 && tally.metaservers == 0)
+            || (kills_servers && tally.servers == 0)
+    }
+
+    /// Why the cycle never reaches one of the processes it names: the proxy takes a fault
+    /// due to both, so a metaserver period that is a multiple of the proxy's never comes.
+    pub fn unreachable(&self) -> Option<String> {
+        let (m, p) = (self.metaserver_every, self.proxy_every);
+        (m > 0 && p > 0 && m % p == 0).then(|| {
+            format!(
+                "the metaserver would never be killed: every {m}th fault is also a proxy fault (every {p}), and the proxy comes first"
+            )
+        })
+    }
+}
+
+/// How many transactions a run sends.
+#[derive(Debug, Clone, Default)]
+pub struct Quota {
+    pub at_least: usize,
+    /// Never more than this.
+    pub at_most: usize,
+    /// Past `at_least`, the run goes on while this is set.
+    pub until: Option<Arc<AtomicBool>>,
+}
+
+impl Quota {
+    /// Exactly `count` transactions.
+    pub fn exactly(count: usize) -> Self {
+        Quota {
+            at_least: count,
+            at_most: count,
+            until: None,
+        }
+    }
+
+    fn allows(&self, i: usize) -> bool {
+        i < self.at_least
+            || (i < self.at_most
+                && self
+                    .until
+                    .as_ref()
+                    .is_some_and(|more| more.load(Ordering::Relaxed)))
+    }
+}
+
+/// Runs the transactions of the mix the quota allows through `proxy`, `concurrency` at a
+/// time, each checked bit for bit against the local computation; returns the counts.
+pub fn run_transactions(proxy: &str, quota: Quota, concurrency: usize) -> ChaosReport {
     let next = Arc::new(AtomicUsize::new(0));
     let results: Arc<Mutex<ChaosReport>> = Arc::default();
+    let quota = Arc::new(quota);
     let workers: Vec<_> = (0..concurrency.max(1))
         .map(|_| {
             let (next, results, proxy) = (next.clone(), results.clone(), proxy.to_string());
+            let quota = quota.clone();
             std::thread::spawn(move || {
                 let grid = match GridClient::connect(&proxy) {
                     Ok(grid) => grid,
@@ -455,7 +552,7 @@ pub fn run_transactions(proxy: &str, total: usize, concurrency: usize) -> ChaosR
                 };
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= total {
+                    if !quota.allows(i) {
                         return;
                     }
                     let outcome = transaction(&grid, i);
@@ -493,7 +590,10 @@ pub fn run_transactions(proxy: &str, total: usize, concurrency: usize) -> ChaosR
     for worker in workers {
         let _ = worker.join();
     }
-    lock(&results).clone()
+    let mut report = lock(&results).clone();
+    let sent = report.completed + report.mismatched + report.lost;
+    report.transactions = sent.max(quota.at_least);
+    report
 }
 
 /// How many of `pids` are still running, after giving them up to 5 s to exit (executables of
@@ -691,4 +791,93 @@ pub fn render(report: &ChaosReport) -> String {
         out.push_str(&format!("error: {e}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::{FaultCycle, FaultTally, Quota};
+
+    fn tally(servers: usize, metaservers: usize, proxies: usize) -> FaultTally {
+        FaultTally {
+            servers,
+            metaservers,
+            proxies,
+        }
+    }
+
+    #[test]
+    fn a_run_is_due_more_faults_until_each_kind_it_kills_was_killed_and_restarted() {
+        let servers_and_metaserver = FaultCycle {
+            metaserver_every: 2,
+            proxy_every: 0,
+        };
+        assert!(servers_and_metaserver.still_due(&tally(0, 0, 0)));
+        assert!(servers_and_metaserver.still_due(&tally(3, 0, 0)));
+        assert!(servers_and_metaserver.still_due(&tally(0, 1, 0)));
+        assert!(!servers_and_metaserver.still_due(&tally(1, 1, 0)));
+        let servers_and_proxy = FaultCycle {
+            metaserver_every: 0,
+            proxy_every: 2,
+        };
+        assert!(servers_and_proxy.still_due(&tally(5, 0, 0)));
+        assert!(!servers_and_proxy.still_due(&tally(1, 0, 1)));
+        // Every fault kills the metaserver: no server is ever due.
+        let metaserver_only = FaultCycle {
+            metaserver_every: 1,
+            proxy_every: 0,
+        };
+        assert!(!metaserver_only.still_due(&tally(0, 1, 0)));
+        let servers_only = FaultCycle {
+            metaserver_every: 0,
+            proxy_every: 0,
+        };
+        assert!(servers_only.still_due(&tally(0, 0, 0)));
+        assert!(!servers_only.still_due(&tally(1, 0, 0)));
+    }
+
+    #[test]
+    fn a_metaserver_period_the_proxy_period_divides_is_refused_as_never_reached() {
+        let never = FaultCycle {
+            metaserver_every: 4,
+            proxy_every: 2,
+        }
+        .unreachable()
+        .expect("every 4th fault is a proxy fault");
+        assert!(
+            never.starts_with("the metaserver would never be killed: every 4th fault"),
+            "{never}"
+        );
+        let both = FaultCycle {
+            metaserver_every: 3,
+            proxy_every: 2,
+        };
+        assert_eq!(both.unreachable(), None);
+        let metaserver_only = FaultCycle {
+            metaserver_every: 1,
+            proxy_every: 0,
+        };
+        assert_eq!(metaserver_only.unreachable(), None);
+    }
+
+    #[test]
+    fn a_quota_goes_past_its_count_only_while_faults_are_due_and_never_past_its_cap() {
+        let exactly = Quota::exactly(3);
+        assert!(exactly.allows(2));
+        assert!(!exactly.allows(3));
+        let due = Arc::new(AtomicBool::new(true));
+        let quota = Quota {
+            at_least: 3,
+            at_most: 30,
+            until: Some(due.clone()),
+        };
+        assert!(quota.allows(3));
+        assert!(quota.allows(29));
+        assert!(!quota.allows(30));
+        due.store(false, Ordering::Relaxed);
+        assert!(quota.allows(2), "the count asked for is always sent");
+        assert!(!quota.allows(3));
+    }
 }

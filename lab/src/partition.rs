@@ -192,7 +192,11 @@ pub fn client(
         .enable_all()
         .build()?;
     runtime.block_on(ninf_grid::chaos::wait_until_up(metaserver, servers.len()))?;
-    let report = ninf_grid::chaos::run_transactions(proxy, transactions, concurrency);
+    let report = ninf_grid::chaos::run_transactions(
+        proxy,
+        ninf_grid::chaos::Quota::exactly(transactions),
+        concurrency,
+    );
     let mut leaked_bytes = u64::MAX;
     for _ in 0..60 {
         leaked_bytes = runtime.block_on(ninf_grid::chaos::stored_bytes(servers))?;

@@ -16,6 +16,8 @@ pub enum Victim {
 
 #[derive(Args)]
 pub struct ChaosArgs {
+    /// Transactions to send; more (up to ten times as many) while a kind of fault asked for
+    /// has not yet happened.
     #[arg(long, default_value_t = 50)]
     pub transactions: usize,
     /// Transactions in flight at once.
@@ -100,6 +102,13 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         json,
     } = args;
     let (metaserver_every, proxy_every) = fault_cycle(&kill, metaserver_every, proxy_every)?;
+    let cycle = ninf_grid::chaos::FaultCycle {
+        metaserver_every,
+        proxy_every,
+    };
+    if let Some(never) = cycle.unreachable() {
+        anyhow::bail!("{never}: choose a --metaserver-every that --proxy-every does not divide");
+    }
     let bin_dir = super::bin_dir()?;
     let report = ninf_grid::chaos::run(&ninf_grid::chaos::ChaosOptions {
         bin_dir,
@@ -146,8 +155,8 @@ fn fault_missing(
         (every > 0 && killed == 0).then(|| {
             format!(
                 "the {what} was to be killed every {every} faults, but the run ended after {} \
-                 faults in {:.1} s without killing it: give it more --transactions or a shorter --kill-every",
-                report.faults_injected, report.seconds
+                 faults in {:.1} s and {} transactions without killing it: give it more --transactions or a shorter --kill-every",
+                report.faults_injected, report.seconds, report.transactions
             )
         })
     };
@@ -190,6 +199,7 @@ mod tests {
     #[test]
     fn a_run_asked_to_kill_the_proxy_or_the_metaserver_that_never_did_fails_saying_so() {
         let report = |metaserver_restarts, proxy_restarts| ninf_grid::chaos::ChaosReport {
+            transactions: 400,
             faults_injected: 2,
             metaserver_restarts,
             proxy_restarts,
@@ -199,7 +209,7 @@ mod tests {
         let missing = super::fault_missing((0, 3), &report(0, 0)).expect("no proxy fault");
         assert!(
             missing.starts_with(
-                "the proxy was to be killed every 3 faults, but the run ended after 2 faults in 4.5 s"
+                "the proxy was to be killed every 3 faults, but the run ended after 2 faults in 4.5 s and 400 transactions"
             ),
             "{missing}"
         );
