@@ -414,6 +414,9 @@ fn spawn_injector(
         proxy_every,
     };
     std::thread::spawn(move || -> anyhow::Result<()> {
+        // An injector that stops (a process that would not restart) owes no more faults:
+        // the run ends at its count and reports the error.
+        let _owed = ClearOnDrop(faults_due.clone());
         let mut victim = 0;
         let mut tally = FaultTally::default();
         loop {
@@ -459,6 +462,15 @@ fn spawn_injector(
             }
         }
     })
+}
+
+/// Clears its flag when dropped.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Every how many faults the proxy and the metaserver are killed (0: never); the others
