@@ -406,12 +406,11 @@ fn spawn_injector(
     let server_bin = server_bin.to_path_buf();
     let metaserver_bin = metaserver_bin.to_path_buf();
     let proxy_bin = proxy_bin.to_path_buf();
-    let (metaserver_every, proxy_every) = (options.metaserver_every, options.proxy_every);
     let every = Duration::from_secs_f64(options.kill_every_seconds.max(0.1));
     let down = Duration::from_secs_f64(options.down_seconds.max(0.0));
     let cycle = FaultCycle {
-        metaserver_every,
-        proxy_every,
+        metaserver_every: options.metaserver_every,
+        proxy_every: options.proxy_every,
     };
     std::thread::spawn(move || -> anyhow::Result<()> {
         // An injector that stops (a process that would not restart) owes no more faults:
@@ -424,14 +423,15 @@ fn spawn_injector(
                 return Ok(());
             }
             let fault = faults.fetch_add(1, Ordering::Relaxed) + 1;
-            if proxy_every > 0 && fault % proxy_every == 0 {
+            let victim_kind = cycle.victim(fault);
+            if victim_kind == FaultVictim::Proxy {
                 lock(&proxy).kill();
                 proxy_kills.fetch_add(1, Ordering::Relaxed);
                 tracing::info!("killed the proxy");
                 std::thread::sleep(down);
                 lock(&proxy).start(&proxy_bin)?;
                 tally.proxies += 1;
-            } else if metaserver_every > 0 && fault % metaserver_every == 0 {
+            } else if victim_kind == FaultVictim::Metaserver {
                 let addresses: Vec<String> = lock(&metaservers)
                     .iter()
                     .map(|m| m.address.clone())
@@ -489,7 +489,27 @@ pub struct FaultTally {
     pub proxies: usize,
 }
 
+/// What one fault kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultVictim {
+    Server,
+    Metaserver,
+    Proxy,
+}
+
 impl FaultCycle {
+    /// What fault number `fault` (from 1) kills: the proxy first when both are due.
+    pub fn victim(&self, fault: usize) -> FaultVictim {
+        let due = |every: usize| every > 0 && fault.is_multiple_of(every);
+        if due(self.proxy_every) {
+            FaultVictim::Proxy
+        } else if due(self.metaserver_every) {
+            FaultVictim::Metaserver
+        } else {
+            FaultVictim::Server
+        }
+    }
+
     /// Whether some kind of process the cycle kills has not yet been killed and restarted
     /// once: until then the run is not over, whatever its transaction count.
     pub fn still_due(&self, tally: &FaultTally) -> bool {
